@@ -1,0 +1,160 @@
+//! Bootstrap extension glue: the drain engine that runs on Envoy's main thread. It starts the drain
+//! on SIGTERM (holding Envoy's exit), on Envoy's own `/drain_listeners` and on its admin endpoint,
+//! evaluates the drain state machine when kicked or when its timer fires, and releases Envoy's exit
+//! when the drain completes. Thin: every decision comes from [`crate::drain`].
+
+use crate::drain::{Decision, Phase, Trigger};
+use crate::state::{Shared, StartResult};
+use std::time::{Duration, Instant};
+
+/// What the engine needs from Envoy. Main thread only.
+pub trait EngineHost {
+    /// (Re)arm the engine's single timer.
+    fn arm_timer(&self, delay: Duration);
+    fn set_draining_gauge(&self, value: u64);
+    fn count(&self, metric: EngineMetric);
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EngineMetric {
+    DrainStarted,
+    DrainCompleted,
+    DrainTimedOut,
+}
+
+/// Callback that lets Envoy's shutdown proceed.
+pub type ShutdownRelease = Box<dyn FnOnce()>;
+
+#[derive(Default)]
+pub struct Engine {
+    start_reported: bool,
+    completion_reported: bool,
+    pending_shutdown: Option<ShutdownRelease>,
+}
+
+impl Engine {
+    /// SIGTERM: start the drain (if not already) and hold Envoy's exit until it completes. If a
+    /// drain already completed (e.g. a preStop `/drain`), the exit is released at once.
+    ///
+    /// Like [`Engine::evaluate`], returns the release to call once the engine is no longer
+    /// borrowed (Envoy may tear the extension down from inside it).
+    #[must_use]
+    pub fn on_shutdown(
+        &mut self,
+        host: &impl EngineHost,
+        release: ShutdownRelease,
+    ) -> Option<ShutdownRelease> {
+        log::info!(
+            "graceful_drain: SIGTERM received; holding Envoy's exit until the drain completes"
+        );
+        Shared::global().start_drain(Trigger::Sigterm);
+        self.pending_shutdown = Some(release);
+        self.evaluate(host)
+    }
+
+    /// Envoy's own drain (`POST /drain_listeners`) started.
+    #[must_use]
+    pub fn on_envoy_drain_started(&mut self, host: &impl EngineHost) -> Option<ShutdownRelease> {
+        Shared::global().start_drain(Trigger::DrainListeners);
+        self.evaluate(host)
+    }
+
+    /// Admin endpoints registered by the extension. Returns (status, body) and, as
+    /// [`Engine::evaluate`], a shutdown release the caller must call.
+    pub fn on_admin(
+        &mut self,
+        host: &impl EngineHost,
+        method: &[u8],
+        path: &[u8],
+    ) -> (u32, String, Option<ShutdownRelease>) {
+        let path = path.split(|&b| b == b'?').next().unwrap_or(b"");
+        let shared = Shared::global();
+        match (method, path) {
+            (b"POST", ADMIN_DRAIN_PATH) => {
+                // Idempotent: a second call reports the drain already under way.
+                if shared.start_drain(Trigger::Admin) == StartResult::NoEngine {
+                    return (503, "graceful_drain engine not installed\n".into(), None);
+                }
+                let release = self.evaluate(host);
+                (200, shared.status(Instant::now()).to_json() + "\n", release)
+            }
+            (b"GET", ADMIN_STATUS_PATH) => {
+                (200, shared.status(Instant::now()).to_json() + "\n", None)
+            }
+            (_, ADMIN_DRAIN_PATH) => (
+                405,
+                "use POST /graceful_drain to start a drain\n".into(),
+                None,
+            ),
+            (_, ADMIN_STATUS_PATH) => (405, "use GET /graceful_drain/status\n".into(), None),
+            _ => (404, "unknown graceful_drain admin path\n".into(), None),
+        }
+    }
+
+    /// Evaluate the drain now and apply the decision. Called on kicks, timer expiry and events.
+    /// Returns Envoy's shutdown release when the drain is complete and SIGTERM is waiting on it:
+    /// the caller must call it after dropping its borrow of the engine.
+    #[must_use]
+    pub fn evaluate(&mut self, host: &impl EngineHost) -> Option<ShutdownRelease> {
+        let shared = Shared::global();
+        let now = Instant::now();
+        let decision = shared.poll(now);
+        let phase = shared.phase();
+        if !self.start_reported {
+            if let Phase::Draining { trigger, .. } | Phase::Drained { trigger, .. } = phase {
+                self.start_reported = true;
+                host.set_draining_gauge(1);
+                host.count(EngineMetric::DrainStarted);
+                let s = shared.settings().unwrap_or_default();
+                log::info!(
+                    "graceful_drain: drain started (trigger={}, active_requests={}, \
+                     min_drain_duration={:?}, quiet_period={:?}, drain_timeout={:?})",
+                    trigger.as_str(),
+                    shared.active_requests(),
+                    s.min_drain_duration,
+                    s.quiet_period,
+                    s.drain_timeout
+                );
+            }
+        }
+        match decision {
+            Decision::Idle | Decision::AlreadyDrained(_) => {}
+            Decision::PollAt(at) => host.arm_timer(at.saturating_duration_since(now)),
+            Decision::Completed(outcome) => {
+                if !self.completion_reported {
+                    self.completion_reported = true;
+                    host.set_draining_gauge(0);
+                    host.count(EngineMetric::DrainCompleted);
+                    let st = shared.status(now);
+                    if outcome.timed_out {
+                        host.count(EngineMetric::DrainTimedOut);
+                        log::warn!(
+                            "graceful_drain: drain timed out after {} ms: {} requests served during \
+                             it, {} requests still in flight are cut",
+                            outcome.duration.as_millis(),
+                            st.requests_served_while_draining,
+                            outcome.requests_cut
+                        );
+                    } else {
+                        log::info!(
+                            "graceful_drain: drain completed in {} ms: {} requests served during \
+                             it, 0 requests cut; connections sent away: http1={} http2={}",
+                            outcome.duration.as_millis(),
+                            st.requests_served_while_draining,
+                            st.connections_sent_away.http1,
+                            st.connections_sent_away.http2
+                        );
+                    }
+                }
+            }
+        }
+        if matches!(shared.phase(), Phase::Drained { .. }) && self.pending_shutdown.is_some() {
+            log::info!("graceful_drain: releasing Envoy's exit");
+            return self.pending_shutdown.take();
+        }
+        None
+    }
+}
+
+pub const ADMIN_DRAIN_PATH: &[u8] = b"/graceful_drain";
+pub const ADMIN_STATUS_PATH: &[u8] = b"/graceful_drain/status";

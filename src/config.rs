@@ -1,0 +1,368 @@
+//! Configuration layer: parses the JSON that Envoy hands over in `StringValue`s and validates it.
+//! Pure Rust; must not touch FFI. Every error names the field it is about, because the message ends
+//! up in Envoy's startup log and is all an operator has to fix the bootstrap.
+
+use serde::Deserialize;
+use std::fmt;
+use std::time::Duration;
+
+/// A configuration problem, always tied to the field that caused it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    /// Which config object: `filter` or `bootstrap`.
+    pub scope: &'static str,
+    /// Field name as written in the JSON, or `(document)` when the JSON itself is malformed.
+    pub field: String,
+    pub problem: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "invalid graceful_drain {} config: field `{}`: {}",
+            self.scope, self.field, self.problem
+        )
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+fn error(scope: &'static str, field: &str, problem: impl Into<String>) -> ConfigError {
+    ConfigError {
+        scope,
+        field: field.to_string(),
+        problem: problem.into(),
+    }
+}
+
+/// Turn a serde_json error into a [`ConfigError`], pulling the field name out of serde's message
+/// (serde reports unknown fields as "unknown field `x`, expected ...").
+fn from_serde(scope: &'static str, e: serde_json::Error) -> ConfigError {
+    let msg = e.to_string();
+    let field = msg
+        .split('`')
+        .nth(1)
+        .filter(|_| msg.starts_with("unknown field"))
+        .unwrap_or("(document)")
+        .to_string();
+    error(scope, &field, msg)
+}
+
+/// Empty or blank config means "all defaults", so a bootstrap can say `value: ""`.
+fn parse_json<'a, T: Deserialize<'a> + Default>(
+    scope: &'static str,
+    raw: &'a [u8],
+) -> Result<T, ConfigError> {
+    if raw.iter().all(u8::is_ascii_whitespace) {
+        return Ok(T::default());
+    }
+    serde_json::from_slice(raw).map_err(|e| from_serde(scope, e))
+}
+
+/// What the HTTP filter does on the listener it is configured on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Role {
+    /// Data listener: count every request as in flight and send connections away during a drain.
+    #[default]
+    Data,
+    /// Control listener: answer `/ready`, `/drain/status` and `/drain`; nothing is counted.
+    Control,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct FilterConfig {
+    pub role: Role,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawFilterConfig {
+    role: Option<String>,
+}
+
+impl FilterConfig {
+    pub fn parse(raw: &[u8]) -> Result<Self, ConfigError> {
+        let r: RawFilterConfig = parse_json("filter", raw)?;
+        let role = match r.role.as_deref() {
+            None | Some("data") => Role::Data,
+            Some("control") => Role::Control,
+            Some(other) => {
+                return Err(error(
+                    "filter",
+                    "role",
+                    format!("unknown role {other:?}: expected \"data\" or \"control\""),
+                ))
+            }
+        };
+        Ok(FilterConfig { role })
+    }
+}
+
+/// The drain timing rules. See README "Settings" for why the defaults are what they are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DrainSettings {
+    /// Never complete a drain earlier than this after it started (endpoint removal must propagate).
+    pub min_drain_duration: Duration,
+    /// Complete only once nothing is in flight and no request started for this long.
+    pub quiet_period: Duration,
+    /// Complete anyway after this long, reporting what was still in flight.
+    pub drain_timeout: Duration,
+}
+
+impl Default for DrainSettings {
+    fn default() -> Self {
+        DrainSettings {
+            min_drain_duration: Duration::from_secs(5),
+            quiet_period: Duration::from_secs(1),
+            drain_timeout: Duration::from_secs(25),
+        }
+    }
+}
+
+/// Longest accepted duration: a drain longer than an hour is a configuration mistake.
+pub const MAX_DURATION: Duration = Duration::from_secs(3600);
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawBootstrapConfig {
+    min_drain_duration: Option<String>,
+    quiet_period: Option<String>,
+    drain_timeout: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct BootstrapConfig {
+    pub drain: DrainSettings,
+}
+
+impl BootstrapConfig {
+    pub fn parse(raw: &[u8]) -> Result<Self, ConfigError> {
+        const S: &str = "bootstrap";
+        let r: RawBootstrapConfig = parse_json(S, raw)?;
+        let d = DrainSettings::default();
+        let field = |name: &str, v: Option<String>, default: Duration| match v {
+            None => Ok(default),
+            Some(text) => parse_duration(&text).map_err(|p| error(S, name, p)),
+        };
+        let drain = DrainSettings {
+            min_drain_duration: field(
+                "min_drain_duration",
+                r.min_drain_duration,
+                d.min_drain_duration,
+            )?,
+            quiet_period: field("quiet_period", r.quiet_period, d.quiet_period)?,
+            drain_timeout: field("drain_timeout", r.drain_timeout, d.drain_timeout)?,
+        };
+        if drain.drain_timeout.is_zero() {
+            return Err(error(S, "drain_timeout", "must be greater than 0"));
+        }
+        if drain.drain_timeout < drain.min_drain_duration {
+            return Err(error(
+                S,
+                "drain_timeout",
+                format!(
+                    "{} is below min_drain_duration {}: the drain could never complete normally",
+                    format_duration(drain.drain_timeout),
+                    format_duration(drain.min_drain_duration)
+                ),
+            ));
+        }
+        if drain.drain_timeout < drain.quiet_period {
+            return Err(error(
+                S,
+                "drain_timeout",
+                format!(
+                    "{} is below quiet_period {}: the drain could never complete normally",
+                    format_duration(drain.drain_timeout),
+                    format_duration(drain.quiet_period)
+                ),
+            ));
+        }
+        Ok(BootstrapConfig { drain })
+    }
+}
+
+/// Parse a duration in Envoy's JSON style: `"5s"`, `"1.5s"`, `"0.250s"`, plus `"250ms"`.
+/// Non-negative, at most nanosecond precision, at most [`MAX_DURATION`].
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let bad = |why: &str| {
+        format!("invalid duration {text:?}: {why} (expected e.g. \"5s\", \"1.5s\" or \"250ms\")")
+    };
+    let (number, scale_nanos): (&str, u128) = if let Some(n) = text.strip_suffix("ms") {
+        (n, 1_000_000)
+    } else if let Some(n) = text.strip_suffix('s') {
+        (n, 1_000_000_000)
+    } else {
+        return Err(bad("missing unit `s` or `ms`"));
+    };
+    let (int_part, frac_part) = match number.split_once('.') {
+        Some((i, f)) => (i, f),
+        None => (number, ""),
+    };
+    if int_part.is_empty() || !int_part.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(bad("not a non-negative decimal number"));
+    }
+    if number.contains('.')
+        && (frac_part.is_empty() || !frac_part.bytes().all(|b| b.is_ascii_digit()))
+    {
+        return Err(bad("not a non-negative decimal number"));
+    }
+    if frac_part.len() > 9 {
+        return Err(bad("more than 9 fractional digits"));
+    }
+    if int_part.len() > 12 {
+        return Err(bad("too large"));
+    }
+    let int: u128 = int_part.parse().map_err(|_| bad("not a number"))?;
+    let mut frac_nanos: u128 = 0;
+    if !frac_part.is_empty() {
+        let digits: u128 = frac_part.parse().map_err(|_| bad("not a number"))?;
+        frac_nanos = digits * 10u128.pow(9 - frac_part.len() as u32);
+    }
+    // frac_nanos is in units of 1e-9 of the unit; scale to nanoseconds.
+    let total = int * scale_nanos + frac_nanos * scale_nanos / 1_000_000_000;
+    if total > MAX_DURATION.as_nanos() {
+        return Err(bad("longer than the 3600s maximum"));
+    }
+    Ok(Duration::from_nanos(total as u64))
+}
+
+/// Render a duration the way the config accepts it (`"5s"`, `"1.5s"`, `"0.25s"`).
+pub fn format_duration(d: Duration) -> String {
+    let nanos = d.subsec_nanos();
+    if nanos == 0 {
+        return format!("{}s", d.as_secs());
+    }
+    let frac = format!("{nanos:09}");
+    format!("{}.{}s", d.as_secs(), frac.trim_end_matches('0'))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_in_envoy_style_parse() {
+        assert_eq!(parse_duration("5s"), Ok(Duration::from_secs(5)));
+        assert_eq!(parse_duration("1.5s"), Ok(Duration::from_millis(1500)));
+        assert_eq!(parse_duration("0.250s"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_duration("0.5ms"), Ok(Duration::from_micros(500)));
+        assert_eq!(parse_duration("0s"), Ok(Duration::ZERO));
+        assert_eq!(parse_duration("0.000000001s"), Ok(Duration::from_nanos(1)));
+        assert_eq!(parse_duration("3600s"), Ok(MAX_DURATION));
+    }
+
+    #[test]
+    fn bad_durations_are_refused_with_a_reason() {
+        for bad in [
+            "",
+            "5",
+            "s",
+            "-1s",
+            "1.s",
+            ".5s",
+            "1e3s",
+            "5m",
+            "1h",
+            " 5s",
+            "5s ",
+            "1.0000000001s",
+            "3601s",
+            "99999999999999999999s",
+            "five s",
+            "1,5s",
+            "+1s",
+            "5 s",
+            "ms",
+        ] {
+            let e = parse_duration(bad).expect_err(bad);
+            assert!(e.contains("invalid duration"), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn durations_round_trip_through_format() {
+        for ms in [0u64, 1, 250, 1000, 1500, 25_000, 3_600_000] {
+            let d = Duration::from_millis(ms);
+            assert_eq!(parse_duration(&format_duration(d)), Ok(d), "{ms}ms");
+        }
+        assert_eq!(format_duration(Duration::from_millis(1500)), "1.5s");
+    }
+
+    #[test]
+    fn empty_bootstrap_config_means_defaults() {
+        let c = BootstrapConfig::parse(b"").unwrap();
+        assert_eq!(c.drain, DrainSettings::default());
+        assert_eq!(BootstrapConfig::parse(b"  {} ").unwrap(), c);
+        assert_eq!(c.drain.min_drain_duration, Duration::from_secs(5));
+        assert_eq!(c.drain.quiet_period, Duration::from_secs(1));
+        assert_eq!(c.drain.drain_timeout, Duration::from_secs(25));
+    }
+
+    #[test]
+    fn bootstrap_config_fields_parse() {
+        let c = BootstrapConfig::parse(
+            br#"{"min_drain_duration":"300ms","quiet_period":"0.2s","drain_timeout":"10s"}"#,
+        )
+        .unwrap();
+        assert_eq!(c.drain.min_drain_duration, Duration::from_millis(300));
+        assert_eq!(c.drain.quiet_period, Duration::from_millis(200));
+        assert_eq!(c.drain.drain_timeout, Duration::from_secs(10));
+    }
+
+    #[test]
+    fn bootstrap_errors_name_the_field() {
+        let cases: &[(&[u8], &str)] = &[
+            (br#"{"min_drain_duration":"5x"}"#, "min_drain_duration"),
+            (br#"{"quiet_period":"-1s"}"#, "quiet_period"),
+            (br#"{"drain_timeout":"0s"}"#, "drain_timeout"),
+            (br#"{"drain_timeout":"3s"}"#, "drain_timeout"), // below default min 5s
+            (
+                br#"{"min_drain_duration":"1s","quiet_period":"30s"}"#,
+                "drain_timeout",
+            ),
+            (br#"{"drain_timout":"3s"}"#, "drain_timout"),
+            (br#"{"drain_timeout":5}"#, "(document)"),
+            (b"{not json", "(document)"),
+        ];
+        for (raw, field) in cases {
+            let e = BootstrapConfig::parse(raw).expect_err(std::str::from_utf8(raw).unwrap());
+            assert_eq!(e.field, *field, "{e}");
+            assert!(e.to_string().contains(field), "{e}");
+        }
+    }
+
+    #[test]
+    fn timeout_below_minimum_says_why() {
+        let e = BootstrapConfig::parse(br#"{"min_drain_duration":"10s","drain_timeout":"3s"}"#)
+            .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "invalid graceful_drain bootstrap config: field `drain_timeout`: 3s is below \
+             min_drain_duration 10s: the drain could never complete normally"
+        );
+    }
+
+    #[test]
+    fn filter_config_roles() {
+        assert_eq!(FilterConfig::parse(b"").unwrap().role, Role::Data);
+        assert_eq!(FilterConfig::parse(b"{}").unwrap().role, Role::Data);
+        assert_eq!(
+            FilterConfig::parse(br#"{"role":"data"}"#).unwrap().role,
+            Role::Data
+        );
+        assert_eq!(
+            FilterConfig::parse(br#"{"role":"control"}"#).unwrap().role,
+            Role::Control
+        );
+        let e = FilterConfig::parse(br#"{"role":"admin"}"#).unwrap_err();
+        assert_eq!(e.field, "role");
+        assert!(e.problem.contains("\"admin\""), "{e}");
+        let e = FilterConfig::parse(br#"{"rol":"data"}"#).unwrap_err();
+        assert_eq!(e.field, "rol");
+        let e = FilterConfig::parse(&[0xff, 0xfe]).unwrap_err();
+        assert_eq!(e.field, "(document)");
+    }
+}

@@ -1,0 +1,430 @@
+//! Exported bootstrap-extension hooks (all 17 are required by Envoy 1.40) and the [`EngineHost`]
+//! implementation. Everything here runs on Envoy's main thread, except [`kick_engine`], which any
+//! thread may call.
+
+use super::abi::{self, Buffer, EnvoyPtr, HttpHeader};
+use super::{envoy_bytes, guard, module_buffer};
+use crate::bootstrap::{
+    Engine, EngineHost, EngineMetric, ShutdownRelease, ADMIN_DRAIN_PATH, ADMIN_STATUS_PATH,
+};
+use crate::config::BootstrapConfig;
+use crate::state::Shared;
+use std::cell::RefCell;
+use std::os::raw::c_void;
+use std::ptr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+const EVENT_KICK: u64 = 1;
+
+/// The bootstrap scheduler used to hop onto the main thread; 0 when no engine is loaded.
+static KICK_SCHEDULER: AtomicUsize = AtomicUsize::new(0);
+
+/// Ask the engine to evaluate the drain now, from any thread.
+pub(crate) fn kick_engine() {
+    let s = KICK_SCHEDULER.load(Ordering::Acquire);
+    if s != 0 {
+        // SAFETY: the scheduler lives until config_destroy, which clears KICK_SCHEDULER first and
+        // runs after the workers have stopped; commit itself is thread-safe (a dispatcher post).
+        unsafe {
+            abi::envoy_dynamic_module_callback_bootstrap_extension_config_scheduler_commit(
+                s as *mut c_void,
+                EVENT_KICK,
+            )
+        }
+    }
+}
+
+struct Metrics {
+    draining: usize,
+    drains_started: usize,
+    drains_completed: usize,
+    drains_timed_out: usize,
+}
+
+struct Extension {
+    envoy: EnvoyPtr,
+    timer: *mut c_void,
+    scheduler: *mut c_void,
+    metrics: Option<Metrics>,
+    engine: RefCell<Engine>,
+}
+
+impl EngineHost for Extension {
+    fn arm_timer(&self, delay: Duration) {
+        // Round up so the timer never fires before the deadline (then a useless poll re-arms).
+        let ms = delay.as_nanos().div_ceil(1_000_000).max(1) as u64;
+        if !self.timer.is_null() {
+            // SAFETY: main thread; the timer lives until config_destroy.
+            unsafe {
+                abi::envoy_dynamic_module_callback_bootstrap_extension_timer_enable(self.timer, ms)
+            }
+        }
+    }
+
+    fn set_draining_gauge(&self, value: u64) {
+        if let Some(m) = &self.metrics {
+            // SAFETY: config pointer alive until config_destroy; stats are atomic.
+            unsafe {
+                abi::envoy_dynamic_module_callback_bootstrap_extension_config_set_gauge(
+                    self.envoy,
+                    m.draining,
+                    ptr::null_mut(),
+                    0,
+                    value,
+                );
+            }
+        }
+    }
+
+    fn count(&self, metric: EngineMetric) {
+        if let Some(m) = &self.metrics {
+            let id = match metric {
+                EngineMetric::DrainStarted => m.drains_started,
+                EngineMetric::DrainCompleted => m.drains_completed,
+                EngineMetric::DrainTimedOut => m.drains_timed_out,
+            };
+            // SAFETY: as above.
+            unsafe {
+                abi::envoy_dynamic_module_callback_bootstrap_extension_config_increment_counter(
+                    self.envoy,
+                    id,
+                    ptr::null_mut(),
+                    0,
+                    1,
+                );
+            }
+        }
+    }
+}
+
+fn define_metrics(bce: EnvoyPtr) -> Option<Metrics> {
+    let define = |name: &str, gauge: bool| -> Option<usize> {
+        let mut id = 0usize;
+        // SAFETY: inside config_new with Envoy's config pointer; the name lives for the call.
+        let r = unsafe {
+            if gauge {
+                abi::envoy_dynamic_module_callback_bootstrap_extension_config_define_gauge(
+                    bce,
+                    module_buffer(name.as_bytes()),
+                    ptr::null_mut(),
+                    0,
+                    &mut id,
+                )
+            } else {
+                abi::envoy_dynamic_module_callback_bootstrap_extension_config_define_counter(
+                    bce,
+                    module_buffer(name.as_bytes()),
+                    ptr::null_mut(),
+                    0,
+                    &mut id,
+                )
+            }
+        };
+        if r != abi::METRICS_SUCCESS {
+            log::warn!("graceful_drain: could not define metric {name} (result {r})");
+            return None;
+        }
+        Some(id)
+    };
+    Some(Metrics {
+        draining: define("draining", true)?,
+        drains_started: define("drains_started", false)?,
+        drains_completed: define("drains_completed", false)?,
+        drains_timed_out: define("drains_timed_out", false)?,
+    })
+}
+
+fn register_admin(bce: EnvoyPtr, path: &[u8], help: &str, mutates: bool) {
+    // SAFETY: inside config_new on the main thread; buffers live for the call.
+    let ok = unsafe {
+        abi::envoy_dynamic_module_callback_bootstrap_extension_register_admin_handler(
+            bce,
+            module_buffer(path),
+            module_buffer(help.as_bytes()),
+            false,
+            mutates,
+        )
+    };
+    if !ok {
+        log::warn!(
+            "graceful_drain: could not register admin handler {}",
+            String::from_utf8_lossy(path)
+        );
+    }
+}
+
+/// # Safety
+/// `bcm` must be the pointer returned by config_new and not yet destroyed.
+unsafe fn extension<'a>(bcm: *const c_void) -> Option<&'a Extension> {
+    // SAFETY: per the contract.
+    unsafe { (bcm as *const Extension).as_ref() }
+}
+
+/// Run an engine operation, then call the shutdown release (if any) with no borrow held.
+fn with_engine(
+    hook: &'static str,
+    bcm: *const c_void,
+    f: impl FnOnce(&mut Engine, &Extension) -> Option<ShutdownRelease>,
+) {
+    let release = guard(hook, None, || {
+        // SAFETY: Envoy passes back our config/extension pointer (they are the same object).
+        let ext = unsafe { extension(bcm) }?;
+        let mut engine = ext.engine.try_borrow_mut().ok()?;
+        f(&mut engine, ext)
+    });
+    if let Some(release) = release {
+        guard("shutdown release", (), release);
+    }
+}
+
+// ---- exported hooks --------------------------------------------------------------------------
+
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_bootstrap_extension_config_new(
+    bce: EnvoyPtr,
+    _name: Buffer,
+    config: Buffer,
+) -> *const c_void {
+    guard("bootstrap_config_new", ptr::null(), || {
+        // SAFETY: config bytes are valid for this call.
+        let raw = unsafe { envoy_bytes(config) };
+        let cfg = match BootstrapConfig::parse(raw) {
+            Ok(c) => c,
+            Err(e) => {
+                log::error!("{e}");
+                return ptr::null();
+            }
+        };
+        if !Shared::global().install_engine(cfg.drain) {
+            log::error!(
+                "invalid graceful_drain bootstrap config: field `extension_name`: the graceful_drain \
+                 bootstrap extension is configured twice; keep one entry"
+            );
+            return ptr::null();
+        }
+        // SAFETY: main thread, inside config_new with Envoy's config pointer.
+        let (timer, scheduler) = unsafe {
+            (
+                abi::envoy_dynamic_module_callback_bootstrap_extension_timer_new(bce),
+                abi::envoy_dynamic_module_callback_bootstrap_extension_config_scheduler_new(bce),
+            )
+        };
+        let ext = Box::new(Extension {
+            envoy: bce,
+            timer,
+            scheduler,
+            metrics: define_metrics(bce),
+            engine: RefCell::new(Engine::default()),
+        });
+        KICK_SCHEDULER.store(scheduler as usize, Ordering::Release);
+        register_admin(
+            bce,
+            ADMIN_DRAIN_PATH,
+            "graceful_drain: start a graceful drain (same as SIGTERM, without exiting)",
+            true,
+        );
+        register_admin(
+            bce,
+            ADMIN_STATUS_PATH,
+            "graceful_drain: drain status as JSON",
+            false,
+        );
+        log::info!(
+            "graceful_drain: drain engine loaded (min_drain_duration={:?}, quiet_period={:?}, \
+             drain_timeout={:?})",
+            cfg.drain.min_drain_duration,
+            cfg.drain.quiet_period,
+            cfg.drain.drain_timeout
+        );
+        // Without this Envoy stays INITIALIZING and binds no listener.
+        // SAFETY: main thread, valid config pointer.
+        unsafe {
+            abi::envoy_dynamic_module_callback_bootstrap_extension_config_signal_init_complete(bce)
+        };
+        Box::into_raw(ext) as *const c_void
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_bootstrap_extension_config_destroy(bcm: *const c_void) {
+    guard("bootstrap_config_destroy", (), || {
+        if bcm.is_null() {
+            return;
+        }
+        KICK_SCHEDULER.store(0, Ordering::Release);
+        // SAFETY: created by Box::into_raw in config_new; destroyed once, on the main thread.
+        let ext = unsafe { Box::from_raw(bcm as *mut Extension) };
+        // SAFETY: main thread (timer_delete asserts it); each deleted once.
+        unsafe {
+            if !ext.timer.is_null() {
+                abi::envoy_dynamic_module_callback_bootstrap_extension_timer_delete(ext.timer);
+            }
+            if !ext.scheduler.is_null() {
+                abi::envoy_dynamic_module_callback_bootstrap_extension_config_scheduler_delete(
+                    ext.scheduler,
+                );
+            }
+        }
+    })
+}
+
+/// The extension object is the config object: one engine per process.
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_bootstrap_extension_new(
+    bcm: *const c_void,
+    _be: EnvoyPtr,
+) -> *const c_void {
+    bcm
+}
+
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_bootstrap_extension_server_initialized(
+    _be: EnvoyPtr,
+    _bm: *const c_void,
+) {
+}
+
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_bootstrap_extension_worker_thread_initialized(
+    _be: EnvoyPtr,
+    _bm: *const c_void,
+) {
+}
+
+/// Freed in config_destroy (the extension and config are one object).
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_bootstrap_extension_destroy(_bm: *const c_void) {}
+
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_bootstrap_extension_drain_started(
+    _be: EnvoyPtr,
+    bm: *const c_void,
+) {
+    with_engine("drain_started", bm, |engine, ext| {
+        engine.on_envoy_drain_started(ext)
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_bootstrap_extension_shutdown(
+    _be: EnvoyPtr,
+    bm: *const c_void,
+    completion: Option<extern "C" fn(*mut c_void)>,
+    context: *mut c_void,
+) {
+    let Some(completion) = completion else {
+        log::warn!("graceful_drain: shutdown without a completion callback; cannot hold the exit");
+        return;
+    };
+    let release: ShutdownRelease = Box::new(move || completion(context));
+    let mut release_slot = Some(release);
+    with_engine("shutdown", bm, |engine, ext| {
+        let release = release_slot.take()?;
+        engine.on_shutdown(ext, release)
+    });
+    // If the engine could not take it (panic or missing extension), never hold Envoy forever.
+    if let Some(release) = release_slot {
+        release();
+    }
+}
+
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_bootstrap_extension_config_scheduled(
+    _bce: EnvoyPtr,
+    bcm: *const c_void,
+    _event_id: u64,
+) {
+    with_engine("config_scheduled", bcm, |engine, ext| engine.evaluate(ext))
+}
+
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_bootstrap_extension_timer_fired(
+    _bce: EnvoyPtr,
+    bcm: *const c_void,
+    _timer: *mut c_void,
+) {
+    with_engine("timer_fired", bcm, |engine, ext| engine.evaluate(ext))
+}
+
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_bootstrap_extension_admin_request(
+    bce: EnvoyPtr,
+    bcm: *const c_void,
+    method: Buffer,
+    path: Buffer,
+    _body: Buffer,
+) -> u32 {
+    let mut status = 500;
+    with_engine("admin_request", bcm, |engine, ext| {
+        // SAFETY: Envoy's buffers are valid for this call.
+        let (method, path) = unsafe { (envoy_bytes(method), envoy_bytes(path)) };
+        let (code, body, release) = engine.on_admin(ext, method, path);
+        status = code;
+        // SAFETY: inside admin_request; Envoy copies the body.
+        unsafe {
+            abi::envoy_dynamic_module_callback_bootstrap_extension_admin_set_response(
+                bce,
+                module_buffer(body.as_bytes()),
+            )
+        };
+        release
+    });
+    status
+}
+
+// ---- hooks Envoy 1.40 requires but this module does not use ----------------------------------
+
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_bootstrap_extension_http_callout_done(
+    _bce: EnvoyPtr,
+    _bcm: *const c_void,
+    _callout_id: u64,
+    _result: u32,
+    _headers: *const HttpHeader,
+    _headers_len: usize,
+    _body: *const Buffer,
+    _body_len: usize,
+) {
+}
+
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_bootstrap_extension_file_changed(
+    _bce: EnvoyPtr,
+    _bcm: *const c_void,
+    _path: Buffer,
+    _events: u32,
+) {
+}
+
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_bootstrap_extension_cluster_add_or_update(
+    _bce: EnvoyPtr,
+    _bcm: *const c_void,
+    _name: Buffer,
+) {
+}
+
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_bootstrap_extension_cluster_removal(
+    _bce: EnvoyPtr,
+    _bcm: *const c_void,
+    _name: Buffer,
+) {
+}
+
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_bootstrap_extension_listener_add_or_update(
+    _bce: EnvoyPtr,
+    _bcm: *const c_void,
+    _name: Buffer,
+) {
+}
+
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_bootstrap_extension_listener_removal(
+    _bce: EnvoyPtr,
+    _bcm: *const c_void,
+    _name: Buffer,
+) {
+}

@@ -1,0 +1,534 @@
+//! Exported HTTP filter hooks and the [`StreamHost`] implementation over Envoy's stream callbacks.
+//! Each hook: guard, convert, delegate to [`crate::http_filter`].
+
+use super::abi::{self, Buffer, EnvoyPtr, HttpHeader};
+use super::{envoy_bytes, guard, module_buffer};
+use crate::config::{FilterConfig, Role};
+use crate::http_filter::{HeadersAction, Metric, Stream, StreamHost};
+use crate::state::Protocol;
+use std::os::raw::c_void;
+use std::ptr;
+
+/// Per-config state: one per `filter_config` in the Envoy config (per listener, in practice).
+struct Config {
+    envoy: EnvoyPtr,
+    role: Role,
+    metrics: Option<DataMetrics>,
+}
+
+/// Stat ids, defined in `config_new` (Envoy freezes metric creation afterwards).
+struct DataMetrics {
+    active_requests: usize,
+    sent_away_http1: usize,
+    sent_away_http2: usize,
+    served_while_draining: usize,
+}
+
+impl DataMetrics {
+    fn define(ce: EnvoyPtr) -> Option<DataMetrics> {
+        let define = |name: &str, gauge: bool| -> Option<usize> {
+            let mut id = 0usize;
+            // SAFETY: `ce` is the config pointer Envoy passed to config_new (we are inside it);
+            // the name buffer lives for the call; no labels.
+            let r = unsafe {
+                if gauge {
+                    abi::envoy_dynamic_module_callback_http_filter_config_define_gauge(
+                        ce,
+                        module_buffer(name.as_bytes()),
+                        ptr::null_mut(),
+                        0,
+                        &mut id,
+                    )
+                } else {
+                    abi::envoy_dynamic_module_callback_http_filter_config_define_counter(
+                        ce,
+                        module_buffer(name.as_bytes()),
+                        ptr::null_mut(),
+                        0,
+                        &mut id,
+                    )
+                }
+            };
+            if r != abi::METRICS_SUCCESS {
+                log::warn!("graceful_drain: could not define metric {name} (result {r})");
+                return None;
+            }
+            Some(id)
+        };
+        Some(DataMetrics {
+            active_requests: define("active_requests", true)?,
+            sent_away_http1: define("connections_sent_away_http1", false)?,
+            sent_away_http2: define("connections_sent_away_http2", false)?,
+            served_while_draining: define("requests_served_while_draining", false)?,
+        })
+    }
+}
+
+impl Config {
+    fn metric(&self, m: Metric) {
+        let Some(ids) = &self.metrics else { return };
+        let (id, gauge_delta) = match m {
+            Metric::RequestStarted => (ids.active_requests, 1),
+            Metric::RequestEnded => (ids.active_requests, -1),
+            Metric::ServedWhileDraining => (ids.served_while_draining, 0),
+            Metric::SentAway(Protocol::Http2) => (ids.sent_away_http2, 0),
+            Metric::SentAway(_) => (ids.sent_away_http1, 0),
+        };
+        // SAFETY: config-level stats are atomics in Envoy and callable from any worker; `envoy`
+        // stays valid until config_destroy, which happens after every filter of the config.
+        unsafe {
+            match gauge_delta {
+                1 => abi::envoy_dynamic_module_callback_http_filter_config_increment_gauge(
+                    self.envoy,
+                    id,
+                    ptr::null_mut(),
+                    0,
+                    1,
+                ),
+                -1 => abi::envoy_dynamic_module_callback_http_filter_config_decrement_gauge(
+                    self.envoy,
+                    id,
+                    ptr::null_mut(),
+                    0,
+                    1,
+                ),
+                _ => abi::envoy_dynamic_module_callback_http_filter_config_increment_counter(
+                    self.envoy,
+                    id,
+                    ptr::null_mut(),
+                    0,
+                    1,
+                ),
+            };
+        }
+    }
+}
+
+struct Filter {
+    config: *const Config,
+    stream: Stream,
+}
+
+/// [`StreamHost`] over one Envoy stream, valid for the duration of one hook.
+struct EnvoyStream<'a> {
+    fe: EnvoyPtr,
+    config: &'a Config,
+}
+
+/// Commit an event to an HTTP filter scheduler. Thread-safe on Envoy's side.
+pub(crate) fn commit_scheduler(waker: usize, event: u64) {
+    // SAFETY: `waker` is a scheduler pointer from http_filter_scheduler_new that its owner has
+    // not deleted: the registry and the waiter list guarantee it stays alive during this call.
+    unsafe {
+        abi::envoy_dynamic_module_callback_http_filter_scheduler_commit(waker as *mut c_void, event)
+    }
+}
+
+impl StreamHost for EnvoyStream<'_> {
+    fn request_header(&self, name: &str) -> Option<Vec<u8>> {
+        let mut out = Buffer {
+            ptr: ptr::null(),
+            len: 0,
+        };
+        // SAFETY: `fe` is the live stream of the current hook; `out` receives a buffer that
+        // Envoy keeps valid until the hook returns, and we copy it out right away.
+        let found = unsafe {
+            abi::envoy_dynamic_module_callback_http_get_header(
+                self.fe,
+                abi::HEADER_TYPE_REQUEST,
+                module_buffer(name.as_bytes()),
+                &mut out,
+                0,
+                ptr::null_mut(),
+            )
+        };
+        // SAFETY: see above; `envoy_bytes` handles null/empty.
+        found.then(|| unsafe { envoy_bytes(out) }.to_vec())
+    }
+
+    fn send_response(&self, status: u32, headers: &[(&str, &str)], body: &[u8]) {
+        let mut raw: Vec<HttpHeader> = headers
+            .iter()
+            .map(|(k, v)| HttpHeader {
+                key_ptr: k.as_ptr().cast(),
+                key_len: k.len(),
+                value_ptr: v.as_ptr().cast(),
+                value_len: v.len(),
+            })
+            .collect();
+        let details = b"graceful_drain_control";
+        // SAFETY: live stream; every buffer points at memory alive for the call; Envoy copies.
+        unsafe {
+            abi::envoy_dynamic_module_callback_http_send_response(
+                self.fe,
+                status,
+                raw.as_mut_ptr(),
+                raw.len(),
+                module_buffer(body),
+                module_buffer(details),
+            )
+        }
+    }
+
+    fn protocol(&self) -> Protocol {
+        let mut out = Buffer {
+            ptr: ptr::null(),
+            len: 0,
+        };
+        // SAFETY: live stream; the buffer is read before the hook returns.
+        let ok = unsafe {
+            abi::envoy_dynamic_module_callback_http_filter_get_attribute_string(
+                self.fe,
+                abi::ATTRIBUTE_REQUEST_PROTOCOL,
+                &mut out,
+            )
+        };
+        if !ok {
+            return Protocol::Other;
+        }
+        // SAFETY: as above.
+        Protocol::from_envoy(unsafe { envoy_bytes(out) })
+    }
+
+    fn connection_id(&self) -> Option<u64> {
+        let mut id = 0u64;
+        // SAFETY: live stream; `id` is a valid out pointer.
+        let ok = unsafe {
+            abi::envoy_dynamic_module_callback_http_filter_get_attribute_int(
+                self.fe,
+                abi::ATTRIBUTE_CONNECTION_ID,
+                &mut id,
+            )
+        };
+        ok.then_some(id)
+    }
+
+    fn go_away_gracefully(&self) {
+        // SAFETY: live stream; only ever called from on_http_filter_scheduled (see facts §5).
+        unsafe {
+            abi::envoy_dynamic_module_callback_http_filter_send_go_away_and_close(self.fe, true)
+        }
+    }
+
+    fn continue_decoding(&self) {
+        // SAFETY: live stream, inside on_http_filter_scheduled, after our headers hook stopped.
+        unsafe { abi::envoy_dynamic_module_callback_http_filter_continue_decoding(self.fe) }
+    }
+
+    fn new_waker(&self) -> Option<usize> {
+        // SAFETY: live stream, on its worker thread.
+        let s = unsafe { abi::envoy_dynamic_module_callback_http_filter_scheduler_new(self.fe) };
+        (!s.is_null()).then_some(s as usize)
+    }
+
+    fn drop_waker(&self, waker: usize) {
+        drop_scheduler(waker)
+    }
+
+    fn wake(&self, waker: usize, event: u64) {
+        commit_scheduler(waker, event)
+    }
+
+    fn metric(&self, m: Metric) {
+        self.config.metric(m)
+    }
+}
+
+fn drop_scheduler(waker: usize) {
+    // SAFETY: the owner deletes its scheduler once, after taking it out of every shared list.
+    unsafe { abi::envoy_dynamic_module_callback_http_filter_scheduler_delete(waker as *mut c_void) }
+}
+
+/// # Safety
+/// `fm` must be a pointer returned by `on_http_filter_new` and not yet destroyed.
+unsafe fn filter<'a>(fm: *const c_void) -> Option<&'a mut Filter> {
+    // SAFETY: per the contract; Envoy calls a filter's hooks one at a time on its worker.
+    unsafe { (fm as *mut Filter).as_mut() }
+}
+
+/// Run `f` with the filter and a host for it.
+fn with_stream<R>(
+    hook: &'static str,
+    fe: EnvoyPtr,
+    fm: *const c_void,
+    fallback: R,
+    f: impl FnOnce(&mut Stream, &EnvoyStream) -> R,
+) -> R {
+    guard(hook, None, || {
+        // SAFETY: Envoy passes back the pointer we returned from on_http_filter_new.
+        let filter = unsafe { filter(fm) }?;
+        // SAFETY: the config outlives all its filters (Envoy holds it for them).
+        let config = unsafe { filter.config.as_ref() }?;
+        let host = EnvoyStream { fe, config };
+        Some(f(&mut filter.stream, &host))
+    })
+    .unwrap_or(fallback)
+}
+
+// ---- exported hooks --------------------------------------------------------------------------
+
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_config_new(
+    ce: EnvoyPtr,
+    _name: Buffer,
+    config: Buffer,
+) -> *const c_void {
+    guard("http_filter_config_new", ptr::null(), || {
+        // SAFETY: Envoy's config bytes are valid for the duration of this call.
+        let raw = unsafe { envoy_bytes(config) };
+        match FilterConfig::parse(raw) {
+            Ok(c) => {
+                let metrics = match c.role {
+                    Role::Data => DataMetrics::define(ce),
+                    Role::Control => None,
+                };
+                log::info!("graceful_drain: filter config loaded (role={:?})", c.role);
+                Box::into_raw(Box::new(Config {
+                    envoy: ce,
+                    role: c.role,
+                    metrics,
+                })) as *const c_void
+            }
+            Err(e) => {
+                log::error!("{e}");
+                ptr::null()
+            }
+        }
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_config_destroy(cm: *const c_void) {
+    guard("http_filter_config_destroy", (), || {
+        if !cm.is_null() {
+            // SAFETY: `cm` came from Box::into_raw in config_new and is destroyed once.
+            drop(unsafe { Box::from_raw(cm as *mut Config) });
+        }
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_new(
+    cm: *const c_void,
+    _fe: EnvoyPtr,
+) -> *const c_void {
+    guard("http_filter_new", ptr::null(), || {
+        // SAFETY: `cm` is our config, alive while Envoy creates filters from it.
+        let Some(config) = (unsafe { (cm as *const Config).as_ref() }) else {
+            return ptr::null();
+        };
+        let stream = Stream::new(config.role, |m| config.metric(m));
+        Box::into_raw(Box::new(Filter {
+            config: cm as *const Config,
+            stream,
+        })) as *const c_void
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_request_headers(
+    fe: EnvoyPtr,
+    fm: *const c_void,
+    _end_of_stream: bool,
+) -> u32 {
+    let r = with_stream("request_headers", fe, fm, None, |s, host| {
+        Some(s.on_request_headers(host))
+    });
+    match r {
+        Some(HeadersAction::Continue) => abi::HEADERS_CONTINUE,
+        Some(HeadersAction::Stop) => abi::HEADERS_STOP_ITERATION,
+        None => {
+            // Fail closed: a panic (or a missing filter) on the request path answers 500.
+            guard("request_headers fallback", (), || {
+                let cfg = Config {
+                    envoy: ptr::null_mut(),
+                    role: Role::Control,
+                    metrics: None,
+                };
+                EnvoyStream { fe, config: &cfg }.send_response(
+                    500,
+                    &[("content-type", "text/plain")],
+                    b"graceful_drain: internal error\n",
+                );
+            });
+            abi::HEADERS_STOP_ITERATION
+        }
+    }
+}
+
+/// While a request is paused for its go-away, body and trailers wait (with back-pressure, not
+/// unbounded buffering); `continue_decoding` releases them.
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_request_body(
+    fe: EnvoyPtr,
+    fm: *const c_void,
+    _end_of_stream: bool,
+) -> u32 {
+    if with_stream("request_body", fe, fm, false, |s, _| s.is_paused()) {
+        abi::BODY_STOP_ITERATION_AND_WATERMARK
+    } else {
+        abi::BODY_CONTINUE
+    }
+}
+
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_request_trailers(
+    fe: EnvoyPtr,
+    fm: *const c_void,
+) -> u32 {
+    if with_stream("request_trailers", fe, fm, false, |s, _| s.is_paused()) {
+        abi::TRAILERS_STOP_ITERATION
+    } else {
+        abi::TRAILERS_CONTINUE
+    }
+}
+
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_response_headers(
+    fe: EnvoyPtr,
+    fm: *const c_void,
+    _end_of_stream: bool,
+) -> u32 {
+    with_stream("response_headers", fe, fm, (), |s, host| {
+        s.on_response_headers(host)
+    });
+    abi::HEADERS_CONTINUE
+}
+
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_response_body(
+    _fe: EnvoyPtr,
+    _fm: *const c_void,
+    _end_of_stream: bool,
+) -> u32 {
+    abi::BODY_CONTINUE
+}
+
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_response_trailers(
+    _fe: EnvoyPtr,
+    _fm: *const c_void,
+) -> u32 {
+    abi::TRAILERS_CONTINUE
+}
+
+fn finish(fe: EnvoyPtr, fm: *const c_void, hook: &'static str) {
+    with_stream(hook, fe, fm, (), |s, host| {
+        s.finish(drop_scheduler, |m| host.metric(m))
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_stream_complete(
+    fe: EnvoyPtr,
+    fm: *const c_void,
+) {
+    finish(fe, fm, "stream_complete")
+}
+
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_destroy(fm: *const c_void) {
+    guard("http_filter_destroy", (), || {
+        if fm.is_null() {
+            return;
+        }
+        // SAFETY: `fm` came from Box::into_raw in filter_new; Envoy destroys it exactly once.
+        let mut filter = unsafe { Box::from_raw(fm as *mut Filter) };
+        // SAFETY: the config outlives its filters.
+        let config = unsafe { filter.config.as_ref() };
+        filter.stream.finish(drop_scheduler, |m| {
+            if let Some(c) = config {
+                c.metric(m)
+            }
+        });
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_scheduled(
+    fe: EnvoyPtr,
+    fm: *const c_void,
+    event_id: u64,
+) {
+    with_stream("scheduled", fe, fm, (), |s, host| {
+        s.on_scheduled(host, event_id)
+    })
+}
+
+// ---- hooks Envoy 1.40 requires but this module does not use ----------------------------------
+
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_http_callout_done(
+    _fe: EnvoyPtr,
+    _fm: *const c_void,
+    _callout_id: u64,
+    _result: u32,
+    _headers: *mut HttpHeader,
+    _headers_len: usize,
+    _body: *mut Buffer,
+    _body_len: usize,
+) {
+}
+
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_http_stream_headers(
+    _fe: EnvoyPtr,
+    _fm: *const c_void,
+    _stream_id: u64,
+    _headers: *mut HttpHeader,
+    _headers_len: usize,
+    _end_stream: bool,
+) {
+}
+
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_http_stream_data(
+    _fe: EnvoyPtr,
+    _fm: *const c_void,
+    _stream_id: u64,
+    _data: *const Buffer,
+    _data_len: usize,
+    _end_stream: bool,
+) {
+}
+
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_http_stream_trailers(
+    _fe: EnvoyPtr,
+    _fm: *const c_void,
+    _stream_id: u64,
+    _trailers: *mut HttpHeader,
+    _trailers_len: usize,
+) {
+}
+
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_http_stream_complete(
+    _fe: EnvoyPtr,
+    _fm: *const c_void,
+    _stream_id: u64,
+) {
+}
+
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_http_stream_reset(
+    _fe: EnvoyPtr,
+    _fm: *const c_void,
+    _stream_id: u64,
+    _reason: u32,
+) {
+}
+
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_downstream_above_write_buffer_high_watermark(
+    _fe: EnvoyPtr,
+    _fm: *const c_void,
+) {
+}
+
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_downstream_below_write_buffer_low_watermark(
+    _fe: EnvoyPtr,
+    _fm: *const c_void,
+) {
+}

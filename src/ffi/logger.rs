@@ -1,0 +1,52 @@
+//! `log` crate backend that forwards to Envoy's logger (`[dynamic_modules]` logger), honouring
+//! Envoy's log level (`--log-level`, `--component-log-level dynamic_modules:debug`, admin
+//! `/logging`). Panics are routed here too instead of Envoy's stderr.
+
+use super::abi;
+
+struct EnvoyLogger;
+
+fn envoy_level(level: log::Level) -> u32 {
+    match level {
+        log::Level::Error => abi::LOG_ERROR,
+        log::Level::Warn => abi::LOG_WARN,
+        log::Level::Info => abi::LOG_INFO,
+        log::Level::Debug => abi::LOG_DEBUG,
+        log::Level::Trace => abi::LOG_TRACE,
+    }
+}
+
+impl log::Log for EnvoyLogger {
+    fn enabled(&self, metadata: &log::Metadata) -> bool {
+        // SAFETY: takes a plain integer; Envoy's logger is thread-safe.
+        unsafe { abi::envoy_dynamic_module_callback_log_enabled(envoy_level(metadata.level())) }
+    }
+
+    fn log(&self, record: &log::Record) {
+        if !self.enabled(record.metadata()) {
+            return;
+        }
+        let msg = record.args().to_string();
+        // SAFETY: the buffer points at `msg`, alive for the call; Envoy copies it.
+        unsafe {
+            abi::envoy_dynamic_module_callback_log(
+                envoy_level(record.level()),
+                super::module_buffer(msg.as_bytes()),
+            )
+        }
+    }
+
+    fn flush(&self) {}
+}
+
+static LOGGER: EnvoyLogger = EnvoyLogger;
+
+pub(super) fn install() {
+    if log::set_logger(&LOGGER).is_ok() {
+        log::set_max_level(log::LevelFilter::Trace);
+    }
+    // Log panics once, with message and location, through Envoy; the guard then fails closed.
+    std::panic::set_hook(Box::new(|info| {
+        log::error!("graceful_drain: panic: {info}");
+    }));
+}

@@ -1,0 +1,66 @@
+//! FFI seam: the only module allowed to use `unsafe`. Raw ABI declarations ([`abi`]), the exported
+//! hooks ([`http`], [`bootstrap`]), the panic guard, buffer helpers and the logger.
+//!
+//! Every exported hook follows three steps: guard against panics, convert raw pointers and
+//! buffers, delegate to safe code. Nothing here makes drain decisions.
+#![allow(unsafe_code)]
+// Exported hooks receive Envoy's own pointers by contract of the ABI; they are entry points for
+// Envoy, not an API for Rust callers, so they are not `unsafe fn`.
+#![allow(clippy::not_unsafe_ptr_arg_deref)]
+
+pub mod abi;
+pub mod bootstrap;
+pub mod http;
+mod logger;
+
+use abi::Buffer;
+use std::os::raw::c_char;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+/// Run `f`, turning a panic into `fallback` so it never unwinds into Envoy (which would abort the
+/// process). The panic message itself is logged by the panic hook installed at program init.
+pub(crate) fn guard<R>(hook: &'static str, fallback: R, f: impl FnOnce() -> R) -> R {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(r) => r,
+        Err(_) => {
+            log::error!("graceful_drain: panic contained in {hook}; failing closed");
+            fallback
+        }
+    }
+}
+
+/// A buffer pointing at module-owned bytes, valid while `bytes` lives.
+pub(crate) fn module_buffer(bytes: &[u8]) -> Buffer {
+    Buffer {
+        ptr: bytes.as_ptr() as *const c_char,
+        len: bytes.len(),
+    }
+}
+
+/// View an Envoy buffer as bytes. Null or empty becomes an empty slice; nothing is assumed about
+/// the encoding.
+///
+/// # Safety
+/// `buf.ptr` must be null or point at `buf.len` readable bytes that stay valid for `'a`.
+pub(crate) unsafe fn envoy_bytes<'a>(buf: Buffer) -> &'a [u8] {
+    if buf.ptr.is_null() || buf.len == 0 {
+        &[]
+    } else {
+        // SAFETY: non-null, and the caller guarantees `len` readable bytes for 'a.
+        unsafe { std::slice::from_raw_parts(buf.ptr as *const u8, buf.len) }
+    }
+}
+
+/// `envoy_dynamic_module_on_program_init`: called once when Envoy loads the `.so`.
+/// Returns the ABI version string; Envoy compares it with its own and logs the result.
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_program_init() -> *const c_char {
+    guard("on_program_init", std::ptr::null(), || {
+        logger::install();
+        crate::state::Shared::global().install_hooks(crate::state::Hooks {
+            commit: http::commit_scheduler,
+            kick_engine: bootstrap::kick_engine,
+        });
+        abi::ABI_VERSION.as_ptr() as *const c_char
+    })
+}
