@@ -424,7 +424,7 @@ mod tests {
                                 // And not later than needed: one step earlier the rules were not met
                                 // or it is the very first moment they are.
                                 let earliest = min.max(quiet_from + quiet).max(busy_until);
-                                assert_eq!(at, earliest.max(0), "{ctx}");
+                                assert_eq!(at, earliest, "{ctx}");
                             }
                         }
                     }

@@ -1,0 +1,228 @@
+//! Real HTTP clients on 127.0.0.1: HTTP/1.1 through hyper's connection API (so a test sees
+//! `connection: close` and the server closing the socket) and HTTP/2 with prior knowledge through
+//! the h2 crate (so a test sees GOAWAY). Every wait is bounded.
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use std::future::Future;
+use std::time::Duration;
+use tokio::net::TcpStream;
+use tokio::task::JoinHandle;
+
+/// Upper bound for any single client operation.
+pub const OP_TIMEOUT: Duration = Duration::from_secs(30);
+
+#[derive(Debug, Clone)]
+pub struct Resp {
+    pub status: u16,
+    pub headers: http::HeaderMap,
+    pub body: Bytes,
+}
+
+impl Resp {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).and_then(|v| v.to_str().ok())
+    }
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+}
+
+async fn bounded<T>(what: &str, f: impl Future<Output = Result<T, String>>) -> Result<T, String> {
+    tokio::time::timeout(OP_TIMEOUT, f)
+        .await
+        .map_err(|_| format!("{what}: timed out after {OP_TIMEOUT:?}"))?
+}
+
+/// One request on a fresh HTTP/1.1 connection.
+pub async fn request(
+    port: u16,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> Result<Resp, String> {
+    let mut c = H1Conn::connect(port).await?;
+    c.send(method, path, headers).await
+}
+
+pub async fn get(port: u16, path: &str) -> Result<Resp, String> {
+    request(port, "GET", path, &[]).await
+}
+
+/// An HTTP/1.1 keep-alive connection.
+/// Dropping it closes the socket (aborts the connection task), like a client going away.
+pub struct H1Conn {
+    sender: hyper::client::conn::http1::SendRequest<Full<Bytes>>,
+    driver: Option<JoinHandle<Result<(), hyper::Error>>>,
+    port: u16,
+}
+
+impl Drop for H1Conn {
+    fn drop(&mut self) {
+        if let Some(d) = &self.driver {
+            d.abort();
+        }
+    }
+}
+
+impl H1Conn {
+    pub async fn connect(port: u16) -> Result<H1Conn, String> {
+        bounded("h1 connect", async {
+            let tcp = TcpStream::connect(("127.0.0.1", port))
+                .await
+                .map_err(|e| format!("connect 127.0.0.1:{port}: {e}"))?;
+            let io = hyper_util::rt::TokioIo::new(tcp);
+            let (sender, conn) = hyper::client::conn::http1::handshake(io)
+                .await
+                .map_err(|e| format!("h1 handshake: {e}"))?;
+            let driver = Some(tokio::spawn(conn));
+            Ok(H1Conn {
+                sender,
+                driver,
+                port,
+            })
+        })
+        .await
+    }
+
+    pub async fn send(
+        &mut self,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+    ) -> Result<Resp, String> {
+        let mut b = http::Request::builder()
+            .method(method)
+            .uri(path)
+            .header("host", format!("127.0.0.1:{}", self.port));
+        for (k, v) in headers {
+            b = b.header(*k, *v);
+        }
+        let req = b.body(Full::new(Bytes::new())).map_err(|e| e.to_string())?;
+        let sender = &mut self.sender;
+        bounded("h1 request", async move {
+            sender
+                .ready()
+                .await
+                .map_err(|e| format!("h1 not ready: {e}"))?;
+            let resp = sender
+                .send_request(req)
+                .await
+                .map_err(|e| format!("h1 request failed: {e}"))?;
+            let status = resp.status().as_u16();
+            let headers = resp.headers().clone();
+            let body = resp
+                .into_body()
+                .collect()
+                .await
+                .map_err(|e| format!("h1 body: {e}"))?
+                .to_bytes();
+            Ok(Resp {
+                status,
+                headers,
+                body,
+            })
+        })
+        .await
+    }
+
+    /// Wait (bounded) for the server to close the connection cleanly.
+    pub async fn wait_closed(mut self, timeout: Duration) -> Result<(), String> {
+        let driver = self
+            .driver
+            .take()
+            .expect("driver present until wait_closed");
+        match tokio::time::timeout(timeout, driver).await {
+            Err(_) => Err(format!("connection still open after {timeout:?}")),
+            Ok(Err(e)) => Err(format!("driver task failed: {e}")),
+            Ok(Ok(Err(e))) => Err(format!("connection ended with an error: {e}")),
+            Ok(Ok(Ok(()))) => Ok(()),
+        }
+    }
+}
+
+/// An HTTP/2 (h2c, prior knowledge) connection.
+pub struct H2Conn {
+    send: h2::client::SendRequest<Bytes>,
+    driver: JoinHandle<Result<(), h2::Error>>,
+    port: u16,
+}
+
+/// How an HTTP/2 request went.
+pub type H2Result = Result<Resp, String>;
+
+impl H2Conn {
+    pub async fn connect(port: u16) -> Result<H2Conn, String> {
+        bounded("h2 connect", async {
+            let tcp = TcpStream::connect(("127.0.0.1", port))
+                .await
+                .map_err(|e| format!("connect 127.0.0.1:{port}: {e}"))?;
+            let (send, conn) = h2::client::handshake(tcp)
+                .await
+                .map_err(|e| format!("h2 handshake: {e}"))?;
+            let driver = tokio::spawn(conn);
+            Ok(H2Conn { send, driver, port })
+        })
+        .await
+    }
+
+    /// Open a stream now. `Err(e)` with `e.is_go_away()` means the server already sent GOAWAY.
+    pub async fn start(
+        &mut self,
+        path: &str,
+        headers: &[(&str, &str)],
+    ) -> Result<impl Future<Output = H2Result> + Send + 'static, h2::Error> {
+        let mut b = http::Request::builder()
+            .method("GET")
+            .uri(format!("http://127.0.0.1:{}{path}", self.port));
+        for (k, v) in headers {
+            b = b.header(*k, *v);
+        }
+        let req = b.body(()).expect("valid request");
+        let mut ready = self.send.clone().ready().await?;
+        let (resp, _) = ready.send_request(req, true)?;
+        Ok(async move {
+            bounded("h2 response", async move {
+                let resp = resp.await.map_err(|e| format!("h2 stream failed: {e}"))?;
+                let status = resp.status().as_u16();
+                let headers = resp.headers().clone();
+                let mut body = resp.into_body();
+                let mut buf = Vec::new();
+                while let Some(chunk) = body.data().await {
+                    let chunk = chunk.map_err(|e| format!("h2 body failed: {e}"))?;
+                    let _ = body.flow_control().release_capacity(chunk.len());
+                    buf.extend_from_slice(&chunk);
+                }
+                Ok(Resp {
+                    status,
+                    headers,
+                    body: Bytes::from(buf),
+                })
+            })
+            .await
+        })
+    }
+
+    pub async fn send(&mut self, path: &str, headers: &[(&str, &str)]) -> H2Result {
+        match self.start(path, headers).await {
+            Ok(f) => f.await,
+            Err(e) => Err(format!("h2 could not open a stream: {e}")),
+        }
+    }
+
+    /// Whether the connection task has ended (server closed after GOAWAY, or an error).
+    pub fn is_closed(&self) -> bool {
+        self.driver.is_finished()
+    }
+
+    /// Wait (bounded) for the connection to end; Ok if it ended without a protocol/IO error.
+    pub async fn wait_closed(self, timeout: Duration) -> Result<(), String> {
+        match tokio::time::timeout(timeout, self.driver).await {
+            Err(_) => Err(format!("h2 connection still open after {timeout:?}")),
+            Ok(Err(e)) => Err(format!("driver task failed: {e}")),
+            Ok(Ok(Err(e))) if e.is_go_away() && e.reason() == Some(h2::Reason::NO_ERROR) => Ok(()),
+            Ok(Ok(Err(e))) => Err(format!("h2 connection ended with an error: {e}")),
+            Ok(Ok(Ok(()))) => Ok(()),
+        }
+    }
+}

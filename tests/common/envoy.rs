@@ -1,0 +1,347 @@
+//! The Envoy guard: owns one Envoy child process with its own temp dir, free ports and dynamic
+//! base id; waits for readiness with a deadline; dumps the log when a test fails; kills and reaps
+//! the process on drop.
+
+use super::{clients, eventually, free_ports, repo_root};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+/// The pinned Envoy binary: `$ENVOY_BIN`, or whatever `scripts/install-envoy.sh` installs.
+pub fn envoy_bin() -> &'static Path {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        if let Ok(p) = std::env::var("ENVOY_BIN") {
+            return PathBuf::from(p);
+        }
+        let out = Command::new("bash")
+            .arg(repo_root().join("scripts/install-envoy.sh"))
+            .stderr(Stdio::inherit())
+            .output()
+            .expect("run scripts/install-envoy.sh");
+        assert!(out.status.success(), "scripts/install-envoy.sh failed");
+        PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
+    })
+}
+
+/// The pinned version, read from the one place it is written.
+pub fn pinned_envoy_version() -> String {
+    let script = std::fs::read_to_string(repo_root().join("scripts/install-envoy.sh")).unwrap();
+    script
+        .lines()
+        .find_map(|l| l.strip_prefix("ENVOY_VERSION="))
+        .expect("ENVOY_VERSION= line in install-envoy.sh")
+        .trim()
+        .to_string()
+}
+
+/// Directory holding `libgraceful_drain.so` (release build, made once per test binary).
+pub fn module_dir() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        if let Ok(p) = std::env::var("GRACEFUL_DRAIN_MODULE_DIR") {
+            return PathBuf::from(p);
+        }
+        let status = Command::new(env!("CARGO"))
+            .args(["build", "--release", "--lib", "--quiet"])
+            .current_dir(repo_root())
+            .status()
+            .expect("cargo build --release");
+        assert!(status.success(), "building the module failed");
+        let dir = repo_root().join("target/release");
+        assert!(
+            dir.join("libgraceful_drain.so").exists(),
+            "no libgraceful_drain.so in {dir:?}"
+        );
+        dir
+    })
+}
+
+/// A private temp dir removed on drop.
+pub struct TempDir(pub PathBuf);
+
+impl TempDir {
+    pub fn new(tag: &str) -> TempDir {
+        static N: AtomicUsize = AtomicUsize::new(0);
+        let p = std::env::temp_dir().join(format!(
+            "graceful-drain-{tag}-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::create_dir_all(&p).unwrap();
+        TempDir(p)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Drain settings written into the rendered gateway config.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    pub min_drain: &'static str,
+    pub quiet: &'static str,
+    pub timeout: &'static str,
+}
+
+/// Short settings so tests stay fast.
+pub const FAST: Settings = Settings {
+    min_drain: "300ms",
+    quiet: "200ms",
+    timeout: "10s",
+};
+
+/// How to render `envoy-config/gateway.yaml` for a test.
+#[derive(Clone, Debug)]
+pub struct Options {
+    pub settings: Settings,
+    pub with_module: bool,
+    pub concurrency: u32,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            settings: FAST,
+            with_module: true,
+            concurrency: 2,
+        }
+    }
+}
+
+const EXAMPLE_SETTINGS: &str =
+    r#"'{"min_drain_duration": "5s", "quiet_period": "1s", "drain_timeout": "25s"}'"#;
+
+fn replace_once(text: &str, from: &str, to: &str) -> String {
+    assert_eq!(
+        text.matches(from).count(),
+        1,
+        "envoy-config/gateway.yaml must contain {from:?} exactly once (tests render it)"
+    );
+    text.replacen(from, to, 1)
+}
+
+/// Remove a YAML list item `- name: <name>` (and everything indented below it).
+fn remove_list_items(text: &str, name: &str) -> String {
+    let mut out = Vec::new();
+    let mut skipping: Option<usize> = None;
+    for line in text.lines() {
+        let indent = line.len() - line.trim_start().len();
+        if let Some(i) = skipping {
+            if line.trim().is_empty() || indent > i {
+                continue;
+            }
+            skipping = None;
+        }
+        if line.trim_start() == format!("- name: {name}") {
+            skipping = Some(indent);
+            continue;
+        }
+        out.push(line);
+    }
+    out.join("\n") + "\n"
+}
+
+/// Render the example gateway with the given ports and options.
+pub fn render_gateway(admin: u16, data: u16, control: u16, o: &Options) -> String {
+    let src = std::fs::read_to_string(repo_root().join("envoy-config/gateway.yaml")).unwrap();
+    let mut y = replace_once(&src, "port_value: 9901", &format!("port_value: {admin}"));
+    y = replace_once(&y, "port_value: 10000", &format!("port_value: {data}"));
+    y = replace_once(&y, "port_value: 10001", &format!("port_value: {control}"));
+    let s = &o.settings;
+    y = replace_once(
+        &y,
+        EXAMPLE_SETTINGS,
+        &format!(
+            r#"'{{"min_drain_duration": "{}", "quiet_period": "{}", "drain_timeout": "{}"}}'"#,
+            s.min_drain, s.quiet, s.timeout
+        ),
+    );
+    if !o.with_module {
+        y = remove_list_items(&y, "envoy.bootstrap.dynamic_modules");
+        y = remove_list_items(&y, "envoy.filters.http.dynamic_modules");
+        y = y.replace("bootstrap_extensions:\n", "");
+    }
+    y
+}
+
+pub struct Envoy {
+    child: Child,
+    pub admin: u16,
+    pub data: u16,
+    pub control: u16,
+    pub dir: TempDir,
+    log_path: PathBuf,
+    exit: Option<(ExitStatus, Instant)>,
+}
+
+impl Envoy {
+    /// Start the example gateway and wait until it serves (admin `/ready` is LIVE).
+    pub async fn start(o: Options) -> Envoy {
+        let p = free_ports(3);
+        let yaml = render_gateway(p[0], p[1], p[2], &o);
+        Envoy::start_yaml(&yaml, p[0], p[1], p[2], o.concurrency).await
+    }
+
+    pub async fn start_yaml(
+        yaml: &str,
+        admin: u16,
+        data: u16,
+        control: u16,
+        concurrency: u32,
+    ) -> Envoy {
+        let dir = TempDir::new("envoy");
+        let cfg = dir.0.join("envoy.yaml");
+        std::fs::write(&cfg, yaml).unwrap();
+        let log_path = dir.0.join("envoy.log");
+        let log = std::fs::File::create(&log_path).unwrap();
+        let child = Command::new(envoy_bin())
+            .arg("-c")
+            .arg(&cfg)
+            .args([
+                "--use-dynamic-base-id",
+                "--concurrency",
+                &concurrency.to_string(),
+            ])
+            .args([
+                "--log-level",
+                "info",
+                "--component-log-level",
+                "dynamic_modules:debug",
+            ])
+            .env("ENVOY_DYNAMIC_MODULES_SEARCH_PATH", module_dir())
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("spawn envoy");
+        let mut e = Envoy {
+            child,
+            admin,
+            data,
+            control,
+            dir,
+            log_path,
+            exit: None,
+        };
+        e.wait_ready().await;
+        e
+    }
+
+    async fn wait_ready(&mut self) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                panic!("envoy exited during startup ({status}):\n{}", self.log());
+            }
+            if let Ok(r) = clients::get(self.admin, "/ready").await {
+                if r.status == 200 {
+                    return;
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "envoy not ready after 30s:\n{}",
+                self.log()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+
+    pub fn signal(&self, sig: i32) {
+        // SAFETY: plain kill(2) on our own child's pid, which we have not reaped yet.
+        let rc = unsafe { libc::kill(self.pid(), sig) };
+        assert_eq!(rc, 0, "kill({}, {sig}) failed", self.pid());
+    }
+
+    pub fn sigterm(&self) {
+        self.signal(libc::SIGTERM)
+    }
+
+    /// Has the process exited? Records the first time we saw it.
+    pub fn exited(&mut self) -> Option<(ExitStatus, Instant)> {
+        if self.exit.is_none() {
+            if let Some(st) = self.child.try_wait().unwrap() {
+                self.exit = Some((st, Instant::now()));
+            }
+        }
+        self.exit
+    }
+
+    /// Wait (bounded) for the process to exit; returns its status and when it was seen exiting.
+    pub async fn wait_exit(&mut self, timeout: Duration) -> (ExitStatus, Instant) {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(e) = self.exited() {
+                return e;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "envoy still running {timeout:?} later:\n{}",
+                self.log()
+            );
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log_path).unwrap_or_default()
+    }
+
+    /// A stat from the admin interface (`/stats?filter=^name$`), if present.
+    pub async fn stat(&self, name: &str) -> Option<i64> {
+        let r = clients::get(self.admin, &format!("/stats?filter=%5E{name}%24"))
+            .await
+            .ok()?;
+        let body = String::from_utf8_lossy(&r.body).to_string();
+        body.lines()
+            .find_map(|l| l.strip_prefix(&format!("{name}: ")))
+            .and_then(|v| v.trim().parse().ok())
+    }
+
+    /// `/drain/status` of the control listener as JSON.
+    pub async fn drain_status(&self) -> serde_json::Value {
+        let r = clients::get(self.control, "/drain/status")
+            .await
+            .expect("GET /drain/status");
+        assert_eq!(r.status, 200);
+        serde_json::from_slice(&r.body).expect("status is JSON")
+    }
+
+    /// Wait until the module reports this many in-flight data requests.
+    pub async fn wait_active(&self, n: u64) {
+        eventually(
+            &format!("active_requests == {n}"),
+            Duration::from_secs(10),
+            || async { (self.drain_status().await["active_requests"] == n).then_some(()) },
+        )
+        .await
+    }
+}
+
+impl Drop for Envoy {
+    fn drop(&mut self) {
+        if self.exited().is_none() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+        if std::thread::panicking() {
+            let log = self.log();
+            let tail: Vec<&str> = log.lines().rev().take(80).collect();
+            eprintln!(
+                "---- envoy log (last {} lines) ----\n{}",
+                tail.len(),
+                tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+            );
+        }
+    }
+}

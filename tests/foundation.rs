@@ -1,0 +1,321 @@
+//! The module against the real Envoy 1.40: loading, ABI match, request accounting across workers,
+//! control endpoints, configuration errors, stats, and example configs.
+
+mod common;
+
+use common::clients::{self, H1Conn, H2Conn};
+use common::envoy::{
+    envoy_bin, module_dir, pinned_envoy_version, render_gateway, Envoy, Options, TempDir,
+};
+use common::{free_ports, repo_root};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn module_loads_into_pinned_envoy_and_abi_matches() {
+    let out = Command::new(envoy_bin()).arg("--version").output().unwrap();
+    let version = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        version.contains(&format!("/{}/", pinned_envoy_version())),
+        "unexpected envoy: {version}"
+    );
+    let envoy = Envoy::start(Options::default()).await;
+    let log = envoy.log();
+    assert!(
+        log.contains("Dynamic module ABI version v0.2.0 matched"),
+        "{log}"
+    );
+    assert!(log.contains("graceful_drain: drain engine loaded"), "{log}");
+    assert!(log.contains("filter config loaded (role=Data)"), "{log}");
+    assert!(log.contains("filter config loaded (role=Control)"), "{log}");
+    let r = clients::get(envoy.data, "/").await.unwrap();
+    assert_eq!(r.status, 200);
+    assert_eq!(r.text(), "hello from the graceful-drain gateway\n");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn control_endpoints_answer_and_are_not_counted() {
+    let envoy = Envoy::start(Options::default()).await;
+    let r = clients::get(envoy.control, "/ready").await.unwrap();
+    assert_eq!((r.status, r.text().as_str()), (200, "ready\n"));
+
+    let st = envoy.drain_status().await;
+    assert_eq!(st["state"], "serving");
+    assert_eq!(st["active_requests"], 0);
+    assert_eq!(st["settings"]["min_drain_duration"], "0.3s");
+    assert_eq!(st["settings"]["quiet_period"], "0.2s");
+    assert_eq!(st["settings"]["drain_timeout"], "10s");
+
+    let r = clients::get(envoy.control, "/nope").await.unwrap();
+    assert_eq!(r.status, 404);
+    let r = clients::request(envoy.control, "POST", "/ready", &[])
+        .await
+        .unwrap();
+    assert_eq!(r.status, 405);
+    assert_eq!(r.header("allow"), Some("GET, HEAD"));
+    let r = clients::request(envoy.control, "DELETE", "/drain", &[])
+        .await
+        .unwrap();
+    assert_eq!(r.status, 405);
+    assert_eq!(r.header("allow"), Some("GET, POST"));
+    let r = clients::get(envoy.control, "/drain?wait=maybe")
+        .await
+        .unwrap();
+    assert_eq!(r.status, 400);
+    assert!(r.text().contains("wait"), "{}", r.text());
+
+    // The control listener never counts as in flight; the data listener does not serve control.
+    for _ in 0..20 {
+        clients::get(envoy.control, "/drain/status").await.unwrap();
+    }
+    assert_eq!(envoy.drain_status().await["active_requests"], 0);
+    let r = clients::get(envoy.data, "/ready").await.unwrap();
+    assert_eq!(
+        r.text(),
+        "hello from the graceful-drain gateway\n",
+        "data listener is not control"
+    );
+    // A 400 did not start a drain.
+    assert_eq!(envoy.drain_status().await["state"], "serving");
+}
+
+async fn counts_are_exact_under_load(concurrency: u32) {
+    let envoy = Envoy::start(Options {
+        concurrency,
+        ..Options::default()
+    })
+    .await;
+    let slow = [("x-envoy-fault-delay-request", "1500")];
+    // 4 slow HTTP/1.1 requests and 4 slow HTTP/2 streams on one connection.
+    let mut slow_tasks = Vec::new();
+    for _ in 0..4 {
+        let port = envoy.data;
+        slow_tasks.push(tokio::spawn(async move {
+            clients::request(port, "GET", "/slow", &slow).await
+        }));
+    }
+    let mut h2 = H2Conn::connect(envoy.data).await.unwrap();
+    for _ in 0..4 {
+        let f = h2.start("/slow", &slow).await.unwrap();
+        slow_tasks.push(tokio::spawn(f));
+    }
+    envoy.wait_active(8).await;
+    assert_eq!(envoy.stat("graceful_drain.active_requests").await, Some(8));
+
+    // Meanwhile a burst of fast requests over 8 keep-alive HTTP/1.1 connections and 2 HTTP/2 ones.
+    let mut burst = Vec::new();
+    for _ in 0..8 {
+        let port = envoy.data;
+        burst.push(tokio::spawn(async move {
+            let mut c = H1Conn::connect(port).await?;
+            for _ in 0..50 {
+                let r = c.send("GET", "/fast", &[]).await?;
+                if r.status != 200 {
+                    return Err(format!("status {}", r.status));
+                }
+            }
+            Ok::<_, String>(50)
+        }));
+    }
+    for _ in 0..2 {
+        let port = envoy.data;
+        burst.push(tokio::spawn(async move {
+            let mut c = H2Conn::connect(port).await?;
+            let mut n = 0;
+            for _ in 0..10 {
+                let fs: Vec<_> = futures_start(&mut c, 10).await?;
+                for f in fs {
+                    let r = f.await?;
+                    if r.status != 200 {
+                        return Err(format!("status {}", r.status));
+                    }
+                    n += 1;
+                }
+            }
+            Ok::<_, String>(n)
+        }));
+    }
+    let mut fast_total = 0;
+    for b in burst {
+        fast_total += b.await.unwrap().unwrap();
+    }
+    assert_eq!(fast_total, 8 * 50 + 2 * 100);
+    // The slow ones are still in flight: exactly 8.
+    assert_eq!(envoy.drain_status().await["active_requests"], 8);
+    for t in slow_tasks {
+        assert_eq!(t.await.unwrap().unwrap().status, 200);
+    }
+    envoy.wait_active(0).await;
+    assert_eq!(envoy.stat("graceful_drain.active_requests").await, Some(0));
+}
+
+async fn futures_start(
+    c: &mut H2Conn,
+    n: usize,
+) -> Result<Vec<impl std::future::Future<Output = clients::H2Result>>, String> {
+    let mut v = Vec::new();
+    for _ in 0..n {
+        v.push(c.start("/fast", &[]).await.map_err(|e| e.to_string())?);
+    }
+    Ok(v)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn counts_are_exact_with_one_worker() {
+    counts_are_exact_under_load(1).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn counts_are_exact_with_two_workers() {
+    counts_are_exact_under_load(2).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn client_aborts_mid_request_do_not_leak() {
+    let envoy = Envoy::start(Options::default()).await;
+    let slow = [("x-envoy-fault-delay-request", "5000")];
+    // HTTP/1.1: connections dropped while their request waits.
+    let mut conns = Vec::new();
+    for _ in 0..3 {
+        let mut c = H1Conn::connect(envoy.data).await.unwrap();
+        let t = tokio::spawn(async move { c.send("GET", "/slow", &slow).await });
+        conns.push(t);
+    }
+    // HTTP/2: streams reset by the client (dropping the response sends RST_STREAM).
+    let mut h2 = H2Conn::connect(envoy.data).await.unwrap();
+    let mut streams = Vec::new();
+    for _ in 0..3 {
+        streams.push(tokio::spawn(h2.start("/slow", &slow).await.unwrap()));
+    }
+    envoy.wait_active(6).await;
+    for t in conns {
+        t.abort();
+    }
+    for s in streams {
+        s.abort();
+    }
+    // The aborted tasks dropped their connections/streams: Envoy sees resets and closes.
+    envoy.wait_active(0).await;
+    drop(h2);
+    assert_eq!(envoy.stat("graceful_drain.active_requests").await, Some(0));
+    // Still serving normally afterwards.
+    assert_eq!(clients::get(envoy.data, "/").await.unwrap().status, 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn stats_are_visible_in_prometheus() {
+    let envoy = Envoy::start(Options::default()).await;
+    clients::get(envoy.data, "/").await.unwrap();
+    let r = clients::get(envoy.admin, "/stats/prometheus")
+        .await
+        .unwrap();
+    let text = r.text();
+    for m in [
+        "envoy_graceful_drain_active_requests",
+        "envoy_graceful_drain_draining",
+        "envoy_graceful_drain_drains_started",
+        "envoy_graceful_drain_connections_sent_away_http1",
+        "envoy_graceful_drain_connections_sent_away_http2",
+        "envoy_graceful_drain_requests_served_while_draining",
+        "envoy_graceful_drain_drains_timed_out",
+    ] {
+        assert!(text.contains(m), "{m} missing from /stats/prometheus");
+    }
+}
+
+/// Run Envoy on a config that must be refused; returns its log.
+async fn refused(yaml: &str) -> String {
+    let dir = TempDir::new("bad");
+    let cfg = dir.0.join("envoy.yaml");
+    std::fs::write(&cfg, yaml).unwrap();
+    let mut child = Command::new(envoy_bin())
+        .arg("-c")
+        .arg(&cfg)
+        .args(["--use-dynamic-base-id", "--concurrency", "1"])
+        .env("ENVOY_DYNAMIC_MODULES_SEARCH_PATH", module_dir())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("envoy did not refuse the config within 20s");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let out = child.wait_with_output().unwrap();
+    let log =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    assert!(!status.success(), "envoy accepted a bad config:\n{log}");
+    log
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn bad_config_makes_envoy_refuse_to_start_naming_the_field() {
+    let p = free_ports(3);
+    let good = render_gateway(p[0], p[1], p[2], &Options::default());
+    let cases = [
+        (
+            good.replace(r#""drain_timeout": "10s""#, r#""drain_timeout": "10x""#),
+            "invalid graceful_drain bootstrap config: field `drain_timeout`: invalid duration \"10x\"",
+        ),
+        (
+            good.replace(r#""drain_timeout": "10s""#, r#""drain_timeout": "0.1s""#),
+            "field `drain_timeout`: 0.1s is below min_drain_duration 0.3s",
+        ),
+        (
+            good.replace(r#""quiet_period""#, r#""quiet_periods""#),
+            "field `quiet_periods`: unknown field",
+        ),
+        (
+            good.replace(r#"'{"role": "data"}'"#, r#"'{"role": "both"}'"#),
+            "invalid graceful_drain filter config: field `role`: unknown role \"both\"",
+        ),
+        (
+            good.replace(r#"'{"role": "control"}'"#, r#"'{"role": "control", "x": 1}'"#),
+            "invalid graceful_drain filter config: field `x`: unknown field",
+        ),
+    ];
+    for (yaml, expected) in cases {
+        assert_ne!(yaml, good, "case did not change the config: {expected}");
+        let log = refused(&yaml).await;
+        assert!(log.contains(expected), "expected {expected:?} in:\n{log}");
+    }
+}
+
+#[test]
+fn every_example_config_validates() {
+    let mut files = Vec::new();
+    let mut stack = vec![repo_root().join("envoy-config")];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if p.extension().is_some_and(|x| x == "yaml") {
+                files.push(p);
+            }
+        }
+    }
+    assert!(!files.is_empty());
+    for f in files {
+        let out = Command::new(envoy_bin())
+            .args(["--mode", "validate", "-c"])
+            .arg(&f)
+            .env("ENVOY_DYNAMIC_MODULES_SEARCH_PATH", module_dir())
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).to_string()
+            + &String::from_utf8_lossy(&out.stderr);
+        assert!(
+            out.status.success() && text.contains("OK"),
+            "{f:?} does not validate:\n{text}"
+        );
+    }
+}
