@@ -210,6 +210,25 @@ impl H2Conn {
         }
     }
 
+    /// Wait (bounded) until the server has sent GOAWAY: opening a stream then fails with a
+    /// GOAWAY error, which is returned. Streams opened before that are cancelled.
+    pub async fn wait_goaway(&mut self, timeout: Duration) -> h2::Error {
+        let deadline = std::time::Instant::now() + timeout;
+        loop {
+            if let Err(e) = self.start("/probe", &[]).await {
+                if e.is_go_away() {
+                    return e;
+                }
+                panic!("h2 stream failed without GOAWAY: {e}");
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no GOAWAY within {timeout:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
     /// Whether the connection task has ended (server closed after GOAWAY, or an error).
     pub fn is_closed(&self) -> bool {
         self.driver.is_finished()

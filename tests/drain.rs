@@ -1,0 +1,373 @@
+//! Draining against the real Envoy 1.40: SIGTERM held until in-flight work is done, `/drain` for a
+//! preStop hook, admin triggers, GOAWAY and `connection: close` as clients see them, the timeout,
+//! and the same scenario without the module (which must lose requests).
+
+mod common;
+
+use common::clients::{self, H1Conn, H2Conn};
+use common::envoy::{Envoy, Options, Settings, FAST};
+use common::eventually;
+use std::time::{Duration, Instant};
+
+const MIN_DRAIN: Duration = Duration::from_millis(300);
+const QUIET: Duration = Duration::from_millis(200);
+
+fn slow(ms: u32) -> [(&'static str, String); 1] {
+    [("x-envoy-fault-delay-request", ms.to_string())]
+}
+
+fn hdrs<'a>(h: &'a [(&'static str, String)]) -> Vec<(&'static str, &'a str)> {
+    h.iter().map(|(k, v)| (*k, v.as_str())).collect()
+}
+
+/// Wait until `/ready` answers 503 `draining`; returns how long that took.
+async fn wait_not_ready(envoy: &Envoy, since: Instant) -> Duration {
+    eventually("/ready == 503", Duration::from_secs(5), || async {
+        let r = clients::get(envoy.control, "/ready").await.ok()?;
+        (r.status == 503 && r.text() == "draining\n").then(|| since.elapsed())
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sigterm_holds_exit_until_in_flight_requests_finish() {
+    let mut envoy = Envoy::start(Options::default()).await;
+    let s = slow(1500);
+    // Two slow HTTP/1.1 requests and three slow streams on one HTTP/2 connection.
+    let mut tasks = Vec::new();
+    for _ in 0..2 {
+        let (port, h) = (envoy.data, s.clone());
+        tasks.push(tokio::spawn(async move {
+            clients::request(port, "GET", "/slow-h1", &hdrs(&h)).await
+        }));
+    }
+    let mut h2 = H2Conn::connect(envoy.data).await.unwrap();
+    for _ in 0..3 {
+        tasks.push(tokio::spawn(h2.start("/slow-h2", &hdrs(&s)).await.unwrap()));
+    }
+    envoy.wait_active(5).await;
+
+    let t0 = Instant::now();
+    envoy.sigterm();
+    let not_ready_after = wait_not_ready(&envoy, t0).await;
+    assert!(
+        not_ready_after < Duration::from_millis(500),
+        "{not_ready_after:?}"
+    );
+    assert!(envoy.exited().is_none(), "envoy exited at once on SIGTERM");
+
+    // New requests during the drain are served (load balancers lag), and told to go away.
+    let r = clients::get(envoy.data, "/late").await.unwrap();
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("connection"), Some("close"));
+    let last_start = Instant::now();
+
+    // The HTTP/2 client was sent GOAWAY: it can open no new stream.
+    let goaway = h2.wait_goaway(Duration::from_secs(2)).await;
+    assert_eq!(goaway.reason(), Some(h2::Reason::NO_ERROR));
+
+    let mut last_done = Instant::now();
+    for t in tasks {
+        let r = t.await.unwrap().expect("in-flight request must complete");
+        assert_eq!(r.status, 200);
+        last_done = Instant::now();
+    }
+    let (status, exited_at) = envoy.wait_exit(Duration::from_secs(10)).await;
+    assert!(status.success(), "exit status {status}");
+    let earliest = (t0 + MIN_DRAIN).max(last_start + QUIET).max(last_done);
+    assert!(
+        exited_at >= earliest,
+        "exited {:?} before the rules allow",
+        earliest - exited_at
+    );
+    assert!(
+        exited_at <= earliest + Duration::from_millis(600),
+        "exit {:?} after it was allowed",
+        exited_at - earliest
+    );
+    let log = envoy.log();
+    assert!(
+        log.contains("drain started (trigger=sigterm, active_requests=5"),
+        "{log}"
+    );
+    assert!(log.contains("drain completed in"), "{log}");
+    assert!(log.contains("0 requests cut"), "{log}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn http1_keepalive_gets_connection_close_then_socket_closes() {
+    let envoy = Envoy::start(Options::default()).await;
+    // Idle keep-alive before the drain: no close.
+    let mut idle = H1Conn::connect(envoy.data).await.unwrap();
+    let r = idle.send("GET", "/before", &[]).await.unwrap();
+    assert_eq!((r.status, r.header("connection")), (200, None));
+    // A slow request in flight on another connection when the drain starts.
+    let mut busy = H1Conn::connect(envoy.data).await.unwrap();
+    let s = slow(800);
+    let h = s.clone();
+    let in_flight = tokio::spawn(async move {
+        let r = busy.send("GET", "/slow", &hdrs(&h)).await;
+        (r, busy)
+    });
+    envoy.wait_active(1).await;
+
+    let r = clients::request(envoy.control, "POST", "/drain?wait=false", &[])
+        .await
+        .unwrap();
+    assert_eq!(r.status, 202);
+    let st: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+    assert_eq!(st["state"], "draining");
+    assert_eq!(st["trigger"], "drain_endpoint");
+
+    // The in-flight response carries connection: close and the server closes the socket.
+    let (r, busy) = in_flight.await.unwrap();
+    let r = r.unwrap();
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("connection"), Some("close"));
+    busy.wait_closed(Duration::from_secs(2)).await.unwrap();
+
+    // The first response after the drain on the idle keep-alive connection does too.
+    let r = idle.send("GET", "/after", &[]).await.unwrap();
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("connection"), Some("close"));
+    idle.wait_closed(Duration::from_secs(2)).await.unwrap();
+
+    let st = envoy.drain_status().await;
+    assert_eq!(st["connections_sent_away"]["http1"], 2, "{st}");
+    assert_eq!(st["requests_served_while_draining"], 1, "{st}");
+    assert_eq!(
+        envoy
+            .stat("graceful_drain.connections_sent_away_http1")
+            .await,
+        Some(2)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn http2_gets_goaway_at_drain_start_while_streams_complete() {
+    let envoy = Envoy::start(Options::default()).await;
+    let mut h2 = H2Conn::connect(envoy.data).await.unwrap();
+    let s = slow(1500);
+    let mut streams = Vec::new();
+    for _ in 0..3 {
+        streams.push(tokio::spawn(h2.start("/slow", &hdrs(&s)).await.unwrap()));
+    }
+    envoy.wait_active(3).await;
+    let t0 = Instant::now();
+    let r = clients::request(envoy.control, "POST", "/drain?wait=false", &[])
+        .await
+        .unwrap();
+    assert_eq!(r.status, 202);
+    // GOAWAY arrives at the drain start, not with the next response (streams take 1.5 s).
+    let e = h2.wait_goaway(Duration::from_secs(2)).await;
+    let goaway_after = t0.elapsed();
+    assert!(
+        goaway_after < Duration::from_millis(700),
+        "GOAWAY only after {goaway_after:?}"
+    );
+    assert_eq!(e.reason(), Some(h2::Reason::NO_ERROR));
+    for st in streams {
+        let r = st
+            .await
+            .unwrap()
+            .expect("stream in flight at GOAWAY completes");
+        assert_eq!(r.status, 200);
+    }
+    let st = envoy.drain_status().await;
+    assert_eq!(
+        st["connections_sent_away"]["http2"], 1,
+        "one GOAWAY per connection: {st}"
+    );
+    // Envoy closes the connection once its streams are done (after the HCM drain_timeout).
+    h2.wait_closed(Duration::from_secs(10)).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn drain_endpoint_answers_when_work_is_done_and_sigterm_then_exits_at_once() {
+    let mut envoy = Envoy::start(Options::default()).await;
+    let s = slow(1200);
+    let (port, h) = (envoy.data, s.clone());
+    let slow_req = tokio::spawn(async move {
+        let r = clients::request(port, "GET", "/slow", &hdrs(&h)).await;
+        (r, Instant::now())
+    });
+    envoy.wait_active(1).await;
+
+    // ?wait=false answers at once.
+    let t = Instant::now();
+    let r = clients::request(envoy.control, "POST", "/drain?wait=false", &[])
+        .await
+        .unwrap();
+    assert_eq!(r.status, 202);
+    assert!(t.elapsed() < Duration::from_millis(300));
+
+    // A waiting /drain (what kubelet's preStop httpGet does) returns after the slow request.
+    let r = clients::get(envoy.control, "/drain").await.unwrap();
+    let answered = Instant::now();
+    assert_eq!(r.status, 200);
+    let st: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+    assert_eq!(st["state"], "drained", "{st}");
+    assert_eq!(st["outcome"]["timed_out"], false);
+    assert_eq!(st["active_requests"], 0);
+    let (sr, slow_done) = slow_req.await.unwrap();
+    assert_eq!(sr.unwrap().status, 200);
+    assert!(
+        answered >= slow_done,
+        "/drain answered before the slow request finished"
+    );
+
+    // A second /drain is harmless and answers at once.
+    let t = Instant::now();
+    let r = clients::request(envoy.control, "POST", "/drain", &[])
+        .await
+        .unwrap();
+    assert_eq!(r.status, 200);
+    assert!(t.elapsed() < Duration::from_millis(300));
+    assert_eq!(
+        clients::get(envoy.control, "/ready").await.unwrap().status,
+        503
+    );
+
+    // SIGTERM after a completed drain: Envoy exits within 200 ms.
+    let t = Instant::now();
+    envoy.sigterm();
+    let (status, at) = envoy.wait_exit(Duration::from_secs(5)).await;
+    assert!(status.success());
+    assert!(
+        at - t < Duration::from_millis(200),
+        "exit took {:?}",
+        at - t
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn drain_timeout_completes_on_time_and_reports_cut_requests() {
+    let mut envoy = Envoy::start(Options {
+        settings: Settings {
+            timeout: "1s",
+            ..FAST
+        },
+        ..Options::default()
+    })
+    .await;
+    let s = slow(8000);
+    let (port, h) = (envoy.data, s.clone());
+    let stuck =
+        tokio::spawn(async move { clients::request(port, "GET", "/stuck", &hdrs(&h)).await });
+    envoy.wait_active(1).await;
+    let t0 = Instant::now();
+    envoy.sigterm();
+    let (status, at) = envoy.wait_exit(Duration::from_secs(5)).await;
+    assert!(status.success());
+    let took = at - t0;
+    assert!(
+        took >= Duration::from_secs(1),
+        "exited before the timeout: {took:?}"
+    );
+    assert!(took < Duration::from_millis(1500), "exited late: {took:?}");
+    let log = envoy.log();
+    assert!(log.contains("drain timed out after"), "{log}");
+    assert!(log.contains("1 requests still in flight are cut"), "{log}");
+    // The request that outlived the timeout is indeed cut.
+    assert!(stuck.await.unwrap().is_err());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn admin_endpoint_starts_the_same_drain() {
+    let envoy = Envoy::start(Options::default()).await;
+    let r = clients::get(envoy.admin, "/graceful_drain/status")
+        .await
+        .unwrap();
+    assert_eq!(r.status, 200);
+    let st: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+    assert_eq!(st["state"], "serving");
+
+    let r = clients::request(envoy.admin, "POST", "/graceful_drain", &[])
+        .await
+        .unwrap();
+    assert_eq!(r.status, 200);
+    let st: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+    assert_eq!(st["state"], "draining");
+    assert_eq!(st["trigger"], "admin");
+    wait_not_ready(&envoy, Instant::now()).await;
+    // Idempotent: a second call and a /drain report the same drain.
+    let r = clients::request(envoy.admin, "POST", "/graceful_drain", &[])
+        .await
+        .unwrap();
+    let st: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+    assert_eq!(st["trigger"], "admin");
+    let r = clients::get(envoy.control, "/drain").await.unwrap();
+    let st: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+    assert_eq!(
+        (st["state"].as_str(), st["trigger"].as_str()),
+        (Some("drained"), Some("admin"))
+    );
+    assert_eq!(envoy.stat("graceful_drain.drains_started").await, Some(1));
+    assert_eq!(envoy.stat("graceful_drain.drains_completed").await, Some(1));
+    assert_eq!(envoy.stat("graceful_drain.draining").await, Some(0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn envoy_drain_listeners_starts_the_same_drain() {
+    let envoy = Envoy::start(Options::default()).await;
+    let r = clients::request(envoy.admin, "POST", "/drain_listeners?graceful", &[])
+        .await
+        .unwrap();
+    assert_eq!(r.status, 200);
+    let st = eventually(
+        "drain started by /drain_listeners",
+        Duration::from_secs(5),
+        || async {
+            let r = clients::get(envoy.admin, "/graceful_drain/status")
+                .await
+                .ok()?;
+            let st: serde_json::Value = serde_json::from_slice(&r.body).ok()?;
+            (st["state"] != "serving").then_some(st)
+        },
+    )
+    .await;
+    assert_eq!(st["trigger"], "drain_listeners");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn without_the_module_sigterm_loses_in_flight_requests() {
+    // The contrast that shows the suite can fail: stock Envoy on the same config minus the module.
+    let mut envoy = Envoy::start(Options {
+        with_module: false,
+        ..Options::default()
+    })
+    .await;
+    let s = slow(1500);
+    let mut tasks = Vec::new();
+    for _ in 0..3 {
+        let (port, h) = (envoy.data, s.clone());
+        tasks.push(tokio::spawn(async move {
+            clients::request(port, "GET", "/slow", &hdrs(&h)).await
+        }));
+    }
+    let mut h2 = H2Conn::connect(envoy.data).await.unwrap();
+    for _ in 0..2 {
+        tasks.push(tokio::spawn(h2.start("/slow", &hdrs(&s)).await.unwrap()));
+    }
+    eventually("requests in flight", Duration::from_secs(5), || async {
+        (envoy.stat("http.data.downstream_rq_active").await == Some(5)).then_some(())
+    })
+    .await;
+    let t0 = Instant::now();
+    envoy.sigterm();
+    let (_, at) = envoy.wait_exit(Duration::from_secs(5)).await;
+    assert!(
+        at - t0 < Duration::from_millis(500),
+        "stock Envoy exits at once"
+    );
+    let mut failed = 0;
+    for t in tasks {
+        if t.await.unwrap().is_err() {
+            failed += 1;
+        }
+    }
+    assert_eq!(
+        failed, 5,
+        "every in-flight request is lost without the module"
+    );
+}
