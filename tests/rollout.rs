@@ -1,0 +1,451 @@
+//! Kubernetes, reproduced on loopback: a rolling restart of three gateway Envoys behind a real
+//! front Envoy (active health checks on each gateway's `/ready`, keep-alive upstream pools, no
+//! retries), under closed-loop HTTP/1.1 and HTTP/2 load with slow requests always in flight.
+//! Each gateway is terminated the way kubelet does it: optional preStop `GET /drain`, SIGTERM,
+//! SIGKILL after the grace period; then a replacement starts and must be healthy before the next.
+//!
+//! Claims: zero failed requests with the module, for HTTP/1.1 and HTTP/2 front-to-gateway
+//! connections, with and without the preStop hook; no SIGKILL; each gateway exits within
+//! (longest request + min_drain + quiet + 1 s). The same rollout without the module must fail.
+
+mod common;
+
+use common::clients::{H1Conn, H2Conn};
+use common::envoy::{Envoy, Options, Settings, TempDir};
+use common::{eventually, free_ports};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+const GATEWAYS: usize = 3;
+/// Gateway drain settings for this scenario (a health check every 200 ms needs well under 1 s
+/// to take a draining gateway out of the front's rotation).
+const SETTINGS: Settings = Settings {
+    min_drain: "1s",
+    quiet: "300ms",
+    timeout: "8s",
+};
+const MIN_DRAIN: Duration = Duration::from_secs(1);
+const QUIET: Duration = Duration::from_millis(300);
+/// kubelet's terminationGracePeriodSeconds for the scenario: above drain_timeout.
+const GRACE: Duration = Duration::from_secs(10);
+/// The longest request the load sends.
+const LONGEST_REQUEST: Duration = Duration::from_millis(2500);
+
+/// Rollout scenarios share the machine's two cores: run them one at a time.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+fn front_yaml(
+    admin: u16,
+    listen: u16,
+    gateways: &[[u16; 3]],
+    upstream_h2: bool,
+    with_module: bool,
+) -> String {
+    let endpoints: String = gateways
+        .iter()
+        .map(|g| {
+            // With the module, health is the gateway's readiness endpoint on its control port;
+            // stock Envoy has none, so its users health-check the data port.
+            let hc_port = if with_module { g[2] } else { g[1] };
+            format!(
+                "        - endpoint:\n            address: {{ socket_address: {{ address: 127.0.0.1, port_value: {} }} }}\n            health_check_config: {{ port_value: {} }}\n",
+                g[1], hc_port
+            )
+        })
+        .collect();
+    let hc_path = if with_module { "/ready" } else { "/" };
+    let h2 = if upstream_h2 {
+        r#"    typed_extension_protocol_options:
+      envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
+        "@type": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
+        explicit_http_config: { http2_protocol_options: {} }
+"#
+    } else {
+        ""
+    };
+    format!(
+        r#"admin:
+  address: {{ socket_address: {{ address: 127.0.0.1, port_value: {admin} }} }}
+static_resources:
+  listeners:
+  - name: front
+    address: {{ socket_address: {{ address: 127.0.0.1, port_value: {listen} }} }}
+    filter_chains:
+    - filters:
+      - name: envoy.filters.network.http_connection_manager
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
+          stat_prefix: front
+          codec_type: AUTO
+          route_config:
+            virtual_hosts:
+            - name: all
+              domains: ["*"]
+              routes:
+              - match: {{ prefix: "/" }}
+                route: {{ cluster: gateways, timeout: 30s }}
+          http_filters:
+          - name: envoy.filters.http.router
+            typed_config: {{ "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router }}
+  clusters:
+  - name: gateways
+    type: STATIC
+    connect_timeout: 1s
+    lb_policy: ROUND_ROBIN
+{h2}    common_lb_config: {{ healthy_panic_threshold: {{ value: 0 }} }}
+    health_checks:
+    - timeout: 1s
+      interval: 0.2s
+      no_traffic_interval: 0.2s
+      unhealthy_threshold: 1
+      healthy_threshold: 1
+      http_health_check: {{ path: "{hc_path}" }}
+    load_assignment:
+      cluster_name: gateways
+      endpoints:
+      - lb_endpoints:
+{endpoints}"#
+    )
+}
+
+#[derive(Default)]
+struct LoadStats {
+    sent: AtomicU64,
+    ok: AtomicU64,
+    failed: AtomicU64,
+    slow: AtomicU64,
+    first_failures: Mutex<Vec<String>>,
+}
+
+impl LoadStats {
+    fn record(&self, r: Result<u16, String>) {
+        self.sent.fetch_add(1, Ordering::Relaxed);
+        match r {
+            Ok(200) => {
+                self.ok.fetch_add(1, Ordering::Relaxed);
+            }
+            other => {
+                self.failed.fetch_add(1, Ordering::Relaxed);
+                let mut f = self.first_failures.lock().unwrap();
+                if f.len() < 10 {
+                    f.push(format!("{other:?}"));
+                }
+            }
+        }
+    }
+}
+
+/// Request `i` of worker `w`: mostly 100-300 ms, one in 25 takes LONGEST_REQUEST.
+fn delay_ms(w: u64, i: u64) -> u64 {
+    if (i + w) % 25 == 0 {
+        LONGEST_REQUEST.as_millis() as u64
+    } else {
+        100 + (i * 37 + w * 53) % 200
+    }
+}
+
+const MAX_REQUESTS: u64 = 200_000;
+const MAX_LOAD_TIME: Duration = Duration::from_secs(120);
+
+/// Closed-loop load through the front: HTTP/1.1 keep-alive workers and HTTP/2 streams.
+fn start_load(
+    port: u16,
+    stats: Arc<LoadStats>,
+    stop: Arc<AtomicBool>,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    let started = Instant::now();
+    let keep_going = move |stats: &LoadStats, stop: &AtomicBool| {
+        !stop.load(Ordering::Relaxed)
+            && stats.sent.load(Ordering::Relaxed) < MAX_REQUESTS
+            && started.elapsed() < MAX_LOAD_TIME
+    };
+    let mut tasks = Vec::new();
+    // Workers 0-7 send mostly 100-300 ms requests; workers 8-11 send fast ones back to back.
+    for w in 0..12u64 {
+        let (stats, stop) = (stats.clone(), stop.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut conn: Option<H1Conn> = None;
+            let mut i = 0;
+            while keep_going(&stats, &stop) {
+                i += 1;
+                let d = if w < 8 { delay_ms(w, i) } else { 0 };
+                if d >= 1000 {
+                    stats.slow.fetch_add(1, Ordering::Relaxed);
+                }
+                if conn.is_none() {
+                    match H1Conn::connect(port).await {
+                        Ok(c) => conn = Some(c),
+                        Err(e) => {
+                            stats.record(Err(e));
+                            continue;
+                        }
+                    }
+                }
+                let h = [("x-envoy-fault-delay-request", d.to_string())];
+                let r = conn
+                    .as_mut()
+                    .unwrap()
+                    .send("GET", "/", &[(h[0].0, h[0].1.as_str())])
+                    .await;
+                if r.is_err() {
+                    conn = None;
+                }
+                stats.record(r.map(|r| r.status));
+            }
+        }));
+    }
+    for c in 0..2u64 {
+        let (stats, stop) = (stats.clone(), stop.clone());
+        tasks.push(tokio::spawn(async move {
+            let conn = Arc::new(tokio::sync::Mutex::new(
+                H2Conn::connect(port).await.expect("h2 to front"),
+            ));
+            let mut streams = Vec::new();
+            for s in 0..4u64 {
+                let (stats, stop, conn) = (stats.clone(), stop.clone(), conn.clone());
+                let w = 100 + c * 10 + s;
+                streams.push(tokio::spawn(async move {
+                    let mut i = 0;
+                    while keep_going(&stats, &stop) {
+                        i += 1;
+                        let d = delay_ms(w, i);
+                        if d >= 1000 {
+                            stats.slow.fetch_add(1, Ordering::Relaxed);
+                        }
+                        let h = [("x-envoy-fault-delay-request", d.to_string())];
+                        let fut = conn
+                            .lock()
+                            .await
+                            .start("/", &[(h[0].0, h[0].1.as_str())])
+                            .await;
+                        let r = match fut {
+                            Ok(f) => f.await.map(|r| r.status),
+                            Err(e) => Err(format!("h2 stream not opened: {e}")),
+                        };
+                        stats.record(r);
+                    }
+                }));
+            }
+            for s in streams {
+                let _ = s.await;
+            }
+        }));
+    }
+    tasks
+}
+
+async fn healthy_hosts(front_admin: u16) -> usize {
+    match common::clients::get(front_admin, "/clusters").await {
+        Ok(r) => r
+            .text()
+            .lines()
+            .filter(|l| l.starts_with("gateways::") && l.ends_with("::health_flags::healthy"))
+            .count(),
+        Err(_) => 0,
+    }
+}
+
+struct Termination {
+    gateway: usize,
+    /// From the start of the termination (preStop or SIGTERM) to the exit.
+    total: Duration,
+    /// From SIGTERM to the exit.
+    after_sigterm: Duration,
+    killed: bool,
+    prestop: Option<u16>,
+}
+
+async fn rollout(
+    upstream_h2: bool,
+    prestop: bool,
+    with_module: bool,
+) -> (Arc<LoadStats>, Vec<Termination>) {
+    let _serial = SERIAL.lock().await;
+    let opts = Options {
+        settings: SETTINGS,
+        with_module,
+        concurrency: 1,
+    };
+    let ports: Vec<[u16; 3]> = (0..GATEWAYS)
+        .map(|_| {
+            let p = free_ports(3);
+            [p[0], p[1], p[2]]
+        })
+        .collect();
+    let mut gateways = Vec::new();
+    for p in &ports {
+        gateways.push(Some(Envoy::start_on(*p, opts.clone()).await));
+    }
+    let fp = free_ports(2);
+    let front_cfg = front_yaml(fp[0], fp[1], &ports, upstream_h2, with_module);
+    let _front_dir = TempDir::new("front");
+    let front = Envoy::start_yaml(&front_cfg, fp[0], fp[1], fp[1], 2).await;
+    eventually(
+        "all gateways healthy at the front",
+        Duration::from_secs(15),
+        || async { (healthy_hosts(front.admin).await == GATEWAYS).then_some(()) },
+    )
+    .await;
+
+    let stats = Arc::new(LoadStats::default());
+    let stop = Arc::new(AtomicBool::new(false));
+    let load = start_load(front.data, stats.clone(), stop.clone());
+    // Let slow requests get in flight everywhere before the first termination.
+    eventually("load flowing", Duration::from_secs(10), || async {
+        (stats.ok.load(Ordering::Relaxed) >= 50).then_some(())
+    })
+    .await;
+
+    let mut terms = Vec::new();
+    for (i, slot) in gateways.iter_mut().enumerate() {
+        let mut gw = slot.take().unwrap();
+        let t0 = Instant::now();
+        let mut prestop_status = None;
+        if prestop {
+            // kubelet's preStop httpGet: waits for the answer (bounded by the grace period).
+            let r = tokio::time::timeout(GRACE, common::clients::get(gw.control, "/drain")).await;
+            prestop_status = Some(r.ok().and_then(|r| r.ok()).map_or(0, |r| r.status));
+        }
+        let t_sigterm = Instant::now();
+        gw.sigterm();
+        let remaining = GRACE.saturating_sub(t0.elapsed());
+        let exited = gw.wait_exit_or_kill(remaining).await;
+        let exit_at = exited.unwrap_or_else(Instant::now);
+        terms.push(Termination {
+            gateway: i,
+            total: exit_at - t0,
+            after_sigterm: exit_at.saturating_duration_since(t_sigterm),
+            killed: exited.is_none(),
+            prestop: prestop_status,
+        });
+        drop(gw);
+        // The replacement pod, and kubelet/LB waiting for it to be ready before the next one.
+        let replacement = Envoy::start_on(ports[i], opts.clone()).await;
+        eventually(
+            "replacement healthy at the front",
+            Duration::from_secs(15),
+            || async { (healthy_hosts(front.admin).await == GATEWAYS).then_some(()) },
+        )
+        .await;
+        *slot = Some(replacement);
+    }
+    stop.store(true, Ordering::Relaxed);
+    for t in load {
+        let _ = tokio::time::timeout(Duration::from_secs(40), t).await;
+    }
+    (stats, terms)
+}
+
+fn report(name: &str, stats: &LoadStats, terms: &[Termination]) {
+    println!(
+        "rollout [{name}]: sent={} ok={} failed={} (slow requests: {})",
+        stats.sent.load(Ordering::Relaxed),
+        stats.ok.load(Ordering::Relaxed),
+        stats.failed.load(Ordering::Relaxed),
+        stats.slow.load(Ordering::Relaxed)
+    );
+    for t in terms {
+        println!(
+            "  gateway {}: preStop={:?} exit {:.2}s after termination start, {:.3}s after SIGTERM{}",
+            t.gateway,
+            t.prestop,
+            t.total.as_secs_f64(),
+            t.after_sigterm.as_secs_f64(),
+            if t.killed { " (SIGKILL)" } else { "" }
+        );
+    }
+    for f in stats.first_failures.lock().unwrap().iter() {
+        println!("  failure: {f}");
+    }
+}
+
+async fn assert_zero_failures(upstream_h2: bool, prestop: bool) {
+    let name = format!(
+        "module, {} front->gateway, {}",
+        if upstream_h2 { "HTTP/2" } else { "HTTP/1.1" },
+        if prestop {
+            "preStop /drain + SIGTERM"
+        } else {
+            "SIGTERM only"
+        }
+    );
+    let (stats, terms) = rollout(upstream_h2, prestop, true).await;
+    report(&name, &stats, &terms);
+    assert!(
+        stats.ok.load(Ordering::Relaxed) > 200,
+        "too little load to prove anything"
+    );
+    assert!(
+        stats.slow.load(Ordering::Relaxed) > 5,
+        "no slow requests were sent"
+    );
+    assert_eq!(
+        stats.failed.load(Ordering::Relaxed),
+        0,
+        "[{name}] failed requests"
+    );
+    let bound = LONGEST_REQUEST + MIN_DRAIN + QUIET + Duration::from_secs(1);
+    for t in &terms {
+        assert!(!t.killed, "[{name}] gateway {} reached SIGKILL", t.gateway);
+        assert!(
+            t.total <= bound,
+            "[{name}] gateway {} took {:?} > {bound:?}",
+            t.gateway,
+            t.total
+        );
+        if prestop {
+            assert_eq!(t.prestop, Some(200), "[{name}] preStop /drain answer");
+            assert!(
+                t.after_sigterm < Duration::from_millis(300),
+                "[{name}] SIGTERM after a completed /drain took {:?}",
+                t.after_sigterm
+            );
+        } else {
+            // Never earlier than the minimum: endpoint removal must have time to propagate.
+            assert!(
+                t.total >= MIN_DRAIN,
+                "[{name}] gateway {} exited after {:?}",
+                t.gateway,
+                t.total
+            );
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn rolling_restart_http1_sigterm_only_loses_nothing() {
+    assert_zero_failures(false, false).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn rolling_restart_http2_sigterm_only_loses_nothing() {
+    assert_zero_failures(true, false).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn rolling_restart_http1_prestop_drain_loses_nothing() {
+    assert_zero_failures(false, true).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn rolling_restart_http2_prestop_drain_loses_nothing() {
+    assert_zero_failures(true, true).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn rolling_restart_without_the_module_fails_requests() {
+    for upstream_h2 in [false, true] {
+        let name = format!(
+            "stock Envoy, {}",
+            if upstream_h2 { "HTTP/2" } else { "HTTP/1.1" }
+        );
+        let (stats, terms) = rollout(upstream_h2, false, false).await;
+        report(&name, &stats, &terms);
+        assert!(stats.ok.load(Ordering::Relaxed) > 100, "too little load");
+        assert!(
+            stats.failed.load(Ordering::Relaxed) > 0,
+            "[{name}] the same rollout without the module must show failures"
+        );
+    }
+}
