@@ -138,7 +138,7 @@ impl LoadStats {
 
 /// Request `i` of worker `w`: mostly 100-300 ms, one in 25 takes LONGEST_REQUEST.
 fn delay_ms(w: u64, i: u64) -> u64 {
-    if (i + w) % 25 == 0 {
+    if (i + w).is_multiple_of(25) {
         LONGEST_REQUEST.as_millis() as u64
     } else {
         100 + (i * 37 + w * 53) % 200
