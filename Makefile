@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 MODULE_DIR := $(CURDIR)/target/release
 
-.PHONY: run test unit lint envoy build bench bench-smoke
+.PHONY: run test lint envoy build bench bench-smoke bench-deps
 
 build:
 	cargo build --release --lib
@@ -24,6 +24,18 @@ run: build envoy
 test: build envoy
 	@scripts/install-tools.sh >/dev/null
 	ENVOY_BIN=$$(scripts/install-envoy.sh) GRACEFUL_DRAIN_MODULE_DIR=$(MODULE_DIR) cargo test --all-targets
+
+# Benchmarks (not tests): writes bench/out/report.md, report.json, shutdown.svg. About 15 minutes.
+bench: build envoy
+	python3 bench/bench.py
+
+# A run of tiny sizes that checks the bench command still works (CI runs it).
+bench-smoke: build envoy
+	python3 bench/bench.py --smoke
+
+bench-deps:
+	command -v h2load >/dev/null && command -v wrk >/dev/null && command -v valgrind >/dev/null || \
+	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq valgrind nghttp2-client wrk; }
 
 lint:
 	cargo fmt --check

@@ -1,0 +1,630 @@
+#!/usr/bin/env python3
+"""graceful-drain benchmarks: request-path cost and shutdown cost, side by side in one run.
+
+Every figure is compared with its baseline measured in the same run:
+  1. CPU instructions per request (callgrind, Envoy --concurrency 1): bare Envoy vs the module,
+     HTTP/1.1 and HTTP/2, serving and draining. Deterministic: the primary cost figure.
+  2. Throughput and latency (wrk for HTTP/1.1, h2load for HTTP/2) at --concurrency 1 and 2, in
+     interleaved rounds (A B A B ...) to cancel drift; min/median/max over the rounds.
+  3. Shutdown cost under load with slow requests in flight, two gateways behind a front Envoy that
+     health-checks them: the module; bare Envoy (SIGTERM); Knative Kourier's preStop
+     (drain_listeners?graceful, sleep, SIGTERM); Envoy Gateway's shutdown manager
+     (/healthcheck/fail, poll downstream_cx_active every second, min and max drain time).
+  4. Resident memory with and without the module, idle and under load.
+Writes bench/out/report.md, bench/out/report.json and bench/out/shutdown.svg.
+Standard library only; needs valgrind, h2load (nghttp2-client) and wrk.
+"""
+import argparse
+import http.client
+import json
+import os
+import platform
+import re
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+OUT = os.path.join(ROOT, "bench", "out")
+MODULE_DIR = os.path.join(ROOT, "target", "release")
+
+
+def log(msg):
+    print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def envoy_bin():
+    return subprocess.check_output(["bash", os.path.join(ROOT, "scripts/install-envoy.sh")], text=True).strip()
+
+
+def envoy_version(binary):
+    out = subprocess.check_output([binary, "--version"], text=True)
+    m = re.search(r"/(\d+\.\d+\.\d+)/", out)
+    return m.group(1) if m else out.strip()
+
+
+def free_ports(n):
+    socks, ports = [], []
+    for _ in range(n):
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        socks.append(s)
+        ports.append(s.getsockname()[1])
+    for s in socks:
+        s.close()
+    return ports
+
+
+# ---------------------------------------------------------------------------------------------
+# Config rendering: the same transformations the integration tests apply to the example.
+
+EXAMPLE_SETTINGS = '\'{"min_drain_duration": "5s", "quiet_period": "1s", "drain_timeout": "25s"}\''
+
+
+def remove_list_items(text, name):
+    out, skip = [], None
+    for line in text.split("\n"):
+        indent = len(line) - len(line.lstrip())
+        if skip is not None:
+            if line.strip() == "" or indent > skip:
+                continue
+            skip = None
+        if line.strip() == "- name: " + name:
+            skip = indent
+            continue
+        out.append(line)
+    return "\n".join(out)
+
+
+STOCK_READY_FILTER = """          - name: envoy.filters.http.health_check
+            typed_config:
+              "@type": type.googleapis.com/envoy.extensions.filters.http.health_check.v3.HealthCheck
+              pass_through_mode: false
+              headers: [{ name: ":path", string_match: { exact: "/ready" } }]
+"""
+
+
+def render_gateway(ports, module=True, settings=None):
+    admin, data, control = ports
+    y = open(os.path.join(ROOT, "envoy-config/gateway.yaml")).read()
+    for old, new in (("port_value: 9901", admin), ("port_value: 10000", data), ("port_value: 10001", control)):
+        assert y.count(old) == 1, old
+        y = y.replace(old, f"port_value: {new}")
+    if settings:
+        assert y.count(EXAMPLE_SETTINGS) == 1
+        y = y.replace(EXAMPLE_SETTINGS, "'" + json.dumps(settings) + "'")
+    if not module:
+        y = remove_list_items(y, "envoy.bootstrap.dynamic_modules")
+        y = y.replace("bootstrap_extensions:\n", "")
+        # Data listener: just remove the module. Control listener: Envoy's own health_check filter
+        # answers /ready (200 until /healthcheck/fail), as stock gateways (Envoy Gateway) do.
+        cut = y.index("  - name: control\n")
+        head, tail = y[:cut], y[cut:]
+        head = remove_list_items(head, "envoy.filters.http.dynamic_modules")
+        tail = remove_list_items(tail, "envoy.filters.http.dynamic_modules")
+        tail = tail.replace("          http_filters:\n", "          http_filters:\n" + STOCK_READY_FILTER, 1)
+        y = head + "\n" + tail
+    return y
+
+
+def front_yaml(admin, listen, gateways):
+    eps = "".join(
+        f"        - endpoint:\n            address: {{ socket_address: {{ address: 127.0.0.1, port_value: {g[1]} }} }}\n"
+        f"            health_check_config: {{ port_value: {g[2]} }}\n"
+        for g in gateways
+    )
+    return f"""admin:
+  address: {{ socket_address: {{ address: 127.0.0.1, port_value: {admin} }} }}
+static_resources:
+  listeners:
+  - name: front
+    address: {{ socket_address: {{ address: 127.0.0.1, port_value: {listen} }} }}
+    filter_chains:
+    - filters:
+      - name: envoy.filters.network.http_connection_manager
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
+          stat_prefix: front
+          route_config:
+            virtual_hosts:
+            - name: all
+              domains: ["*"]
+              routes:
+              - match: {{ prefix: "/" }}
+                route: {{ cluster: gateways, timeout: 60s }}
+          http_filters:
+          - name: envoy.filters.http.router
+            typed_config: {{ "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router }}
+  clusters:
+  - name: gateways
+    type: STATIC
+    connect_timeout: 1s
+    common_lb_config: {{ healthy_panic_threshold: {{ value: 0 }} }}
+    health_checks:
+    - timeout: 1s
+      interval: 0.5s
+      no_traffic_interval: 0.5s
+      unhealthy_threshold: 1
+      healthy_threshold: 1
+      http_health_check: {{ path: "/ready" }}
+    load_assignment:
+      cluster_name: gateways
+      endpoints:
+      - lb_endpoints:
+{eps}"""
+
+
+class Envoy:
+    """One Envoy process with its own temp dir; killed on close()."""
+
+    def __init__(self, binary, yaml, admin, concurrency=1, wrapper=(), extra=(), cpus=None):
+        self.dir = tempfile.mkdtemp(prefix="gd-bench-")
+        self.admin = admin
+        cfg = os.path.join(self.dir, "envoy.yaml")
+        open(cfg, "w").write(yaml)
+        self.log_path = os.path.join(self.dir, "envoy.log")
+        cmd = list(wrapper) + [binary, "-c", cfg, "--concurrency", str(concurrency), "--use-dynamic-base-id"] + list(extra)
+        if cpus:
+            cmd = ["taskset", "-c", cpus] + cmd
+        env = dict(os.environ, ENVOY_DYNAMIC_MODULES_SEARCH_PATH=MODULE_DIR)
+        self.proc = subprocess.Popen(cmd, stdout=open(self.log_path, "w"), stderr=subprocess.STDOUT, env=env, cwd=self.dir)
+        self.wait_ready(180 if wrapper else 30)
+
+    def wait_ready(self, timeout):
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError("envoy exited at startup:\n" + open(self.log_path).read()[-3000:])
+            try:
+                if http_get(self.admin, "/ready")[0] == 200:
+                    return
+            except OSError:
+                pass
+            time.sleep(0.1)
+        raise RuntimeError(f"envoy not ready after {timeout}s")
+
+    def stat(self, name):
+        _, body = http_get(self.admin, "/stats?filter=^" + name + "$")
+        for line in body.decode().splitlines():
+            if line.startswith(name + ": "):
+                return int(line.split(": ")[1])
+        return None
+
+    def rss_kib(self):
+        for line in open(f"/proc/{self.proc.pid}/status"):
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+        return 0
+
+    def wait_exit(self, timeout):
+        try:
+            self.proc.wait(timeout)
+            return True
+        except subprocess.TimeoutExpired:
+            return False
+
+    def close(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def http_get(port, path, method="GET", headers=None, timeout=10):
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    try:
+        c.request(method, path, headers=headers or {})
+        r = c.getresponse()
+        return r.status, r.read()
+    finally:
+        c.close()
+
+
+# ---------------------------------------------------------------------------------------------
+# 1. Instructions per request (callgrind)
+
+def h2load(port, n, clients, h1, extra=()):
+    cmd = ["h2load", "-n", str(n), "-c", str(clients)] + (["--h1"] if h1 else []) + list(extra) + [f"http://127.0.0.1:{port}/"]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=600).stdout
+    m = re.search(r"requests: (\d+) total, \d+ started, \d+ done, (\d+) succeeded", out)
+    if not m or int(m.group(2)) != n:
+        raise RuntimeError("h2load did not complete every request:\n" + out)
+    return out
+
+
+def callgrind_run(binary, module, h1, n, draining=False, one_per_connection=False):
+    ports = free_ports(3)
+    settings = {"min_drain_duration": "3600s", "quiet_period": "1s", "drain_timeout": "3600s"} if draining else None
+    yaml = render_gateway(ports, module=module, settings=settings)
+    tmp = tempfile.mkdtemp(prefix="gd-cg-")
+    out_file = os.path.join(tmp, "cg.out")
+    e = Envoy(binary, yaml, ports[0], wrapper=["valgrind", "--tool=callgrind", f"--callgrind-out-file={out_file}"])
+    try:
+        if draining:
+            status, _ = http_get(ports[2], "/drain?wait=false", method="POST", timeout=60)
+            assert status == 202, status
+        def load(count):
+            if one_per_connection:
+                batch = min(100, count)
+                for _ in range(count // batch):
+                    h2load(ports[1], batch, batch, h1)
+            else:
+                h2load(ports[1], count, 4, h1)
+        load(min(500, n))  # warm up: connection pools, caches, lazy init
+        subprocess.run(["callgrind_control", "-z", str(e.proc.pid)], capture_output=True, check=True)
+        load(n)
+        subprocess.run(["callgrind_control", "-d", str(e.proc.pid)], capture_output=True, check=True)
+        dumps = [f for f in os.listdir(tmp) if f.startswith("cg.out.") or f.startswith("cg.out")]
+        dump = sorted((os.path.join(tmp, f) for f in dumps), key=os.path.getmtime)[-1]
+        total = None
+        for line in open(dump):
+            if line.startswith("summary:"):
+                total = int(line.split()[1])
+        ours = module_own_instructions(dump) if module else 0
+        return total / n, ours / n
+    finally:
+        e.close()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def module_own_instructions(dump):
+    """Inclusive instructions of the module's exported HTTP hooks (our code plus the Envoy
+    callbacks it makes); the rest of the module's overhead is Envoy hosting a dynamic module."""
+    out = subprocess.run(["callgrind_annotate", "--inclusive=yes", "--threshold=100", dump],
+                         capture_output=True, text=True).stdout
+    total = 0
+    for line in out.splitlines():
+        m = re.match(r"\s*([\d,]+) \(.*\)\s+\S*:envoy_dynamic_module_on_http_filter_\w+ \[.*libgraceful_drain\.so\]", line)
+        if m:
+            total += int(m.group(1).replace(",", ""))
+    return total
+
+
+def bench_instructions(binary, smoke):
+    n = 200 if smoke else 5000
+    rows = []
+    cases = [("HTTP/1.1", True)] if smoke else [("HTTP/1.1", True), ("HTTP/2", False)]
+    for name, h1 in cases:
+        log(f"callgrind {name}: bare Envoy, {n} requests")
+        bare, _ = callgrind_run(binary, False, h1, n)
+        log(f"callgrind {name}: with the module")
+        mod, ours = callgrind_run(binary, True, h1, n)
+        rows.append({"case": f"{name} keep-alive, serving", "bare": bare, "module": mod, "module_own": ours})
+    if not smoke:
+        m = 1000
+        for name, h1 in cases:
+            log(f"callgrind {name}: one request per connection, bare / serving / draining")
+            bare, _ = callgrind_run(binary, False, h1, m, one_per_connection=True)
+            serving, _ = callgrind_run(binary, True, h1, m, one_per_connection=True)
+            draining, ours = callgrind_run(binary, True, h1, m, draining=True, one_per_connection=True)
+            rows.append({"case": f"{name} one request per connection, serving", "bare": bare, "module": serving, "module_own": None})
+            rows.append({"case": f"{name} one request per connection, draining (go-away path on every request)",
+                         "bare": bare, "module": draining, "module_own": ours})
+    return rows
+
+
+# ---------------------------------------------------------------------------------------------
+# 2. Throughput and latency, interleaved rounds
+
+def wrk_round(port, seconds, cpus):
+    cmd = ["wrk", "-t1", "-c16", f"-d{seconds}s", "--latency", f"http://127.0.0.1:{port}/"]
+    if cpus:
+        cmd = ["taskset", "-c", cpus] + cmd
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds + 30).stdout
+    rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
+    def pct(p):
+        m = re.search(rf"\s{p}%\s+([\d.]+)(us|ms|s)", out)
+        v, unit = float(m.group(1)), m.group(2)
+        return v / 1000 if unit == "us" else v * 1000 if unit == "s" else v
+    return {"rps": rps, "p50_ms": pct(50), "p99_ms": pct(99)}
+
+
+def h2load_round(port, seconds, cpus):
+    cmd = ["h2load", "-c", "4", "-m", "4", "-D", str(seconds), f"http://127.0.0.1:{port}/"]
+    if cpus:
+        cmd = ["taskset", "-c", cpus] + cmd
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds + 30).stdout
+    rps = float(re.search(r"finished in [\d.]+\w+, ([\d.]+) req/s", out).group(1))
+    m = re.search(r"time for request:\s+([\d.]+)(us|ms|s)\s+([\d.]+)(us|ms|s)\s+([\d.]+)(us|ms|s)", out)
+    def ms(v, u):
+        return float(v) / 1000 if u == "us" else float(v) * 1000 if u == "s" else float(v)
+    return {"rps": rps, "mean_ms": ms(m.group(5), m.group(6))}
+
+
+def bench_throughput(binary, smoke):
+    rounds, seconds = (1, 1) if smoke else (5, 3)
+    results = []
+    combos = [(1, "HTTP/1.1")] if smoke else [(1, "HTTP/1.1"), (1, "HTTP/2"), (2, "HTTP/1.1"), (2, "HTTP/2")]
+    for concurrency, proto in combos:
+        envoy_cpus, load_cpus = ("0", "1") if concurrency == 1 else (None, None)
+        envs = {}
+        for module in (False, True):
+            ports = free_ports(3)
+            envs[module] = (Envoy(binary, render_gateway(ports, module=module), ports[0], concurrency=concurrency, cpus=envoy_cpus), ports[1])
+        try:
+            samples = {False: [], True: []}
+            for r in range(rounds):
+                for module in ((False, True) if r % 2 == 0 else (True, False)):
+                    port = envs[module][1]
+                    s = wrk_round(port, seconds, load_cpus) if proto == "HTTP/1.1" else h2load_round(port, seconds, load_cpus)
+                    samples[module].append(s)
+            log(f"throughput {proto} --concurrency {concurrency}: done")
+            results.append({"proto": proto, "concurrency": concurrency, "pinned": concurrency == 1,
+                            "bare": samples[False], "module": samples[True]})
+        finally:
+            for e, _ in envs.values():
+                e.close()
+    return results
+
+
+# ---------------------------------------------------------------------------------------------
+# 3. Shutdown cost
+
+class Load:
+    """Closed-loop HTTP/1.1 keep-alive clients through the front, with slow requests."""
+
+    def __init__(self, port, workers=12, max_seconds=120):
+        self.port, self.stop_flag = port, False
+        self.lock = threading.Lock()
+        self.sent = self.ok = self.failed = self.in_flight = 0
+        self.timeline = []  # (t, in_flight, cumulative failures)
+        self.t0 = time.time()
+        self.deadline = self.t0 + max_seconds
+        self.threads = [threading.Thread(target=self.worker, args=(w,), daemon=True) for w in range(workers)]
+        self.threads.append(threading.Thread(target=self.sampler, daemon=True))
+        for t in self.threads:
+            t.start()
+
+    def worker(self, w):
+        conn, i = None, 0
+        while not self.stop_flag and time.time() < self.deadline:
+            i += 1
+            delay = 2000 if (i + w) % 20 == 0 else 100 + (i * 37 + w * 53) % 200
+            with self.lock:
+                self.in_flight += 1
+                self.sent += 1
+            ok = False
+            try:
+                if conn is None:
+                    conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
+                conn.request("GET", "/", headers={"x-envoy-fault-delay-request": str(delay)})
+                r = conn.getresponse()
+                r.read()
+                ok = r.status == 200
+                if r.getheader("connection", "").lower() == "close":
+                    conn.close()
+                    conn = None
+            except (OSError, http.client.HTTPException):
+                conn = None
+            with self.lock:
+                self.in_flight -= 1
+                if ok:
+                    self.ok += 1
+                else:
+                    self.failed += 1
+
+    def sampler(self):
+        while not self.stop_flag and time.time() < self.deadline:
+            with self.lock:
+                self.timeline.append((time.time() - self.t0, self.in_flight, self.failed))
+            time.sleep(0.05)
+
+    def stop(self):
+        self.stop_flag = True
+        for t in self.threads:
+            t.join(40)
+
+
+def terminate(strategy, gw, binary_version_args):
+    """Apply a shutdown strategy to one gateway; returns (termination start, exit time, killed)."""
+    name, params = strategy
+    t0 = time.time()
+    grace = params.get("grace", 90)
+    if name == "kourier":
+        http_get(gw.admin, "/drain_listeners?graceful", method="POST")
+        time.sleep(params["sleep"])
+    elif name == "envoy-gateway":
+        http_get(gw.admin, "/healthcheck/fail", method="POST")
+        start = time.time()
+        while True:
+            elapsed = time.time() - start
+            cx = gw.stat("http.data.downstream_cx_active") or 0
+            if (elapsed >= params["min"] and cx <= 0) or elapsed >= params["max"]:
+                break
+            time.sleep(1)
+    gw.proc.send_signal(signal.SIGTERM)
+    exited = gw.wait_exit(max(1, grace - (time.time() - t0)))
+    if not exited:
+        gw.proc.kill()
+        gw.proc.wait()
+    return t0, time.time(), not exited
+
+
+STRATEGIES = [
+    ("graceful-drain module (SIGTERM)", ("module", {}), True),
+    ("bare Envoy (SIGTERM)", ("bare", {}), False),
+    ("Kourier preStop, default (sleep 15 s)", ("kourier", {"sleep": 15}), False),
+    ("Kourier preStop, short (sleep 3 s)", ("kourier", {"sleep": 3}), False),
+    ("Envoy Gateway manager, default (min 10 s, max 60 s)", ("envoy-gateway", {"min": 10, "max": 60}), False),
+    ("Envoy Gateway manager, short (min 2 s, max 10 s)", ("envoy-gateway", {"min": 2, "max": 10}), False),
+]
+
+
+def bench_shutdown(binary, smoke):
+    results = []
+    strategies = [s for s in STRATEGIES if "short" in s[0] or s[1][0] in ("module", "bare")] if smoke else STRATEGIES
+    for label, strategy, module in strategies:
+        settings = {"min_drain_duration": "2s", "quiet_period": "500ms", "drain_timeout": "25s"}
+        extra = ["--drain-time-s", str(strategy[1]["sleep"]), "--drain-strategy", "immediate"] if strategy[0] == "kourier" else []
+        gws = []
+        for _ in range(2):
+            p = free_ports(3)
+            gws.append((Envoy(binary, render_gateway(p, module=module, settings=settings), p[0], extra=extra), p))
+        fp = free_ports(2)
+        front = Envoy(binary, front_yaml(fp[0], fp[1], [p for _, p in gws]), fp[0], concurrency=2)
+        try:
+            deadline = time.time() + 20
+            while time.time() < deadline:
+                _, body = http_get(front.admin, "/clusters")
+                if body.decode().count("::health_flags::healthy") == 2:
+                    break
+                time.sleep(0.1)
+            load = Load(fp[1])
+            time.sleep(3)  # slow requests in flight everywhere
+            t_start = time.time() - load.t0
+            t0, t_exit, killed = terminate(strategy, gws[0][0], None)
+            time.sleep(1.5)  # let the other gateway absorb; failures after the exit still count
+            load.stop()
+            results.append({"strategy": label, "exit_s": t_exit - t0, "killed": killed, "sent": load.sent,
+                            "failed": load.failed, "timeline": load.timeline,
+                            "termination_at": t_start, "exit_at": t_exit - load.t0})
+            log(f"shutdown {label}: exit after {t_exit - t0:.2f}s, failed {load.failed}/{load.sent}")
+        finally:
+            front.close()
+            for e, _ in gws:
+                e.close()
+    return results
+
+
+# ---------------------------------------------------------------------------------------------
+# 4. Memory
+
+def bench_memory(binary, smoke):
+    res = {}
+    for module in (False, True):
+        p = free_ports(3)
+        e = Envoy(binary, render_gateway(p, module=module), p[0], concurrency=2)
+        try:
+            time.sleep(1)
+            idle = e.rss_kib()
+            out = subprocess.Popen(["h2load", "-c", "32", "-m", "8", "-D", "2" if smoke else "5", f"http://127.0.0.1:{p[1]}/"],
+                                   stdout=subprocess.DEVNULL)
+            peak = 0
+            while out.poll() is None:
+                peak = max(peak, e.rss_kib())
+                time.sleep(0.1)
+            res["module" if module else "bare"] = {"idle_kib": idle, "load_peak_kib": peak}
+        finally:
+            e.close()
+    return res
+
+
+# ---------------------------------------------------------------------------------------------
+# Report
+
+def ratio(a, b):
+    return a / b if b else float("nan")
+
+
+def svg_plot(shutdown, path):
+    series = [s for s in shutdown if s["strategy"].startswith(("graceful-drain", "bare"))]
+    if not series:
+        return
+    w, h, pad = 760, 300, 50
+    tmax = max(t for s in series for t, _, _ in s["timeline"]) or 1
+    vmax = max(max(v, f) for s in series for _, v, f in s["timeline"]) or 1
+    colors = ["#1f77b4", "#d62728"]
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" font-family="sans-serif" font-size="12">',
+             f'<rect width="{w}" height="{h}" fill="white"/>',
+             f'<text x="{pad}" y="20">In-flight requests (solid) and cumulative failed requests (dashed) during one gateway shutdown</text>',
+             f'<line x1="{pad}" y1="{h-pad}" x2="{w-pad}" y2="{h-pad}" stroke="black"/>',
+             f'<line x1="{pad}" y1="{pad}" x2="{pad}" y2="{h-pad}" stroke="black"/>',
+             f'<text x="{w/2}" y="{h-15}">seconds since load start (tmax {tmax:.1f} s)</text>',
+             f'<text x="5" y="{pad}">{vmax}</text><text x="5" y="{h-pad}">0</text>']
+    def xy(t, v):
+        return pad + (w - 2 * pad) * t / tmax, h - pad - (h - 2 * pad) * v / vmax
+    for i, s in enumerate(series):
+        c = colors[i % 2]
+        pts = " ".join("%.1f,%.1f" % xy(t, v) for t, v, _ in s["timeline"])
+        fpts = " ".join("%.1f,%.1f" % xy(t, f) for t, _, f in s["timeline"])
+        parts.append(f'<polyline fill="none" stroke="{c}" points="{pts}"/>')
+        parts.append(f'<polyline fill="none" stroke="{c}" stroke-dasharray="4,3" points="{fpts}"/>')
+        x, _ = xy(s["termination_at"], 0)
+        parts.append(f'<line x1="{x:.1f}" y1="{pad}" x2="{x:.1f}" y2="{h-pad}" stroke="{c}" stroke-dasharray="1,3"/>')
+        parts.append(f'<text x="{w-pad-300}" y="{pad + 15 * (i + 1)}" fill="{c}">{s["strategy"]}: {s["failed"]} failed</text>')
+    parts.append("</svg>")
+    open(path, "w").write("\n".join(parts))
+
+
+def fmt_spread(vals, key):
+    xs = [v[key] for v in vals]
+    return min(xs), statistics.median(xs), max(xs)
+
+
+def write_report(data):
+    os.makedirs(OUT, exist_ok=True)
+    json.dump(data, open(os.path.join(OUT, "report.json"), "w"), indent=1)
+    L = [f"# graceful-drain benchmark report", "",
+         f"Machine: {data['machine']}. Envoy {data['envoy']}. {'SMOKE RUN (tiny sizes, not figures)' if data['smoke'] else ''}", ""]
+    L += ["## Instructions per request (callgrind, Envoy --concurrency 1)", "",
+          "| case | bare Envoy | with module | ratio | module's own hooks | Envoy hosting the module |", "|---|---|---|---|---|---|"]
+    for r in data["instructions"]:
+        own = r["module_own"]
+        host = (r["module"] - r["bare"] - own) if own is not None else None
+        L.append(f"| {r['case']} | {r['bare']:.0f} | {r['module']:.0f} | {ratio(r['module'], r['bare']):.4f} | "
+                 f"{'%.0f' % own if own is not None else '-'} | {'%.0f' % host if host is not None else '-'} |")
+    L += ["", "'module's own hooks' is the inclusive cost of the exported `on_http_filter_*` hooks (our code and the "
+          "Envoy callbacks it makes); the rest of the difference is Envoy's dynamic-module filter machinery, paid by any module.", ""]
+    L += ["## Throughput and latency (interleaved rounds, min / median / max)", "",
+          "| protocol | concurrency | bare req/s | module req/s | median ratio | latency bare | latency module |", "|---|---|---|---|---|---|---|"]
+    for r in data["throughput"]:
+        b, m = fmt_spread(r["bare"], "rps"), fmt_spread(r["module"], "rps")
+        key = "p99_ms" if r["proto"] == "HTTP/1.1" else "mean_ms"
+        lb, lm = fmt_spread(r["bare"], key), fmt_spread(r["module"], key)
+        lat = "p99" if key == "p99_ms" else "mean"
+        L.append(f"| {r['proto']} | {r['concurrency']}{' (pinned)' if r['pinned'] else ''} | {b[0]:.0f} / {b[1]:.0f} / {b[2]:.0f} | "
+                 f"{m[0]:.0f} / {m[1]:.0f} / {m[2]:.0f} | {ratio(m[1], b[1]):.3f} | {lat} {lb[1]:.2f} ms | {lat} {lm[1]:.2f} ms |")
+    L += ["", "## Shutdown cost (one of two gateways behind a health-checking front Envoy, under load)", "",
+          "| strategy | termination start → exit | failed / sent | SIGKILL |", "|---|---|---|---|"]
+    for r in data["shutdown"]:
+        L.append(f"| {r['strategy']} | {r['exit_s']:.2f} s | {r['failed']} / {r['sent']} | {'yes' if r['killed'] else 'no'} |")
+    L += ["", "![in-flight requests and failures during a shutdown](shutdown.svg)", "",
+          "## Resident memory (KiB, --concurrency 2)", "", "| | idle | peak under load |", "|---|---|---|"]
+    for k, v in data["memory"].items():
+        L.append(f"| {k} | {v['idle_kib']} | {v['load_peak_kib']} |")
+    b, m = data["memory"].get("bare"), data["memory"].get("module")
+    if b and m:
+        L.append(f"| ratio | {ratio(m['idle_kib'], b['idle_kib']):.3f} | {ratio(m['load_peak_kib'], b['load_peak_kib']):.3f} |")
+    open(os.path.join(OUT, "report.md"), "w").write("\n".join(L) + "\n")
+    svg_plot(data["shutdown"], os.path.join(OUT, "shutdown.svg"))
+    print("\n".join(L))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--smoke", action="store_true", help="tiny sizes: checks the bench runs, gives no figures")
+    ap.add_argument("--only", choices=["instructions", "throughput", "shutdown", "memory"], action="append")
+    args = ap.parse_args()
+    for tool in ("valgrind", "callgrind_control", "h2load", "wrk", "taskset"):
+        if not shutil.which(tool):
+            sys.exit(f"missing {tool}: run `make bench-deps` (apt-get install valgrind nghttp2-client wrk)")
+    subprocess.run(["cargo", "build", "--release", "--lib", "--quiet"], cwd=ROOT, check=True)
+    binary = envoy_bin()
+    cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), platform.machine())
+    data = {"machine": f"{os.cpu_count()} CPUs ({cpu}), {platform.system()} {platform.release()}",
+            "envoy": envoy_version(binary), "smoke": args.smoke,
+            "instructions": [], "throughput": [], "shutdown": [], "memory": {}}
+    only = args.only or ["instructions", "throughput", "shutdown", "memory"]
+    if "instructions" in only:
+        data["instructions"] = bench_instructions(binary, args.smoke)
+    if "throughput" in only:
+        data["throughput"] = bench_throughput(binary, args.smoke)
+    if "shutdown" in only:
+        data["shutdown"] = bench_shutdown(binary, args.smoke)
+    if "memory" in only:
+        data["memory"] = bench_memory(binary, args.smoke)
+    write_report(data)
+    # A smoke run must at least show the module draining without failures and bare Envoy failing.
+    for r in data["shutdown"]:
+        if r["strategy"].startswith("graceful-drain") and (r["failed"] or r["killed"]):
+            sys.exit(f"module shutdown failed requests: {r['failed']}")
+
+
+if __name__ == "__main__":
+    main()
