@@ -70,19 +70,89 @@ pub enum Role {
     Control,
 }
 
+/// A shared secret that `/drain` requires as `Authorization: Bearer <token>`. Never printed.
+#[derive(Clone, PartialEq, Eq)]
+pub struct DrainToken(Vec<u8>);
+
+impl fmt::Debug for DrainToken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("DrainToken(<redacted>)")
+    }
+}
+
+impl DrainToken {
+    /// Check an `Authorization` header value in time independent of where it differs.
+    pub fn accepts(&self, authorization: &[u8]) -> bool {
+        let Some(given) = authorization.strip_prefix(b"Bearer ") else {
+            return false;
+        };
+        let mut diff = (given.len() ^ self.0.len()) as u32;
+        for i in 0..given.len().max(self.0.len()) {
+            let a = given.get(i).copied().unwrap_or(0);
+            let b = self.0.get(i).copied().unwrap_or(0);
+            diff |= u32::from(a ^ b);
+        }
+        std::hint::black_box(diff) == 0
+    }
+
+    fn from_text(field: &str, text: &str) -> Result<DrainToken, ConfigError> {
+        let t = text.trim_end_matches(['\n', '\r']);
+        if t.is_empty() {
+            return Err(error("filter", field, "the token is empty"));
+        }
+        if t.len() > 4096 {
+            return Err(error(
+                "filter",
+                field,
+                "the token is longer than 4096 bytes",
+            ));
+        }
+        if !t.bytes().all(|b| b.is_ascii_graphic()) {
+            return Err(error(
+                "filter",
+                field,
+                "the token must be printable ASCII without spaces (it travels in a header)",
+            ));
+        }
+        Ok(DrainToken(t.as_bytes().to_vec()))
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct FilterConfig {
     pub role: Role,
+    /// Control role only: `/drain` requires this bearer token.
+    pub drain_token: Option<DrainToken>,
 }
 
 #[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields)]
 struct RawFilterConfig {
     role: Option<String>,
+    drain_token_file: Option<String>,
+    drain_token_env: Option<String>,
 }
 
 impl FilterConfig {
+    /// Parse, reading a token file or variable if the config names one.
     pub fn parse(raw: &[u8]) -> Result<Self, ConfigError> {
+        Self::parse_with(
+            raw,
+            |var| std::env::var(var).ok(),
+            |path| std::fs::read_to_string(path),
+        )
+    }
+
+    /// [`FilterConfig::parse`] with the environment and file system passed in (for tests).
+    pub fn parse_with(
+        raw: &[u8],
+        env: impl Fn(&str) -> Option<String>,
+        read: impl Fn(&str) -> std::io::Result<String>,
+    ) -> Result<Self, ConfigError> {
+        #[cfg(feature = "panic-test")]
+        if raw == b"panic-test" {
+            panic!("test panic requested in filter config");
+        }
         let r: RawFilterConfig = parse_json("filter", raw)?;
         let role = match r.role.as_deref() {
             None | Some("data") => Role::Data,
@@ -95,7 +165,48 @@ impl FilterConfig {
                 ))
             }
         };
-        Ok(FilterConfig { role })
+        let token = match (r.drain_token_file, r.drain_token_env) {
+            (Some(_), Some(_)) => {
+                return Err(error(
+                    "filter",
+                    "drain_token_env",
+                    "set drain_token_file or drain_token_env, not both",
+                ))
+            }
+            (Some(path), None) => {
+                let text = read(&path).map_err(|e| {
+                    error(
+                        "filter",
+                        "drain_token_file",
+                        format!("cannot read {path:?}: {e}"),
+                    )
+                })?;
+                Some(DrainToken::from_text("drain_token_file", &text)?)
+            }
+            (None, Some(var)) => {
+                let text = env(&var).ok_or_else(|| {
+                    error(
+                        "filter",
+                        "drain_token_env",
+                        format!("environment variable {var:?} is not set"),
+                    )
+                })?;
+                Some(DrainToken::from_text("drain_token_env", &text)?)
+            }
+            (None, None) => None,
+        };
+        if token.is_some() && role == Role::Data {
+            return Err(error(
+                "filter",
+                "role",
+                "a drain token only applies to the control role; the data role serves no \
+                 control endpoint",
+            ));
+        }
+        Ok(FilterConfig {
+            role,
+            drain_token: token,
+        })
     }
 }
 
@@ -343,6 +454,73 @@ mod tests {
             "invalid graceful_drain bootstrap config: field `drain_timeout`: 3s is below \
              min_drain_duration 10s: the drain could never complete normally"
         );
+    }
+
+    #[test]
+    fn drain_token_from_file_or_env() {
+        let env = |v: &str| (v == "TOKEN").then(|| "s3cret\n".to_string());
+        let read = |p: &str| {
+            if p == "/t" {
+                Ok("from-file\n".to_string())
+            } else {
+                Err(std::io::Error::from(std::io::ErrorKind::NotFound))
+            }
+        };
+        let c = FilterConfig::parse_with(
+            br#"{"role":"control","drain_token_env":"TOKEN"}"#,
+            env,
+            read,
+        )
+        .unwrap();
+        let t = c.drain_token.unwrap();
+        assert!(t.accepts(b"Bearer s3cret"));
+        assert!(!t.accepts(b"Bearer s3cre"));
+        assert!(!t.accepts(b"Bearer s3cretX"));
+        assert!(!t.accepts(b"bearer s3cret"));
+        assert!(!t.accepts(b"s3cret"));
+        assert!(!t.accepts(b""));
+        assert_eq!(format!("{t:?}"), "DrainToken(<redacted>)");
+        let c =
+            FilterConfig::parse_with(br#"{"role":"control","drain_token_file":"/t"}"#, env, read)
+                .unwrap();
+        assert!(c.drain_token.unwrap().accepts(b"Bearer from-file"));
+
+        let cases: &[(&[u8], &str, &str)] = &[
+            (
+                br#"{"role":"control","drain_token_file":"/missing"}"#,
+                "drain_token_file",
+                "cannot read",
+            ),
+            (
+                br#"{"role":"control","drain_token_env":"NOPE"}"#,
+                "drain_token_env",
+                "not set",
+            ),
+            (
+                br#"{"role":"control","drain_token_env":"TOKEN","drain_token_file":"/t"}"#,
+                "drain_token_env",
+                "not both",
+            ),
+            (
+                br#"{"role":"data","drain_token_env":"TOKEN"}"#,
+                "role",
+                "only applies",
+            ),
+        ];
+        for (raw, field, problem) in cases {
+            let e = FilterConfig::parse_with(raw, env, read).unwrap_err();
+            assert_eq!(e.field, *field, "{e}");
+            assert!(e.problem.contains(problem), "{e}");
+            assert!(!e.to_string().contains("s3cret"), "token leaked into {e}");
+        }
+        let bad = |v: &str| Some(v.to_string());
+        for (value, problem) in [("", "empty"), ("two words", "printable"), ("\n", "empty")] {
+            let env = |_: &str| bad(value);
+            let e =
+                FilterConfig::parse_with(br#"{"role":"control","drain_token_env":"X"}"#, env, read)
+                    .unwrap_err();
+            assert!(e.problem.contains(problem), "{value:?}: {e}");
+        }
     }
 
     #[test]

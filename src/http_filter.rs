@@ -6,13 +6,14 @@
 //! connection away (GOAWAY / `connection: close`) from the scheduled hook, the only place where
 //! Envoy lets that happen without aborting the stream.
 
-use crate::config::Role;
+use crate::config::{DrainToken, Role};
 use crate::control::{route, Route};
 use crate::drain::Trigger;
 use crate::registry::SlotId;
 use crate::state::{
     now_nanos, Protocol, Shared, StartResult, Wait, EVENT_DRAIN_DONE, EVENT_GO_AWAY,
 };
+use std::sync::Arc;
 use std::time::Instant;
 
 /// Metric updates the glue asks for; the FFI layer maps them to Envoy stats.
@@ -59,10 +60,17 @@ pub enum Stream {
 
 impl Stream {
     /// Called when Envoy creates the filter for a new stream.
-    pub fn new(role: Role, host_metric: impl FnOnce(Metric)) -> Stream {
+    pub fn new(
+        role: Role,
+        token: Option<&Arc<DrainToken>>,
+        host_metric: impl FnOnce(Metric),
+    ) -> Stream {
         match role {
             Role::Data => Stream::Data(DataStream::start(host_metric)),
-            Role::Control => Stream::Control(ControlStream::default()),
+            Role::Control => Stream::Control(ControlStream {
+                token: token.cloned(),
+                ..ControlStream::default()
+            }),
         }
     }
 
@@ -128,8 +136,12 @@ impl DataStream {
 
     fn on_request_headers(&mut self, host: &impl StreamHost) -> HeadersAction {
         #[cfg(feature = "panic-test")]
-        if host.request_header("x-graceful-drain-test-panic").is_some() {
-            panic!("test panic requested by x-graceful-drain-test-panic");
+        if host
+            .request_header("x-graceful-drain-test-panic")
+            .as_deref()
+            == Some(b"request")
+        {
+            panic!("test panic requested by x-graceful-drain-test-panic: request");
         }
         let shared = Shared::global();
         if self.waker == 0 {
@@ -156,6 +168,14 @@ impl DataStream {
     }
 
     fn on_response_headers(&mut self, host: &impl StreamHost) {
+        #[cfg(feature = "panic-test")]
+        if host
+            .request_header("x-graceful-drain-test-panic")
+            .as_deref()
+            == Some(b"response")
+        {
+            panic!("test panic requested by x-graceful-drain-test-panic: response");
+        }
         // Fallback for a request that got no registry slot (table full): the drain scan could not
         // reach it, so send its connection away now that it has something to say.
         if self.slot.is_none()
@@ -205,6 +225,7 @@ impl DataStream {
 pub struct ControlStream {
     waiter: Option<u64>,
     waker: usize,
+    token: Option<Arc<DrainToken>>,
 }
 
 const TEXT: (&str, &str) = ("content-type", "text/plain; charset=utf-8");
@@ -241,6 +262,7 @@ impl ControlStream {
                 }
             }
             Route::Status => host.send_response(200, &[JSON], &status_body()),
+            Route::Drain { .. } if !self.authorized(host) => {}
             Route::Drain { wait } => match shared.start_drain(Trigger::ControlEndpoint) {
                 StartResult::NoEngine => host.send_response(
                     503,
@@ -280,6 +302,33 @@ impl ControlStream {
             ),
         }
         HeadersAction::Stop
+    }
+
+    /// With a drain token configured, `/drain` needs `Authorization: Bearer <token>`. Answers
+    /// 401/403 itself when the check fails. The token is never echoed or logged.
+    fn authorized(&self, host: &impl StreamHost) -> bool {
+        let Some(token) = &self.token else {
+            return true;
+        };
+        match host.request_header("authorization") {
+            None => {
+                host.send_response(
+                    401,
+                    &[
+                        TEXT,
+                        ("www-authenticate", "Bearer realm=\"graceful_drain\""),
+                    ],
+                    b"/drain requires Authorization: Bearer <token>\n",
+                );
+                false
+            }
+            Some(v) if token.accepts(&v) => true,
+            Some(_) => {
+                log::warn!("graceful_drain: /drain refused: wrong token");
+                host.send_response(403, &[TEXT], b"wrong drain token\n");
+                false
+            }
+        }
     }
 
     fn on_scheduled(&mut self, host: &impl StreamHost, event: u64) {

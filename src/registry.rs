@@ -157,6 +157,29 @@ impl Registry {
             .min()
     }
 
+    /// In-flight requests by age at `now` (same clock as the start times): under 1 s, 1 s to
+    /// 10 s, 10 s and over. Long-lived streams (WebSocket, gRPC streaming, SSE) show up in the last.
+    pub fn age_buckets(&self, now: u64) -> [u64; 3] {
+        let hw = self
+            .high_water
+            .load(Ordering::Acquire)
+            .min(self.slots.len());
+        let mut b = [0u64; 3];
+        for s in &self.slots[..hw] {
+            if s.waker.load(Ordering::Acquire) == 0 {
+                continue;
+            }
+            let age = now.saturating_sub(s.started.load(Ordering::Relaxed));
+            let i = match age {
+                a if a < 1_000_000_000 => 0,
+                a if a < 10_000_000_000 => 1,
+                _ => 2,
+            };
+            b[i] += 1;
+        }
+        b
+    }
+
     /// Number of occupied slots (for tests and diagnostics; the authoritative count is elsewhere).
     pub fn occupied(&self) -> usize {
         let hw = self
@@ -184,6 +207,9 @@ mod tests {
         assert_ne!(a, b);
         assert_eq!(r.occupied(), 2);
         assert_eq!(r.oldest_start(), Some(3));
+        assert_eq!(r.age_buckets(3 + 500_000_000), [2, 0, 0]);
+        assert_eq!(r.age_buckets(5 + 2_000_000_000), [0, 2, 0]);
+        assert_eq!(r.age_buckets(4 + 10_000_000_000), [0, 1, 1]);
         let mut seen = vec![];
         assert_eq!(r.for_each_waker(|w| seen.push(w)), 2);
         seen.sort();

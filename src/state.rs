@@ -337,7 +337,15 @@ impl Shared {
         Status {
             state: phase.name(),
             trigger: trigger.map(Trigger::as_str),
-            active_requests: self.active_requests(),
+            active_requests: self.active_requests_raw(),
+            in_flight_by_age: {
+                let [under_1s, from_1s_to_10s, over_10s] = self.registry.age_buckets(now_nanos());
+                AgeBuckets {
+                    under_1s,
+                    from_1s_to_10s,
+                    over_10s,
+                }
+            },
             drain_elapsed_ms: started_at.map(|s| ms(now.saturating_duration_since(s))),
             since_last_request_start_ms: since(self.last_start.load(Ordering::Relaxed)),
             oldest_request_age_ms: self.registry.oldest_start().and_then(since),
@@ -358,6 +366,15 @@ pub struct SentAway {
     pub http1: u64,
     pub http2: u64,
     pub other: u64,
+}
+
+/// In-flight requests by age (requests registered for wake-up; see the registry).
+#[derive(Debug, Serialize, PartialEq, Eq)]
+pub struct AgeBuckets {
+    pub under_1s: u64,
+    #[serde(rename = "1s_to_10s")]
+    pub from_1s_to_10s: u64,
+    pub over_10s: u64,
 }
 
 #[derive(Debug, Serialize, PartialEq, Eq)]
@@ -399,7 +416,9 @@ impl From<DrainSettings> for SettingsReport {
 pub struct Status {
     pub state: &'static str,
     pub trigger: Option<&'static str>,
-    pub active_requests: u64,
+    /// Signed on purpose: a negative value would expose broken accounting instead of hiding it.
+    pub active_requests: i64,
+    pub in_flight_by_age: AgeBuckets,
     pub drain_elapsed_ms: Option<u64>,
     pub since_last_request_start_ms: Option<u64>,
     pub oldest_request_age_ms: Option<u64>,
@@ -544,6 +563,7 @@ mod tests {
         for key in [
             "state",
             "active_requests",
+            "in_flight_by_age",
             "drain_elapsed_ms",
             "since_last_request_start_ms",
             "oldest_request_age_ms",

@@ -266,6 +266,7 @@ async fn rollout(
         settings: SETTINGS,
         with_module,
         concurrency: 1,
+        ..Options::default()
     };
     let ports: Vec<[u16; 3]> = (0..GATEWAYS)
         .map(|_| {
@@ -280,7 +281,11 @@ async fn rollout(
     let fp = free_ports(2);
     let front_cfg = front_yaml(fp[0], fp[1], &ports, upstream_h2, with_module);
     let _front_dir = TempDir::new("front");
-    let front = Envoy::start_yaml(&front_cfg, fp[0], fp[1], fp[1], 2).await;
+    let front_opts = Options {
+        concurrency: 2,
+        ..Options::default()
+    };
+    let front = Envoy::start_yaml(&front_cfg, fp[0], fp[1], fp[1], &front_opts).await;
     eventually(
         "all gateways healthy at the front",
         Duration::from_secs(15),

@@ -35,6 +35,8 @@ pub const BODY_CONTINUE: u32 = 0;
 pub const BODY_STOP_ITERATION_AND_WATERMARK: u32 = 2;
 pub const TRAILERS_CONTINUE: u32 = 0;
 pub const TRAILERS_STOP_ITERATION: u32 = 1;
+// envoy_dynamic_module_type_http_filter_stream_reset_reason
+pub const RESET_LOCAL: u32 = 0;
 // envoy_dynamic_module_type_http_header_type
 pub const HEADER_TYPE_REQUEST: u32 = 0;
 // envoy_dynamic_module_type_attribute_id
@@ -79,6 +81,11 @@ extern "C" {
         graceful: bool,
     );
     pub fn envoy_dynamic_module_callback_http_filter_continue_decoding(filter: EnvoyPtr);
+    pub fn envoy_dynamic_module_callback_http_filter_reset_stream(
+        filter: EnvoyPtr,
+        reason: u32,
+        details: Buffer,
+    );
     pub fn envoy_dynamic_module_callback_http_filter_get_attribute_string(
         filter: EnvoyPtr,
         attribute_id: u32,

@@ -47,6 +47,16 @@ pub(super) fn install() {
     }
     // Log panics once, with message and location, through Envoy; the guard then fails closed.
     std::panic::set_hook(Box::new(|info| {
-        log::error!("graceful_drain: panic: {info}");
+        let msg = info
+            .payload_as_str()
+            .unwrap_or("(non-string panic payload)");
+        match info.location() {
+            Some(l) => log::error!(
+                "graceful_drain: panic: {msg} (at {}:{})",
+                l.file(),
+                l.line()
+            ),
+            None => log::error!("graceful_drain: panic: {msg}"),
+        }
     }));
 }

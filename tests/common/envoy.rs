@@ -37,26 +37,42 @@ pub fn pinned_envoy_version() -> String {
         .to_string()
 }
 
+fn build_module(extra: &[&str], target_dir: Option<&str>) -> PathBuf {
+    let mut cmd = Command::new(env!("CARGO"));
+    cmd.args(["build", "--release", "--lib", "--quiet"])
+        .args(extra);
+    if let Some(t) = target_dir {
+        cmd.args(["--target-dir", t]);
+    }
+    let status = cmd
+        .current_dir(repo_root())
+        .status()
+        .expect("cargo build --release");
+    assert!(status.success(), "building the module failed");
+    let dir = repo_root()
+        .join(target_dir.unwrap_or("target"))
+        .join("release");
+    assert!(
+        dir.join("libgraceful_drain.so").exists(),
+        "no libgraceful_drain.so in {dir:?}"
+    );
+    dir
+}
+
 /// Directory holding `libgraceful_drain.so` (release build, made once per test binary).
 pub fn module_dir() -> &'static Path {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
-    DIR.get_or_init(|| {
-        if let Ok(p) = std::env::var("GRACEFUL_DRAIN_MODULE_DIR") {
-            return PathBuf::from(p);
-        }
-        let status = Command::new(env!("CARGO"))
-            .args(["build", "--release", "--lib", "--quiet"])
-            .current_dir(repo_root())
-            .status()
-            .expect("cargo build --release");
-        assert!(status.success(), "building the module failed");
-        let dir = repo_root().join("target/release");
-        assert!(
-            dir.join("libgraceful_drain.so").exists(),
-            "no libgraceful_drain.so in {dir:?}"
-        );
-        dir
+    DIR.get_or_init(|| match std::env::var("GRACEFUL_DRAIN_MODULE_DIR") {
+        Ok(p) => PathBuf::from(p),
+        Err(_) => build_module(&[], None),
     })
+}
+
+/// The module built with the test-only `panic-test` feature, in its own target directory so it
+/// can never be mistaken for the release artefact.
+pub fn panic_test_module_dir() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| build_module(&["--features", "panic-test"], Some("target/panic-test")))
 }
 
 /// A private temp dir removed on drop.
@@ -96,12 +112,20 @@ pub const FAST: Settings = Settings {
     timeout: "10s",
 };
 
-/// How to render `envoy-config/gateway.yaml` for a test.
+/// How to render `envoy-config/gateway.yaml` for a test, and how to run Envoy.
 #[derive(Clone, Debug)]
 pub struct Options {
     pub settings: Settings,
     pub with_module: bool,
     pub concurrency: u32,
+    /// JSON for the control listener's filter (default: the example's `{"role": "control"}`).
+    pub control_config: Option<String>,
+    /// Extra environment for Envoy.
+    pub env: Vec<(String, String)>,
+    /// Load the `panic-test` build of the module.
+    pub panic_test_module: bool,
+    /// Route `/upstream/...` on the data listener to a test server on this port.
+    pub test_upstream: Option<u16>,
 }
 
 impl Default for Options {
@@ -110,6 +134,10 @@ impl Default for Options {
             settings: FAST,
             with_module: true,
             concurrency: 2,
+            control_config: None,
+            env: Vec::new(),
+            panic_test_module: false,
+            test_upstream: None,
         }
     }
 }
@@ -162,6 +190,21 @@ pub fn render_gateway(admin: u16, data: u16, control: u16, o: &Options) -> Strin
             s.min_drain, s.quiet, s.timeout
         ),
     );
+    if let Some(c) = &o.control_config {
+        y = replace_once(&y, r#"'{"role": "control"}'"#, &format!("'{c}'"));
+    }
+    if let Some(port) = o.test_upstream {
+        // A route to a test server (with a short timeout) ahead of the embedded backend, and its
+        // cluster appended to static_resources (the control listener is the file's last item).
+        y = replace_once(
+            &y,
+            "              - match: { prefix: \"/\" }\n                direct_response:\n                  status: 200",
+            "              - match: { prefix: \"/upstream/\" }\n                route: { cluster: test_upstream, timeout: 0.5s }\n              - match: { prefix: \"/upstream-streaming/\" }\n                route: { cluster: test_upstream, timeout: 0s }\n              - match: { prefix: \"/\" }\n                direct_response:\n                  status: 200",
+        );
+        y.push_str(&format!(
+            "  clusters:\n  - name: test_upstream\n    type: STATIC\n    connect_timeout: 1s\n    load_assignment:\n      cluster_name: test_upstream\n      endpoints:\n      - lb_endpoints:\n        - endpoint: {{ address: {{ socket_address: {{ address: 127.0.0.1, port_value: {port} }} }} }}\n"
+        ));
+    }
     if !o.with_module {
         y = remove_list_items(&y, "envoy.bootstrap.dynamic_modules");
         y = remove_list_items(&y, "envoy.filters.http.dynamic_modules");
@@ -190,28 +233,27 @@ impl Envoy {
     /// Start the example gateway on given `[admin, data, control]` ports (a replacement "pod").
     pub async fn start_on(p: [u16; 3], o: Options) -> Envoy {
         let yaml = render_gateway(p[0], p[1], p[2], &o);
-        Envoy::start_yaml(&yaml, p[0], p[1], p[2], o.concurrency).await
+        Envoy::start_yaml(&yaml, p[0], p[1], p[2], &o).await
     }
 
-    pub async fn start_yaml(
-        yaml: &str,
-        admin: u16,
-        data: u16,
-        control: u16,
-        concurrency: u32,
-    ) -> Envoy {
+    pub async fn start_yaml(yaml: &str, admin: u16, data: u16, control: u16, o: &Options) -> Envoy {
         let dir = TempDir::new("envoy");
         let cfg = dir.0.join("envoy.yaml");
         std::fs::write(&cfg, yaml).unwrap();
         let log_path = dir.0.join("envoy.log");
         let log = std::fs::File::create(&log_path).unwrap();
+        let modules = if o.panic_test_module {
+            panic_test_module_dir()
+        } else {
+            module_dir()
+        };
         let child = Command::new(envoy_bin())
             .arg("-c")
             .arg(&cfg)
             .args([
                 "--use-dynamic-base-id",
                 "--concurrency",
-                &concurrency.to_string(),
+                &o.concurrency.to_string(),
             ])
             .args([
                 "--log-level",
@@ -219,7 +261,8 @@ impl Envoy {
                 "--component-log-level",
                 "dynamic_modules:debug",
             ])
-            .env("ENVOY_DYNAMIC_MODULES_SEARCH_PATH", module_dir())
+            .env("ENVOY_DYNAMIC_MODULES_SEARCH_PATH", modules)
+            .envs(o.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())
             .stderr(log)

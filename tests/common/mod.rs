@@ -4,6 +4,7 @@
 
 pub mod clients;
 pub mod envoy;
+pub mod upstream;
 
 use std::future::Future;
 use std::path::PathBuf;

@@ -1,0 +1,590 @@
+//! Hardening against the real Envoy 1.40: contained panics, every way a stream can end, long-lived
+//! streams, control-endpoint security, hostile input, and concurrency 1/2/4.
+
+mod common;
+
+use common::clients::{self, H1Conn, H2Conn};
+use common::envoy::{Envoy, Options, Settings, FAST};
+use common::upstream::Upstream;
+use common::{eventually, free_ports};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn panics_are_contained_and_envoy_keeps_serving() {
+    let upstream = Upstream::start().await;
+    let envoy = Envoy::start(Options {
+        panic_test_module: true,
+        test_upstream: Some(upstream.port),
+        ..Options::default()
+    })
+    .await;
+    // Request path: the panicking request gets a 500.
+    let r = clients::request(
+        envoy.data,
+        "GET",
+        "/",
+        &[("x-graceful-drain-test-panic", "request")],
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status, 500);
+    assert!(r.text().contains("graceful_drain"), "{}", r.text());
+    // Response path (an upstream response): the stream is reset; the client gets no response.
+    let r = clients::request(
+        envoy.data,
+        "GET",
+        "/upstream/ok",
+        &[("x-graceful-drain-test-panic", "response")],
+    )
+    .await;
+    assert!(r.is_err() || r.as_ref().unwrap().status >= 500, "{r:?}");
+    // Envoy is alive and serving, and the accounting is intact.
+    for _ in 0..20 {
+        assert_eq!(clients::get(envoy.data, "/").await.unwrap().status, 200);
+    }
+    envoy.wait_active(0).await;
+    let log = envoy.log();
+    assert_eq!(
+        log.matches("panic: test panic requested by x-graceful-drain-test-panic: request")
+            .count(),
+        1,
+        "{log}"
+    );
+    assert_eq!(
+        log.matches("panic: test panic requested by x-graceful-drain-test-panic: response")
+            .count(),
+        1
+    );
+    assert!(log.contains("panic contained in request_headers"));
+    assert!(log.contains("panic contained in response_headers"));
+    // The drain still works after the panics.
+    let r = clients::get(envoy.control, "/drain").await.unwrap();
+    assert_eq!(r.status, 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_panicking_config_is_refused() {
+    let p = free_ports(3);
+    let opts = Options {
+        panic_test_module: true,
+        control_config: Some("panic-test".into()),
+        ..Options::default()
+    };
+    let yaml = common::envoy::render_gateway(p[0], p[1], p[2], &opts);
+    let dir = common::envoy::TempDir::new("panic-cfg");
+    let cfg = dir.0.join("envoy.yaml");
+    std::fs::write(&cfg, yaml).unwrap();
+    let out = tokio::time::timeout(
+        Duration::from_secs(30),
+        tokio::process::Command::new(common::envoy::envoy_bin())
+            .arg("-c")
+            .arg(&cfg)
+            .args(["--use-dynamic-base-id", "--concurrency", "1"])
+            .env(
+                "ENVOY_DYNAMIC_MODULES_SEARCH_PATH",
+                common::envoy::panic_test_module_dir(),
+            )
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .expect("envoy did not refuse within 30s")
+    .unwrap();
+    let log =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{log}");
+    assert!(
+        log.contains("panic: test panic requested in filter config"),
+        "{log}"
+    );
+    assert!(
+        log.contains("panic contained in http_filter_config_new"),
+        "{log}"
+    );
+}
+
+/// Every way a stream can end, mixed under concurrency 2 for a bounded time: the in-flight count
+/// must come back to exactly 0 and a drain must then complete at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn count_survives_every_way_a_stream_can_end() {
+    let upstream = Upstream::start().await;
+    let envoy = Envoy::start(Options {
+        test_upstream: Some(upstream.port),
+        ..Options::default()
+    })
+    .await;
+    let port = envoy.data;
+    let kinds: u64 = 10;
+    let done: Arc<Vec<AtomicU64>> = Arc::new((0..kinds).map(|_| AtomicU64::new(0)).collect());
+    let deadline = Instant::now() + Duration::from_secs(4);
+    let mut tasks = Vec::new();
+    for worker in 0..20u64 {
+        let done = done.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut i = worker;
+            while Instant::now() < deadline {
+                let kind = i % kinds;
+                i += 1;
+                one_stream_end(port, kind).await;
+                done[kind as usize].fetch_add(1, Ordering::Relaxed);
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let counts: Vec<u64> = done.iter().map(|c| c.load(Ordering::Relaxed)).collect();
+    assert!(
+        counts.iter().all(|&c| c >= 3),
+        "every kind must have run: {counts:?}"
+    );
+    envoy.wait_active(0).await;
+    let st = envoy.drain_status().await;
+    assert_eq!(st["active_requests"], 0, "{st}");
+    assert_eq!(envoy.stat("graceful_drain.active_requests").await, Some(0));
+    // Nothing in flight: the drain completes as soon as min_drain (300 ms) allows.
+    let t = Instant::now();
+    let r = clients::get(envoy.control, "/drain").await.unwrap();
+    assert_eq!(r.status, 200);
+    assert!(
+        t.elapsed() < Duration::from_millis(800),
+        "drain took {:?}",
+        t.elapsed()
+    );
+    println!("stream endings exercised: {counts:?} (kinds 0-9, see one_stream_end)");
+}
+
+/// One request that ends in a particular way.
+async fn one_stream_end(port: u16, kind: u64) {
+    let slow = [("x-envoy-fault-delay-request", "2000")];
+    match kind {
+        // Normal completion.
+        0 => assert_eq!(clients::get(port, "/").await.unwrap().status, 200),
+        // Local reply from another filter (fault abort).
+        1 => {
+            let r = clients::request(port, "GET", "/", &[("x-envoy-fault-abort-request", "503")])
+                .await
+                .unwrap();
+            assert_eq!(r.status, 503);
+        }
+        // Upstream resets the connection.
+        2 => {
+            let r = clients::get(port, "/upstream/reset").await.unwrap();
+            assert!(r.status >= 500, "{}", r.status);
+        }
+        // Upstream never answers: route timeout, 504.
+        3 => assert_eq!(
+            clients::get(port, "/upstream/hang").await.unwrap().status,
+            504
+        ),
+        // Client abort before response headers (HTTP/1.1 connection dropped).
+        4 => {
+            let mut c = H1Conn::connect(port).await.unwrap();
+            let _ =
+                tokio::time::timeout(Duration::from_millis(50), c.send("GET", "/", &slow)).await;
+        }
+        // Client abort after response headers: a streaming response, dropped mid-body.
+        5 => {
+            let mut s = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+            s.write_all(b"GET /upstream-streaming/stream HTTP/1.1\r\nhost: x\r\n\r\n")
+                .await
+                .unwrap();
+            let mut buf = [0u8; 256];
+            let _ = tokio::time::timeout(Duration::from_secs(2), s.read(&mut buf)).await;
+        }
+        // HTTP/2 RST_STREAM from the client.
+        6 => {
+            let mut c = H2Conn::connect(port).await.unwrap();
+            let f = c.start("/", &slow).await.unwrap();
+            let _ = tokio::time::timeout(Duration::from_millis(50), f).await;
+        }
+        // Connection dropped mid request body.
+        7 => {
+            let mut s = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+            s.write_all(b"POST / HTTP/1.1\r\nhost: x\r\ncontent-length: 1000\r\n\r\n0123456789")
+                .await
+                .unwrap();
+            tokio::time::sleep(Duration::from_millis(30)).await;
+        }
+        // A request that announces a body and never sends it, then the client goes away.
+        8 => {
+            let mut s = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+            s.write_all(b"POST / HTTP/1.1\r\nhost: x\r\ncontent-length: 100\r\n\r\n")
+                .await
+                .unwrap();
+            tokio::time::sleep(Duration::from_millis(30)).await;
+        }
+        // HTTP/2 connection dropped with streams in flight.
+        _ => {
+            let mut c = H2Conn::connect(port).await.unwrap();
+            let _f1 = c.start("/", &slow).await.unwrap();
+            let _f2 = c.start("/upstream-streaming/stream", &[]).await.unwrap();
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            drop(c);
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn long_lived_streams_hold_the_drain_until_the_timeout() {
+    let upstream = Upstream::start().await;
+    let mut envoy = Envoy::start(Options {
+        test_upstream: Some(upstream.port),
+        settings: Settings {
+            timeout: "2s",
+            ..FAST
+        },
+        ..Options::default()
+    })
+    .await;
+    // SSE-style chunked response over HTTP/1.1.
+    let mut sse = TcpStream::connect(("127.0.0.1", envoy.data)).await.unwrap();
+    sse.write_all(b"GET /upstream-streaming/stream HTTP/1.1\r\nhost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let mut buf = vec![0u8; 4096];
+    let n = sse.read(&mut buf).await.unwrap();
+    assert!(String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 200"));
+    // WebSocket upgrade over HTTP/1.1: echoes.
+    let mut ws = TcpStream::connect(("127.0.0.1", envoy.data)).await.unwrap();
+    ws.write_all(
+        b"GET /upstream-streaming/ws HTTP/1.1\r\nhost: x\r\nconnection: upgrade\r\nupgrade: websocket\r\n\
+          sec-websocket-version: 13\r\nsec-websocket-key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n",
+    )
+    .await
+    .unwrap();
+    let n = ws.read(&mut buf).await.unwrap();
+    assert!(
+        String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 101"),
+        "{}",
+        String::from_utf8_lossy(&buf[..n])
+    );
+    // A slowly streaming HTTP/2 response (gRPC server-streaming has the same shape).
+    let mut h2 = H2Conn::connect(envoy.data).await.unwrap();
+    let h2_stream = tokio::spawn(h2.start("/upstream-streaming/stream", &[]).await.unwrap());
+    envoy.wait_active(3).await;
+
+    let t0 = Instant::now();
+    envoy.sigterm();
+    // The HTTP/2 connection is told to go away at once; its stream keeps flowing.
+    let e = h2.wait_goaway(Duration::from_secs(2)).await;
+    assert_eq!(e.reason(), Some(h2::Reason::NO_ERROR));
+    // The upgraded connection cannot get `connection: close` (its response is long sent): it
+    // keeps working during the drain.
+    ws.write_all(b"ping").await.unwrap();
+    let n = ws.read(&mut buf).await.unwrap();
+    assert_eq!(&buf[..n], b"ping");
+    let n = sse.read(&mut buf).await.unwrap();
+    assert!(n > 0, "SSE stream stopped during the drain");
+    // Status names how many and how old.
+    let st = envoy.drain_status().await;
+    assert_eq!(st["state"], "draining");
+    assert_eq!(st["active_requests"], 3, "{st}");
+    let by_age = &st["in_flight_by_age"];
+    assert_eq!(
+        by_age["under_1s"].as_u64().unwrap() + by_age["1s_to_10s"].as_u64().unwrap(),
+        3,
+        "{st}"
+    );
+    assert!(
+        st["oldest_request_age_ms"].as_u64().unwrap() >= st["drain_elapsed_ms"].as_u64().unwrap()
+    );
+    // They hold the drain open until drain_timeout, and the exit is on time.
+    let (status, at) = envoy.wait_exit(Duration::from_secs(5)).await;
+    assert!(status.success());
+    let took = at - t0;
+    assert!(
+        took >= Duration::from_secs(2) && took < Duration::from_millis(2600),
+        "{took:?}"
+    );
+    assert!(
+        envoy.log().contains("3 requests still in flight are cut"),
+        "{}",
+        envoy.log()
+    );
+    // The streams end with the process.
+    let n = tokio::time::timeout(Duration::from_secs(2), ws.read(&mut buf))
+        .await
+        .unwrap();
+    assert!(
+        matches!(n, Ok(0) | Err(_)),
+        "websocket still open after exit"
+    );
+    let r = h2_stream.await.unwrap();
+    assert!(
+        r.is_err(),
+        "the h2 stream cannot complete: it was cut at the timeout"
+    );
+}
+
+const TOKEN: &str = "t0k3n-for-tests";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn drain_needs_the_token_when_one_is_configured() {
+    let envoy = Envoy::start(Options {
+        control_config: Some(r#"{"role": "control", "drain_token_env": "GD_TEST_TOKEN"}"#.into()),
+        env: vec![("GD_TEST_TOKEN".into(), format!("{TOKEN}\n"))],
+        ..Options::default()
+    })
+    .await;
+    // Readiness and status need no token.
+    assert_eq!(
+        clients::get(envoy.control, "/ready").await.unwrap().status,
+        200
+    );
+    assert_eq!(
+        clients::get(envoy.control, "/drain/status")
+            .await
+            .unwrap()
+            .status,
+        200
+    );
+    let r = clients::get(envoy.control, "/drain?wait=false")
+        .await
+        .unwrap();
+    assert_eq!(r.status, 401);
+    assert!(r.header("www-authenticate").unwrap().starts_with("Bearer"));
+    for bad in [
+        "Bearer nope",
+        "Bearer t0k3n-for-test",
+        "Bearer t0k3n-for-testsX",
+        "bearer t0k3n-for-tests",
+        TOKEN,
+        "Basic dXNlcjpwYXNz",
+    ] {
+        let r = clients::request(
+            envoy.control,
+            "POST",
+            "/drain?wait=false",
+            &[("authorization", bad)],
+        )
+        .await
+        .unwrap();
+        assert_eq!(r.status, 403, "{bad}");
+        assert!(!r.text().contains(TOKEN));
+    }
+    assert_eq!(envoy.drain_status().await["state"], "serving");
+    let auth = format!("Bearer {TOKEN}");
+    let r = clients::request(
+        envoy.control,
+        "POST",
+        "/drain?wait=false",
+        &[("authorization", &auth)],
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status, 202);
+    assert_eq!(
+        clients::get(envoy.control, "/ready").await.unwrap().status,
+        503
+    );
+    assert!(
+        !envoy.log().contains(TOKEN),
+        "the token must never be logged"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn control_paths_cannot_be_reached_through_tricks_and_a_drain_cannot_be_undone() {
+    let envoy = Envoy::start(Options::default()).await;
+    let tricks = [
+        "/drain",
+        "/drain?wait=false",
+        "/DRAIN",
+        "/drain/",
+        "//drain",
+        "/%64rain",
+        "/drain%3Fwait=false",
+        "/drain;x",
+        "/./drain",
+        "/x/../drain",
+        "/ready",
+        "/drain/status",
+    ];
+    // The data listener never answers control paths, whatever the Host or path.
+    for p in tricks {
+        for host in ["127.0.0.1", "localhost:10001", "control"] {
+            let mut c = H1Conn::connect(envoy.data).await.unwrap();
+            let r = c.send("POST", p, &[("host", host)]).await.unwrap();
+            assert_eq!(
+                r.text(),
+                "hello from the graceful-drain gateway\n",
+                "data {p} host {host}"
+            );
+        }
+    }
+    // On the control listener, only exact paths are endpoints.
+    for p in tricks
+        .iter()
+        .filter(|p| !["/drain", "/drain?wait=false", "/ready", "/drain/status"].contains(p))
+    {
+        let r = clients::request(envoy.control, "POST", p, &[])
+            .await
+            .unwrap();
+        assert!(
+            r.status == 404 || r.status == 400,
+            "control {p}: {}",
+            r.status
+        );
+    }
+    assert_eq!(
+        envoy.drain_status().await["state"],
+        "serving",
+        "a trick started a drain"
+    );
+
+    // Oversized and non-UTF-8 input: refused cleanly, Envoy unharmed.
+    let long = format!("/{}", "a".repeat(16 * 1024));
+    let r = clients::get(envoy.control, &long).await.unwrap();
+    assert_eq!(r.status, 404);
+    let mut s = TcpStream::connect(("127.0.0.1", envoy.control))
+        .await
+        .unwrap();
+    s.write_all(b"GET /dr\xffain\xfe HTTP/1.1\r\nhost: \xff\r\nx-bin: \x80\x81\r\n\r\n")
+        .await
+        .unwrap();
+    let mut buf = vec![0u8; 1024];
+    let n = tokio::time::timeout(Duration::from_secs(5), s.read(&mut buf))
+        .await
+        .unwrap()
+        .unwrap();
+    let head = String::from_utf8_lossy(&buf[..n]);
+    assert!(head.starts_with("HTTP/1.1 4"), "{head}");
+    let r = clients::request(envoy.data, "GET", "/", &[("x-bin", "caf\u{e9}")])
+        .await
+        .unwrap();
+    assert_eq!(r.status, 200);
+
+    // Start the drain; nothing undoes it.
+    assert_eq!(
+        clients::get(envoy.control, "/drain?wait=false")
+            .await
+            .unwrap()
+            .status,
+        202
+    );
+    for (m, p) in [
+        ("POST", "/ready"),
+        ("GET", "/undrain"),
+        ("POST", "/drain/status"),
+        ("GET", "/drain?wait=true"),
+        ("PUT", "/drain"),
+    ] {
+        let _ = clients::request(envoy.control, m, p, &[]).await.unwrap();
+        let r = clients::get(envoy.control, "/ready").await.unwrap();
+        assert_eq!(r.status, 503, "after {m} {p}");
+    }
+    assert_eq!(clients::get(envoy.data, "/").await.unwrap().status, 200);
+}
+
+/// The drain start racing request starts on every worker: no connection misses its go-away and
+/// no request is lost or miscounted. Run at --concurrency 1, 2 and 4.
+async fn drain_races_request_starts(concurrency: u32) {
+    let envoy = Envoy::start(Options {
+        concurrency,
+        ..Options::default()
+    })
+    .await;
+    let port = envoy.data;
+    let drain_at = Arc::new(std::sync::Mutex::new(None::<Instant>));
+    let mut tasks = Vec::new();
+    for _ in 0..16 {
+        let drain_at = drain_at.clone();
+        tasks.push(tokio::spawn(async move {
+            // Keep-alive loop until the server closes the connection; then check that the first
+            // request sent after the drain start got `connection: close`.
+            let mut c = H1Conn::connect(port).await.unwrap();
+            let mut sent_after_drain = 0;
+            loop {
+                let started = Instant::now();
+                let after = drain_at.lock().unwrap().is_some_and(|d| started > d);
+                let r = c
+                    .send("GET", "/", &[])
+                    .await
+                    .expect("every request succeeds");
+                assert_eq!(r.status, 200);
+                if after {
+                    sent_after_drain += 1;
+                }
+                if r.header("connection") == Some("close") {
+                    c.wait_closed(Duration::from_secs(2)).await.unwrap();
+                    return sent_after_drain;
+                }
+                assert!(
+                    sent_after_drain == 0,
+                    "a request sent after the drain got no connection: close"
+                );
+            }
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        clients::get(envoy.control, "/drain?wait=false")
+            .await
+            .unwrap()
+            .status,
+        202
+    );
+    // The drain has certainly started once /drain answered: any request sent from now on must be
+    // told to go away (requests racing the start itself may or may not be).
+    *drain_at.lock().unwrap() = Some(Instant::now());
+    for t in tasks {
+        let n = tokio::time::timeout(Duration::from_secs(10), t)
+            .await
+            .expect("connection closed")
+            .unwrap();
+        assert!(
+            n <= 1,
+            "more than one request after the drain on one connection"
+        );
+    }
+    envoy.wait_active(0).await;
+    let st = envoy.drain_status().await;
+    assert_eq!(st["connections_sent_away"]["http1"], 16, "{st}");
+    let r = clients::get(envoy.control, "/drain").await.unwrap();
+    assert_eq!(r.status, 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn drain_race_concurrency_1() {
+    drain_races_request_starts(1).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn drain_race_concurrency_2() {
+    drain_races_request_starts(2).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn drain_race_concurrency_4() {
+    drain_races_request_starts(4).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrency_4_counts_in_flight_exactly() {
+    let envoy = Envoy::start(Options {
+        concurrency: 4,
+        ..Options::default()
+    })
+    .await;
+    let mut tasks = Vec::new();
+    for _ in 0..12 {
+        let port = envoy.data;
+        tasks.push(tokio::spawn(async move {
+            clients::request(port, "GET", "/", &[("x-envoy-fault-delay-request", "1000")]).await
+        }));
+    }
+    envoy.wait_active(12).await;
+    let _ = eventually("stat follows", Duration::from_secs(5), || async {
+        (envoy.stat("graceful_drain.active_requests").await == Some(12)).then_some(())
+    })
+    .await;
+    for t in tasks {
+        assert_eq!(t.await.unwrap().unwrap().status, 200);
+    }
+    envoy.wait_active(0).await;
+}
