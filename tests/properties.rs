@@ -1,0 +1,103 @@
+//! Property tests (bounded: a fixed number of cases per property) over every parser that takes
+//! operator or network input: durations, both configs, control routing. None may panic, and what
+//! they accept must satisfy the documented invariants.
+
+use graceful_drain::config::{
+    format_duration, parse_duration, BootstrapConfig, FilterConfig, MAX_DURATION,
+};
+use graceful_drain::control::{route, Route};
+use proptest::prelude::*;
+use std::time::Duration;
+
+fn cfg() -> ProptestConfig {
+    ProptestConfig {
+        cases: 2000,
+        ..ProptestConfig::default()
+    }
+}
+
+const FIELDS: [&str; 3] = ["min_drain_duration", "quiet_period", "drain_timeout"];
+
+proptest! {
+    #![proptest_config(cfg())]
+
+    #[test]
+    fn durations_never_panic_and_round_trip(s in ".{0,24}") {
+        if let Ok(d) = parse_duration(&s) {
+            prop_assert!(d <= MAX_DURATION);
+            prop_assert_eq!(parse_duration(&format_duration(d)), Ok(d));
+        }
+    }
+
+    #[test]
+    fn duration_like_strings_parse_exactly(secs in 0u64..4000, nanos in 0u32..1_000_000_000, ms in any::<bool>()) {
+        let expected = Duration::new(secs, nanos);
+        let text = if ms {
+            format!("{}ms", secs)
+        } else {
+            format!("{secs}.{nanos:09}s")
+        };
+        let want = if ms { Duration::from_millis(secs) } else { expected };
+        match parse_duration(&text) {
+            Ok(d) => prop_assert_eq!(d, want),
+            Err(e) => {
+                prop_assert!(want > MAX_DURATION, "{} refused: {}", text, e);
+                prop_assert!(e.contains("maximum"));
+            }
+        }
+    }
+
+    #[test]
+    fn bootstrap_config_never_panics_on_bytes(raw in proptest::collection::vec(any::<u8>(), 0..200)) {
+        if let Err(e) = BootstrapConfig::parse(&raw) {
+            prop_assert!(!e.field.is_empty());
+            prop_assert!(e.to_string().starts_with("invalid graceful_drain bootstrap config: field `"));
+        }
+    }
+
+    #[test]
+    fn accepted_bootstrap_configs_are_consistent(
+        values in proptest::collection::vec(prop_oneof![
+            Just(None),
+            (0u64..40_000).prop_map(|ms| Some(format!("{ms}ms"))),
+            "[0-9.a-z -]{0,8}".prop_map(Some),
+        ], 3)
+    ) {
+        let fields: Vec<String> = FIELDS.iter().zip(&values)
+            .filter_map(|(k, v)| v.as_ref().map(|v| format!("{k:?}: {v:?}")))
+            .collect();
+        let json = format!("{{{}}}", fields.join(", "));
+        match BootstrapConfig::parse(json.as_bytes()) {
+            Ok(c) => {
+                let d = c.drain;
+                prop_assert!(d.drain_timeout > Duration::ZERO);
+                prop_assert!(d.drain_timeout >= d.min_drain_duration);
+                prop_assert!(d.drain_timeout >= d.quiet_period);
+            }
+            Err(e) => prop_assert!(FIELDS.contains(&e.field.as_str()), "{} for {}", e, json),
+        }
+    }
+
+    #[test]
+    fn filter_config_never_panics_on_bytes(raw in proptest::collection::vec(any::<u8>(), 0..200)) {
+        let r = FilterConfig::parse_with(&raw, |_| None, |_| Err(std::io::ErrorKind::NotFound.into()));
+        if let Err(e) = r {
+            prop_assert!(!e.field.is_empty());
+        }
+    }
+
+    #[test]
+    fn routing_never_panics_and_only_exact_paths_are_endpoints(
+        method in proptest::collection::vec(any::<u8>(), 0..10),
+        path in proptest::collection::vec(any::<u8>(), 0..300),
+    ) {
+        let r = route(&method, &path);
+        let bare = path.split(|&b| b == b'?').next().unwrap_or(&[]);
+        if r != Route::NotFound {
+            prop_assert!(matches!(bare, b"/ready" | b"/drain/status" | b"/drain"), "{:?} -> {:?}", path, r);
+        }
+        if let Route::Drain { .. } = r {
+            prop_assert!(method == b"GET" || method == b"POST");
+        }
+    }
+}
