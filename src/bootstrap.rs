@@ -3,7 +3,7 @@
 //! evaluates the drain state machine when kicked or when its timer fires, and releases Envoy's exit
 //! when the drain completes. Thin: every decision comes from [`crate::drain`].
 
-use crate::drain::{Decision, Phase, Trigger};
+use crate::drain::{Decision, Observation, Phase, Trigger, IN_FLIGHT_RECHECK};
 use crate::state::{Shared, StartResult};
 use std::time::{Duration, Instant};
 
@@ -13,6 +13,19 @@ pub trait EngineHost {
     fn arm_timer(&self, delay: Duration);
     fn set_draining_gauge(&self, value: u64);
     fn count(&self, metric: EngineMetric);
+    /// Envoy's own view of data-plane requests, summed over HTTP connection managers (minus
+    /// ignored stat prefixes): requests in flight and requests started so far. `None` if
+    /// unavailable.
+    fn envoy_request_stats(&self) -> Option<EnvoyRequestStats>;
+    /// Make Envoy fail its health checks (admin `/healthcheck/fail`), which makes every listener
+    /// send connections away with their next response. Called once, when a drain starts.
+    fn fail_health_checks(&self);
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EnvoyRequestStats {
+    pub active: u64,
+    pub total: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -30,6 +43,9 @@ pub struct Engine {
     start_reported: bool,
     completion_reported: bool,
     pending_shutdown: Option<ShutdownRelease>,
+    /// Envoy's request counter at the previous poll, and when it was last seen to move.
+    last_total: Option<u64>,
+    last_change: Option<Instant>,
 }
 
 impl Engine {
@@ -98,19 +114,27 @@ impl Engine {
     pub fn evaluate(&mut self, host: &impl EngineHost) -> Option<ShutdownRelease> {
         let shared = Shared::global();
         let now = Instant::now();
-        let decision = shared.poll(now);
+        let envoy = if shared.is_draining() {
+            self.observe_envoy(host, now)
+        } else {
+            None
+        };
+        let decision = shared.poll(now, envoy);
         let phase = shared.phase();
         if !self.start_reported {
             if let Phase::Draining { trigger, .. } | Phase::Drained { trigger, .. } = phase {
                 self.start_reported = true;
+                host.fail_health_checks();
                 host.set_draining_gauge(1);
                 host.count(EngineMetric::DrainStarted);
                 let s = shared.settings().unwrap_or_default();
                 log::info!(
                     "graceful_drain: drain started (trigger={}, active_requests={}, \
-                     min_drain_duration={:?}, quiet_period={:?}, drain_timeout={:?})",
+                     envoy_active_requests={}, min_drain_duration={:?}, quiet_period={:?}, \
+                     drain_timeout={:?})",
                     trigger.as_str(),
                     shared.active_requests(),
+                    envoy.map_or("unknown".to_string(), |e| e.active_requests.to_string()),
                     s.min_drain_duration,
                     s.quiet_period,
                     s.drain_timeout
@@ -119,7 +143,15 @@ impl Engine {
         }
         match decision {
             Decision::Idle | Decision::AlreadyDrained(_) => {}
-            Decision::PollAt(at) => host.arm_timer(at.saturating_duration_since(now)),
+            Decision::PollAt(at) => {
+                // Envoy's counters are only seen when polled: poll them often enough that a
+                // request on a listener without the filter is noticed within the recheck time.
+                let mut delay = at.saturating_duration_since(now);
+                if envoy.is_some() {
+                    delay = delay.min(IN_FLIGHT_RECHECK);
+                }
+                host.arm_timer(delay)
+            }
             Decision::Completed(outcome) => {
                 if !self.completion_reported {
                     self.completion_reported = true;
@@ -153,6 +185,22 @@ impl Engine {
             return self.pending_shutdown.take();
         }
         None
+    }
+}
+
+impl Engine {
+    /// Envoy's stats as an observation: its in-flight gauge, and the last time its request
+    /// counter moved (requests that started, on any listener, since the previous poll).
+    fn observe_envoy(&mut self, host: &impl EngineHost, now: Instant) -> Option<Observation> {
+        let s = host.envoy_request_stats()?;
+        if self.last_total.is_some_and(|t| t != s.total) {
+            self.last_change = Some(now);
+        }
+        self.last_total = Some(s.total);
+        Some(Observation {
+            active_requests: s.active,
+            last_request_start: self.last_change,
+        })
     }
 }
 

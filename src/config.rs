@@ -240,11 +240,33 @@ struct RawBootstrapConfig {
     min_drain_duration: Option<String>,
     quiet_period: Option<String>,
     drain_timeout: Option<String>,
+    admin_cluster: Option<String>,
+    ignored_stat_prefixes: Option<Vec<String>>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+/// Cluster (pointing at Envoy's own admin address) through which a drain fails Envoy's health
+/// checks, which makes every listener close HTTP/1.1 connections and send HTTP/2 GOAWAY with its
+/// next response: the drain of listeners that do not run the filter.
+pub const DEFAULT_ADMIN_CLUSTER: &str = "graceful_drain_admin";
+
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BootstrapConfig {
     pub drain: DrainSettings,
+    /// Empty: do not touch Envoy's health-check state.
+    pub admin_cluster: String,
+    /// HTTP connection manager stat prefixes whose requests do not hold the drain (Envoy's admin,
+    /// and a control listener: its own waiting `/drain` must not hold itself).
+    pub ignored_stat_prefixes: Vec<String>,
+}
+
+impl Default for BootstrapConfig {
+    fn default() -> Self {
+        BootstrapConfig {
+            drain: DrainSettings::default(),
+            admin_cluster: DEFAULT_ADMIN_CLUSTER.to_string(),
+            ignored_stat_prefixes: vec!["admin".to_string(), "control".to_string()],
+        }
+    }
 }
 
 impl BootstrapConfig {
@@ -290,7 +312,22 @@ impl BootstrapConfig {
                 ),
             ));
         }
-        Ok(BootstrapConfig { drain })
+        let d = BootstrapConfig::default();
+        let ignored = r.ignored_stat_prefixes.unwrap_or(d.ignored_stat_prefixes);
+        if let Some(bad) = ignored.iter().find(|p| p.is_empty() || p.contains('.')) {
+            return Err(error(
+                S,
+                "ignored_stat_prefixes",
+                format!(
+                    "{bad:?} is not an HTTP connection manager stat_prefix (non-empty, no dots)"
+                ),
+            ));
+        }
+        Ok(BootstrapConfig {
+            drain,
+            admin_cluster: r.admin_cluster.unwrap_or(d.admin_cluster),
+            ignored_stat_prefixes: ignored,
+        })
     }
 }
 
@@ -410,6 +447,21 @@ mod tests {
         assert_eq!(c.drain.min_drain_duration, Duration::from_secs(5));
         assert_eq!(c.drain.quiet_period, Duration::from_secs(1));
         assert_eq!(c.drain.drain_timeout, Duration::from_secs(25));
+    }
+
+    #[test]
+    fn bootstrap_only_fields() {
+        let d = BootstrapConfig::parse(b"").unwrap();
+        assert_eq!(d.admin_cluster, "graceful_drain_admin");
+        assert_eq!(d.ignored_stat_prefixes, ["admin", "control"]);
+        let c = BootstrapConfig::parse(
+            br#"{"admin_cluster":"","ignored_stat_prefixes":["admin","ops"]}"#,
+        )
+        .unwrap();
+        assert_eq!(c.admin_cluster, "");
+        assert_eq!(c.ignored_stat_prefixes, ["admin", "ops"]);
+        let e = BootstrapConfig::parse(br#"{"ignored_stat_prefixes":["http.admin"]}"#).unwrap_err();
+        assert_eq!(e.field, "ignored_stat_prefixes");
     }
 
     #[test]

@@ -114,6 +114,8 @@ pub struct Shared {
     sent_away_http1: AtomicU64,
     sent_away_http2: AtomicU64,
     sent_away_other: AtomicU64,
+    /// Envoy's own in-flight gauge sum as last seen by the drain engine (+1; 0 = never seen).
+    envoy_active_plus_one: AtomicU64,
     drain: Mutex<Option<Drain>>,
     sent_away_conns: Mutex<HashSet<u64>>,
     waiters: Mutex<Waiters>,
@@ -137,6 +139,7 @@ impl Shared {
             sent_away_http1: AtomicU64::new(0),
             sent_away_http2: AtomicU64::new(0),
             sent_away_other: AtomicU64::new(0),
+            envoy_active_plus_one: AtomicU64::new(0),
             drain: Mutex::new(None),
             sent_away_conns: Mutex::new(HashSet::new()),
             waiters: Mutex::new(Waiters {
@@ -243,14 +246,24 @@ impl Shared {
     }
 
     /// Evaluate the drain now. On completion, answers every waiting `/drain` request.
-    pub fn poll(&self, now: Instant) -> Decision {
-        let obs = Observation {
+    ///
+    /// `envoy` is what Envoy's own stats show (listeners without the filter); it is merged by
+    /// taking the larger count and the later start, never added, so requests that both the filter
+    /// and Envoy's gauges see are not counted twice.
+    pub fn poll(&self, now: Instant, envoy: Option<Observation>) -> Decision {
+        let mut obs = Observation {
             active_requests: self.active_requests(),
             last_request_start: match self.last_start.load(Ordering::Relaxed) {
                 0 => None,
                 n => Some(instant_of(n)),
             },
         };
+        if let Some(e) = envoy {
+            self.envoy_active_plus_one
+                .store(e.active_requests.saturating_add(1), Ordering::Relaxed);
+            obs.active_requests = obs.active_requests.max(e.active_requests);
+            obs.last_request_start = obs.last_request_start.max(e.last_request_start);
+        }
         let decision = match lock(&self.drain).as_mut() {
             None => Decision::Idle,
             Some(d) => d.poll(now, obs),
@@ -338,6 +351,10 @@ impl Shared {
             state: phase.name(),
             trigger: trigger.map(Trigger::as_str),
             active_requests: self.active_requests_raw(),
+            envoy_active_requests: match self.envoy_active_plus_one.load(Ordering::Relaxed) {
+                0 => None,
+                n => Some(n - 1),
+            },
             in_flight_by_age: {
                 let [under_1s, from_1s_to_10s, over_10s] = self.registry.age_buckets(now_nanos());
                 AgeBuckets {
@@ -418,6 +435,10 @@ pub struct Status {
     pub trigger: Option<&'static str>,
     /// Signed on purpose: a negative value would expose broken accounting instead of hiding it.
     pub active_requests: i64,
+    /// Requests in flight by Envoy's own gauges (`http.*.downstream_rq_active` minus ignored
+    /// prefixes), as the drain engine last saw them; covers listeners without the filter.
+    /// `null` until a drain has polled them.
+    pub envoy_active_requests: Option<u64>,
     pub in_flight_by_age: AgeBuckets,
     pub drain_elapsed_ms: Option<u64>,
     pub since_last_request_start_ms: Option<u64>,
@@ -487,12 +508,12 @@ mod tests {
         assert_eq!(KICKS.load(Ordering::SeqCst), 1);
         // In flight: not complete even after min drain.
         assert!(matches!(
-            s.poll(t0 + Duration::from_millis(100)),
+            s.poll(t0 + Duration::from_millis(100), None),
             Decision::PollAt(_)
         ));
         s.registry.release(slot);
         s.request_ended();
-        let d = s.poll(Instant::now() + Duration::from_millis(100));
+        let d = s.poll(Instant::now() + Duration::from_millis(100), None);
         assert!(matches!(d, Decision::Completed(o) if !o.timed_out), "{d:?}");
         let st = s.status(Instant::now());
         assert_eq!(st.state, "drained");
@@ -522,7 +543,7 @@ mod tests {
             s.unregister_waiter(id);
         }
         assert!(matches!(
-            s.poll(Instant::now() + Duration::from_secs(1)),
+            s.poll(Instant::now() + Duration::from_secs(1), None),
             Decision::Completed(_)
         ));
         assert_eq!(

@@ -37,7 +37,8 @@ fn read(rel: &str) -> String {
     std::fs::read_to_string(repo_root().join(rel)).unwrap()
 }
 
-const MANIFESTS: [&str; 4] = [
+const MANIFESTS: [&str; 5] = [
+    "envoy-config/kourier/gateway-deployment.k8s.yaml",
     "k8s/deployment.yaml",
     "k8s/deployment-prestop.yaml",
     "k8s/service.yaml",

@@ -27,6 +27,10 @@ pub struct HttpHeader {
 
 pub type EnvoyPtr = *mut c_void;
 
+/// `envoy_dynamic_module_type_{counter,gauge}_iterator_fn`: name, value, user data; the return
+/// value (continue/stop) is ignored by Envoy 1.40.
+pub type StatIterator = extern "C" fn(name: Buffer, value: u64, user_data: *mut c_void) -> u32;
+
 // enum envoy_dynamic_module_type_on_http_filter_request_headers_status (and response)
 pub const HEADERS_CONTINUE: u32 = 0;
 pub const HEADERS_STOP_ITERATION: u32 = 1;
@@ -196,6 +200,27 @@ extern "C" {
         label_values: *mut Buffer,
         label_values_len: usize,
         value: u64,
+    ) -> u32;
+    /// Visit every gauge of the stats store (main thread; a full scan: call rarely).
+    pub fn envoy_dynamic_module_callback_bootstrap_extension_iterate_gauges(
+        extension: EnvoyPtr,
+        iterator: StatIterator,
+        user_data: *mut c_void,
+    );
+    pub fn envoy_dynamic_module_callback_bootstrap_extension_iterate_counters(
+        extension: EnvoyPtr,
+        iterator: StatIterator,
+        user_data: *mut c_void,
+    );
+    /// HTTP request to a cluster; the answer arrives in `on_bootstrap_extension_http_callout_done`.
+    pub fn envoy_dynamic_module_callback_bootstrap_extension_http_callout(
+        config: EnvoyPtr,
+        callout_id: *mut u64,
+        cluster: Buffer,
+        headers: *mut HttpHeader,
+        headers_len: usize,
+        body: Buffer,
+        timeout_ms: u64,
     ) -> u32;
     pub fn envoy_dynamic_module_callback_bootstrap_extension_config_set_gauge(
         config: EnvoyPtr,

@@ -5,11 +5,12 @@
 use super::abi::{self, Buffer, EnvoyPtr, HttpHeader};
 use super::{envoy_bytes, guard, module_buffer};
 use crate::bootstrap::{
-    Engine, EngineHost, EngineMetric, ShutdownRelease, ADMIN_DRAIN_PATH, ADMIN_STATUS_PATH,
+    Engine, EngineHost, EngineMetric, EnvoyRequestStats, ShutdownRelease, ADMIN_DRAIN_PATH,
+    ADMIN_STATUS_PATH,
 };
 use crate::config::BootstrapConfig;
 use crate::state::Shared;
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::os::raw::c_void;
 use std::ptr;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -44,13 +45,132 @@ struct Metrics {
 
 struct Extension {
     envoy: EnvoyPtr,
+    /// The extension pointer (`be`), needed by the stats reads; set in `bootstrap_extension_new`.
+    extension: Cell<EnvoyPtr>,
+    admin_cluster: String,
+    ignored_stat_prefixes: Vec<String>,
     timer: *mut c_void,
     scheduler: *mut c_void,
     metrics: Option<Metrics>,
     engine: RefCell<Engine>,
 }
 
+/// Sum of `http.<prefix>.<suffix>` stats over HTTP connection managers not ignored.
+struct StatSum<'a> {
+    suffix: &'a str,
+    ignored: &'a [String],
+    sum: u64,
+}
+
+extern "C" fn add_matching_stat(name: Buffer, value: u64, user_data: *mut c_void) -> u32 {
+    guard("stat iterator", 0, || {
+        // SAFETY: user_data is the StatSum passed to the iterate call below, alive during it;
+        // the name buffer is valid for this callback.
+        let (acc, name) = unsafe { (&mut *(user_data as *mut StatSum), envoy_bytes(name)) };
+        let Some(prefix) = name
+            .strip_prefix(b"http.")
+            .and_then(|n| n.strip_suffix(acc.suffix.as_bytes()))
+            .and_then(|n| n.strip_suffix(b"."))
+        else {
+            return 0;
+        };
+        if !acc.ignored.iter().any(|i| i.as_bytes() == prefix) {
+            acc.sum = acc.sum.saturating_add(value);
+        }
+        0
+    })
+}
+
+impl Extension {
+    fn sum_stats(&self, gauges: bool, suffix: &str) -> Option<u64> {
+        let be = self.extension.get();
+        if be.is_null() {
+            return None;
+        }
+        let mut acc = StatSum {
+            suffix,
+            ignored: &self.ignored_stat_prefixes,
+            sum: 0,
+        };
+        let ud = &mut acc as *mut StatSum as *mut c_void;
+        // SAFETY: main thread; `be` is the live extension pointer; the iterator only runs during
+        // the call, while `acc` is alive.
+        unsafe {
+            if gauges {
+                abi::envoy_dynamic_module_callback_bootstrap_extension_iterate_gauges(
+                    be,
+                    add_matching_stat,
+                    ud,
+                )
+            } else {
+                abi::envoy_dynamic_module_callback_bootstrap_extension_iterate_counters(
+                    be,
+                    add_matching_stat,
+                    ud,
+                )
+            }
+        }
+        Some(acc.sum)
+    }
+}
+
 impl EngineHost for Extension {
+    fn envoy_request_stats(&self) -> Option<EnvoyRequestStats> {
+        Some(EnvoyRequestStats {
+            active: self.sum_stats(true, "downstream_rq_active")?,
+            total: self.sum_stats(false, "downstream_rq_total")?,
+        })
+    }
+
+    fn fail_health_checks(&self) {
+        if self.admin_cluster.is_empty() {
+            return;
+        }
+        let headers = [
+            (":method", "POST"),
+            (":path", "/healthcheck/fail"),
+            ("host", "envoy-admin"),
+        ];
+        let mut raw: Vec<HttpHeader> = headers
+            .iter()
+            .map(|(k, v)| HttpHeader {
+                key_ptr: k.as_ptr().cast(),
+                key_len: k.len(),
+                value_ptr: v.as_ptr().cast(),
+                value_len: v.len(),
+            })
+            .collect();
+        let mut id = 0u64;
+        // SAFETY: main thread, live config pointer; every buffer outlives the call (Envoy copies).
+        let r = unsafe {
+            abi::envoy_dynamic_module_callback_bootstrap_extension_http_callout(
+                self.envoy,
+                &mut id,
+                module_buffer(self.admin_cluster.as_bytes()),
+                raw.as_mut_ptr(),
+                raw.len(),
+                module_buffer(b""),
+                2000,
+            )
+        };
+        match r {
+            0 => log::info!(
+                "graceful_drain: failing Envoy's health checks through cluster {} so every \
+                 listener sends its connections away",
+                self.admin_cluster
+            ),
+            2 => log::warn!(
+                "graceful_drain: no cluster {:?}: listeners without the graceful_drain filter will \
+                 not be told to close connections (add a cluster pointing at the admin address, \
+                 or set admin_cluster to \"\" to silence this)",
+                self.admin_cluster
+            ),
+            other => {
+                log::warn!("graceful_drain: /healthcheck/fail callout not started (result {other})")
+            }
+        }
+    }
+
     fn arm_timer(&self, delay: Duration) {
         // Round up so the timer never fires before the deadline (then a useless poll re-arms).
         let ms = delay.as_nanos().div_ceil(1_000_000).max(1) as u64;
@@ -212,6 +332,9 @@ pub extern "C" fn envoy_dynamic_module_on_bootstrap_extension_config_new(
         };
         let ext = Box::new(Extension {
             envoy: bce,
+            extension: Cell::new(ptr::null_mut()),
+            admin_cluster: cfg.admin_cluster.clone(),
+            ignored_stat_prefixes: cfg.ignored_stat_prefixes.clone(),
             timer,
             scheduler,
             metrics: define_metrics(bce),
@@ -273,8 +396,14 @@ pub extern "C" fn envoy_dynamic_module_on_bootstrap_extension_config_destroy(bcm
 #[no_mangle]
 pub extern "C" fn envoy_dynamic_module_on_bootstrap_extension_new(
     bcm: *const c_void,
-    _be: EnvoyPtr,
+    be: EnvoyPtr,
 ) -> *const c_void {
+    guard("bootstrap_extension_new", (), || {
+        // SAFETY: `bcm` is our config from config_new.
+        if let Some(ext) = unsafe { extension(bcm) } {
+            ext.extension.set(be);
+        }
+    });
     bcm
 }
 
@@ -380,12 +509,45 @@ pub extern "C" fn envoy_dynamic_module_on_bootstrap_extension_http_callout_done(
     _bce: EnvoyPtr,
     _bcm: *const c_void,
     _callout_id: u64,
-    _result: u32,
-    _headers: *const HttpHeader,
-    _headers_len: usize,
+    result: u32,
+    headers: *const HttpHeader,
+    headers_len: usize,
     _body: *const Buffer,
     _body_len: usize,
 ) {
+    guard("http_callout_done", (), || {
+        let mut status: &[u8] = b"?";
+        if !headers.is_null() && headers_len > 0 && headers_len < 1024 {
+            // SAFETY: Envoy passes `headers_len` valid headers, alive for this call.
+            let hs = unsafe { std::slice::from_raw_parts(headers, headers_len) };
+            for h in hs {
+                // SAFETY: each header's buffers are valid for this call.
+                let (k, v) = unsafe {
+                    (
+                        envoy_bytes(Buffer {
+                            ptr: h.key_ptr,
+                            len: h.key_len,
+                        }),
+                        envoy_bytes(Buffer {
+                            ptr: h.value_ptr,
+                            len: h.value_len,
+                        }),
+                    )
+                };
+                if k == b":status" {
+                    status = v;
+                }
+            }
+        }
+        let status = String::from_utf8_lossy(status);
+        if result == 0 && status == "200" {
+            log::info!("graceful_drain: Envoy's health checks now fail (admin answered 200)");
+        } else {
+            log::warn!(
+                "graceful_drain: /healthcheck/fail callout: result {result}, status {status}"
+            );
+        }
+    })
 }
 
 #[no_mangle]

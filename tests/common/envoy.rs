@@ -178,7 +178,13 @@ fn remove_list_items(text: &str, name: &str) -> String {
 /// Render the example gateway with the given ports and options.
 pub fn render_gateway(admin: u16, data: u16, control: u16, o: &Options) -> String {
     let src = std::fs::read_to_string(repo_root().join("envoy-config/gateway.yaml")).unwrap();
-    let mut y = replace_once(&src, "port_value: 9901", &format!("port_value: {admin}"));
+    // The admin port appears twice: the admin listener and the drain engine's admin cluster.
+    assert_eq!(
+        src.matches("port_value: 9901").count(),
+        2,
+        "admin port in gateway.yaml"
+    );
+    let mut y = src.replace("port_value: 9901", &format!("port_value: {admin}"));
     y = replace_once(&y, "port_value: 10000", &format!("port_value: {data}"));
     y = replace_once(&y, "port_value: 10001", &format!("port_value: {control}"));
     let s = &o.settings;
@@ -202,7 +208,7 @@ pub fn render_gateway(admin: u16, data: u16, control: u16, o: &Options) -> Strin
             "              - match: { prefix: \"/upstream/\" }\n                route: { cluster: test_upstream, timeout: 0.5s }\n              - match: { prefix: \"/upstream-streaming/\" }\n                route: { cluster: test_upstream, timeout: 0s }\n              - match: { prefix: \"/\" }\n                direct_response:\n                  status: 200",
         );
         y.push_str(&format!(
-            "  clusters:\n  - name: test_upstream\n    type: STATIC\n    connect_timeout: 1s\n    load_assignment:\n      cluster_name: test_upstream\n      endpoints:\n      - lb_endpoints:\n        - endpoint: {{ address: {{ socket_address: {{ address: 127.0.0.1, port_value: {port} }} }} }}\n"
+            "  - name: test_upstream\n    type: STATIC\n    connect_timeout: 1s\n    load_assignment:\n      cluster_name: test_upstream\n      endpoints:\n      - lb_endpoints:\n        - endpoint: {{ address: {{ socket_address: {{ address: 127.0.0.1, port_value: {port} }} }} }}\n"
         ));
     }
     if !o.with_module {
@@ -221,6 +227,7 @@ pub struct Envoy {
     pub dir: TempDir,
     log_path: PathBuf,
     exit: Option<(ExitStatus, Instant)>,
+    kept: Vec<TempDir>,
 }
 
 impl Envoy {
@@ -276,6 +283,7 @@ impl Envoy {
             dir,
             log_path,
             exit: None,
+            kept: Vec::new(),
         };
         e.wait_ready().await;
         e
@@ -299,6 +307,11 @@ impl Envoy {
             );
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
+    }
+
+    /// Keep a directory (e.g. xDS files) alive as long as this Envoy.
+    pub fn keep(&mut self, dir: TempDir) {
+        self.kept.push(dir);
     }
 
     pub fn pid(&self) -> i32 {

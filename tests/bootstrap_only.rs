@@ -1,0 +1,337 @@
+//! Gateways whose listeners come from a control plane: only the bootstrap extension is loaded (no
+//! HTTP filter anywhere), listeners arrive over xDS (a file-based LDS source, a real xDS source),
+//! and the module drains through Envoy's own machinery (fails its health checks through the admin
+//! cluster, tracks Envoy's request gauges). Plus the example with its filters deleted, mixed
+//! mode, and the same scenario on stock Envoy (which must lose requests).
+
+mod common;
+
+use common::clients::{self, H1Conn, H2Conn};
+use common::envoy::{render_gateway, Envoy, Options};
+use common::{eventually, free_ports};
+use serde_json::json;
+use std::time::{Duration, Instant};
+
+const MIN_DRAIN: Duration = Duration::from_millis(300);
+const QUIET: Duration = Duration::from_millis(200);
+
+fn data_listener(name: &str, port: u16, with_filter: bool) -> serde_json::Value {
+    let mut filters = Vec::new();
+    if with_filter {
+        filters.push(json!({
+            "name": "envoy.filters.http.dynamic_modules",
+            "typed_config": {
+                "@type": "type.googleapis.com/envoy.extensions.filters.http.dynamic_modules.v3.DynamicModuleFilter",
+                "dynamic_module_config": {"name": "graceful_drain", "do_not_close": true, "metrics_namespace": "graceful_drain"},
+                "filter_name": "graceful_drain",
+                "filter_config": {"@type": "type.googleapis.com/google.protobuf.StringValue", "value": "{\"role\": \"data\"}"}
+            }
+        }));
+    }
+    filters.push(json!({
+        "name": "envoy.filters.http.fault",
+        "typed_config": {
+            "@type": "type.googleapis.com/envoy.extensions.filters.http.fault.v3.HTTPFault",
+            "delay": {"header_delay": {}, "percentage": {"numerator": 100}}
+        }
+    }));
+    filters.push(json!({"name": "envoy.filters.http.router", "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"}}));
+    json!({
+        "@type": "type.googleapis.com/envoy.config.listener.v3.Listener",
+        "name": name,
+        "address": {"socket_address": {"address": "127.0.0.1", "port_value": port}},
+        "filter_chains": [{"filters": [{
+            "name": "envoy.filters.network.http_connection_manager",
+            "typed_config": {
+                "@type": "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
+                "stat_prefix": name,
+                "codec_type": "AUTO",
+                "drain_timeout": "5s",
+                "route_config": {"virtual_hosts": [{"name": "b", "domains": ["*"], "routes": [
+                    {"match": {"prefix": "/"}, "direct_response": {"status": 200, "body": {"inline_string": "hello\n"}}}
+                ]}]},
+                "http_filters": filters
+            }
+        }]}]
+    })
+}
+
+/// A Kourier-like gateway: listeners from a file-based LDS source, the graceful_drain bootstrap
+/// extension (unless `with_module` is false) and the admin cluster it drains through.
+/// `filter_listener`: also serve a second LDS listener with the filter on it (mixed mode).
+fn xds_gateway(
+    dir: &std::path::Path,
+    admin: u16,
+    data: u16,
+    with_module: bool,
+    filter_listener: Option<u16>,
+) -> String {
+    let mut resources = vec![data_listener("xds_data", data, false)];
+    if let Some(p) = filter_listener {
+        resources.push(data_listener("xds_filtered", p, true));
+    }
+    let lds = dir.join("lds.json");
+    std::fs::write(&lds, json!({ "resources": resources }).to_string()).unwrap();
+    let ext = if with_module {
+        r#"bootstrap_extensions:
+- name: envoy.bootstrap.dynamic_modules
+  typed_config:
+    "@type": type.googleapis.com/envoy.extensions.bootstrap.dynamic_modules.v3.DynamicModuleBootstrapExtension
+    dynamic_module_config: { name: graceful_drain, do_not_close: true, metrics_namespace: graceful_drain }
+    extension_name: graceful_drain
+    extension_config:
+      "@type": type.googleapis.com/google.protobuf.StringValue
+      value: '{"min_drain_duration": "300ms", "quiet_period": "200ms", "drain_timeout": "10s"}'
+"#
+    } else {
+        ""
+    };
+    format!(
+        r#"node: {{ id: gateway, cluster: gateway }}
+admin:
+  address: {{ socket_address: {{ address: 127.0.0.1, port_value: {admin} }} }}
+{ext}dynamic_resources:
+  lds_config:
+    resource_api_version: V3
+    path_config_source: {{ path: {lds} }}
+static_resources:
+  clusters:
+  - name: graceful_drain_admin
+    type: STATIC
+    connect_timeout: 1s
+    load_assignment:
+      cluster_name: graceful_drain_admin
+      endpoints:
+      - lb_endpoints:
+        - endpoint: {{ address: {{ socket_address: {{ address: 127.0.0.1, port_value: {admin} }} }} }}
+"#,
+        lds = lds.display()
+    )
+}
+
+async fn start_xds(with_module: bool, filter_listener: bool) -> (Envoy, Option<u16>) {
+    let p = free_ports(4);
+    let dir = common::envoy::TempDir::new("xds");
+    let fl = filter_listener.then_some(p[3]);
+    let yaml = xds_gateway(&dir.0, p[0], p[1], with_module, fl);
+    let mut envoy = Envoy::start_yaml(&yaml, p[0], p[1], p[2], &Options::default()).await;
+    // Listeners come from xDS: wait until the data listener serves.
+    eventually("xDS listener serving", Duration::from_secs(10), || async {
+        clients::get(p[1], "/")
+            .await
+            .ok()
+            .filter(|r| r.status == 200)
+    })
+    .await;
+    envoy.keep(dir);
+    (envoy, fl)
+}
+
+fn slow(ms: &str) -> [(&'static str, &str); 1] {
+    [("x-envoy-fault-delay-request", ms)]
+}
+
+/// SIGTERM under load with slow requests in flight, on a gateway without any filter.
+async fn sigterm_drains_without_the_filter(mut envoy: Envoy) {
+    let port = envoy.data;
+    let mut tasks = Vec::new();
+    for _ in 0..2 {
+        tasks.push(tokio::spawn(async move {
+            clients::request(port, "GET", "/slow", &slow("1200")).await
+        }));
+    }
+    let mut h2 = H2Conn::connect(port).await.unwrap();
+    for _ in 0..2 {
+        tasks.push(tokio::spawn(
+            h2.start("/slow", &slow("1200")).await.unwrap(),
+        ));
+    }
+    let mut keepalive = H1Conn::connect(port).await.unwrap();
+    assert_eq!(
+        keepalive
+            .send("GET", "/", &[])
+            .await
+            .unwrap()
+            .header("connection"),
+        None
+    );
+    eventually(
+        "4 in flight (Envoy's gauge)",
+        Duration::from_secs(5),
+        || async {
+            (envoy
+                .stat("http.xds_data.downstream_rq_active")
+                .await
+                .or(envoy.stat("http.data.downstream_rq_active").await)
+                == Some(4))
+            .then_some(())
+        },
+    )
+    .await;
+
+    let t0 = Instant::now();
+    envoy.sigterm();
+    // The engine fails Envoy's health checks through the admin cluster.
+    eventually("health checks failed", Duration::from_secs(3), || async {
+        envoy
+            .log()
+            .contains("Envoy's health checks now fail")
+            .then_some(())
+    })
+    .await;
+    // HTTP/1.1: the next response on a keep-alive connection carries connection: close.
+    let r = keepalive.send("GET", "/late", &[]).await.unwrap();
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("connection"), Some("close"));
+    keepalive.wait_closed(Duration::from_secs(2)).await.unwrap();
+    let mut last_start = Instant::now();
+    // HTTP/2: a new stream still succeeds; GOAWAY comes with a response (Envoy's own drain).
+    let r = h2.send("/late-h2", &[]).await.unwrap();
+    assert_eq!(r.status, 200);
+    let e = h2.wait_goaway(Duration::from_secs(3)).await;
+    assert_eq!(e.reason(), Some(h2::Reason::NO_ERROR));
+    last_start = last_start.max(Instant::now());
+    let mut last_done = Instant::now();
+    for t in tasks {
+        assert_eq!(
+            t.await
+                .unwrap()
+                .expect("in-flight request completes")
+                .status,
+            200
+        );
+        last_done = Instant::now();
+    }
+    let (status, at) = envoy.wait_exit(Duration::from_secs(10)).await;
+    assert!(status.success());
+    let earliest = (t0 + MIN_DRAIN).max(last_done);
+    assert!(at >= earliest, "exited {:?} early", earliest - at);
+    // Envoy's counters are polled every 20 ms: allow the quiet period plus polling slack.
+    let latest = earliest.max(last_start + QUIET) + Duration::from_millis(700);
+    assert!(at <= latest, "exited {:?} late", at - latest);
+    let log = envoy.log();
+    assert!(log.contains("Envoy's health checks now fail"), "{log}");
+    assert!(log.contains("drain completed in"), "{log}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn xds_listeners_drain_with_the_bootstrap_extension_only() {
+    let (envoy, _) = start_xds(true, false).await;
+    assert!(
+        !envoy.log().contains("filter config loaded"),
+        "no filter may be loaded in this mode"
+    );
+    sigterm_drains_without_the_filter(envoy).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn example_gateway_with_its_filters_deleted_still_drains() {
+    let p = free_ports(3);
+    let yaml = render_gateway(p[0], p[1], p[2], &Options::default());
+    let mut y = String::new();
+    let mut skip: Option<usize> = None;
+    for line in yaml.lines() {
+        let indent = line.len() - line.trim_start().len();
+        if let Some(i) = skip {
+            if line.trim().is_empty() || indent > i {
+                continue;
+            }
+            skip = None;
+        }
+        if line.trim_start() == "- name: envoy.filters.http.dynamic_modules" {
+            skip = Some(indent);
+            continue;
+        }
+        y.push_str(line);
+        y.push('\n');
+    }
+    assert!(
+        !y.contains("envoy.filters.http.dynamic_modules")
+            && y.contains("envoy.bootstrap.dynamic_modules")
+    );
+    let envoy = Envoy::start_yaml(&y, p[0], p[1], p[2], &Options::default()).await;
+    // Readiness comes from Envoy's health_check filter on the control listener.
+    assert_eq!(
+        clients::get(envoy.control, "/ready").await.unwrap().status,
+        200
+    );
+    let control = envoy.control;
+    let ready_flips = tokio::spawn(async move {
+        eventually(
+            "/ready 503 after SIGTERM",
+            Duration::from_secs(5),
+            || async { (clients::get(control, "/ready").await.ok()?.status == 503).then_some(()) },
+        )
+        .await
+    });
+    sigterm_drains_without_the_filter(envoy).await;
+    ready_flips.await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn mixed_mode_one_drain_no_double_counting() {
+    let (mut envoy, filtered) = start_xds(true, true).await;
+    let filtered = filtered.unwrap();
+    let (a, b) = (envoy.data, filtered);
+    let t1 = tokio::spawn(async move { clients::request(a, "GET", "/", &slow("1500")).await });
+    let t2 = tokio::spawn(async move { clients::request(b, "GET", "/", &slow("1500")).await });
+    eventually("2 in flight", Duration::from_secs(5), || async {
+        let x = envoy.stat("http.xds_data.downstream_rq_active").await?;
+        let y = envoy.stat("http.xds_filtered.downstream_rq_active").await?;
+        (x == 1 && y == 1).then_some(())
+    })
+    .await;
+    envoy.sigterm();
+    let st = eventually(
+        "engine saw Envoy's gauges",
+        Duration::from_secs(3),
+        || async {
+            let r = clients::get(envoy.admin, "/graceful_drain/status")
+                .await
+                .ok()?;
+            let st: serde_json::Value = serde_json::from_slice(&r.body).ok()?;
+            st["envoy_active_requests"].is_u64().then_some(st)
+        },
+    )
+    .await;
+    assert_eq!(
+        st["active_requests"], 1,
+        "the filter counts its own listener: {st}"
+    );
+    assert_eq!(
+        st["envoy_active_requests"], 2,
+        "both listeners, each request once: {st}"
+    );
+    assert_eq!(st["state"], "draining");
+    for t in [t1, t2] {
+        assert_eq!(t.await.unwrap().unwrap().status, 200);
+    }
+    let (status, _) = envoy.wait_exit(Duration::from_secs(10)).await;
+    assert!(status.success());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn xds_gateway_without_the_module_loses_in_flight_requests() {
+    let (mut envoy, _) = start_xds(false, false).await;
+    let port = envoy.data;
+    let mut tasks = Vec::new();
+    for _ in 0..3 {
+        tasks.push(tokio::spawn(async move {
+            clients::request(port, "GET", "/", &slow("1500")).await
+        }));
+    }
+    eventually("in flight", Duration::from_secs(5), || async {
+        (envoy.stat("http.xds_data.downstream_rq_active").await == Some(3)).then_some(())
+    })
+    .await;
+    let t0 = Instant::now();
+    envoy.sigterm();
+    let (_, at) = envoy.wait_exit(Duration::from_secs(5)).await;
+    assert!(at - t0 < Duration::from_millis(500));
+    for t in tasks {
+        assert!(
+            t.await.unwrap().is_err(),
+            "stock Envoy must lose the in-flight request"
+        );
+    }
+}
