@@ -7,7 +7,7 @@
 mod common;
 
 use common::clients::{self, H1Conn, H2Conn};
-use common::envoy::{render_gateway, Envoy, Options};
+use common::envoy::{remove_list_items, render_gateway, Envoy, Options};
 use common::{eventually, free_ports};
 use serde_json::json;
 use std::time::{Duration, Instant};
@@ -228,23 +228,7 @@ async fn xds_listeners_drain_with_the_bootstrap_extension_only() {
 async fn example_gateway_with_its_filters_deleted_still_drains() {
     let p = free_ports(3);
     let yaml = render_gateway(p[0], p[1], p[2], &Options::default());
-    let mut y = String::new();
-    let mut skip: Option<usize> = None;
-    for line in yaml.lines() {
-        let indent = line.len() - line.trim_start().len();
-        if let Some(i) = skip {
-            if line.trim().is_empty() || indent > i {
-                continue;
-            }
-            skip = None;
-        }
-        if line.trim_start() == "- name: envoy.filters.http.dynamic_modules" {
-            skip = Some(indent);
-            continue;
-        }
-        y.push_str(line);
-        y.push('\n');
-    }
+    let y = remove_list_items(&yaml, "envoy.filters.http.dynamic_modules");
     assert!(
         !y.contains("envoy.filters.http.dynamic_modules")
             && y.contains("envoy.bootstrap.dynamic_modules")

@@ -3,7 +3,7 @@
 //! thread may call.
 
 use super::abi::{self, Buffer, EnvoyPtr, HttpHeader};
-use super::{envoy_bytes, guard, module_buffer};
+use super::{envoy_bytes, guard, module_buffer, module_headers};
 use crate::bootstrap::{
     Engine, EngineHost, EngineMetric, EnvoyRequestStats, ShutdownRelease, ADMIN_DRAIN_PATH,
     ADMIN_STATUS_PATH,
@@ -131,15 +131,7 @@ impl EngineHost for Extension {
             (":path", "/healthcheck/fail"),
             ("host", "envoy-admin"),
         ];
-        let mut raw: Vec<HttpHeader> = headers
-            .iter()
-            .map(|(k, v)| HttpHeader {
-                key_ptr: k.as_ptr().cast(),
-                key_len: k.len(),
-                value_ptr: v.as_ptr().cast(),
-                value_len: v.len(),
-            })
-            .collect();
+        let mut raw = module_headers(&headers);
         let mut id = 0u64;
         // SAFETY: main thread, live config pointer; every buffer outlives the call (Envoy copies).
         let r = unsafe {

@@ -2,7 +2,7 @@
 //! Each hook: guard, convert, delegate to [`crate::http_filter`].
 
 use super::abi::{self, Buffer, EnvoyPtr, HttpHeader};
-use super::{envoy_bytes, guard, module_buffer};
+use super::{envoy_bytes, guard, module_buffer, module_headers};
 use crate::config::{DrainToken, FilterConfig, Role};
 use crate::http_filter::{HeadersAction, Metric, Stream, StreamHost};
 use crate::state::Protocol;
@@ -181,15 +181,7 @@ impl StreamHost for EnvoyStream<'_> {
     }
 
     fn send_response(&self, status: u32, headers: &[(&str, &str)], body: &[u8]) {
-        let mut raw: Vec<HttpHeader> = headers
-            .iter()
-            .map(|(k, v)| HttpHeader {
-                key_ptr: k.as_ptr().cast(),
-                key_len: k.len(),
-                value_ptr: v.as_ptr().cast(),
-                value_len: v.len(),
-            })
-            .collect();
+        let mut raw = module_headers(headers);
         let details = b"graceful_drain_control";
         // SAFETY: live stream; every buffer points at memory alive for the call; Envoy copies.
         unsafe {

@@ -37,6 +37,19 @@ pub(crate) fn module_buffer(bytes: &[u8]) -> Buffer {
     }
 }
 
+/// Header views over module-owned strings, valid while `headers` lives.
+pub(crate) fn module_headers(headers: &[(&str, &str)]) -> Vec<abi::HttpHeader> {
+    headers
+        .iter()
+        .map(|(k, v)| abi::HttpHeader {
+            key_ptr: k.as_ptr().cast(),
+            key_len: k.len(),
+            value_ptr: v.as_ptr().cast(),
+            value_len: v.len(),
+        })
+        .collect()
+}
+
 /// View an Envoy buffer as bytes. Null or empty becomes an empty slice; nothing is assumed about
 /// the encoding.
 ///

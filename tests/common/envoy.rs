@@ -155,7 +155,7 @@ fn replace_once(text: &str, from: &str, to: &str) -> String {
 }
 
 /// Remove a YAML list item `- name: <name>` (and everything indented below it).
-fn remove_list_items(text: &str, name: &str) -> String {
+pub fn remove_list_items(text: &str, name: &str) -> String {
     let mut out = Vec::new();
     let mut skipping: Option<usize> = None;
     for line in text.lines() {
