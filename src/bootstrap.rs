@@ -64,7 +64,14 @@ impl Engine {
             "graceful_drain: SIGTERM received; holding Envoy's exit until the drain completes"
         );
         Shared::global().start_drain(Trigger::Sigterm);
-        self.pending_shutdown = Some(release);
+        // Should Envoy ask twice, release both holds when the drain completes.
+        self.pending_shutdown = Some(match self.pending_shutdown.take() {
+            None => release,
+            Some(earlier) => Box::new(move || {
+                earlier();
+                release();
+            }),
+        });
         self.evaluate(host)
     }
 
