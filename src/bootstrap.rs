@@ -213,3 +213,89 @@ impl Engine {
 
 pub const ADMIN_DRAIN_PATH: &[u8] = b"/graceful_drain";
 pub const ADMIN_STATUS_PATH: &[u8] = b"/graceful_drain/status";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::DrainSettings;
+    use std::cell::{Cell, RefCell};
+    use std::rc::Rc;
+
+    #[derive(Default)]
+    struct FakeHost {
+        timers: RefCell<Vec<Duration>>,
+        draining: Cell<Option<u64>>,
+        metrics: RefCell<Vec<EngineMetric>>,
+        failed_health_checks: Cell<u32>,
+    }
+
+    impl EngineHost for FakeHost {
+        fn arm_timer(&self, delay: Duration) {
+            self.timers.borrow_mut().push(delay);
+        }
+        fn set_draining_gauge(&self, value: u64) {
+            self.draining.set(Some(value));
+        }
+        fn count(&self, metric: EngineMetric) {
+            self.metrics.borrow_mut().push(metric);
+        }
+        fn envoy_request_stats(&self) -> Option<EnvoyRequestStats> {
+            Some(EnvoyRequestStats {
+                active: 0,
+                total: 7,
+            })
+        }
+        fn fail_health_checks(&self) {
+            self.failed_health_checks
+                .set(self.failed_health_checks.get() + 1);
+        }
+    }
+
+    /// The only unit test that touches the process-wide state (the engine works on it).
+    #[test]
+    fn sigterm_holds_then_releases_and_a_later_sigterm_releases_at_once() {
+        let shared = Shared::global();
+        assert!(shared.install_engine(DrainSettings {
+            min_drain_duration: Duration::from_millis(50),
+            quiet_period: Duration::ZERO,
+            drain_timeout: Duration::from_secs(5),
+        }));
+        let host = FakeHost::default();
+        let mut engine = Engine::default();
+        let released = Rc::new(Cell::new(0));
+        let r = released.clone();
+        let pending = engine.on_shutdown(&host, Box::new(move || r.set(r.get() + 1)));
+        assert!(pending.is_none(), "held until min_drain_duration");
+        assert_eq!(host.draining.get(), Some(1));
+        assert_eq!(host.failed_health_checks.get(), 1);
+        let delay = *host.timers.borrow().last().expect("timer armed");
+        assert!(delay <= IN_FLIGHT_RECHECK, "{delay:?}");
+        // Timer ticks until the minimum has passed.
+        let deadline = Instant::now() + Duration::from_secs(2);
+        let release = loop {
+            if let Some(r) = engine.evaluate(&host) {
+                break r;
+            }
+            assert!(Instant::now() < deadline, "drain never completed");
+            std::thread::sleep(Duration::from_millis(5));
+        };
+        assert_eq!(
+            released.get(),
+            0,
+            "the engine returns the release, the caller calls it"
+        );
+        release();
+        assert_eq!(released.get(), 1);
+        assert_eq!(host.draining.get(), Some(0));
+        assert_eq!(
+            *host.metrics.borrow(),
+            [EngineMetric::DrainStarted, EngineMetric::DrainCompleted]
+        );
+        // SIGTERM after a completed drain: released at once; health checks not failed again.
+        let r = released.clone();
+        let again = engine.on_shutdown(&host, Box::new(move || r.set(r.get() + 1)));
+        again.expect("released at once")();
+        assert_eq!(released.get(), 2);
+        assert_eq!(host.failed_health_checks.get(), 1);
+    }
+}
