@@ -371,3 +371,35 @@ async fn without_the_module_sigterm_loses_in_flight_requests() {
         "every in-flight request is lost without the module"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn drain_endpoint_reports_a_timeout_with_200() {
+    // kubelet only waits for the preStop answer: at the timeout /drain still answers 200, and the
+    // summary says the timeout ended it and how many requests were still in flight.
+    let envoy = Envoy::start(Options {
+        settings: Settings {
+            timeout: "1s",
+            ..FAST
+        },
+        ..Options::default()
+    })
+    .await;
+    let s = slow(5000);
+    let (port, h) = (envoy.data, s.clone());
+    let _stuck =
+        tokio::spawn(async move { clients::request(port, "GET", "/stuck", &hdrs(&h)).await });
+    envoy.wait_active(1).await;
+    let t0 = Instant::now();
+    let r = clients::get(envoy.control, "/drain").await.unwrap();
+    let took = t0.elapsed();
+    assert_eq!(r.status, 200);
+    let st: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+    assert_eq!(st["state"], "drained", "{st}");
+    assert_eq!(st["outcome"]["timed_out"], true, "{st}");
+    assert_eq!(st["outcome"]["requests_cut"], 1, "{st}");
+    assert!(
+        took >= Duration::from_secs(1) && took < Duration::from_millis(1600),
+        "{took:?}"
+    );
+    assert_eq!(envoy.stat("graceful_drain.drains_timed_out").await, Some(1));
+}
