@@ -3,7 +3,7 @@
 //! thread may call.
 
 use super::abi::{self, Buffer, EnvoyPtr, HttpHeader};
-use super::{envoy_bytes, guard, module_buffer, module_headers};
+use super::{define_metric, envoy_bytes, guard, module_buffer, module_headers, DefineMetric};
 use crate::bootstrap::{
     Engine, EngineHost, EngineMetric, EnvoyRequestStats, ShutdownRelease, ADMIN_DRAIN_PATH,
     ADMIN_STATUS_PATH,
@@ -211,33 +211,13 @@ impl EngineHost for Extension {
 }
 
 fn define_metrics(bce: EnvoyPtr) -> Option<Metrics> {
-    let define = |name: &str, gauge: bool| -> Option<usize> {
-        let mut id = 0usize;
-        // SAFETY: inside config_new with Envoy's config pointer; the name lives for the call.
-        let r = unsafe {
-            if gauge {
-                abi::envoy_dynamic_module_callback_bootstrap_extension_config_define_gauge(
-                    bce,
-                    module_buffer(name.as_bytes()),
-                    ptr::null_mut(),
-                    0,
-                    &mut id,
-                )
-            } else {
-                abi::envoy_dynamic_module_callback_bootstrap_extension_config_define_counter(
-                    bce,
-                    module_buffer(name.as_bytes()),
-                    ptr::null_mut(),
-                    0,
-                    &mut id,
-                )
-            }
-        };
-        if r != abi::METRICS_SUCCESS {
-            log::warn!("graceful_drain: could not define metric {name} (result {r})");
-            return None;
-        }
-        Some(id)
+    let gauge =
+        abi::envoy_dynamic_module_callback_bootstrap_extension_config_define_gauge as DefineMetric;
+    let counter = abi::envoy_dynamic_module_callback_bootstrap_extension_config_define_counter
+        as DefineMetric;
+    // SAFETY: called from config_new with Envoy's config pointer.
+    let define = |name: &str, gauge_kind: bool| unsafe {
+        define_metric(if gauge_kind { gauge } else { counter }, bce, name)
     };
     Some(Metrics {
         draining: define("draining", true)?,

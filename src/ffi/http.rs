@@ -2,7 +2,7 @@
 //! Each hook: guard, convert, delegate to [`crate::http_filter`].
 
 use super::abi::{self, Buffer, EnvoyPtr, HttpHeader};
-use super::{envoy_bytes, guard, module_buffer, module_headers};
+use super::{define_metric, envoy_bytes, guard, module_buffer, module_headers, DefineMetric};
 use crate::config::{DrainToken, FilterConfig, Role};
 use crate::http_filter::{HeadersAction, Metric, Stream, StreamHost};
 use crate::state::Protocol;
@@ -29,34 +29,13 @@ struct DataMetrics {
 
 impl DataMetrics {
     fn define(ce: EnvoyPtr) -> Option<DataMetrics> {
-        let define = |name: &str, gauge: bool| -> Option<usize> {
-            let mut id = 0usize;
-            // SAFETY: `ce` is the config pointer Envoy passed to config_new (we are inside it);
-            // the name buffer lives for the call; no labels.
-            let r = unsafe {
-                if gauge {
-                    abi::envoy_dynamic_module_callback_http_filter_config_define_gauge(
-                        ce,
-                        module_buffer(name.as_bytes()),
-                        ptr::null_mut(),
-                        0,
-                        &mut id,
-                    )
-                } else {
-                    abi::envoy_dynamic_module_callback_http_filter_config_define_counter(
-                        ce,
-                        module_buffer(name.as_bytes()),
-                        ptr::null_mut(),
-                        0,
-                        &mut id,
-                    )
-                }
-            };
-            if r != abi::METRICS_SUCCESS {
-                log::warn!("graceful_drain: could not define metric {name} (result {r})");
-                return None;
-            }
-            Some(id)
+        let gauge =
+            abi::envoy_dynamic_module_callback_http_filter_config_define_gauge as DefineMetric;
+        let counter =
+            abi::envoy_dynamic_module_callback_http_filter_config_define_counter as DefineMetric;
+        // SAFETY: called from config_new with Envoy's config pointer.
+        let define = |name: &str, gauge_kind: bool| unsafe {
+            define_metric(if gauge_kind { gauge } else { counter }, ce, name)
         };
         Some(DataMetrics {
             active_requests: define("active_requests", true)?,
