@@ -240,9 +240,14 @@ async fn drain_endpoint_answers_when_work_is_done_and_sigterm_then_exits_at_once
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn drain_timeout_completes_on_time_and_reports_cut_requests() {
-    let mut envoy = Envoy::start(Options {
+/// A gateway with `drain_timeout` 1 s and one request in flight that outlives it.
+async fn gateway_with_a_stuck_request(
+    ms: u32,
+) -> (
+    Envoy,
+    tokio::task::JoinHandle<Result<clients::Resp, String>>,
+) {
+    let envoy = Envoy::start(Options {
         settings: Settings {
             timeout: "1s",
             ..FAST
@@ -250,11 +255,16 @@ async fn drain_timeout_completes_on_time_and_reports_cut_requests() {
         ..Options::default()
     })
     .await;
-    let s = slow(8000);
-    let (port, h) = (envoy.data, s.clone());
+    let (port, h) = (envoy.data, slow(ms));
     let stuck =
         tokio::spawn(async move { clients::request(port, "GET", "/stuck", &hdrs(&h)).await });
     envoy.wait_active(1).await;
+    (envoy, stuck)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn drain_timeout_completes_on_time_and_reports_cut_requests() {
+    let (mut envoy, stuck) = gateway_with_a_stuck_request(8000).await;
     let t0 = Instant::now();
     envoy.sigterm();
     let (status, at) = envoy.wait_exit(Duration::from_secs(5)).await;
@@ -376,19 +386,7 @@ async fn without_the_module_sigterm_loses_in_flight_requests() {
 async fn drain_endpoint_reports_a_timeout_with_200() {
     // kubelet only waits for the preStop answer: at the timeout /drain still answers 200, and the
     // summary says the timeout ended it and how many requests were still in flight.
-    let envoy = Envoy::start(Options {
-        settings: Settings {
-            timeout: "1s",
-            ..FAST
-        },
-        ..Options::default()
-    })
-    .await;
-    let s = slow(5000);
-    let (port, h) = (envoy.data, s.clone());
-    let _stuck =
-        tokio::spawn(async move { clients::request(port, "GET", "/stuck", &hdrs(&h)).await });
-    envoy.wait_active(1).await;
+    let (envoy, _stuck) = gateway_with_a_stuck_request(5000).await;
     let t0 = Instant::now();
     let r = clients::get(envoy.control, "/drain").await.unwrap();
     let took = t0.elapsed();
