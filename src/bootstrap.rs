@@ -35,8 +35,44 @@ pub enum EngineMetric {
     DrainTimedOut,
 }
 
-/// Callback that lets Envoy's shutdown proceed.
-pub type ShutdownRelease = Box<dyn FnOnce()>;
+/// Envoy's permission to exit, given exactly once: by [`ShutdownRelease::release`], or, if it is
+/// dropped unreleased (a panic unwinding through whoever held it), by its drop, so Envoy is never
+/// left waiting for a callback that will not come.
+pub struct ShutdownRelease(Option<Box<dyn FnOnce()>>);
+
+impl ShutdownRelease {
+    pub fn new(f: impl FnOnce() + 'static) -> Self {
+        ShutdownRelease(Some(Box::new(f)))
+    }
+
+    pub fn release(mut self) {
+        if let Some(f) = self.0.take() {
+            f()
+        }
+    }
+
+    /// One release that gives both.
+    fn and(mut self, mut other: ShutdownRelease) -> Self {
+        let (a, b) = (self.0.take(), other.0.take());
+        ShutdownRelease::new(move || {
+            if let Some(a) = a {
+                a()
+            }
+            if let Some(b) = b {
+                b()
+            }
+        })
+    }
+}
+
+impl Drop for ShutdownRelease {
+    fn drop(&mut self) {
+        if let Some(f) = self.0.take() {
+            log::warn!("graceful_drain: Envoy's exit released early by an internal failure");
+            f()
+        }
+    }
+}
 
 #[derive(Default)]
 pub struct Engine {
@@ -58,28 +94,40 @@ impl Engine {
     pub fn on_shutdown(
         &mut self,
         host: &impl EngineHost,
+        shared: &Shared,
         release: ShutdownRelease,
     ) -> Option<ShutdownRelease> {
         log::info!(
             "graceful_drain: SIGTERM received; holding Envoy's exit until the drain completes"
         );
-        Shared::global().start_drain(Trigger::Sigterm);
+        // Held first, so a failure below still finds it here (and the hook releases it).
         // Should Envoy ask twice, release both holds when the drain completes.
         self.pending_shutdown = Some(match self.pending_shutdown.take() {
             None => release,
-            Some(earlier) => Box::new(move || {
-                earlier();
-                release();
-            }),
+            Some(earlier) => earlier.and(release),
         });
-        self.evaluate(host)
+        #[cfg(feature = "panic-test")]
+        if crate::faults::active("shutdown_panic") {
+            panic!("test fault: shutdown_panic");
+        }
+        shared.start_drain(Trigger::Sigterm);
+        self.evaluate(host, shared)
     }
 
-    /// Envoy's own drain (`POST /drain_listeners`) started.
+    /// Take the pending shutdown hold (to release it when the engine failed).
+    pub fn take_pending_shutdown(&mut self) -> Option<ShutdownRelease> {
+        self.pending_shutdown.take()
+    }
+
+    /// Envoy's own drain (`POST /drain_listeners`, or a hot restart handing over) started.
     #[must_use]
-    pub fn on_envoy_drain_started(&mut self, host: &impl EngineHost) -> Option<ShutdownRelease> {
-        Shared::global().start_drain(Trigger::DrainListeners);
-        self.evaluate(host)
+    pub fn on_envoy_drain_started(
+        &mut self,
+        host: &impl EngineHost,
+        shared: &Shared,
+    ) -> Option<ShutdownRelease> {
+        shared.start_drain(Trigger::DrainListeners);
+        self.evaluate(host, shared)
     }
 
     /// Admin endpoints registered by the extension. Returns (status, body) and, as
@@ -87,23 +135,21 @@ impl Engine {
     pub fn on_admin(
         &mut self,
         host: &impl EngineHost,
+        shared: &Shared,
         method: &[u8],
         path: &[u8],
     ) -> (u32, String, Option<ShutdownRelease>) {
         let path = path.split(|&b| b == b'?').next().unwrap_or(b"");
-        let shared = Shared::global();
         match (method, path) {
             (b"POST", ADMIN_DRAIN_PATH) => {
                 // Idempotent: a second call reports the drain already under way.
                 if shared.start_drain(Trigger::Admin) == StartResult::NoEngine {
                     return (503, "graceful_drain engine not installed\n".into(), None);
                 }
-                let release = self.evaluate(host);
-                (200, shared.status(Instant::now()).to_json() + "\n", release)
+                let release = self.evaluate(host, shared);
+                (200, shared.status().to_json() + "\n", release)
             }
-            (b"GET", ADMIN_STATUS_PATH) => {
-                (200, shared.status(Instant::now()).to_json() + "\n", None)
-            }
+            (b"GET", ADMIN_STATUS_PATH) => (200, shared.status().to_json() + "\n", None),
             (_, ADMIN_DRAIN_PATH) => (
                 405,
                 "use POST /graceful_drain to start a drain\n".into(),
@@ -118,20 +164,24 @@ impl Engine {
     /// Returns Envoy's shutdown release when the drain is complete and SIGTERM is waiting on it:
     /// the caller must call it after dropping its borrow of the engine.
     #[must_use]
-    pub fn evaluate(&mut self, host: &impl EngineHost) -> Option<ShutdownRelease> {
-        let shared = Shared::global();
-        let now = Instant::now();
+    pub fn evaluate(&mut self, host: &impl EngineHost, shared: &Shared) -> Option<ShutdownRelease> {
+        let now = shared.clock.now();
         let envoy = if shared.is_draining() {
             self.observe_envoy(host, now)
         } else {
             None
         };
-        let decision = shared.poll(now, envoy);
+        let decision = shared.poll(envoy);
         let phase = shared.phase();
         if !self.start_reported {
             if let Phase::Draining { trigger, .. } | Phase::Drained { trigger, .. } = phase {
                 self.start_reported = true;
-                host.fail_health_checks();
+                // Envoy's own drain (drain_listeners, hot restart) already closes connections on
+                // every listener; and on a hot restart the admin address belongs to the new
+                // process, whose health must not be failed by the old one.
+                if trigger != Trigger::DrainListeners {
+                    host.fail_health_checks();
+                }
                 host.set_draining_gauge(1);
                 host.count(EngineMetric::DrainStarted);
                 let s = shared.settings().unwrap_or_default();
@@ -140,7 +190,7 @@ impl Engine {
                      envoy_active_requests={}, min_drain_duration={:?}, quiet_period={:?}, \
                      drain_timeout={:?})",
                     trigger.as_str(),
-                    shared.active_requests(),
+                    shared.requests.counts().active,
                     envoy.map_or("unknown".to_string(), |e| e.active_requests.to_string()),
                     s.min_drain_duration,
                     s.quiet_period,
@@ -164,24 +214,26 @@ impl Engine {
                     self.completion_reported = true;
                     host.set_draining_gauge(0);
                     host.count(EngineMetric::DrainCompleted);
-                    let st = shared.status(now);
+                    let st = shared.status();
                     if outcome.timed_out {
                         host.count(EngineMetric::DrainTimedOut);
                         log::warn!(
-                            "graceful_drain: drain timed out after {} ms: {} requests served during \
-                             it, {} requests still in flight are cut",
+                            "graceful_drain: drain timed out after {} ms: requests served during \
+                             it: {}, requests still in flight and cut: {}",
                             outcome.duration.as_millis(),
                             st.requests_served_while_draining,
                             outcome.requests_cut
                         );
                     } else {
                         log::info!(
-                            "graceful_drain: drain completed in {} ms: {} requests served during \
-                             it, 0 requests cut; connections sent away: http1={} http2={}",
+                            "graceful_drain: drain completed in {} ms: requests served during it: \
+                             {}, requests cut: 0; connections sent away: http1={} http2={} \
+                             other={}",
                             outcome.duration.as_millis(),
                             st.requests_served_while_draining,
                             st.connections_sent_away.http1,
-                            st.connections_sent_away.http2
+                            st.connections_sent_away.http2,
+                            st.connections_sent_away.other
                         );
                     }
                 }
@@ -217,7 +269,9 @@ pub const ADMIN_STATUS_PATH: &[u8] = b"/graceful_drain/status";
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::clock::Clock;
     use crate::config::DrainSettings;
+    use crate::state::tests::fixture;
     use std::cell::{Cell, RefCell};
     use std::rc::Rc;
 
@@ -251,11 +305,14 @@ mod tests {
         }
     }
 
-    /// The only unit test that touches the process-wide state (the engine works on it).
+    fn counting_release(n: &Rc<Cell<u32>>) -> ShutdownRelease {
+        let n = n.clone();
+        ShutdownRelease::new(move || n.set(n.get() + 1))
+    }
+
     #[test]
     fn sigterm_holds_then_releases_and_a_later_sigterm_releases_at_once() {
-        let shared = Shared::global();
-        assert!(shared.install_engine(DrainSettings {
+        let f = fixture(Some(DrainSettings {
             min_drain_duration: Duration::from_millis(50),
             quiet_period: Duration::ZERO,
             drain_timeout: Duration::from_secs(5),
@@ -263,28 +320,32 @@ mod tests {
         let host = FakeHost::default();
         let mut engine = Engine::default();
         let released = Rc::new(Cell::new(0));
-        let r = released.clone();
-        let pending = engine.on_shutdown(&host, Box::new(move || r.set(r.get() + 1)));
+        let pending = engine.on_shutdown(&host, &f.shared, counting_release(&released));
         assert!(pending.is_none(), "held until min_drain_duration");
         assert_eq!(host.draining.get(), Some(1));
         assert_eq!(host.failed_health_checks.get(), 1);
         let delay = *host.timers.borrow().last().expect("timer armed");
         assert!(delay <= IN_FLIGHT_RECHECK, "{delay:?}");
-        // Timer ticks until the minimum has passed.
-        let deadline = Instant::now() + Duration::from_secs(2);
+        // Timer ticks on the fake clock until the minimum has passed.
+        let mut ticks = 0;
         let release = loop {
-            if let Some(r) = engine.evaluate(&host) {
+            f.clock.advance(*host.timers.borrow().last().unwrap());
+            if let Some(r) = engine.evaluate(&host, &f.shared) {
                 break r;
             }
-            assert!(Instant::now() < deadline, "drain never completed");
-            std::thread::sleep(Duration::from_millis(5));
+            ticks += 1;
+            assert!(ticks < 10, "drain never completed");
         };
+        assert_eq!(
+            f.shared.clock.now() - f.clock.epoch(),
+            Duration::from_millis(50)
+        );
         assert_eq!(
             released.get(),
             0,
             "the engine returns the release, the caller calls it"
         );
-        release();
+        release.release();
         assert_eq!(released.get(), 1);
         assert_eq!(host.draining.get(), Some(0));
         assert_eq!(
@@ -292,10 +353,86 @@ mod tests {
             [EngineMetric::DrainStarted, EngineMetric::DrainCompleted]
         );
         // SIGTERM after a completed drain: released at once; health checks not failed again.
-        let r = released.clone();
-        let again = engine.on_shutdown(&host, Box::new(move || r.set(r.get() + 1)));
-        again.expect("released at once")();
+        let again = engine.on_shutdown(&host, &f.shared, counting_release(&released));
+        again.expect("released at once").release();
         assert_eq!(released.get(), 2);
+        assert_eq!(host.failed_health_checks.get(), 1);
+    }
+
+    #[test]
+    fn a_release_dropped_unreleased_still_lets_envoy_exit_exactly_once() {
+        let n = Rc::new(Cell::new(0));
+        drop(counting_release(&n));
+        assert_eq!(n.get(), 1);
+        counting_release(&n).release();
+        assert_eq!(n.get(), 2);
+        counting_release(&n).and(counting_release(&n)).release();
+        assert_eq!(n.get(), 4);
+        // A panic while the engine holds it: the hook takes it back and releases it.
+        let f = fixture(Some(DrainSettings::default()));
+        let mut engine = Engine::default();
+        let host = FakeHost::default();
+        assert!(engine
+            .on_shutdown(&host, &f.shared, counting_release(&n))
+            .is_none());
+        engine.take_pending_shutdown().unwrap().release();
+        assert_eq!(n.get(), 5);
+        drop(engine);
+        assert_eq!(n.get(), 5, "nothing left to release twice");
+    }
+
+    #[test]
+    fn envoys_own_drain_does_not_fail_health_checks_and_requests_hold_it() {
+        let f = fixture(Some(DrainSettings {
+            min_drain_duration: Duration::from_millis(100),
+            quiet_period: Duration::from_millis(100),
+            drain_timeout: Duration::from_secs(5),
+        }));
+        let host = FakeHost::default();
+        let mut engine = Engine::default();
+        let (t, _) = f.shared.request_started(None);
+        assert!(engine.on_envoy_drain_started(&host, &f.shared).is_none());
+        assert_eq!(
+            host.failed_health_checks.get(),
+            0,
+            "hot restart: the admin is not ours"
+        );
+        f.clock.advance(Duration::from_secs(1));
+        let _ = engine.evaluate(&host, &f.shared);
+        assert!(
+            matches!(f.shared.phase(), Phase::Draining { .. }),
+            "a request is in flight"
+        );
+        f.shared.request_ended(t);
+        let _ = engine.evaluate(&host, &f.shared);
+        assert!(matches!(f.shared.phase(), Phase::Drained { .. }));
+    }
+
+    #[test]
+    fn admin_endpoints_answer_and_refuse_wrong_methods() {
+        let f = fixture(Some(DrainSettings::default()));
+        let host = FakeHost::default();
+        let mut engine = Engine::default();
+        let (code, body, _) = engine.on_admin(&host, &f.shared, b"GET", ADMIN_STATUS_PATH);
+        assert_eq!(code, 200);
+        assert!(body.contains("\"state\":\"serving\""));
+        assert_eq!(
+            engine
+                .on_admin(&host, &f.shared, b"GET", ADMIN_DRAIN_PATH)
+                .0,
+            405
+        );
+        assert_eq!(
+            engine
+                .on_admin(&host, &f.shared, b"POST", b"/graceful_drain/x")
+                .0,
+            404
+        );
+        let (code, body, release) =
+            engine.on_admin(&host, &f.shared, b"POST", b"/graceful_drain?x=1");
+        assert!(release.is_none());
+        assert_eq!(code, 200);
+        assert!(body.contains("\"trigger\":\"admin\""), "{body}");
         assert_eq!(host.failed_health_checks.get(), 1);
     }
 }

@@ -82,10 +82,16 @@ impl fmt::Debug for DrainToken {
 
 impl DrainToken {
     /// Check an `Authorization` header value in time independent of where it differs.
+    /// The scheme is case-insensitive and may be followed by several spaces (RFC 7235).
     pub fn accepts(&self, authorization: &[u8]) -> bool {
-        let Some(given) = authorization.strip_prefix(b"Bearer ") else {
+        let Some(sp) = authorization.iter().position(|&b| b == b' ') else {
             return false;
         };
+        if !authorization[..sp].eq_ignore_ascii_case(b"bearer") {
+            return false;
+        }
+        let given = &authorization[sp..];
+        let given = &given[given.iter().take_while(|&&b| b == b' ').count()..];
         let mut diff = (given.len() ^ self.0.len()) as u32;
         for i in 0..given.len().max(self.0.len()) {
             let a = given.get(i).copied().unwrap_or(0);
@@ -93,6 +99,11 @@ impl DrainToken {
             diff |= u32::from(a ^ b);
         }
         std::hint::black_box(diff) == 0
+    }
+
+    #[cfg(test)]
+    pub(crate) fn for_tests(token: &str) -> DrainToken {
+        DrainToken(token.as_bytes().to_vec())
     }
 
     fn from_text(field: &str, text: &str) -> Result<DrainToken, ConfigError> {
@@ -528,7 +539,12 @@ mod tests {
         assert!(t.accepts(b"Bearer s3cret"));
         assert!(!t.accepts(b"Bearer s3cre"));
         assert!(!t.accepts(b"Bearer s3cretX"));
-        assert!(!t.accepts(b"bearer s3cret"));
+        assert!(
+            t.accepts(b"bearer s3cret"),
+            "the scheme is case-insensitive (RFC 7235)"
+        );
+        assert!(!t.accepts(b"Bearers3cret"));
+        assert!(!t.accepts(b"Bearer S3CRET"), "the token is not");
         assert!(!t.accepts(b"s3cret"));
         assert!(!t.accepts(b""));
         assert_eq!(format!("{t:?}"), "DrainToken(<redacted>)");

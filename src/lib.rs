@@ -5,18 +5,24 @@
 //! - [`ffi`]: the only unsafe code. Raw ABI declarations, exported hooks, panic guard, buffers.
 //! - [`http_filter`]: per-request glue (data and control roles), written against a small host trait.
 //! - [`bootstrap`]: the process-wide drain engine: SIGTERM hold, admin endpoints, the drain clock.
-//! - [`state`]: the drain state shared by every worker and by the main thread (atomics, no FFI).
-//! - [`registry`]: lock-free table of in-flight requests (their wakers and start times).
+//! - [`state`]: the drain state shared by every worker and the main thread, split by owner.
+//! - [`registry`]: lock-free per-worker table of in-flight requests (counts, wakers, start times);
+//!   its drain protocol is model-checked with loom.
+//! - [`clock`]: time as a trait, so every layer above is unit-tested on a fake clock.
 //! - [`drain`]: the pure drain state machine; time is passed in.
 //! - [`config`]: configuration parsing and validation with messages that name the field.
 //! - [`control`]: routing and bodies of the control endpoints (pure).
 #![deny(unsafe_code)]
 
 pub mod bootstrap;
+pub mod clock;
 pub mod config;
 pub mod control;
 pub mod drain;
+#[cfg(feature = "panic-test")]
+pub mod faults;
 pub mod ffi;
 pub mod http_filter;
 pub mod registry;
 pub mod state;
+mod sync;

@@ -1,176 +1,418 @@
-//! In-flight request registry: a fixed, lock-free table with one slot per in-flight data request.
-//! A slot holds the request's waker (an opaque word: the glue stores an Envoy scheduler pointer)
-//! and its start time. Pure Rust with atomics; must not call FFI nor allocate per request.
+//! In-flight request registry ("active requests"): counts every data-plane request, remembers the
+//! latest start, and keeps a waker per in-flight request so a drain can reach each one on its own
+//! worker thread. Pure Rust with atomics; must not call FFI, and the request path must not lock
+//! nor allocate (except when a worker's table grows past its peak, once per doubling).
 //!
-//! Why a table: when a drain starts, every in-flight request must be woken on its own worker
-//! thread so it can send its connection away at once (HTTP/2 GOAWAY without waiting for the next
-//! response). The drain side scans the table; the request side claims and releases slots with a
-//! single compare-and-swap each. A slot whose waker is being used by the drain side is marked busy
-//! (low bit set) so the owner cannot free the waker underneath it.
+//! Layout: one *slab* per worker thread. A slab is owned by its worker for claims and releases
+//! (a free list in a thread-local, so a claim is O(1) with no compare-and-swap), and read by any
+//! thread for scans (drain wake-up, status). Slabs grow by segments of doubling size, so there is
+//! no capacity cliff: memory follows the peak number of concurrent requests of each worker.
+//!
+//! The drain protocol (model-checked by `tests/loom.rs`-style tests in this file under `--cfg loom`):
+//! a request stores its waker, then a `SeqCst` fence, then reads the drain flag; a drain sets the
+//! flag, then a `SeqCst` fence, then scans. Of two `SeqCst` fences one comes first, so either the
+//! request sees the drain, or the scan sees the waker (or both): no request is ever missed.
+//! A slot being used by a scan is marked busy (low bit), so its owner cannot free the waker while
+//! the scan commits an event to it.
 
-use std::cell::Cell;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use crate::sync::{backoff, fence, thread_local, AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::cell::RefCell;
+use std::collections::HashSet;
 use std::sync::OnceLock;
 
-/// Slots in the table. A request that finds no free slot is still served and counted; it only
-/// misses the immediate wake-up and is sent away at its next event instead. 65 536 concurrent
-/// requests per gateway process is far beyond what one Envoy pod is sized for.
-pub const CAPACITY: usize = 1 << 16;
+/// Slots in a worker's first segment; each further segment doubles.
+pub const SEGMENT_BASE: usize = 64;
+/// Segments per slab: `base * (2^MAX_SEGMENTS - 1)` slots per worker, unbounded in practice.
+const MAX_SEGMENTS: usize = 24;
+/// Worker threads a registry serves (Envoy's `--concurrency`; far above any real deployment).
+pub const MAX_WORKERS: usize = 512;
 
 const BUSY: usize = 1;
+const NO_SLAB: u32 = u32::MAX;
+const NO_SLOT: u32 = u32::MAX;
 
-/// Index of a claimed slot.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SlotId(usize);
+/// A request's registration: return it to [`Registry::end`] exactly once (it is not `Clone`).
+#[derive(Debug, PartialEq, Eq)]
+pub struct Ticket {
+    slab: u32,
+    slot: u32,
+}
+
+impl Ticket {
+    /// A ticket no request owns, to simulate a double end in tests.
+    #[cfg(test)]
+    pub(crate) fn forged_for_tests() -> Ticket {
+        Ticket {
+            slab: NO_SLAB,
+            slot: NO_SLOT,
+        }
+    }
+
+    /// Whether the request got a slot (and so is reached by a drain's wake-up scan).
+    pub fn has_slot(&self) -> bool {
+        self.slot != NO_SLOT
+    }
+}
 
 struct Slot {
-    /// 0 = free; otherwise the waker word, with [`BUSY`] set while the drain side uses it.
+    /// 0 = free; otherwise the waker word, with [`BUSY`] set while a scan uses it.
     waker: AtomicUsize,
-    /// Start time of the request, in [`crate::state::now_nanos`] units; meaningful while claimed.
+    /// Start time (the clock's nanoseconds) of the request holding the slot.
     started: AtomicU64,
 }
 
+fn new_segment(len: usize) -> Box<[Slot]> {
+    (0..len)
+        .map(|_| Slot {
+            waker: AtomicUsize::new(0),
+            started: AtomicU64::new(0),
+        })
+        .collect()
+}
+
+struct Slab {
+    /// Published once each by the owner (`OnceLock`: release/acquire), read by scans.
+    segments: Box<[OnceLock<Box<[Slot]>>]>,
+    /// Requests started / ended. Written by the owner only (no contention); `ended` is `Release`
+    /// so a reader that loads it first (`Acquire`) then `started` never sees more ends than starts.
+    started: AtomicU64,
+    ended: AtomicU64,
+    /// Latest request start (`fetch_max`: never regresses, whatever the interleaving).
+    last_start: AtomicU64,
+    /// Slots released by a thread other than the owner (not on the owner's free list).
+    orphans: AtomicU64,
+}
+
+impl Slab {
+    fn new() -> Self {
+        Slab {
+            segments: (0..MAX_SEGMENTS).map(|_| OnceLock::new()).collect(),
+            started: AtomicU64::new(0),
+            ended: AtomicU64::new(0),
+            last_start: AtomicU64::new(0),
+            orphans: AtomicU64::new(0),
+        }
+    }
+
+    fn slots(&self) -> impl Iterator<Item = &Slot> {
+        self.segments
+            .iter()
+            .map_while(|s| s.get())
+            .flat_map(|s| s.iter())
+    }
+}
+
+/// The owner side of a slab: lives in the owning thread's thread-local.
+struct Owner {
+    registry: u64,
+    slab: u32,
+    free: Vec<u32>,
+    /// Segments this owner has taken into use, and their slot count.
+    segments: usize,
+    capacity: usize,
+    /// Connections this worker already sent away (a connection never leaves its worker).
+    sent_away: HashSet<u64>,
+}
+
+// Not `const`-initialised: loom's `thread_local!` does not take that form.
+#[allow(clippy::missing_const_for_thread_local)]
+mod owners {
+    use super::*;
+    thread_local! {
+        pub(super) static OWNERS: RefCell<Vec<Owner>> = RefCell::new(Vec::new());
+    }
+}
+use owners::OWNERS;
+
+static NEXT_REGISTRY_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
 pub struct Registry {
-    slots: Box<[Slot]>,
-    /// One past the highest slot ever claimed: scans stop here.
-    high_water: AtomicUsize,
+    id: u64,
+    base: usize,
+    slabs: Box<[OnceLock<Slab>]>,
+    /// Slabs handed out so far (`SeqCst` RMW: ordered with the fences of the drain protocol).
+    next_slab: AtomicUsize,
+    draining: AtomicBool,
+    /// Requests that could not get a slab (more threads than `MAX_WORKERS`, or a re-entrant
+    /// call): still counted here, exactly, and sent away at their response instead.
+    overflow_started: AtomicU64,
+    overflow_ended: AtomicU64,
 }
 
-thread_local! {
-    /// Next-fit cursor per thread: claims are amortised O(1) and workers rarely touch the same
-    /// cache lines.
-    static CURSOR: Cell<usize> = const { Cell::new(usize::MAX) };
+/// A consistent-enough reading of the counts for the drain engine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Counts {
+    /// Started minus ended. Negative only if the accounting is broken (a double end).
+    pub active: i64,
+    /// Latest start, in the clock's nanoseconds; 0 if none yet.
+    pub last_start: u64,
 }
 
-static NEXT_THREAD_BASE: AtomicUsize = AtomicUsize::new(0);
+/// Table size, for the status report (memory stays bounded by the peak concurrency).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Footprint {
+    pub workers: usize,
+    pub slots: usize,
+    pub bytes: usize,
+}
+
+fn segment_of(base: usize, idx: usize) -> (usize, usize) {
+    let q = idx / base + 1;
+    let k = (usize::BITS - 1 - q.leading_zeros()) as usize;
+    (k, idx - base * ((1 << k) - 1))
+}
 
 impl Registry {
-    pub fn new(capacity: usize) -> Self {
-        let slots = (0..capacity)
-            .map(|_| Slot {
-                waker: AtomicUsize::new(0),
-                started: AtomicU64::new(0),
-            })
-            .collect();
-        Registry {
-            slots,
-            high_water: AtomicUsize::new(0),
+    pub fn new() -> Self {
+        Self::with_limits(SEGMENT_BASE, MAX_WORKERS)
+    }
+
+    /// A registry with a given first-segment size and worker limit (small values in tests).
+    pub fn with_limits(segment_base: usize, max_workers: usize) -> Self {
+        let r = Registry {
+            id: NEXT_REGISTRY_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+            base: segment_base.max(1),
+            slabs: (0..max_workers.max(1)).map(|_| OnceLock::new()).collect(),
+            next_slab: AtomicUsize::new(0),
+            draining: AtomicBool::new(false),
+            overflow_started: AtomicU64::new(0),
+            overflow_ended: AtomicU64::new(0),
+        };
+        // Under loom, publish every slab and first segment before any thread starts: loom cannot
+        // see a publication through std's OnceLock. The model then checks the protocol of the
+        // slots themselves; the growth path is covered by the ordinary tests.
+        #[cfg(loom)]
+        for slab in r.slabs.iter() {
+            let s = slab.get_or_init(Slab::new);
+            s.segments[0].get_or_init(|| new_segment(r.base));
         }
+        r
     }
 
-    /// The process-wide table.
-    pub fn global() -> &'static Registry {
-        static GLOBAL: OnceLock<Registry> = OnceLock::new();
-        GLOBAL.get_or_init(|| Registry::new(CAPACITY))
+    fn slab(&self, i: u32) -> Option<&Slab> {
+        self.slabs.get(i as usize).and_then(|s| s.get())
     }
 
-    /// Claim a slot for a request. `waker` must be non-zero with its low bit clear (any aligned
-    /// pointer). Returns `None` when the table is full.
-    pub fn claim(&self, waker: usize, started: u64) -> Option<SlotId> {
-        debug_assert!(waker != 0 && waker & BUSY == 0);
-        let n = self.slots.len();
-        let start = CURSOR.with(|c| {
-            let v = c.get();
-            if v == usize::MAX {
-                // Spread threads over the table so they start on different cache lines.
-                NEXT_THREAD_BASE.fetch_add(n / 8 + 1, Ordering::Relaxed) % n
-            } else {
-                v
+    fn slot<'s>(&self, slab: &'s Slab, idx: u32) -> Option<&'s Slot> {
+        let (k, off) = segment_of(self.base, idx as usize);
+        slab.segments.get(k)?.get()?.get(off)
+    }
+
+    /// Run `f` with this thread's owner state, creating it (and its slab) on first use.
+    /// `None` if the thread cannot have one (worker limit reached, re-entrant call, thread exit).
+    fn with_owner<R>(&self, f: impl FnOnce(&mut Owner, &Slab) -> R) -> Option<R> {
+        OWNERS
+            .try_with(|owners| {
+                let mut owners = owners.try_borrow_mut().ok()?;
+                let pos = match owners.iter().position(|o| o.registry == self.id) {
+                    Some(p) => p,
+                    None => {
+                        // SeqCst: see the module comment; a scan after its fence sees this slab.
+                        let i = self.next_slab.fetch_add(1, Ordering::SeqCst);
+                        if i >= self.slabs.len() {
+                            return None;
+                        }
+                        self.slabs[i].get_or_init(Slab::new);
+                        owners.push(Owner {
+                            registry: self.id,
+                            slab: i as u32,
+                            free: Vec::new(),
+                            segments: 0,
+                            capacity: 0,
+                            sent_away: HashSet::new(),
+                        });
+                        owners.len() - 1
+                    }
+                };
+                let owner = &mut owners[pos];
+                let slab = self.slab(owner.slab)?;
+                Some(f(owner, slab))
+            })
+            .ok()
+            .flatten()
+    }
+
+    /// A free slot index for the owner: its free list, else orphans reclaimed, else a new segment.
+    fn free_slot(&self, o: &mut Owner, slab: &Slab) -> Option<u32> {
+        if let Some(i) = o.free.pop() {
+            return Some(i);
+        }
+        if slab.orphans.swap(0, Ordering::Relaxed) > 0 {
+            // Only the owner claims, so every slot with no waker is free: rebuild the list.
+            o.free = slab
+                .slots()
+                .enumerate()
+                .filter(|(_, s)| s.waker.load(Ordering::Relaxed) == 0)
+                .map(|(i, _)| i as u32)
+                .collect();
+            o.free.reverse();
+            if let Some(i) = o.free.pop() {
+                return Some(i);
+            }
+        }
+        let k = o.segments;
+        let len = self.base << k;
+        let seg = slab.segments.get(k)?;
+        seg.get_or_init(|| new_segment(len));
+        o.segments += 1;
+        let first = o.capacity;
+        o.capacity += len;
+        o.free.extend((first..o.capacity).rev().map(|i| i as u32));
+        o.free.pop()
+    }
+
+    /// A data-plane request started at `now` (non-zero). With a waker (non-zero, low bit clear:
+    /// any aligned pointer) it is reached by a drain's scan. Returns its ticket and whether a
+    /// drain had started: if so the caller sends the connection away itself.
+    pub fn start(&self, waker: Option<usize>, now: u64) -> (Ticket, bool) {
+        debug_assert!(waker.is_none_or(|w| w != 0 && w & BUSY == 0));
+        let ticket = self
+            .with_owner(|o, slab| {
+                slab.started.fetch_add(1, Ordering::Relaxed);
+                slab.last_start.fetch_max(now, Ordering::Relaxed);
+                let slot = waker
+                    .and_then(|w| {
+                        let idx = self.free_slot(o, slab)?;
+                        let s = self.slot(slab, idx)?;
+                        s.started.store(now, Ordering::Relaxed);
+                        // Release: a scan that sees the waker (Acquire) sees its start time.
+                        s.waker.store(w, Ordering::Release);
+                        Some(idx)
+                    })
+                    .unwrap_or(NO_SLOT);
+                Ticket { slab: o.slab, slot }
+            })
+            .unwrap_or_else(|| {
+                self.overflow_started.fetch_add(1, Ordering::Relaxed);
+                Ticket {
+                    slab: NO_SLAB,
+                    slot: NO_SLOT,
+                }
+            });
+        // The request half of the drain protocol (module comment).
+        fence(Ordering::SeqCst);
+        (ticket, self.draining.load(Ordering::Relaxed))
+    }
+
+    /// The request ended. Returns its waker, which the caller may now destroy: no scan is using
+    /// it and none can start using it.
+    pub fn end(&self, ticket: Ticket) -> Option<usize> {
+        let Some(slab) = self.slab(ticket.slab) else {
+            self.overflow_ended.fetch_add(1, Ordering::Release);
+            return None;
+        };
+        let waker = self.slot(slab, ticket.slot).map(|s| {
+            let mut round = 0;
+            loop {
+                let v = s.waker.load(Ordering::Acquire);
+                // Acquire on success: the scan's use of the waker happened before we free it.
+                if v & BUSY == 0
+                    && s.waker
+                        .compare_exchange(v, 0, Ordering::Acquire, Ordering::Relaxed)
+                        .is_ok()
+                {
+                    break v;
+                }
+                backoff(&mut round);
             }
         });
-        for i in 0..n {
-            let idx = (start + i) % n;
-            let slot = &self.slots[idx];
-            if slot.waker.load(Ordering::Relaxed) != 0 {
-                continue;
-            }
-            slot.started.store(started, Ordering::Relaxed);
-            // SeqCst: pairs with the drain side's phase store / slot scan (see state.rs).
-            if slot
-                .waker
-                .compare_exchange(0, waker, Ordering::SeqCst, Ordering::Relaxed)
-                .is_ok()
-            {
-                self.high_water.fetch_max(idx + 1, Ordering::Relaxed);
-                CURSOR.with(|c| c.set((idx + 1) % n));
-                return Some(SlotId(idx));
+        if waker.is_some() {
+            let mine = self.with_owner(|o, _| {
+                if o.slab == ticket.slab {
+                    o.free.push(ticket.slot);
+                    true
+                } else {
+                    false
+                }
+            });
+            if mine != Some(true) {
+                slab.orphans.fetch_add(1, Ordering::Relaxed);
             }
         }
-        None
+        slab.ended.fetch_add(1, Ordering::Release);
+        waker
     }
 
-    /// Release a slot and return its waker, which the caller may now destroy: no drain-side use of
-    /// it is in progress or can start afterwards.
-    pub fn release(&self, id: SlotId) -> usize {
-        let slot = &self.slots[id.0];
-        loop {
-            let v = slot.waker.load(Ordering::Acquire);
-            debug_assert!(v != 0, "released a free slot");
-            if v & BUSY == 0 {
+    /// Set the drain flag, then call `f` with every registered waker, holding each busy so it
+    /// cannot be freed while `f` runs. Returns how many wakers were visited.
+    pub fn begin_drain(&self, f: impl FnMut(usize)) -> usize {
+        self.draining.store(true, Ordering::Relaxed);
+        // The drain half of the protocol (module comment).
+        fence(Ordering::SeqCst);
+        self.for_each_waker(f)
+    }
+
+    /// Whether [`Registry::begin_drain`] ran.
+    pub fn is_draining(&self) -> bool {
+        self.draining.load(Ordering::Relaxed)
+    }
+
+    fn slabs_in_use(&self) -> impl Iterator<Item = &Slab> {
+        let n = self.next_slab.load(Ordering::SeqCst).min(self.slabs.len());
+        self.slabs[..n].iter().filter_map(|s| s.get())
+    }
+
+    fn for_each_waker(&self, mut f: impl FnMut(usize)) -> usize {
+        let mut visited = 0;
+        for slab in self.slabs_in_use() {
+            for slot in slab.slots() {
+                let v = slot.waker.load(Ordering::Acquire);
+                if v == 0 || v & BUSY != 0 {
+                    continue;
+                }
+                // Acquire: pairs with the owner's Release store of this waker.
                 if slot
                     .waker
-                    .compare_exchange(v, 0, Ordering::AcqRel, Ordering::Relaxed)
+                    .compare_exchange(v, v | BUSY, Ordering::Acquire, Ordering::Relaxed)
                     .is_ok()
                 {
-                    return v;
+                    f(v);
+                    visited += 1;
+                    // Release: our use of the waker happens before the owner frees it.
+                    slot.waker.store(v, Ordering::Release);
                 }
-            } else {
-                // The drain side is committing an event to this waker: a few microseconds.
-                std::hint::spin_loop();
-            }
-        }
-    }
-
-    /// Call `f` with every registered waker, holding each busy so it cannot be released (and
-    /// destroyed) while `f` runs. Returns how many wakers were visited.
-    pub fn for_each_waker(&self, mut f: impl FnMut(usize)) -> usize {
-        let hw = self.high_water.load(Ordering::SeqCst).min(self.slots.len());
-        let mut visited = 0;
-        for slot in &self.slots[..hw] {
-            let v = slot.waker.load(Ordering::SeqCst);
-            if v == 0 || v & BUSY != 0 {
-                continue;
-            }
-            if slot
-                .waker
-                .compare_exchange(v, v | BUSY, Ordering::AcqRel, Ordering::Relaxed)
-                .is_ok()
-            {
-                f(v);
-                visited += 1;
-                slot.waker.store(v, Ordering::Release);
             }
         }
         visited
     }
 
-    /// Start times of the in-flight requests, oldest first is not guaranteed: callers reduce.
-    pub fn oldest_start(&self) -> Option<u64> {
-        let hw = self
-            .high_water
-            .load(Ordering::Acquire)
-            .min(self.slots.len());
-        self.slots[..hw]
-            .iter()
-            .filter(|s| s.waker.load(Ordering::Acquire) != 0)
-            .map(|s| s.started.load(Ordering::Relaxed))
-            .min()
+    /// Requests in flight and the latest start, summed over workers.
+    pub fn counts(&self) -> Counts {
+        let mut active: i64 = 0;
+        let mut last_start = 0;
+        let mut add = |ended: &AtomicU64, started: &AtomicU64| {
+            // Ends first (Acquire), then starts: never more ends than starts for correct use.
+            let e = ended.load(Ordering::Acquire);
+            let s = started.load(Ordering::Relaxed);
+            active = active.wrapping_add(s.wrapping_sub(e) as i64);
+        };
+        add(&self.overflow_ended, &self.overflow_started);
+        for slab in self.slabs_in_use() {
+            add(&slab.ended, &slab.started);
+            last_start = last_start.max(slab.last_start.load(Ordering::Relaxed));
+        }
+        Counts { active, last_start }
     }
 
-    /// In-flight requests by age at `now` (same clock as the start times): under 1 s, 1 s to
-    /// 10 s, 10 s and over. Long-lived streams (WebSocket, gRPC streaming, SSE) show up in the last.
+    /// Start times of the requests holding slots.
+    fn starts(&self) -> impl Iterator<Item = u64> + '_ {
+        self.slabs_in_use()
+            .flat_map(|s| s.slots())
+            .filter(|s| s.waker.load(Ordering::Acquire) != 0)
+            .map(|s| s.started.load(Ordering::Relaxed))
+    }
+
+    /// Start of the oldest request holding a slot.
+    pub fn oldest_start(&self) -> Option<u64> {
+        self.starts().min()
+    }
+
+    /// Requests holding slots by age at `now` (same clock as the start times): under 1 s, 1 s to
+    /// 10 s, 10 s and over. Long-lived streams (WebSocket, gRPC streaming, SSE) show in the last.
     pub fn age_buckets(&self, now: u64) -> [u64; 3] {
-        let hw = self
-            .high_water
-            .load(Ordering::Acquire)
-            .min(self.slots.len());
         let mut b = [0u64; 3];
-        for s in &self.slots[..hw] {
-            if s.waker.load(Ordering::Acquire) == 0 {
-                continue;
-            }
-            let age = now.saturating_sub(s.started.load(Ordering::Relaxed));
-            let i = match age {
+        for started in self.starts() {
+            let i = match now.saturating_sub(started) {
                 a if a < 1_000_000_000 => 0,
                 a if a < 10_000_000_000 => 1,
                 _ => 2,
@@ -180,67 +422,209 @@ impl Registry {
         b
     }
 
-    /// Number of occupied slots (for tests and diagnostics; the authoritative count is elsewhere).
+    /// Number of requests holding slots (diagnostics; [`Registry::counts`] is authoritative).
     pub fn occupied(&self) -> usize {
-        let hw = self
-            .high_water
-            .load(Ordering::Acquire)
-            .min(self.slots.len());
-        self.slots[..hw]
-            .iter()
-            .filter(|s| s.waker.load(Ordering::Acquire) != 0)
-            .count()
+        self.starts().count()
+    }
+
+    pub fn footprint(&self) -> Footprint {
+        let mut f = Footprint {
+            workers: 0,
+            slots: 0,
+            bytes: std::mem::size_of::<Self>()
+                + self.slabs.len() * std::mem::size_of::<OnceLock<Slab>>(),
+        };
+        for slab in self.slabs_in_use() {
+            f.workers += 1;
+            let slots = slab.slots().count();
+            f.slots += slots;
+            f.bytes += std::mem::size_of::<Slab>()
+                + MAX_SEGMENTS * std::mem::size_of::<OnceLock<Box<[Slot]>>>()
+                + slots * (std::mem::size_of::<Slot>() + std::mem::size_of::<u32>());
+        }
+        f
+    }
+
+    /// Record that this worker sent connection `id` away. Returns false if it already had (the
+    /// go-away would be redundant). Worker-local: no lock, no other thread involved. Unknown ids
+    /// (and a thread without a slab) always return true: a repeated graceful go-away is harmless.
+    pub fn mark_sent_away(&self, connection: Option<u64>) -> bool {
+        let Some(id) = connection else { return true };
+        self.with_owner(|o, _| o.sent_away.insert(id))
+            .unwrap_or(true)
+    }
+
+    /// Whether this worker already sent connection `id` away.
+    pub fn is_sent_away(&self, connection: Option<u64>) -> bool {
+        let Some(id) = connection else { return false };
+        self.with_owner(|o, _| o.sent_away.contains(&id))
+            .unwrap_or(false)
     }
 }
 
-#[cfg(test)]
+impl Default for Registry {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+#[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
     use std::sync::atomic::AtomicBool;
     use std::sync::Arc;
 
     #[test]
-    fn claim_and_release_round_trip() {
-        let r = Registry::new(8);
-        let a = r.claim(0x10, 5).unwrap();
-        let b = r.claim(0x20, 3).unwrap();
-        assert_ne!(a, b);
+    fn segment_index_maps_to_doubling_segments() {
+        assert_eq!(segment_of(4, 0), (0, 0));
+        assert_eq!(segment_of(4, 3), (0, 3));
+        assert_eq!(segment_of(4, 4), (1, 0));
+        assert_eq!(segment_of(4, 11), (1, 7));
+        assert_eq!(segment_of(4, 12), (2, 0));
+        assert_eq!(segment_of(1, 0), (0, 0));
+        assert_eq!(segment_of(1, 1), (1, 0));
+        assert_eq!(segment_of(1, 2), (1, 1));
+        assert_eq!(segment_of(1, 3), (2, 0));
+    }
+
+    #[test]
+    fn start_and_end_round_trip() {
+        let r = Registry::with_limits(8, 4);
+        let (a, d) = r.start(Some(0x10), 5);
+        assert!(!d);
+        let (b, _) = r.start(Some(0x20), 3);
+        let (c, _) = r.start(None, 9);
+        assert!(a.has_slot() && b.has_slot() && !c.has_slot());
+        assert_eq!(
+            r.counts(),
+            Counts {
+                active: 3,
+                last_start: 9
+            }
+        );
         assert_eq!(r.occupied(), 2);
         assert_eq!(r.oldest_start(), Some(3));
         assert_eq!(r.age_buckets(3 + 500_000_000), [2, 0, 0]);
         assert_eq!(r.age_buckets(5 + 2_000_000_000), [0, 2, 0]);
         assert_eq!(r.age_buckets(4 + 10_000_000_000), [0, 1, 1]);
-        let mut seen = vec![];
-        assert_eq!(r.for_each_waker(|w| seen.push(w)), 2);
-        seen.sort();
-        assert_eq!(seen, vec![0x10, 0x20]);
-        assert_eq!(r.release(b), 0x20);
+        assert_eq!(r.end(b), Some(0x20));
         assert_eq!(r.oldest_start(), Some(5));
-        assert_eq!(r.release(a), 0x10);
+        assert_eq!(r.end(c), None);
+        assert_eq!(r.end(a), Some(0x10));
+        assert_eq!(
+            r.counts(),
+            Counts {
+                active: 0,
+                last_start: 9
+            }
+        );
         assert_eq!(r.occupied(), 0);
         assert_eq!(r.oldest_start(), None);
     }
 
     #[test]
-    fn full_table_refuses_and_recovers() {
-        let r = Registry::new(4);
-        let ids: Vec<_> = (1..=4).map(|i| r.claim(i * 16, 0).unwrap()).collect();
-        assert_eq!(r.claim(0x100, 0), None);
-        r.release(ids[2]);
-        assert!(r.claim(0x100, 0).is_some());
+    fn drain_visits_every_waker_and_later_starts_see_the_drain() {
+        let r = Registry::with_limits(2, 4);
+        let tickets: Vec<_> = (1..=5).map(|i| r.start(Some(i * 16), 1).0).collect();
+        let mut seen = vec![];
+        assert_eq!(r.begin_drain(|w| seen.push(w)), 5);
+        seen.sort();
+        assert_eq!(seen, vec![16, 32, 48, 64, 80]);
+        assert!(r.is_draining());
+        let (late, draining) = r.start(Some(0x100), 2);
+        assert!(draining, "a start after the drain sees it");
+        for t in tickets.into_iter().chain([late]) {
+            assert!(r.end(t).is_some());
+        }
+        assert_eq!(r.counts().active, 0);
+    }
+
+    /// No capacity cliff: a tiny first segment grows to thousands of slots, every request keeps
+    /// a slot (so the drain reaches it), and the memory follows the peak.
+    #[test]
+    fn the_table_grows_without_a_cliff_and_reuses_freed_slots() {
+        let r = Registry::with_limits(1, 2);
+        let tickets: Vec<_> = (1..=5000usize)
+            .map(|i| r.start(Some(i << 4), 1).0)
+            .collect();
+        assert!(tickets.iter().all(Ticket::has_slot));
+        assert_eq!(r.counts().active, 5000);
+        assert_eq!(r.begin_drain(|_| {}), 5000);
+        let peak = r.footprint();
+        assert_eq!(peak.workers, 1);
+        assert!(peak.slots >= 5000 && peak.slots < 2 * 5000 + 2, "{peak:?}");
+        for t in tickets {
+            assert!(r.end(t).is_some());
+        }
+        // Freed slots are reused: no growth for the same load again.
+        let again: Vec<_> = (1..=5000usize)
+            .map(|i| r.start(Some(i << 4), 2).0)
+            .collect();
+        assert_eq!(r.footprint(), peak);
+        for t in again {
+            r.end(t);
+        }
+        assert_eq!(r.counts().active, 0);
     }
 
     #[test]
-    fn release_waits_for_a_concurrent_wake() {
-        let r = Arc::new(Registry::new(4));
-        let id = r.claim(0x40, 0).unwrap();
+    fn a_thread_beyond_the_worker_limit_is_still_counted_exactly() {
+        let r = Arc::new(Registry::with_limits(4, 1));
+        let (mine, _) = r.start(Some(0x10), 1);
+        let r2 = r.clone();
+        let (t, drained) = std::thread::spawn(move || r2.start(Some(0x20), 2))
+            .join()
+            .unwrap();
+        assert!(!drained);
+        assert!(!t.has_slot(), "no slab left for a second worker");
+        assert_eq!(r.counts().active, 2);
+        assert_eq!(r.end(t), None);
+        assert_eq!(r.end(mine), Some(0x10));
+        assert_eq!(r.counts().active, 0);
+    }
+
+    #[test]
+    fn a_slot_released_on_another_thread_is_reclaimed_by_its_owner() {
+        let r = Arc::new(Registry::with_limits(1, 4));
+        let (t, _) = r.start(Some(0x10), 1);
+        let r2 = r.clone();
+        assert_eq!(
+            std::thread::spawn(move || r2.end(t)).join().unwrap(),
+            Some(0x10)
+        );
+        let before = r.footprint().slots;
+        let (again, _) = r.start(Some(0x20), 2);
+        assert_eq!(r.footprint().slots, before, "the orphaned slot was reused");
+        r.end(again);
+        assert_eq!(r.counts().active, 0);
+    }
+
+    #[test]
+    fn connections_are_sent_away_once_per_worker() {
+        let r = Registry::with_limits(4, 4);
+        assert!(!r.is_sent_away(Some(7)));
+        assert!(r.mark_sent_away(Some(7)));
+        assert!(!r.mark_sent_away(Some(7)));
+        assert!(r.is_sent_away(Some(7)));
+        assert!(r.mark_sent_away(None) && r.mark_sent_away(None));
+        assert!(!r.is_sent_away(None));
+    }
+
+    #[test]
+    fn end_waits_for_a_concurrent_wake() {
+        let r = Arc::new(Registry::with_limits(4, 4));
+        let (t, _) = r.start(Some(0x40), 0);
         let in_wake = Arc::new(AtomicBool::new(false));
         let done_wake = Arc::new(AtomicBool::new(false));
         let (r2, iw, dw) = (r.clone(), in_wake.clone(), done_wake.clone());
         let waker_thread = std::thread::spawn(move || {
-            r2.for_each_waker(|_| {
+            r2.begin_drain(|_| {
                 iw.store(true, Ordering::SeqCst);
-                std::thread::sleep(std::time::Duration::from_millis(50));
+                // Hold the waker busy long enough for the owner to try to free it.
+                let until = std::time::Instant::now() + std::time::Duration::from_millis(50);
+                while std::time::Instant::now() < until {
+                    std::hint::spin_loop();
+                }
                 dw.store(true, Ordering::SeqCst);
             })
         });
@@ -249,44 +633,149 @@ mod tests {
             assert!(std::time::Instant::now() < deadline, "waker never ran");
             std::hint::spin_loop();
         }
-        assert_eq!(r.release(id), 0x40);
-        // release() could only return after the wake finished using the waker.
-        assert!(done_wake.load(Ordering::SeqCst));
+        assert_eq!(r.end(t), Some(0x40));
+        assert!(
+            done_wake.load(Ordering::SeqCst),
+            "end returned while the scan used the waker"
+        );
         assert_eq!(waker_thread.join().unwrap(), 1);
     }
 
+    /// Stress on real threads: every request that did not see the drain is visited by the scan
+    /// (nothing lost), none is visited twice, and the counts come back to zero.
     #[test]
-    fn concurrent_claims_and_scans_never_lose_or_duplicate() {
-        let r = Arc::new(Registry::new(256));
-        let stop = Arc::new(AtomicBool::new(false));
-        let scanner = {
-            let (r, stop) = (r.clone(), stop.clone());
-            std::thread::spawn(move || {
-                let mut scans = 0u64;
-                while !stop.load(Ordering::Relaxed) {
-                    r.for_each_waker(|w| assert!(w != 0 && w & BUSY == 0));
-                    scans += 1;
-                }
-                scans
-            })
-        };
-        let workers: Vec<_> = (0..4)
-            .map(|t| {
-                let r = r.clone();
-                std::thread::spawn(move || {
-                    for i in 0..20_000usize {
-                        let w = ((t * 1_000_000 + i) << 4) | 0x8;
-                        let id = r.claim(w, i as u64).expect("table has room");
-                        assert_eq!(r.release(id), w);
-                    }
+    fn concurrent_starts_racing_a_drain_lose_nothing() {
+        for round in 0..20 {
+            let r = Arc::new(Registry::with_limits(2, 8));
+            let go = Arc::new(AtomicBool::new(false));
+            let workers: Vec<_> = (0..4usize)
+                .map(|t| {
+                    let (r, go) = (r.clone(), go.clone());
+                    std::thread::spawn(move || {
+                        while !go.load(Ordering::Acquire) {
+                            std::hint::spin_loop();
+                        }
+                        let mut held = vec![];
+                        for i in 0..400usize {
+                            let w = ((t << 20) | (i + 1)) << 4;
+                            let (ticket, saw_drain) = r.start(Some(w), 1);
+                            held.push((w, ticket, saw_drain));
+                        }
+                        held
+                    })
                 })
-            })
-            .collect();
-        for w in workers {
-            w.join().unwrap();
+                .collect();
+            go.store(true, Ordering::Release);
+            let mut visited = HashSet::new();
+            r.begin_drain(|w| assert!(visited.insert(w), "visited twice: {w:#x}"));
+            let mut missed = 0;
+            for w in workers {
+                for (waker, ticket, saw_drain) in w.join().unwrap() {
+                    if !saw_drain && !visited.contains(&waker) {
+                        missed += 1;
+                    }
+                    assert_eq!(r.end(ticket), Some(waker));
+                }
+            }
+            assert_eq!(missed, 0, "round {round}: requests missed by both sides");
+            assert_eq!(r.counts().active, 0);
         }
-        stop.store(true, Ordering::Relaxed);
-        assert!(scanner.join().unwrap() > 0);
-        assert_eq!(r.occupied(), 0);
+    }
+}
+
+/// Model-checked with loom: `RUSTFLAGS="--cfg loom" cargo test --lib --release registry::loom`
+/// (`make loom`). Each test explores every interleaving (and every weak-memory outcome loom
+/// models) of a small scenario.
+#[cfg(all(test, loom))]
+mod loom_tests {
+    use super::*;
+    use loom::sync::Arc;
+
+    /// A request starting while a drain starts: it sees the drain, or the scan sees its waker.
+    fn model(f: impl Fn() + Sync + Send + 'static) {
+        let mut b = loom::model::Builder::new();
+        b.preemption_bound = Some(3);
+        b.check(f);
+    }
+
+    #[test]
+    fn a_start_racing_a_drain_is_never_lost() {
+        model(|| {
+            let r = Arc::new(Registry::with_limits(1, 2));
+            let r2 = r.clone();
+            let req = loom::thread::spawn(move || {
+                let (t, saw) = r2.start(Some(0x10), 1);
+                (t, saw)
+            });
+            let mut seen = false;
+            r.begin_drain(|w| {
+                assert_eq!(w, 0x10);
+                seen = true;
+            });
+            let (t, saw) = req.join().unwrap();
+            assert!(saw || seen, "the go-away was lost");
+            // The ticket is released on the owner thread in Envoy; here on ours (orphan path).
+            assert_eq!(r.end(t), Some(0x10));
+        });
+    }
+
+    /// A release racing a scan: the scan never uses a waker after `end` returned it, and the slot
+    /// is freed exactly once.
+    #[test]
+    fn a_release_never_races_a_scan_using_the_waker() {
+        model(|| {
+            let r = Arc::new(Registry::with_limits(1, 2));
+            let freed = Arc::new(AtomicBool::new(false));
+            let (r2, f2) = (r.clone(), freed.clone());
+            let owner = loom::thread::spawn(move || {
+                let (t, _) = r2.start(Some(0x20), 1);
+                let w = r2.end(t);
+                f2.store(true, Ordering::Release);
+                assert_eq!(w, Some(0x20));
+                // Reuse the slot: a second request takes it again, then leaves.
+                let (t2, _) = r2.start(Some(0x30), 2);
+                assert_eq!(r2.end(t2), Some(0x30));
+            });
+            r.begin_drain(|w| {
+                if w == 0x20 {
+                    assert!(
+                        !freed.load(Ordering::Acquire),
+                        "used a waker after it was freed"
+                    );
+                }
+            });
+            owner.join().unwrap();
+            assert_eq!(r.counts().active, 0);
+        });
+    }
+
+    /// The latest start never goes backwards, whatever order two workers' starts land in.
+    #[test]
+    fn the_latest_start_never_regresses() {
+        model(|| {
+            let r = Arc::new(Registry::with_limits(1, 3));
+            let (a, b) = (r.clone(), r.clone());
+            let ta = loom::thread::spawn(move || {
+                let (t, _) = a.start(None, 10);
+                a.end(t);
+            });
+            let tb = loom::thread::spawn(move || {
+                let (t, _) = b.start(None, 20);
+                b.end(t);
+            });
+            let first = r.counts().last_start;
+            let second = r.counts().last_start;
+            assert!(second >= first);
+            ta.join().unwrap();
+            tb.join().unwrap();
+            let c = r.counts();
+            assert_eq!(
+                c,
+                Counts {
+                    active: 0,
+                    last_start: 20
+                }
+            );
+        });
     }
 }

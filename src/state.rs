@@ -1,75 +1,40 @@
-//! Process-wide drain state shared by every worker thread and the main thread. No FFI: the few
-//! things that must reach Envoy (waking a stream, kicking the engine) go through function pointers
-//! the FFI layer installs at load time.
+//! Process-wide drain state shared by every worker thread and the main thread, split by owner:
+//! the in-flight [`Registry`] (workers write, the drain scans), the drain state machine (the
+//! engine drives it), the `/drain` [`Waiters`] (control streams) and the [`Counters`] behind the
+//! status report. The clock and the two ways back into Envoy ([`Hooks`]) are passed in at
+//! construction, so every part is unit-tested without Envoy. No FFI here.
 //!
-//! The request path touches only atomics here. Locks are taken only on control paths (status,
-//! drain start, drain completion) and for work that happens only while draining.
+//! The request path touches only the registry (worker-local atomics) and plain counters. Locks
+//! are taken on control paths only (status, drain start and completion, `/drain` waiters).
 
+use crate::clock::Clock;
 use crate::config::{format_duration, DrainSettings};
 use crate::drain::{Decision, Drain, Observation, Outcome, Phase, Trigger};
-use crate::registry::Registry;
+use crate::registry::{Registry, Ticket};
 use serde::Serialize;
-use std::collections::HashSet;
-use std::sync::atomic::{AtomicI64, AtomicU64, AtomicU8, Ordering};
-use std::sync::{Mutex, MutexGuard, OnceLock};
-use std::time::{Duration, Instant};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
 
-/// Event ids committed to a stream's scheduler.
+/// Event ids committed to a stream's waker.
 pub const EVENT_GO_AWAY: u64 = 1;
 pub const EVENT_DRAIN_DONE: u64 = 2;
 
-const SERVING: u8 = 0;
-const DRAINING: u8 = 1;
-const DRAINED: u8 = 2;
-
-/// How the state reaches Envoy; installed once by the FFI layer.
+/// How the state reaches Envoy; the FFI layer passes real ones, tests pass fakes.
 #[derive(Clone, Copy)]
 pub struct Hooks {
-    /// Commit `event` to a stream scheduler (any thread).
+    /// Commit `event` to a stream waker (any thread).
     pub commit: fn(waker: usize, event: u64),
     /// Ask the drain engine on the main thread to evaluate the drain now (any thread).
     pub kick_engine: fn(),
 }
 
-/// Request timestamps: nanoseconds on the kernel's coarse monotonic clock, shifted so they are
-/// never 0 (0 means "none" in atomics). The coarse clock costs a few instructions per request; its
-/// millisecond granularity is far below what the drain rules measure.
-pub fn now_nanos() -> u64 {
-    let e = epoch();
-    crate::ffi::coarse_monotonic_nanos()
-        .saturating_sub(e.coarse)
-        .saturating_add(EPOCH_OFFSET)
-}
-
-const EPOCH_OFFSET: u64 = 1_000_000_000;
-
-struct Epoch {
-    instant: Instant,
-    coarse: u64,
-}
-
-fn epoch() -> &'static Epoch {
-    static EPOCH: OnceLock<Epoch> = OnceLock::new();
-    EPOCH.get_or_init(|| Epoch {
-        instant: Instant::now(),
-        coarse: crate::ffi::coarse_monotonic_nanos(),
-    })
-}
-
-/// The `Instant` of a [`now_nanos`] timestamp (to within the coarse clock's granularity).
-pub fn instant_of(nanos: u64) -> Instant {
-    let e = epoch();
-    match nanos.checked_sub(EPOCH_OFFSET) {
-        Some(n) => e.instant + Duration::from_nanos(n),
-        None => e.instant,
-    }
-}
-
-/// HTTP protocol family of a connection sent away.
+/// HTTP protocol family of a connection sent away. Stats and status use the same three labels.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Protocol {
     Http1,
     Http2,
+    /// HTTP/3 or anything else Envoy may report.
     Other,
 }
 
@@ -93,12 +58,6 @@ pub enum StartResult {
     NoEngine,
 }
 
-struct Waiters {
-    done: bool,
-    next_id: u64,
-    list: Vec<(u64, usize)>,
-}
-
 /// A `/drain` request waiting for completion.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Wait {
@@ -106,71 +65,108 @@ pub enum Wait {
     AlreadyDone,
 }
 
-pub struct Shared {
-    phase: AtomicU8,
-    active: AtomicI64,
-    last_start: AtomicU64,
-    served_while_draining: AtomicU64,
-    sent_away_http1: AtomicU64,
-    sent_away_http2: AtomicU64,
-    sent_away_other: AtomicU64,
-    /// Envoy's own in-flight gauge sum as last seen by the drain engine (+1; 0 = never seen).
-    envoy_active_plus_one: AtomicU64,
-    drain: Mutex<Option<Drain>>,
-    sent_away_conns: Mutex<HashSet<u64>>,
-    waiters: Mutex<Waiters>,
-    hooks: OnceLock<Hooks>,
-    pub registry: Registry,
+/// A waker: an opaque non-zero word (an Envoy scheduler pointer in production).
+pub type Waker = usize;
+
+/// `/drain` requests waiting for the drain to complete. Owned by the control streams; answered
+/// once by the drain completion.
+#[derive(Default)]
+pub struct Waiters {
+    inner: Mutex<WaitersInner>,
 }
 
-/// Lock a mutex even if a panicking thread poisoned it: the data are plain counters and sets
+#[derive(Default)]
+struct WaitersInner {
+    done: bool,
+    next_id: u64,
+    list: Vec<(u64, Waker)>,
+}
+
+/// Lock a mutex even if a panicking thread poisoned it: the data are plain lists and options
 /// whose invariants a panic cannot break halfway, and refusing to drain would be worse.
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+impl Waiters {
+    /// Wait for completion: `waker` gets [`EVENT_DRAIN_DONE`] when it comes.
+    pub fn register(&self, waker: Waker) -> Wait {
+        let mut w = lock(&self.inner);
+        if w.done {
+            return Wait::AlreadyDone;
+        }
+        w.next_id += 1;
+        let id = w.next_id;
+        w.list.push((id, waker));
+        Wait::Waiting(id)
+    }
+
+    /// Forget a waiter (its stream ended). After this returns its waker is never used again.
+    pub fn unregister(&self, id: u64) {
+        lock(&self.inner).list.retain(|(i, _)| *i != id);
+    }
+
+    /// The drain completed: wake every waiter once; later registrations answer at once.
+    fn complete(&self, mut wake: impl FnMut(Waker)) {
+        let mut w = lock(&self.inner);
+        w.done = true;
+        for (_, waker) in w.list.drain(..) {
+            wake(waker);
+        }
+    }
+}
+
+/// Counters behind the status report (relaxed atomics: reports, not synchronisation).
+#[derive(Default)]
+pub struct Counters {
+    served_while_draining: AtomicU64,
+    sent_away: [AtomicU64; 3],
+    /// Envoy's own in-flight gauge sum as last seen by the drain engine (+1; 0 = never seen).
+    envoy_active_plus_one: AtomicU64,
+    /// Contained failures of the module on the data path (the request went through regardless).
+    module_errors: AtomicU64,
+    accounting_error: AtomicBool,
+}
+
+impl Counters {
+    pub fn served_while_draining(&self) {
+        self.served_while_draining.fetch_add(1, Ordering::Relaxed);
+    }
+    pub fn sent_away(&self, p: Protocol) {
+        self.sent_away[p as usize].fetch_add(1, Ordering::Relaxed);
+    }
+    pub fn module_error(&self) {
+        self.module_errors.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+pub struct Shared {
+    pub clock: Box<dyn Clock>,
+    pub requests: Registry,
+    pub waiters: Waiters,
+    pub counters: Counters,
+    drain: Mutex<Option<Drain>>,
+    hooks: Hooks,
+}
+
 impl Shared {
-    pub fn new(registry_capacity: usize) -> Self {
+    pub fn new(clock: Box<dyn Clock>, hooks: Hooks) -> Self {
+        Self::with_registry(clock, hooks, Registry::new())
+    }
+
+    pub fn with_registry(clock: Box<dyn Clock>, hooks: Hooks, requests: Registry) -> Self {
         Shared {
-            phase: AtomicU8::new(SERVING),
-            active: AtomicI64::new(0),
-            last_start: AtomicU64::new(0),
-            served_while_draining: AtomicU64::new(0),
-            sent_away_http1: AtomicU64::new(0),
-            sent_away_http2: AtomicU64::new(0),
-            sent_away_other: AtomicU64::new(0),
-            envoy_active_plus_one: AtomicU64::new(0),
+            clock,
+            requests,
+            waiters: Waiters::default(),
+            counters: Counters::default(),
             drain: Mutex::new(None),
-            sent_away_conns: Mutex::new(HashSet::new()),
-            waiters: Mutex::new(Waiters {
-                done: false,
-                next_id: 1,
-                list: Vec::new(),
-            }),
-            hooks: OnceLock::new(),
-            registry: Registry::new(registry_capacity),
+            hooks,
         }
     }
 
-    pub fn global() -> &'static Shared {
-        static GLOBAL: OnceLock<Shared> = OnceLock::new();
-        GLOBAL.get_or_init(|| Shared::new(crate::registry::CAPACITY))
-    }
-
-    pub fn install_hooks(&self, hooks: Hooks) {
-        let _ = self.hooks.set(hooks);
-    }
-
-    fn commit(&self, waker: usize, event: u64) {
-        if let Some(h) = self.hooks.get() {
-            (h.commit)(waker, event)
-        }
-    }
-
-    fn kick_engine(&self) {
-        if let Some(h) = self.hooks.get() {
-            (h.kick_engine)()
-        }
+    pub fn commit(&self, waker: Waker, event: u64) {
+        (self.hooks.commit)(waker, event)
     }
 
     /// Install the drain clock with its settings (bootstrap extension config). The first install
@@ -188,39 +184,25 @@ impl Shared {
         lock(&self.drain).as_ref().map(|d| d.settings())
     }
 
-    // ---- request path: atomics only -------------------------------------------------------
+    // ---- request path ---------------------------------------------------------------------
 
-    /// A data-plane request started. Returns whether a drain is under way (the caller must then
-    /// send the connection away). Call after registering the request's waker.
+    /// A data-plane request started. Returns its ticket and whether a drain is under way (the
+    /// caller must then send the connection away itself; otherwise the drain's scan reaches it).
     #[inline]
-    pub fn request_started(&self, now: u64) {
-        self.active.fetch_add(1, Ordering::Relaxed);
-        self.last_start.store(now, Ordering::Relaxed);
+    pub fn request_started(&self, waker: Option<Waker>) -> (Ticket, bool) {
+        self.requests.start(waker, self.clock.nanos())
     }
 
-    /// Whether a drain started (or completed). SeqCst: pairs with the slot claim in the registry,
-    /// so a request either sees the drain or is seen by the drain's wake-up scan (or both).
+    /// The request ended; returns its waker for the caller to destroy.
+    #[inline]
+    pub fn request_ended(&self, ticket: Ticket) -> Option<Waker> {
+        self.requests.end(ticket)
+    }
+
+    /// Whether a drain started (or completed).
     #[inline]
     pub fn is_draining(&self) -> bool {
-        self.phase.load(Ordering::SeqCst) != SERVING
-    }
-
-    pub fn request_served_while_draining(&self) {
-        self.served_while_draining.fetch_add(1, Ordering::Relaxed);
-    }
-
-    #[inline]
-    pub fn request_ended(&self) {
-        self.active.fetch_sub(1, Ordering::Relaxed);
-    }
-
-    pub fn active_requests(&self) -> u64 {
-        self.active.load(Ordering::Relaxed).max(0) as u64
-    }
-
-    /// Raw count, which may be negative only if the accounting is broken (tests assert on it).
-    pub fn active_requests_raw(&self) -> i64 {
-        self.active.load(Ordering::Relaxed)
+        self.requests.is_draining()
     }
 
     // ---- drain lifecycle ----------------------------------------------------------------
@@ -228,20 +210,26 @@ impl Shared {
     /// Start the drain (idempotent), wake every in-flight request so its connection is sent away
     /// now, and kick the engine.
     pub fn start_drain(&self, trigger: Trigger) -> StartResult {
-        let started = {
+        {
             let mut d = lock(&self.drain);
             match d.as_mut() {
                 None => return StartResult::NoEngine,
-                Some(drain) => drain.start(Instant::now(), trigger),
+                Some(drain) => {
+                    if !drain.start(self.clock.now(), trigger) {
+                        return StartResult::AlreadyStarted;
+                    }
+                }
             }
-        };
-        if !started {
-            return StartResult::AlreadyStarted;
         }
-        self.phase.store(DRAINING, Ordering::SeqCst);
-        self.registry
-            .for_each_waker(|w| self.commit(w, EVENT_GO_AWAY));
-        self.kick_engine();
+        #[cfg(feature = "panic-test")]
+        if crate::faults::active("skip_wakeup") {
+            // Test-only: prove the race test catches a lost wake-up.
+            self.requests.begin_drain(|_| {});
+            (self.hooks.kick_engine)();
+            return StartResult::Started;
+        }
+        self.requests.begin_drain(|w| self.commit(w, EVENT_GO_AWAY));
+        (self.hooks.kick_engine)();
         StartResult::Started
     }
 
@@ -250,16 +238,33 @@ impl Shared {
     /// `envoy` is what Envoy's own stats show (listeners without the filter); it is merged by
     /// taking the larger count and the later start, never added, so requests that both the filter
     /// and Envoy's gauges see are not counted twice.
-    pub fn poll(&self, now: Instant, envoy: Option<Observation>) -> Decision {
+    pub fn poll(&self, envoy: Option<Observation>) -> Decision {
+        let now = self.clock.now();
+        let counts = self.requests.counts();
+        let active = if counts.active < 0 {
+            // A double end somewhere: the count cannot be trusted, so never complete early on it;
+            // hold (the timeout still bounds the drain) and say so.
+            if !self.counters.accounting_error.swap(true, Ordering::Relaxed) {
+                log::error!(
+                    "graceful_drain: in-flight count is negative ({}): request accounting is \
+                     broken; the drain now waits for drain_timeout",
+                    counts.active
+                );
+            }
+            1
+        } else if self.counters.accounting_error.load(Ordering::Relaxed) {
+            1
+        } else {
+            counts.active as u64
+        };
         let mut obs = Observation {
-            active_requests: self.active_requests(),
-            last_request_start: match self.last_start.load(Ordering::Relaxed) {
-                0 => None,
-                n => Some(instant_of(n)),
-            },
+            active_requests: active,
+            last_request_start: (counts.last_start != 0)
+                .then(|| self.clock.instant_of(counts.last_start)),
         };
         if let Some(e) = envoy {
-            self.envoy_active_plus_one
+            self.counters
+                .envoy_active_plus_one
                 .store(e.active_requests.saturating_add(1), Ordering::Relaxed);
             obs.active_requests = obs.active_requests.max(e.active_requests);
             obs.last_request_start = obs.last_request_start.max(e.last_request_start);
@@ -269,12 +274,7 @@ impl Shared {
             Some(d) => d.poll(now, obs),
         };
         if let Decision::Completed(_) = decision {
-            self.phase.store(DRAINED, Ordering::SeqCst);
-            let mut w = lock(&self.waiters);
-            w.done = true;
-            for (_, waker) in w.list.drain(..) {
-                self.commit(waker, EVENT_DRAIN_DONE);
-            }
+            self.waiters.complete(|w| self.commit(w, EVENT_DRAIN_DONE));
         }
         decision
     }
@@ -285,47 +285,9 @@ impl Shared {
             .map_or(Phase::Serving, |d| d.phase())
     }
 
-    /// Wait for the drain to complete: `waker` gets [`EVENT_DRAIN_DONE`] when it does.
-    pub fn register_waiter(&self, waker: usize) -> Wait {
-        let mut w = lock(&self.waiters);
-        if w.done {
-            return Wait::AlreadyDone;
-        }
-        let id = w.next_id;
-        w.next_id += 1;
-        w.list.push((id, waker));
-        Wait::Waiting(id)
-    }
-
-    /// Forget a waiter (its stream ended). After this returns its waker is never used again.
-    pub fn unregister_waiter(&self, id: u64) {
-        lock(&self.waiters).list.retain(|(i, _)| *i != id);
-    }
-
-    /// Whether this connection was already told to go away (unknown ids: no).
-    pub fn is_sent_away(&self, connection_id: Option<u64>) -> bool {
-        connection_id.is_some_and(|id| lock(&self.sent_away_conns).contains(&id))
-    }
-
-    /// Record that a connection was told to go away. Returns false if it already was (the call
-    /// is then redundant). Unknown connection ids always count.
-    pub fn mark_sent_away(&self, connection_id: Option<u64>, protocol: Protocol) -> bool {
-        if let Some(id) = connection_id {
-            if !lock(&self.sent_away_conns).insert(id) {
-                return false;
-            }
-        }
-        match protocol {
-            Protocol::Http1 => &self.sent_away_http1,
-            Protocol::Http2 => &self.sent_away_http2,
-            Protocol::Other => &self.sent_away_other,
-        }
-        .fetch_add(1, Ordering::Relaxed);
-        true
-    }
-
     /// The report behind `/drain/status`, the admin status and the `/drain` answer.
-    pub fn status(&self, now: Instant) -> Status {
+    pub fn status(&self) -> Status {
+        let now = self.clock.now();
         let (phase, settings) = match lock(&self.drain).as_ref() {
             None => (Phase::Serving, None),
             Some(d) => (d.phase(), Some(d.settings())),
@@ -333,7 +295,7 @@ impl Shared {
         let ms = |d: Duration| d.as_millis() as u64;
         let since = |nanos: u64| match nanos {
             0 => None,
-            n => Some(ms(now.saturating_duration_since(instant_of(n)))),
+            n => Some(ms(now.saturating_duration_since(self.clock.instant_of(n)))),
         };
         let (trigger, started_at, outcome) = match phase {
             Phase::Serving => (None, None, None),
@@ -347,35 +309,51 @@ impl Shared {
                 outcome,
             } => (Some(trigger), Some(started_at), Some(outcome)),
         };
+        let c = &self.counters;
+        let counts = self.requests.counts();
+        let [under_1s, from_1s_to_10s, over_10s] = self.requests.age_buckets(self.clock.nanos());
+        let table = self.requests.footprint();
         Status {
             state: phase.name(),
             trigger: trigger.map(Trigger::as_str),
-            active_requests: self.active_requests_raw(),
-            envoy_active_requests: match self.envoy_active_plus_one.load(Ordering::Relaxed) {
+            active_requests: counts.active,
+            accounting_error: c.accounting_error.load(Ordering::Relaxed),
+            envoy_active_requests: match c.envoy_active_plus_one.load(Ordering::Relaxed) {
                 0 => None,
                 n => Some(n - 1),
             },
-            in_flight_by_age: {
-                let [under_1s, from_1s_to_10s, over_10s] = self.registry.age_buckets(now_nanos());
-                AgeBuckets {
-                    under_1s,
-                    from_1s_to_10s,
-                    over_10s,
-                }
+            in_flight_by_age: AgeBuckets {
+                under_1s,
+                from_1s_to_10s,
+                over_10s,
             },
             drain_elapsed_ms: started_at.map(|s| ms(now.saturating_duration_since(s))),
-            since_last_request_start_ms: since(self.last_start.load(Ordering::Relaxed)),
-            oldest_request_age_ms: self.registry.oldest_start().and_then(since),
-            requests_served_while_draining: self.served_while_draining.load(Ordering::Relaxed),
+            since_last_request_start_ms: since(counts.last_start),
+            oldest_request_age_ms: self.requests.oldest_start().and_then(since),
+            requests_served_while_draining: c.served_while_draining.load(Ordering::Relaxed),
             connections_sent_away: SentAway {
-                http1: self.sent_away_http1.load(Ordering::Relaxed),
-                http2: self.sent_away_http2.load(Ordering::Relaxed),
-                other: self.sent_away_other.load(Ordering::Relaxed),
+                http1: c.sent_away[Protocol::Http1 as usize].load(Ordering::Relaxed),
+                http2: c.sent_away[Protocol::Http2 as usize].load(Ordering::Relaxed),
+                other: c.sent_away[Protocol::Other as usize].load(Ordering::Relaxed),
+            },
+            module_errors: c.module_errors.load(Ordering::Relaxed),
+            request_table: TableReport {
+                workers: table.workers as u64,
+                slots: table.slots as u64,
+                bytes: table.bytes as u64,
             },
             outcome: outcome.map(OutcomeReport::from),
             settings: settings.map(SettingsReport::from),
         }
     }
+}
+
+/// Size of the in-flight table (it grows with the peak concurrency and never shrinks).
+#[derive(Debug, Serialize, PartialEq, Eq)]
+pub struct TableReport {
+    pub workers: u64,
+    pub slots: u64,
+    pub bytes: u64,
 }
 
 #[derive(Debug, Serialize, PartialEq, Eq)]
@@ -435,6 +413,8 @@ pub struct Status {
     pub trigger: Option<&'static str>,
     /// Signed on purpose: a negative value would expose broken accounting instead of hiding it.
     pub active_requests: i64,
+    /// The count went negative at some point: the drain no longer trusts it (waits for timeout).
+    pub accounting_error: bool,
     /// Requests in flight by Envoy's own gauges (`http.*.downstream_rq_active` minus ignored
     /// prefixes), as the drain engine last saw them; covers listeners without the filter.
     /// `null` until a drain has polled them.
@@ -445,6 +425,9 @@ pub struct Status {
     pub oldest_request_age_ms: Option<u64>,
     pub requests_served_while_draining: u64,
     pub connections_sent_away: SentAway,
+    /// Failures contained on the data path (each request went through unharmed).
+    pub module_errors: u64,
+    pub request_table: TableReport,
     pub outcome: Option<OutcomeReport>,
     /// `null` when the bootstrap extension (the drain clock) is not loaded.
     pub settings: Option<SettingsReport>,
@@ -458,11 +441,61 @@ impl Status {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
+    use crate::clock::FakeClock;
     use std::sync::atomic::AtomicUsize;
+    use std::sync::Arc;
 
-    fn fast() -> DrainSettings {
+    /// A `Shared` over a fake clock, whose commits and kicks are recorded in thread-local lists
+    /// (the hooks are plain `fn`s, as the FFI's are).
+    pub(crate) struct Fixture {
+        pub shared: Shared,
+        pub clock: Arc<FakeClock>,
+    }
+
+    std::thread_local! {
+        pub(crate) static COMMITS: std::cell::RefCell<Vec<(usize, u64)>> =
+            const { std::cell::RefCell::new(Vec::new()) };
+        pub(crate) static KICKS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+    }
+
+    pub(crate) fn commits() -> Vec<(usize, u64)> {
+        COMMITS.with(|c| c.borrow().clone())
+    }
+
+    struct ArcClock(Arc<FakeClock>);
+    impl Clock for ArcClock {
+        fn now(&self) -> std::time::Instant {
+            self.0.now()
+        }
+        fn nanos(&self) -> u64 {
+            self.0.nanos()
+        }
+        fn epoch(&self) -> std::time::Instant {
+            self.0.epoch()
+        }
+    }
+
+    pub(crate) fn fixture(settings: Option<DrainSettings>) -> Fixture {
+        COMMITS.with(|c| c.borrow_mut().clear());
+        KICKS.with(|k| k.set(0));
+        let clock = Arc::new(FakeClock::new());
+        let shared = Shared::with_registry(
+            Box::new(ArcClock(clock.clone())),
+            Hooks {
+                commit: |w, e| COMMITS.with(|c| c.borrow_mut().push((w, e))),
+                kick_engine: || KICKS.with(|k| k.set(k.get() + 1)),
+            },
+            Registry::with_limits(4, 8),
+        );
+        if let Some(s) = settings {
+            assert!(shared.install_engine(s));
+        }
+        Fixture { shared, clock }
+    }
+
+    pub(crate) fn fast() -> DrainSettings {
         DrainSettings {
             min_drain_duration: Duration::from_millis(30),
             quiet_period: Duration::from_millis(10),
@@ -472,128 +505,171 @@ mod tests {
 
     #[test]
     fn no_engine_no_drain() {
-        let s = Shared::new(16);
-        assert_eq!(s.start_drain(Trigger::Admin), StartResult::NoEngine);
-        assert!(!s.is_draining());
-        let st = s.status(Instant::now());
+        let f = fixture(None);
+        assert_eq!(f.shared.start_drain(Trigger::Admin), StartResult::NoEngine);
+        assert!(!f.shared.is_draining());
+        let st = f.shared.status();
         assert_eq!(st.state, "serving");
         assert!(st.settings.is_none());
     }
 
     #[test]
-    fn drain_wakes_registered_requests_and_completes() {
-        static COMMITS: AtomicUsize = AtomicUsize::new(0);
-        static KICKS: AtomicUsize = AtomicUsize::new(0);
-        let s = Shared::new(16);
-        s.install_hooks(Hooks {
-            commit: |w, e| {
-                assert_eq!(e, EVENT_GO_AWAY);
-                assert_eq!(w, 0x80);
-                COMMITS.fetch_add(1, Ordering::SeqCst);
-            },
-            kick_engine: || {
-                KICKS.fetch_add(1, Ordering::SeqCst);
-            },
-        });
-        assert!(s.install_engine(fast()));
-        assert!(!s.install_engine(DrainSettings::default()));
-        s.request_started(now_nanos());
-        let slot = s.registry.claim(0x80, now_nanos()).unwrap();
-        assert!(!s.is_draining());
-        let t0 = Instant::now();
+    fn drain_wakes_registered_requests_and_completes_by_the_rules() {
+        let f = fixture(Some(fast()));
+        let s = &f.shared;
+        assert!(
+            !s.install_engine(DrainSettings::default()),
+            "first install wins"
+        );
+        let (t, draining) = s.request_started(Some(0x80));
+        assert!(!draining);
         assert_eq!(s.start_drain(Trigger::Sigterm), StartResult::Started);
         assert_eq!(s.start_drain(Trigger::Admin), StartResult::AlreadyStarted);
         assert!(s.is_draining());
-        assert_eq!(COMMITS.load(Ordering::SeqCst), 1);
-        assert_eq!(KICKS.load(Ordering::SeqCst), 1);
-        // In flight: not complete even after min drain.
-        assert!(matches!(
-            s.poll(t0 + Duration::from_millis(100), None),
-            Decision::PollAt(_)
-        ));
-        s.registry.release(slot);
-        s.request_ended();
-        let d = s.poll(Instant::now() + Duration::from_millis(100), None);
+        assert_eq!(commits(), vec![(0x80, EVENT_GO_AWAY)]);
+        assert_eq!(KICKS.with(|k| k.get()), 1);
+        // In flight: not complete even after the minimum.
+        f.clock.advance(Duration::from_millis(100));
+        assert!(matches!(s.poll(None), Decision::PollAt(_)));
+        assert_eq!(s.request_ended(t), Some(0x80));
+        // The request started before the drain: the quiet period runs from the drain start, and
+        // both it and the minimum are over, so the drain completes at this poll.
+        let d = s.poll(None);
         assert!(matches!(d, Decision::Completed(o) if !o.timed_out), "{d:?}");
-        let st = s.status(Instant::now());
+        let st = s.status();
         assert_eq!(st.state, "drained");
         assert_eq!(st.trigger, Some("sigterm"));
         assert_eq!(st.active_requests, 0);
-        assert!(st.outcome.is_some());
+        assert_eq!(st.outcome.as_ref().map(|o| o.duration_ms), Some(100));
+    }
+
+    #[test]
+    fn a_negative_count_holds_the_drain_until_the_timeout() {
+        let f = fixture(Some(fast()));
+        let s = &f.shared;
+        let (t, _) = s.request_started(None);
+        s.request_ended(t);
+        // A forged second end of the same request (the ticket type forbids it in real code).
+        s.requests.end(Ticket::forged_for_tests());
+        s.start_drain(Trigger::Admin);
+        f.clock.advance(Duration::from_millis(100));
+        assert!(
+            matches!(s.poll(None), Decision::PollAt(_)),
+            "not completed on a broken count"
+        );
+        let st = s.status();
+        assert_eq!(st.active_requests, -1);
+        assert!(st.accounting_error);
+        f.clock.advance(Duration::from_millis(400));
+        assert!(matches!(s.poll(None), Decision::Completed(o) if o.timed_out));
     }
 
     #[test]
     fn waiters_are_answered_once_on_completion() {
-        static DONE: AtomicUsize = AtomicUsize::new(0);
-        let s = Shared::new(4);
-        s.install_hooks(Hooks {
-            commit: |w, e| {
-                if e == EVENT_DRAIN_DONE {
-                    DONE.fetch_add(w, Ordering::SeqCst);
-                }
-            },
-            kick_engine: || {},
-        });
-        s.install_engine(fast());
+        let f = fixture(Some(fast()));
+        let s = &f.shared;
         s.start_drain(Trigger::ControlEndpoint);
-        let a = s.register_waiter(0x10);
-        let b = s.register_waiter(0x100);
+        let a = s.waiters.register(0x10);
+        let b = s.waiters.register(0x100);
         assert!(matches!(a, Wait::Waiting(_)));
         if let Wait::Waiting(id) = b {
-            s.unregister_waiter(id);
+            s.waiters.unregister(id);
         }
-        assert!(matches!(
-            s.poll(Instant::now() + Duration::from_secs(1), None),
-            Decision::Completed(_)
-        ));
+        f.clock.advance(Duration::from_secs(1));
+        assert!(matches!(s.poll(None), Decision::Completed(_)));
+        let done: Vec<_> = commits()
+            .into_iter()
+            .filter(|(_, e)| *e == EVENT_DRAIN_DONE)
+            .collect();
         assert_eq!(
-            DONE.load(Ordering::SeqCst),
-            0x10,
+            done,
+            vec![(0x10, EVENT_DRAIN_DONE)],
             "only the remaining waiter"
         );
-        assert_eq!(s.register_waiter(0x20), Wait::AlreadyDone);
+        assert_eq!(s.waiters.register(0x20), Wait::AlreadyDone);
     }
 
     #[test]
-    fn connections_are_counted_once() {
-        let s = Shared::new(4);
-        assert!(s.mark_sent_away(Some(7), Protocol::Http2));
-        assert!(!s.mark_sent_away(Some(7), Protocol::Http2));
-        assert!(s.mark_sent_away(Some(8), Protocol::Http1));
-        assert!(s.mark_sent_away(None, Protocol::Other));
-        let st = s.status(Instant::now());
+    fn envoy_observations_merge_by_maximum() {
+        let f = fixture(Some(fast()));
+        let s = &f.shared;
+        let (t, _) = s.request_started(None);
+        s.start_drain(Trigger::Admin);
+        f.clock.advance(Duration::from_millis(100));
+        let envoy = Observation {
+            active_requests: 1,
+            last_request_start: None,
+        };
+        s.request_ended(t);
+        assert!(matches!(s.poll(Some(envoy)), Decision::PollAt(_)));
+        assert_eq!(s.status().envoy_active_requests, Some(1));
+        let idle = Observation {
+            active_requests: 0,
+            last_request_start: None,
+        };
+        assert!(matches!(s.poll(Some(idle)), Decision::Completed(_)));
+    }
+
+    #[test]
+    fn protocol_labels_are_the_same_in_stats_and_status() {
+        let f = fixture(None);
+        let s = &f.shared;
+        s.counters.sent_away(Protocol::Http2);
+        s.counters.sent_away(Protocol::Http1);
+        s.counters.sent_away(Protocol::from_envoy(b"HTTP/3"));
         assert_eq!(
-            st.connections_sent_away,
+            s.status().connections_sent_away,
             SentAway {
                 http1: 1,
                 http2: 1,
                 other: 1
             }
         );
-        assert_eq!(Protocol::from_envoy(b"HTTP/1.1"), Protocol::Http1);
+        assert_eq!(Protocol::from_envoy(b"HTTP/1.0"), Protocol::Http1);
         assert_eq!(Protocol::from_envoy(b"HTTP/2"), Protocol::Http2);
-        assert_eq!(Protocol::from_envoy(b"HTTP/3"), Protocol::Other);
     }
 
     #[test]
     fn status_json_has_the_documented_fields() {
-        let s = Shared::new(4);
-        s.install_engine(DrainSettings::default());
-        let v: serde_json::Value =
-            serde_json::from_str(&s.status(Instant::now()).to_json()).unwrap();
+        let f = fixture(Some(DrainSettings::default()));
+        let v: serde_json::Value = serde_json::from_str(&f.shared.status().to_json()).unwrap();
         for key in [
             "state",
             "active_requests",
+            "accounting_error",
             "in_flight_by_age",
             "drain_elapsed_ms",
             "since_last_request_start_ms",
             "oldest_request_age_ms",
             "connections_sent_away",
             "requests_served_while_draining",
+            "module_errors",
+            "request_table",
             "settings",
         ] {
             assert!(v.get(key).is_some(), "missing {key} in {v}");
         }
         assert_eq!(v["settings"]["drain_timeout"], "25s");
+    }
+
+    #[test]
+    fn concurrent_requests_count_back_to_zero() {
+        let f = fixture(None);
+        let shared = &f.shared;
+        let n = AtomicUsize::new(0);
+        std::thread::scope(|sc| {
+            for t in 0..4usize {
+                let n = &n;
+                sc.spawn(move || {
+                    for i in 0..2000usize {
+                        let (tk, _) = shared.request_started(Some(((t << 16) | (i + 1)) << 4));
+                        n.fetch_add(1, Ordering::Relaxed);
+                        shared.request_ended(tk);
+                    }
+                });
+            }
+        });
+        assert_eq!(n.load(Ordering::Relaxed), 8000);
+        assert_eq!(shared.status().active_requests, 0);
     }
 }

@@ -9,6 +9,7 @@ use crate::bootstrap::{
     ADMIN_STATUS_PATH,
 };
 use crate::config::BootstrapConfig;
+use crate::drain::IN_FLIGHT_RECHECK;
 use crate::state::Shared;
 use std::cell::{Cell, RefCell};
 use std::os::raw::c_void;
@@ -253,20 +254,48 @@ unsafe fn extension<'a>(bcm: *const c_void) -> Option<&'a Extension> {
     unsafe { (bcm as *const Extension).as_ref() }
 }
 
-/// Run an engine operation, then call the shutdown release (if any) with no borrow held.
+/// Run an engine operation, then give Envoy its shutdown release (if the operation returned one)
+/// with no borrow held. Returns false if the operation panicked (contained).
 fn with_engine(
     hook: &'static str,
     bcm: *const c_void,
-    f: impl FnOnce(&mut Engine, &Extension) -> Option<ShutdownRelease>,
-) {
+    f: impl FnOnce(&mut Engine, &Extension, &Shared) -> Option<ShutdownRelease>,
+) -> bool {
+    let mut panicked = true;
     let release = guard(hook, None, || {
         // SAFETY: Envoy passes back our config/extension pointer (they are the same object).
-        let ext = unsafe { extension(bcm) }?;
-        let mut engine = ext.engine.try_borrow_mut().ok()?;
-        f(&mut engine, ext)
+        let ext = unsafe { extension(bcm) };
+        let r = ext.and_then(|ext| {
+            let mut engine = ext.engine.try_borrow_mut().ok()?;
+            f(&mut engine, ext, super::shared())
+        });
+        panicked = false;
+        r
     });
     if let Some(release) = release {
-        guard("shutdown release", (), release);
+        guard("shutdown release", (), || release.release());
+    }
+    !panicked
+}
+
+/// Drive the engine from a plain thread when Envoy could not give it a timer: kicks it (through
+/// the thread-safe scheduler) at the in-flight recheck interval while a drain is under way.
+fn start_fallback_ticker() {
+    let spawned = std::thread::Builder::new()
+        .name("graceful_drain_tick".into())
+        .spawn(|| loop {
+            std::thread::sleep(IN_FLIGHT_RECHECK);
+            if KICK_SCHEDULER.load(Ordering::Acquire) == 0 {
+                return;
+            }
+            if super::shared().is_draining() {
+                kick_engine();
+            }
+        });
+    if let Err(e) = spawned {
+        log::error!(
+            "graceful_drain: no timer and no fallback thread ({e}): drains cannot complete"
+        );
     }
 }
 
@@ -288,7 +317,7 @@ pub extern "C" fn envoy_dynamic_module_on_bootstrap_extension_config_new(
                 return ptr::null();
             }
         };
-        if !Shared::global().install_engine(cfg.drain) {
+        if !super::shared().install_engine(cfg.drain) {
             log::error!(
                 "invalid graceful_drain bootstrap config: field `extension_name`: the graceful_drain \
                  bootstrap extension is configured twice; keep one entry"
@@ -296,12 +325,24 @@ pub extern "C" fn envoy_dynamic_module_on_bootstrap_extension_config_new(
             return ptr::null();
         }
         // SAFETY: main thread, inside config_new with Envoy's config pointer.
-        let (timer, scheduler) = unsafe {
+        #[allow(unused_mut)] // reassigned by a test fault
+        let (mut timer, scheduler) = unsafe {
             (
                 abi::envoy_dynamic_module_callback_bootstrap_extension_timer_new(bce),
                 abi::envoy_dynamic_module_callback_bootstrap_extension_config_scheduler_new(bce),
             )
         };
+        #[cfg(feature = "panic-test")]
+        if crate::faults::active("no_timer") && !timer.is_null() {
+            // SAFETY: main thread; the timer was just created and is deleted once.
+            unsafe { abi::envoy_dynamic_module_callback_bootstrap_extension_timer_delete(timer) };
+            timer = ptr::null_mut();
+        }
+        if scheduler.is_null() {
+            log::error!(
+                "graceful_drain: Envoy gave no scheduler: the engine cannot be woken from workers"
+            );
+        }
         let ext = Box::new(Extension {
             envoy: bce,
             extension: Cell::new(ptr::null_mut()),
@@ -313,6 +354,12 @@ pub extern "C" fn envoy_dynamic_module_on_bootstrap_extension_config_new(
             engine: RefCell::new(Engine::default()),
         });
         KICK_SCHEDULER.store(scheduler as usize, Ordering::Release);
+        if timer.is_null() {
+            log::error!(
+                "graceful_drain: Envoy gave no timer; the drain clock runs on a fallback thread"
+            );
+            start_fallback_ticker();
+        }
         register_admin(
             bce,
             ADMIN_DRAIN_PATH,
@@ -393,18 +440,26 @@ pub extern "C" fn envoy_dynamic_module_on_bootstrap_extension_worker_thread_init
 ) {
 }
 
-/// Freed in config_destroy (the extension and config are one object).
+/// The object itself is freed in config_destroy (the extension and config are one object); from
+/// here on Envoy's extension pointer is gone, so forget it (stats reads then report nothing).
 #[no_mangle]
-pub extern "C" fn envoy_dynamic_module_on_bootstrap_extension_destroy(_bm: *const c_void) {}
+pub extern "C" fn envoy_dynamic_module_on_bootstrap_extension_destroy(bm: *const c_void) {
+    guard("bootstrap_extension_destroy", (), || {
+        // SAFETY: `bm` is our object, alive until config_destroy.
+        if let Some(ext) = unsafe { extension(bm) } {
+            ext.extension.set(ptr::null_mut());
+        }
+    })
+}
 
 #[no_mangle]
 pub extern "C" fn envoy_dynamic_module_on_bootstrap_extension_drain_started(
     _be: EnvoyPtr,
     bm: *const c_void,
 ) {
-    with_engine("drain_started", bm, |engine, ext| {
-        engine.on_envoy_drain_started(ext)
-    })
+    with_engine("drain_started", bm, |engine, ext, shared| {
+        engine.on_envoy_drain_started(ext, shared)
+    });
 }
 
 #[no_mangle]
@@ -418,16 +473,30 @@ pub extern "C" fn envoy_dynamic_module_on_bootstrap_extension_shutdown(
         log::warn!("graceful_drain: shutdown without a completion callback; cannot hold the exit");
         return;
     };
-    let release: ShutdownRelease = Box::new(move || completion(context));
+    let release = ShutdownRelease::new(move || completion(context));
     let mut release_slot = Some(release);
-    with_engine("shutdown", bm, |engine, ext| {
+    let ok = with_engine("shutdown", bm, |engine, ext, shared| {
         let release = release_slot.take()?;
-        engine.on_shutdown(ext, release)
+        engine.on_shutdown(ext, shared, release)
     });
-    // If the engine could not take it (panic or missing extension), never hold Envoy forever.
-    if let Some(release) = release_slot {
-        release();
+    if !ok {
+        // The engine failed after taking Envoy's completion: give it back now rather than hold
+        // Envoy until SIGKILL (a drain we cannot run must not turn into a hang).
+        log::error!("graceful_drain: SIGTERM handling failed; letting Envoy exit now");
+        // SAFETY: as in with_engine.
+        if let Some(ext) = unsafe { extension(bm) } {
+            if let Some(r) = ext
+                .engine
+                .try_borrow_mut()
+                .ok()
+                .and_then(|mut e| e.take_pending_shutdown())
+            {
+                guard("shutdown release", (), || r.release());
+            }
+        }
     }
+    // If the engine never took it (no extension), never hold Envoy: the drop releases it.
+    drop(release_slot);
 }
 
 #[no_mangle]
@@ -436,7 +505,9 @@ pub extern "C" fn envoy_dynamic_module_on_bootstrap_extension_config_scheduled(
     bcm: *const c_void,
     _event_id: u64,
 ) {
-    with_engine("config_scheduled", bcm, |engine, ext| engine.evaluate(ext))
+    with_engine("config_scheduled", bcm, |engine, ext, shared| {
+        engine.evaluate(ext, shared)
+    });
 }
 
 #[no_mangle]
@@ -445,7 +516,9 @@ pub extern "C" fn envoy_dynamic_module_on_bootstrap_extension_timer_fired(
     bcm: *const c_void,
     _timer: *mut c_void,
 ) {
-    with_engine("timer_fired", bcm, |engine, ext| engine.evaluate(ext))
+    with_engine("timer_fired", bcm, |engine, ext, shared| {
+        engine.evaluate(ext, shared)
+    });
 }
 
 #[no_mangle]
@@ -457,10 +530,10 @@ pub extern "C" fn envoy_dynamic_module_on_bootstrap_extension_admin_request(
     _body: Buffer,
 ) -> u32 {
     let mut status = 500;
-    with_engine("admin_request", bcm, |engine, ext| {
+    with_engine("admin_request", bcm, |engine, ext, shared| {
         // SAFETY: Envoy's buffers are valid for this call.
         let (method, path) = unsafe { (envoy_bytes(method), envoy_bytes(path)) };
-        let (code, body, release) = engine.on_admin(ext, method, path);
+        let (code, body, release) = engine.on_admin(ext, shared, method, path);
         status = code;
         // SAFETY: inside admin_request; Envoy copies the body.
         unsafe {

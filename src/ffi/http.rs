@@ -4,8 +4,8 @@
 use super::abi::{self, Buffer, EnvoyPtr, HttpHeader};
 use super::{define_metric, envoy_bytes, guard, module_buffer, module_headers, DefineMetric};
 use crate::config::{DrainToken, FilterConfig, Role};
-use crate::http_filter::{HeadersAction, Metric, Stream, StreamHost};
-use crate::state::Protocol;
+use crate::http_filter::{HeadersAction, Metric, Stream, StreamHost, StreamSink};
+use crate::state::{Protocol, Shared};
 use std::cell::RefCell;
 use std::os::raw::c_void;
 use std::ptr;
@@ -24,7 +24,9 @@ struct DataMetrics {
     active_requests: usize,
     sent_away_http1: usize,
     sent_away_http2: usize,
+    sent_away_other: usize,
     served_while_draining: usize,
+    module_errors: usize,
 }
 
 impl DataMetrics {
@@ -41,7 +43,9 @@ impl DataMetrics {
             active_requests: define("active_requests", true)?,
             sent_away_http1: define("connections_sent_away_http1", false)?,
             sent_away_http2: define("connections_sent_away_http2", false)?,
+            sent_away_other: define("connections_sent_away_other", false)?,
             served_while_draining: define("requests_served_while_draining", false)?,
+            module_errors: define("module_errors", false)?,
         })
     }
 }
@@ -53,8 +57,10 @@ impl Config {
             Metric::RequestStarted => (ids.active_requests, 1),
             Metric::RequestEnded => (ids.active_requests, -1),
             Metric::ServedWhileDraining => (ids.served_while_draining, 0),
+            Metric::SentAway(Protocol::Http1) => (ids.sent_away_http1, 0),
             Metric::SentAway(Protocol::Http2) => (ids.sent_away_http2, 0),
-            Metric::SentAway(_) => (ids.sent_away_http1, 0),
+            Metric::SentAway(Protocol::Other) => (ids.sent_away_other, 0),
+            Metric::ModuleError => (ids.module_errors, 0),
         };
         // SAFETY: config-level stats are atomics in Envoy and callable from any worker; `envoy`
         // stays valid until config_destroy, which happens after every filter of the config.
@@ -88,7 +94,10 @@ impl Config {
 
 struct Filter {
     config: *const Config,
-    stream: Stream,
+    /// A `RefCell`, not `&mut` through the raw pointer: a hook can re-enter the same filter (a
+    /// local reply runs the response hooks from inside `send_response`); the inner call then
+    /// finds the stream borrowed and does nothing, instead of making a second `&mut`.
+    stream: RefCell<Stream>,
 }
 
 thread_local! {
@@ -134,6 +143,27 @@ pub(crate) fn commit_scheduler(waker: usize, event: u64) {
     // not deleted: the registry and the waiter list guarantee it stays alive during this call.
     unsafe {
         abi::envoy_dynamic_module_callback_http_filter_scheduler_commit(waker as *mut c_void, event)
+    }
+}
+
+/// The part of a host that needs no live stream (usable from the destroy hook).
+struct ConfigSink<'a>(&'a Config);
+
+impl StreamSink for ConfigSink<'_> {
+    fn drop_waker(&self, waker: usize) {
+        drop_scheduler(waker)
+    }
+    fn metric(&self, m: Metric) {
+        self.0.metric(m)
+    }
+}
+
+impl StreamSink for EnvoyStream<'_> {
+    fn drop_waker(&self, waker: usize) {
+        drop_scheduler(waker)
+    }
+    fn metric(&self, m: Metric) {
+        self.config.metric(m)
     }
 }
 
@@ -226,16 +256,8 @@ impl StreamHost for EnvoyStream<'_> {
         (!s.is_null()).then_some(s as usize)
     }
 
-    fn drop_waker(&self, waker: usize) {
-        drop_scheduler(waker)
-    }
-
     fn wake(&self, waker: usize, event: u64) {
         commit_scheduler(waker, event)
-    }
-
-    fn metric(&self, m: Metric) {
-        self.config.metric(m)
     }
 }
 
@@ -246,28 +268,57 @@ fn drop_scheduler(waker: usize) {
 
 /// # Safety
 /// `fm` must be a pointer returned by `on_http_filter_new` and not yet destroyed.
-unsafe fn filter<'a>(fm: *const c_void) -> Option<&'a mut Filter> {
-    // SAFETY: per the contract; Envoy calls a filter's hooks one at a time on its worker.
-    unsafe { (fm as *mut Filter).as_mut() }
+unsafe fn filter<'a>(fm: *const c_void) -> Option<&'a Filter> {
+    // SAFETY: per the contract. Only shared references are made: mutation goes through the
+    // filter's RefCell, so re-entrant hooks cannot alias a `&mut`.
+    unsafe { (fm as *const Filter).as_ref() }
 }
 
-/// Run `f` with the filter and a host for it.
+/// How a hook ran.
+enum Ran<R> {
+    Done(R),
+    /// The filter is already inside one of its hooks (re-entered through a local reply), or the
+    /// pointers were null: nothing was done.
+    Skipped,
+    /// A panic was contained (logged by the panic hook).
+    Panicked,
+}
+
+/// Run `f` with the filter's stream (borrowed mutably through its RefCell) and a host for it.
 fn with_stream<R>(
     hook: &'static str,
     fe: EnvoyPtr,
     fm: *const c_void,
-    fallback: R,
-    f: impl FnOnce(&mut Stream, &EnvoyStream) -> R,
-) -> R {
-    guard(hook, None, || {
+    f: impl FnOnce(&mut Stream, &EnvoyStream, &Shared) -> R,
+) -> Ran<R> {
+    let ran = guard(hook, None, || {
         // SAFETY: Envoy passes back the pointer we returned from on_http_filter_new.
-        let filter = unsafe { filter(fm) }?;
+        let Some(filter) = (unsafe { filter(fm) }) else {
+            return Some(Ran::Skipped);
+        };
         // SAFETY: the config outlives all its filters (Envoy holds it for them).
-        let config = unsafe { filter.config.as_ref() }?;
+        let Some(config) = (unsafe { filter.config.as_ref() }) else {
+            return Some(Ran::Skipped);
+        };
+        let Ok(mut stream) = filter.stream.try_borrow_mut() else {
+            return Some(Ran::Skipped);
+        };
         let host = EnvoyStream { fe, config };
-        Some(f(&mut filter.stream, &host))
-    })
-    .unwrap_or(fallback)
+        Some(Ran::Done(f(&mut stream, &host, super::shared())))
+    });
+    match ran {
+        Some(r) => r,
+        None => {
+            // SAFETY: as above; only the config is read, to count the contained failure.
+            if let Some(config) = unsafe { filter(fm) }.and_then(|f| unsafe { f.config.as_ref() }) {
+                if config.role == Role::Data {
+                    super::shared().counters.module_error();
+                    config.metric(Metric::ModuleError);
+                }
+            }
+            Ran::Panicked
+        }
+    }
 }
 
 // ---- exported hooks --------------------------------------------------------------------------
@@ -331,10 +382,9 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_new(
         let Some(config) = (unsafe { (cm as *const Config).as_ref() }) else {
             return ptr::null();
         };
-        let stream = Stream::new(config.role, config.token.as_ref(), |m| config.metric(m));
         alloc_filter(Filter {
             config: cm as *const Config,
-            stream,
+            stream: RefCell::new(Stream::new(config.role, config.token.as_ref())),
         }) as *const c_void
     })
 }
@@ -345,30 +395,50 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_request_headers(
     fm: *const c_void,
     _end_of_stream: bool,
 ) -> u32 {
-    let r = with_stream("request_headers", fe, fm, None, |s, host| {
-        Some(s.on_request_headers(host))
+    let r = with_stream("request_headers", fe, fm, |s, host, shared| {
+        (
+            s.on_request_headers(host, shared),
+            matches!(s, Stream::Control(_)),
+        )
     });
     match r {
-        Some(HeadersAction::Continue) => abi::HEADERS_CONTINUE,
-        Some(HeadersAction::Stop) => abi::HEADERS_STOP_ITERATION,
-        None => {
-            // Fail closed: a panic (or a missing filter) on the request path answers 500.
+        Ran::Done((HeadersAction::Continue, _)) | Ran::Skipped => abi::HEADERS_CONTINUE,
+        Ran::Done((HeadersAction::Stop, _)) => abi::HEADERS_STOP_ITERATION,
+        Ran::Panicked => {
+            // SAFETY: as in with_stream; only the role is read.
+            let role = unsafe { filter(fm) }
+                .and_then(|f| unsafe { f.config.as_ref() })
+                .map(|c| c.role);
+            if role == Some(Role::Data) {
+                // Fail open: the request goes on through Envoy unharmed; only our bookkeeping
+                // for it is lost (counted in module_errors, logged by the guard).
+                return abi::HEADERS_CONTINUE;
+            }
+            // A control endpoint may fail: answer 500 with a reason.
             guard("request_headers fallback", (), || {
-                let cfg = Config {
-                    envoy: ptr::null_mut(),
-                    role: Role::Control,
-                    token: None,
-                    metrics: None,
-                };
-                EnvoyStream { fe, config: &cfg }.send_response(
-                    500,
-                    &[("content-type", "text/plain")],
-                    b"graceful_drain: internal error\n",
-                );
+                let mut raw = module_headers(&[("content-type", "text/plain")]);
+                // SAFETY: live stream inside its hook; buffers alive for the call (Envoy copies).
+                unsafe {
+                    abi::envoy_dynamic_module_callback_http_send_response(
+                        fe,
+                        500,
+                        raw.as_mut_ptr(),
+                        raw.len(),
+                        module_buffer(b"graceful_drain: internal error\n"),
+                        module_buffer(b"graceful_drain_internal_error"),
+                    )
+                }
             });
             abi::HEADERS_STOP_ITERATION
         }
     }
+}
+
+fn paused(hook: &'static str, fe: EnvoyPtr, fm: *const c_void) -> bool {
+    matches!(
+        with_stream(hook, fe, fm, |s, _, _| s.is_paused()),
+        Ran::Done(true)
+    )
 }
 
 /// While a request is paused for its go-away, body and trailers wait (with back-pressure, not
@@ -379,7 +449,7 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_request_body(
     fm: *const c_void,
     _end_of_stream: bool,
 ) -> u32 {
-    if with_stream("request_body", fe, fm, false, |s, _| s.is_paused()) {
+    if paused("request_body", fe, fm) {
         abi::BODY_STOP_ITERATION_AND_WATERMARK
     } else {
         abi::BODY_CONTINUE
@@ -391,35 +461,23 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_request_trailers(
     fe: EnvoyPtr,
     fm: *const c_void,
 ) -> u32 {
-    if with_stream("request_trailers", fe, fm, false, |s, _| s.is_paused()) {
+    if paused("request_trailers", fe, fm) {
         abi::TRAILERS_STOP_ITERATION
     } else {
         abi::TRAILERS_CONTINUE
     }
 }
 
+/// Fails open: whatever happens in our bookkeeping, the response goes on.
 #[no_mangle]
 pub extern "C" fn envoy_dynamic_module_on_http_filter_response_headers(
     fe: EnvoyPtr,
     fm: *const c_void,
     _end_of_stream: bool,
 ) -> u32 {
-    let ok = with_stream("response_headers", fe, fm, false, |s, host| {
-        s.on_response_headers(host);
-        true
+    let _ = with_stream("response_headers", fe, fm, |s, host, shared| {
+        s.on_response_headers(host, shared)
     });
-    if !ok {
-        // Fail closed on the response path: the response cannot be trusted, reset the stream.
-        // SAFETY: live stream inside its hook; the details buffer is static.
-        unsafe {
-            abi::envoy_dynamic_module_callback_http_filter_reset_stream(
-                fe,
-                abi::RESET_LOCAL,
-                module_buffer(b"graceful_drain_internal_error"),
-            )
-        };
-        return abi::HEADERS_STOP_ITERATION;
-    }
     abi::HEADERS_CONTINUE
 }
 
@@ -440,18 +498,14 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_response_trailers(
     abi::TRAILERS_CONTINUE
 }
 
-fn finish(fe: EnvoyPtr, fm: *const c_void, hook: &'static str) {
-    with_stream(hook, fe, fm, (), |s, host| {
-        s.finish(drop_scheduler, |m| host.metric(m))
-    })
-}
-
 #[no_mangle]
 pub extern "C" fn envoy_dynamic_module_on_http_filter_stream_complete(
     fe: EnvoyPtr,
     fm: *const c_void,
 ) {
-    finish(fe, fm, "stream_complete")
+    let _ = with_stream("stream_complete", fe, fm, |s, host, shared| {
+        s.finish(host, shared)
+    });
 }
 
 #[no_mangle]
@@ -460,15 +514,15 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_destroy(fm: *const c_void)
         if fm.is_null() {
             return;
         }
-        // SAFETY: `fm` came from Box::into_raw in filter_new; Envoy destroys it exactly once.
-        let mut filter = unsafe { Box::from_raw(fm as *mut Filter) };
+        // SAFETY: `fm` came from Box::into_raw in filter_new; Envoy destroys it exactly once and
+        // calls no hook of it afterwards, so no other reference to it is alive.
+        let filter = unsafe { Box::from_raw(fm as *mut Filter) };
         // SAFETY: the config outlives its filters.
-        let config = unsafe { filter.config.as_ref() };
-        filter.stream.finish(drop_scheduler, |m| {
-            if let Some(c) = config {
-                c.metric(m)
+        if let Some(config) = unsafe { filter.config.as_ref() } {
+            if let Ok(mut stream) = filter.stream.try_borrow_mut() {
+                stream.finish(&ConfigSink(config), super::shared());
             }
-        });
+        }
         free_filter(filter);
     })
 }
@@ -479,9 +533,9 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_scheduled(
     fm: *const c_void,
     event_id: u64,
 ) {
-    with_stream("scheduled", fe, fm, (), |s, host| {
-        s.on_scheduled(host, event_id)
-    })
+    let _ = with_stream("scheduled", fe, fm, |s, host, shared| {
+        s.on_scheduled(host, shared, event_id)
+    });
 }
 
 // ---- hooks Envoy 1.40 requires but this module does not use ----------------------------------

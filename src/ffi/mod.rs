@@ -13,9 +13,13 @@ pub mod bootstrap;
 pub mod http;
 mod logger;
 
+use crate::clock::Clock;
+use crate::state::{Hooks, Shared};
 use abi::Buffer;
 use std::os::raw::c_char;
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::OnceLock;
+use std::time::Instant;
 
 /// Run `f`, turning a panic into `fallback` so it never unwinds into Envoy (which would abort the
 /// process). The panic message itself is logged by the panic hook installed at program init.
@@ -23,7 +27,9 @@ pub(crate) fn guard<R>(hook: &'static str, fallback: R, f: impl FnOnce() -> R) -
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(r) => r,
         Err(_) => {
-            log::error!("graceful_drain: panic contained in {hook}; failing closed");
+            log::error!(
+                "graceful_drain: panic contained in {hook}; the hook's safe fallback applies"
+            );
             fallback
         }
     }
@@ -98,7 +104,7 @@ pub(crate) unsafe fn envoy_bytes<'a>(buf: Buffer) -> &'a [u8] {
 
 /// Monotonic nanoseconds from the kernel's coarse clock (a few instructions through the vDSO, with
 /// the granularity of the scheduler tick, 1-4 ms). Used for per-request timestamps.
-pub(crate) fn coarse_monotonic_nanos() -> u64 {
+fn coarse_monotonic_nanos() -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
@@ -111,16 +117,52 @@ pub(crate) fn coarse_monotonic_nanos() -> u64 {
         .saturating_add(ts.tv_nsec as u64)
 }
 
+/// The real clock: `Instant` for the drain logic, the coarse clock for request timestamps, both
+/// counted from one epoch.
+struct SystemClock {
+    epoch: Instant,
+    coarse_epoch: u64,
+}
+
+impl Clock for SystemClock {
+    fn now(&self) -> Instant {
+        Instant::now()
+    }
+    fn nanos(&self) -> u64 {
+        coarse_monotonic_nanos()
+            .saturating_sub(self.coarse_epoch)
+            .saturating_add(1)
+    }
+    fn epoch(&self) -> Instant {
+        self.epoch
+    }
+}
+
+/// The process-wide drain state, wired to Envoy: the only global the module has. The logic
+/// layers receive it as a parameter from the hooks.
+pub(crate) fn shared() -> &'static Shared {
+    static SHARED: OnceLock<Shared> = OnceLock::new();
+    SHARED.get_or_init(|| {
+        Shared::new(
+            Box::new(SystemClock {
+                epoch: Instant::now(),
+                coarse_epoch: coarse_monotonic_nanos(),
+            }),
+            Hooks {
+                commit: http::commit_scheduler,
+                kick_engine: bootstrap::kick_engine,
+            },
+        )
+    })
+}
+
 /// `envoy_dynamic_module_on_program_init`: called once when Envoy loads the `.so`.
 /// Returns the ABI version string; Envoy compares it with its own and logs the result.
 #[no_mangle]
 pub extern "C" fn envoy_dynamic_module_on_program_init() -> *const c_char {
     guard("on_program_init", std::ptr::null(), || {
         logger::install();
-        crate::state::Shared::global().install_hooks(crate::state::Hooks {
-            commit: http::commit_scheduler,
-            kick_engine: bootstrap::kick_engine,
-        });
+        shared();
         abi::ABI_VERSION.as_ptr() as *const c_char
     })
 }

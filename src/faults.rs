@@ -1,0 +1,24 @@
+//! Test-only fault injection (built only with the `panic-test` feature, never in release
+//! artefacts): `GRACEFUL_DRAIN_TEST_FAULTS=name,name` in Envoy's environment turns faults on, so
+//! integration tests can prove that a failure is contained, or that a test can fail.
+//!
+//! Faults: `skip_wakeup` (a drain does not wake in-flight requests), `no_timer` (the engine's
+//! timer cannot be created), `shutdown_panic` (the SIGTERM hook panics after taking Envoy's
+//! completion callback).
+
+use std::sync::OnceLock;
+
+pub fn active(name: &str) -> bool {
+    static FAULTS: OnceLock<Vec<String>> = OnceLock::new();
+    FAULTS
+        .get_or_init(|| {
+            std::env::var("GRACEFUL_DRAIN_TEST_FAULTS")
+                .unwrap_or_default()
+                .split(',')
+                .map(|s| s.trim().to_string())
+                .filter(|s| !s.is_empty())
+                .collect()
+        })
+        .iter()
+        .any(|f| f == name)
+}
