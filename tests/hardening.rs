@@ -302,7 +302,7 @@ async fn long_lived_streams_hold_the_drain_until_the_timeout() {
         "{took:?}"
     );
     assert!(
-        envoy.log().contains("3 requests still in flight are cut"),
+        envoy.log().contains("requests still in flight and cut: 3"),
         "{}",
         envoy.log()
     );
