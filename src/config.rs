@@ -2,6 +2,7 @@
 //! Pure Rust; must not touch FFI. Every error names the field it is about, because the message ends
 //! up in Envoy's startup log and is all an operator has to fix the bootstrap.
 
+use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use std::fmt;
 use std::time::Duration;
@@ -11,7 +12,8 @@ use std::time::Duration;
 pub struct ConfigError {
     /// Which config object: `filter` or `bootstrap`.
     pub scope: &'static str,
-    /// Field name as written in the JSON, or `(document)` when the JSON itself is malformed.
+    /// Field name as written in the JSON, or the Envoy field carrying the JSON (`filter_config`,
+    /// `extension_config`) when the document as a whole is not a JSON object.
     pub field: String,
     pub problem: String,
 }
@@ -36,28 +38,80 @@ fn error(scope: &'static str, field: &str, problem: impl Into<String>) -> Config
     }
 }
 
-/// Turn a serde_json error into a [`ConfigError`], pulling the field name out of serde's message
-/// (serde reports unknown fields as "unknown field `x`, expected ...").
-fn from_serde(scope: &'static str, e: serde_json::Error) -> ConfigError {
+/// The Envoy config field that carries a scope's JSON: named when the JSON as a whole is wrong.
+fn envelope(scope: &'static str) -> &'static str {
+    match scope {
+        "filter" => "filter_config",
+        _ => "extension_config",
+    }
+}
+
+/// Turn a serde_json error into a [`ConfigError`] that names the field at fault. Serde names
+/// unknown and duplicate fields itself (in backticks); for a value of the wrong type, the
+/// culprit is found by parsing each field alone. Only a document that is not a JSON object is
+/// blamed on the Envoy field that carries it.
+fn from_serde<T: DeserializeOwned>(
+    scope: &'static str,
+    raw: &[u8],
+    e: serde_json::Error,
+) -> ConfigError {
     let msg = e.to_string();
-    let field = msg
-        .split('`')
-        .nth(1)
-        .filter(|_| msg.starts_with("unknown field"))
-        .unwrap_or("(document)")
-        .to_string();
-    error(scope, &field, msg)
+    if msg.starts_with("unknown field") || msg.starts_with("duplicate field") {
+        if let Some(field) = msg.split('`').nth(1) {
+            return error(scope, field, msg.clone());
+        }
+    }
+    let Ok(Pairs(pairs)) = serde_json::from_slice::<Pairs>(raw) else {
+        return error(
+            scope,
+            envelope(scope),
+            format!("must be a JSON object with the fields described in the README: {msg}"),
+        );
+    };
+    for (i, (key, value)) in pairs.iter().enumerate() {
+        if pairs[..i].iter().any(|(k, _)| k == key) {
+            return error(scope, key, format!("duplicate field `{key}`"));
+        }
+        let alone = serde_json::Value::Object([(key.clone(), value.clone())].into_iter().collect());
+        if let Err(e) = serde_json::from_value::<T>(alone) {
+            return error(scope, key, e.to_string());
+        }
+    }
+    error(scope, envelope(scope), msg)
+}
+
+/// A JSON object's members in document order, duplicates kept (a map would silently merge them).
+struct Pairs(Vec<(String, serde_json::Value)>);
+
+impl<'de> Deserialize<'de> for Pairs {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = Pairs;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut m: A) -> Result<Pairs, A::Error> {
+                let mut v = Vec::new();
+                while let Some(kv) = m.next_entry()? {
+                    v.push(kv);
+                }
+                Ok(Pairs(v))
+            }
+        }
+        d.deserialize_map(V)
+    }
 }
 
 /// Empty or blank config means "all defaults", so a bootstrap can say `value: ""`.
-fn parse_json<'a, T: Deserialize<'a> + Default>(
+fn parse_json<T: DeserializeOwned + Default>(
     scope: &'static str,
-    raw: &'a [u8],
+    raw: &[u8],
 ) -> Result<T, ConfigError> {
     if raw.iter().all(u8::is_ascii_whitespace) {
         return Ok(T::default());
     }
-    serde_json::from_slice(raw).map_err(|e| from_serde(scope, e))
+    serde_json::from_slice(raw).map_err(|e| from_serde::<T>(scope, raw, e))
 }
 
 /// What the HTTP filter does on the listener it is configured on.
@@ -498,8 +552,21 @@ mod tests {
                 "drain_timeout",
             ),
             (br#"{"drain_timout":"3s"}"#, "drain_timout"),
-            (br#"{"drain_timeout":5}"#, "(document)"),
-            (b"{not json", "(document)"),
+            (br#"{"drain_timeout":5}"#, "drain_timeout"),
+            (
+                br#"{"quiet_period":"1s","min_drain_duration":["5s"]}"#,
+                "min_drain_duration",
+            ),
+            (
+                br#"{"quiet_period":"1s","quiet_period":"2s"}"#,
+                "quiet_period",
+            ),
+            (
+                br#"{"ignored_stat_prefixes":"admin"}"#,
+                "ignored_stat_prefixes",
+            ),
+            (b"{not json", "extension_config"),
+            (b"[1, 2]", "extension_config"),
         ];
         for (raw, field) in cases {
             let e = BootstrapConfig::parse(raw).expect_err(std::str::from_utf8(raw).unwrap());
@@ -609,6 +676,10 @@ mod tests {
         let e = FilterConfig::parse(br#"{"rol":"data"}"#).unwrap_err();
         assert_eq!(e.field, "rol");
         let e = FilterConfig::parse(&[0xff, 0xfe]).unwrap_err();
-        assert_eq!(e.field, "(document)");
+        assert_eq!(e.field, "filter_config");
+        let e = FilterConfig::parse(br#"{"role":"data","role":"data"}"#).unwrap_err();
+        assert_eq!(e.field, "role");
+        let e = FilterConfig::parse(br#"{"role":7}"#).unwrap_err();
+        assert_eq!(e.field, "role");
     }
 }

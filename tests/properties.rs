@@ -18,6 +18,31 @@ fn cfg() -> ProptestConfig {
 
 const FIELDS: [&str; 3] = ["min_drain_duration", "quiet_period", "drain_timeout"];
 
+/// Every field either config accepts, plus the Envoy fields that carry the JSON documents.
+const ALL_BOOTSTRAP_FIELDS: [&str; 7] = [
+    "min_drain_duration",
+    "quiet_period",
+    "drain_timeout",
+    "admin_cluster",
+    "ignored_stat_prefixes",
+    "readiness_failure_delay",
+    "extension_config",
+];
+const ALL_FILTER_FIELDS: [&str; 4] = [
+    "role",
+    "drain_token_file",
+    "drain_token_env",
+    "filter_config",
+];
+
+/// A field a user could have written: a known one, or an unknown key present in the document.
+fn names_a_field(field: &str, known: &[&str], raw: &[u8]) -> bool {
+    known.contains(&field)
+        || raw
+            .windows(field.len() + 2)
+            .any(|w| w == format!("\"{field}\"").as_bytes())
+}
+
 proptest! {
     #![proptest_config(cfg())]
 
@@ -50,8 +75,26 @@ proptest! {
     #[test]
     fn bootstrap_config_never_panics_on_bytes(raw in proptest::collection::vec(any::<u8>(), 0..200)) {
         if let Err(e) = BootstrapConfig::parse(&raw) {
-            prop_assert!(!e.field.is_empty());
+            prop_assert!(names_a_field(&e.field, &ALL_BOOTSTRAP_FIELDS, &raw), "{}", e);
             prop_assert!(e.to_string().starts_with("invalid graceful_drain bootstrap config: field `"));
+        }
+    }
+
+    /// Documents that are JSON objects with known keys and values of any JSON type: an error
+    /// always names one of the keys (never the document as a whole).
+    #[test]
+    fn wrong_types_and_duplicates_name_the_field(
+        entries in proptest::collection::vec((0usize..5, prop_oneof![
+            Just("1".to_string()), Just("true".to_string()), Just("null".to_string()),
+            Just("[\"5s\"]".to_string()), Just("{}".to_string()), Just("\"5s\"".to_string()),
+            Just("\"x\"".to_string()),
+        ]), 1..5)
+    ) {
+        let keys = &ALL_BOOTSTRAP_FIELDS[..5];
+        let body: Vec<String> = entries.iter().map(|(k, v)| format!("\"{}\": {}", keys[*k], v)).collect();
+        let json = format!("{{{}}}", body.join(", "));
+        if let Err(e) = BootstrapConfig::parse(json.as_bytes()) {
+            prop_assert!(keys.contains(&e.field.as_str()), "{} for {}", e, json);
         }
     }
 
@@ -82,7 +125,7 @@ proptest! {
     fn filter_config_never_panics_on_bytes(raw in proptest::collection::vec(any::<u8>(), 0..200)) {
         let r = FilterConfig::parse_with(&raw, |_| None, |_| Err(std::io::ErrorKind::NotFound.into()));
         if let Err(e) = r {
-            prop_assert!(!e.field.is_empty());
+            prop_assert!(names_a_field(&e.field, &ALL_FILTER_FIELDS, &raw), "{}", e);
         }
     }
 

@@ -126,6 +126,8 @@ pub struct Options {
     pub panic_test_module: bool,
     /// Route `/upstream/...` on the data listener to a test server on this port.
     pub test_upstream: Option<u16>,
+    /// Extra fields for the bootstrap extension's JSON, e.g. `"admin_cluster": ""`.
+    pub bootstrap_extra: Option<&'static str>,
 }
 
 impl Default for Options {
@@ -138,6 +140,7 @@ impl Default for Options {
             env: Vec::new(),
             panic_test_module: false,
             test_upstream: None,
+            bootstrap_extra: None,
         }
     }
 }
@@ -192,8 +195,13 @@ pub fn render_gateway(admin: u16, data: u16, control: u16, o: &Options) -> Strin
         &y,
         EXAMPLE_SETTINGS,
         &format!(
-            r#"'{{"min_drain_duration": "{}", "quiet_period": "{}", "drain_timeout": "{}"}}'"#,
-            s.min_drain, s.quiet, s.timeout
+            r#"'{{"min_drain_duration": "{}", "quiet_period": "{}", "drain_timeout": "{}"{}}}'"#,
+            s.min_drain,
+            s.quiet,
+            s.timeout,
+            o.bootstrap_extra
+                .map(|e| format!(", {e}"))
+                .unwrap_or_default()
         ),
     );
     if let Some(c) = &o.control_config {
