@@ -79,8 +79,11 @@ pub struct Engine {
     start_reported: bool,
     completion_reported: bool,
     pending_shutdown: Option<ShutdownRelease>,
-    /// Envoy's request counter at the previous poll, and when it was last seen to move.
-    last_total: Option<u64>,
+    /// Envoy's request counter (less requests that are not work) at the previous poll, and when
+    /// it was last seen to move.
+    last_total: Option<i64>,
+    /// Envoy's health checks are still to be failed (at readiness failure).
+    health_to_fail: bool,
     last_change: Option<Instant>,
 }
 
@@ -167,7 +170,7 @@ impl Engine {
     pub fn evaluate(&mut self, host: &impl EngineHost, shared: &Shared) -> Option<ShutdownRelease> {
         let now = shared.clock.now();
         let envoy = if shared.is_draining() {
-            self.observe_envoy(host, now)
+            self.observe_envoy(host, shared, now)
         } else {
             None
         };
@@ -179,9 +182,7 @@ impl Engine {
                 // Envoy's own drain (drain_listeners, hot restart) already closes connections on
                 // every listener; and on a hot restart the admin address belongs to the new
                 // process, whose health must not be failed by the old one.
-                if trigger != Trigger::DrainListeners {
-                    host.fail_health_checks();
-                }
+                self.health_to_fail = trigger != Trigger::DrainListeners;
                 host.set_draining_gauge(1);
                 host.count(EngineMetric::DrainStarted);
                 let s = shared.settings().unwrap_or_default();
@@ -198,6 +199,12 @@ impl Engine {
                 );
             }
         }
+        // Envoy's health follows the module's readiness (after `readiness_failure_delay`), so
+        // the two never disagree.
+        if self.health_to_fail && !shared.is_ready() {
+            self.health_to_fail = false;
+            host.fail_health_checks();
+        }
         match decision {
             Decision::Idle | Decision::AlreadyDrained(_) => {}
             Decision::PollAt(at) => {
@@ -206,6 +213,11 @@ impl Engine {
                 let mut delay = at.saturating_duration_since(now);
                 if envoy.is_some() {
                     delay = delay.min(IN_FLIGHT_RECHECK);
+                }
+                if self.health_to_fail {
+                    if let Some(at) = shared.readiness_fails_at() {
+                        delay = delay.min(at.saturating_duration_since(now));
+                    }
                 }
                 host.arm_timer(delay)
             }
@@ -249,15 +261,26 @@ impl Engine {
 
 impl Engine {
     /// Envoy's stats as an observation: its in-flight gauge, and the last time its request
-    /// counter moved (requests that started, on any listener, since the previous poll).
-    fn observe_envoy(&mut self, host: &impl EngineHost, now: Instant) -> Option<Observation> {
+    /// counter moved (requests that started, on any listener, since the previous poll). What
+    /// the module knows is not work (health checks it recognised, requests to its control
+    /// listeners, e.g. a waiting `/drain`) is subtracted, whatever the listeners are called.
+    fn observe_envoy(
+        &mut self,
+        host: &impl EngineHost,
+        shared: &Shared,
+        now: Instant,
+    ) -> Option<Observation> {
         let s = host.envoy_request_stats()?;
-        if self.last_total.is_some_and(|t| t != s.total) {
+        let (not_work_started, not_work_active) = shared.counters.not_work();
+        let total = s.total.wrapping_sub(not_work_started) as i64;
+        // Only an increase is a request start: the two sides are read at slightly different
+        // moments, so the difference may dip when a not-work request is seen by us first.
+        if self.last_total.is_some_and(|t| total > t) {
             self.last_change = Some(now);
         }
-        self.last_total = Some(s.total);
+        self.last_total = Some(total);
         Some(Observation {
-            active_requests: s.active,
+            active_requests: s.active.saturating_sub(not_work_active),
             last_request_start: self.last_change,
         })
     }

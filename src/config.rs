@@ -122,6 +122,18 @@ pub enum Role {
     Data,
     /// Control listener: answer `/ready`, `/drain/status` and `/drain`; nothing is counted.
     Control,
+    /// Upstream filter on the admin cluster: lets through only the drain engine's own calls
+    /// (they carry a per-process secret), so no route can reach Envoy's admin through it.
+    AdminGuard,
+}
+
+/// Byte comparison whose time does not depend on where the inputs differ (secrets).
+pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    let mut diff = (a.len() ^ b.len()) as u32;
+    for i in 0..a.len().max(b.len()) {
+        diff |= u32::from(a.get(i).copied().unwrap_or(0) ^ b.get(i).copied().unwrap_or(0));
+    }
+    std::hint::black_box(diff) == 0
 }
 
 /// A shared secret that `/drain` requires as `Authorization: Bearer <token>`. Never printed.
@@ -146,13 +158,7 @@ impl DrainToken {
         }
         let given = &authorization[sp..];
         let given = &given[given.iter().take_while(|&&b| b == b' ').count()..];
-        let mut diff = (given.len() ^ self.0.len()) as u32;
-        for i in 0..given.len().max(self.0.len()) {
-            let a = given.get(i).copied().unwrap_or(0);
-            let b = self.0.get(i).copied().unwrap_or(0);
-            diff |= u32::from(a ^ b);
-        }
-        std::hint::black_box(diff) == 0
+        constant_time_eq(given, &self.0)
     }
 
     #[cfg(test)]
@@ -222,11 +228,14 @@ impl FilterConfig {
         let role = match r.role.as_deref() {
             None | Some("data") => Role::Data,
             Some("control") => Role::Control,
+            Some("admin_guard") => Role::AdminGuard,
             Some(other) => {
                 return Err(error(
                     "filter",
                     "role",
-                    format!("unknown role {other:?}: expected \"data\" or \"control\""),
+                    format!(
+                        "unknown role {other:?}: expected \"data\", \"control\" or \"admin_guard\""
+                    ),
                 ))
             }
         };
@@ -260,7 +269,7 @@ impl FilterConfig {
             }
             (None, None) => None,
         };
-        if token.is_some() && role == Role::Data {
+        if token.is_some() && role != Role::Control {
             return Err(error(
                 "filter",
                 "role",
@@ -307,6 +316,9 @@ struct RawBootstrapConfig {
     drain_timeout: Option<String>,
     admin_cluster: Option<String>,
     ignored_stat_prefixes: Option<Vec<String>>,
+    readiness_failure_delay: Option<String>,
+    health_check_user_agents: Option<Vec<String>>,
+    health_check_paths: Option<Vec<String>>,
 }
 
 /// Cluster (pointing at Envoy's own admin address) through which a drain fails Envoy's health
@@ -319,9 +331,64 @@ pub struct BootstrapConfig {
     pub drain: DrainSettings,
     /// Empty: do not touch Envoy's health-check state.
     pub admin_cluster: String,
-    /// HTTP connection manager stat prefixes whose requests do not hold the drain (Envoy's admin,
-    /// and a control listener: its own waiting `/drain` must not hold itself).
+    /// HTTP connection manager stat prefixes whose requests do not hold the drain (Envoy's admin:
+    /// metrics scrapes and our own calls). Control listeners need no entry: the module subtracts
+    /// the requests it answers itself, whatever the listener is called.
     pub ignored_stat_prefixes: Vec<String>,
+    pub requests: RequestPolicy,
+}
+
+/// Which requests are not work: health checks are answered but neither hold a drain nor count as
+/// traffic for the quiet period; readiness may keep answering "ready" for a while after the start.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RequestPolicy {
+    /// `User-Agent` prefixes of health checkers (built-in list plus the configured ones).
+    pub health_check_user_agents: Vec<String>,
+    /// Exact request paths (without query) that are health checks.
+    pub health_check_paths: Vec<String>,
+    /// Readiness keeps answering 200 this long after the drain starts (0 = fail at once).
+    pub readiness_failure_delay: Duration,
+}
+
+/// Health checkers recognised by their `User-Agent`: Envoy's active health checks, kubelet
+/// probes, AWS and Google Cloud load balancers.
+pub const BUILTIN_HEALTH_CHECK_USER_AGENTS: [&str; 4] =
+    ["Envoy/HC", "kube-probe/", "ELB-HealthChecker/", "GoogleHC/"];
+
+impl Default for RequestPolicy {
+    fn default() -> Self {
+        RequestPolicy {
+            health_check_user_agents: BUILTIN_HEALTH_CHECK_USER_AGENTS
+                .iter()
+                .map(|s| s.to_string())
+                .collect(),
+            health_check_paths: Vec::new(),
+            readiness_failure_delay: Duration::ZERO,
+        }
+    }
+}
+
+impl RequestPolicy {
+    /// Whether a request with these headers is a health check. Bytes from the network: compared
+    /// as bytes, never assumed UTF-8.
+    pub fn is_health_check(&self, user_agent: Option<&[u8]>, path: Option<&[u8]>) -> bool {
+        if let Some(ua) = user_agent {
+            if self
+                .health_check_user_agents
+                .iter()
+                .any(|p| ua.starts_with(p.as_bytes()))
+            {
+                return true;
+            }
+        }
+        match path {
+            Some(p) if !self.health_check_paths.is_empty() => {
+                let bare = p.split(|&b| b == b'?').next().unwrap_or(p);
+                self.health_check_paths.iter().any(|h| h.as_bytes() == bare)
+            }
+            _ => false,
+        }
+    }
 }
 
 impl Default for BootstrapConfig {
@@ -329,7 +396,8 @@ impl Default for BootstrapConfig {
         BootstrapConfig {
             drain: DrainSettings::default(),
             admin_cluster: DEFAULT_ADMIN_CLUSTER.to_string(),
-            ignored_stat_prefixes: vec!["admin".to_string(), "control".to_string()],
+            ignored_stat_prefixes: vec!["admin".to_string()],
+            requests: RequestPolicy::default(),
         }
     }
 }
@@ -388,10 +456,53 @@ impl BootstrapConfig {
                 ),
             ));
         }
+        let readiness_failure_delay = field(
+            "readiness_failure_delay",
+            r.readiness_failure_delay,
+            Duration::ZERO,
+        )?;
+        if !readiness_failure_delay.is_zero() && readiness_failure_delay >= drain.min_drain_duration
+        {
+            return Err(error(
+                S,
+                "readiness_failure_delay",
+                format!(
+                    "{} is not below min_drain_duration {}: readiness would still say ready when \
+                     the drain may complete (keep it below the minimum, e.g. half of it)",
+                    format_duration(readiness_failure_delay),
+                    format_duration(drain.min_drain_duration)
+                ),
+            ));
+        }
+        let mut requests = RequestPolicy {
+            readiness_failure_delay,
+            ..RequestPolicy::default()
+        };
+        for ua in r.health_check_user_agents.unwrap_or_default() {
+            if ua.is_empty() || !ua.bytes().all(|b| b.is_ascii_graphic() || b == b' ') {
+                return Err(error(
+                    S,
+                    "health_check_user_agents",
+                    format!("{ua:?} is not a non-empty printable User-Agent prefix"),
+                ));
+            }
+            requests.health_check_user_agents.push(ua);
+        }
+        for p in r.health_check_paths.unwrap_or_default() {
+            if !p.starts_with('/') || p.contains('?') {
+                return Err(error(
+                    S,
+                    "health_check_paths",
+                    format!("{p:?} is not a request path (starts with /, no query)"),
+                ));
+            }
+            requests.health_check_paths.push(p);
+        }
         Ok(BootstrapConfig {
             drain,
             admin_cluster: r.admin_cluster.unwrap_or(d.admin_cluster),
             ignored_stat_prefixes: ignored,
+            requests,
         })
     }
 }
@@ -518,7 +629,8 @@ mod tests {
     fn bootstrap_only_fields() {
         let d = BootstrapConfig::parse(b"").unwrap();
         assert_eq!(d.admin_cluster, "graceful_drain_admin");
-        assert_eq!(d.ignored_stat_prefixes, ["admin", "control"]);
+        assert_eq!(d.ignored_stat_prefixes, ["admin"]);
+        assert_eq!(d.requests, RequestPolicy::default());
         let c = BootstrapConfig::parse(
             br#"{"admin_cluster":"","ignored_stat_prefixes":["admin","ops"]}"#,
         )
@@ -681,5 +793,58 @@ mod tests {
         assert_eq!(e.field, "role");
         let e = FilterConfig::parse(br#"{"role":7}"#).unwrap_err();
         assert_eq!(e.field, "role");
+    }
+
+    #[test]
+    fn health_checks_are_recognised_by_user_agent_and_path() {
+        let c = BootstrapConfig::parse(
+            br#"{"health_check_user_agents":["Pingdom"],"health_check_paths":["/healthz"]}"#,
+        )
+        .unwrap();
+        let p = &c.requests;
+        for ua in [
+            "Envoy/HC",
+            "kube-probe/1.31",
+            "ELB-HealthChecker/2.0",
+            "GoogleHC/1.0",
+            "Pingdom.com_bot_version_1.4",
+        ] {
+            assert!(p.is_health_check(Some(ua.as_bytes()), Some(b"/")), "{ua}");
+        }
+        assert!(!p.is_health_check(Some(b"curl/8.0"), Some(b"/")));
+        assert!(
+            !p.is_health_check(Some(b"my kube-probe/1"), None),
+            "prefix, not substring"
+        );
+        assert!(p.is_health_check(None, Some(b"/healthz")));
+        assert!(p.is_health_check(None, Some(b"/healthz?full=1")));
+        assert!(!p.is_health_check(None, Some(b"/healthz/deep")));
+        assert!(!RequestPolicy::default().is_health_check(None, Some(b"/healthz")));
+    }
+
+    #[test]
+    fn readiness_failure_delay_must_stay_below_the_minimum() {
+        let ok = BootstrapConfig::parse(br#"{"readiness_failure_delay":"2s"}"#).unwrap();
+        assert_eq!(ok.requests.readiness_failure_delay, Duration::from_secs(2));
+        for bad in [
+            &br#"{"readiness_failure_delay":"5s"}"#[..],
+            br#"{"readiness_failure_delay":"3s","min_drain_duration":"2s","drain_timeout":"9s"}"#,
+            br#"{"readiness_failure_delay":"soon"}"#,
+        ] {
+            let e = BootstrapConfig::parse(bad).unwrap_err();
+            assert_eq!(e.field, "readiness_failure_delay", "{e}");
+        }
+        for (bad, field) in [
+            (
+                &br#"{"health_check_paths":["healthz"]}"#[..],
+                "health_check_paths",
+            ),
+            (
+                br#"{"health_check_user_agents":[""]}"#,
+                "health_check_user_agents",
+            ),
+        ] {
+            assert_eq!(BootstrapConfig::parse(bad).unwrap_err().field, field);
+        }
     }
 }

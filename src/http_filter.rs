@@ -38,6 +38,8 @@ pub trait StreamSink {
 /// inside one of its hooks.
 pub trait StreamHost: StreamSink {
     fn request_header(&self, name: &str) -> Option<Vec<u8>>;
+    /// Look at a request header without copying it (the request path must not allocate).
+    fn with_request_header<R>(&self, name: &str, f: impl FnOnce(Option<&[u8]>) -> R) -> R;
     fn send_response(&self, status: u32, headers: &[(&str, &str)], body: &[u8]);
     fn protocol(&self) -> Protocol;
     fn connection_id(&self) -> Option<u64>;
@@ -63,7 +65,11 @@ pub enum HeadersAction {
 pub enum Stream {
     Data(DataStream),
     Control(ControlStream),
+    AdminGuard,
 }
+
+/// The header carrying the drain engine's per-process secret on its calls to Envoy's admin.
+pub const ADMIN_KEY_HEADER: &str = "x-graceful-drain-admin-key";
 
 impl Stream {
     /// Called when Envoy creates the filter for a new stream. Nothing is counted yet: the request
@@ -75,6 +81,7 @@ impl Stream {
                 token: token.cloned(),
                 ..ControlStream::default()
             }),
+            Role::AdminGuard => Stream::AdminGuard,
         }
     }
 
@@ -82,6 +89,7 @@ impl Stream {
         match self {
             Stream::Data(s) => s.on_request_headers(host, shared),
             Stream::Control(s) => s.on_request_headers(host, shared),
+            Stream::AdminGuard => guard_admin(host, shared),
         }
     }
 
@@ -101,6 +109,7 @@ impl Stream {
         match self {
             Stream::Data(s) => s.on_scheduled(host, shared, event),
             Stream::Control(s) => s.on_scheduled(host, shared, event),
+            Stream::AdminGuard => {}
         }
     }
 
@@ -109,6 +118,7 @@ impl Stream {
         match self {
             Stream::Data(s) => s.finish(sink, shared),
             Stream::Control(s) => s.finish(sink, shared),
+            Stream::AdminGuard => {}
         }
     }
 }
@@ -116,6 +126,8 @@ impl Stream {
 /// A data-plane request.
 #[derive(Default)]
 pub struct DataStream {
+    /// A health check: answered as usual, but not work (not counted, holds no drain).
+    health_check: bool,
     /// Present from the request headers until the stream ends.
     ticket: Option<Ticket>,
     waker: Option<Waker>,
@@ -133,7 +145,12 @@ impl DataStream {
         {
             panic!("test panic requested by x-graceful-drain-test-panic: request");
         }
-        if self.ticket.is_some() {
+        if self.ticket.is_some() || self.health_check {
+            return HeadersAction::Continue;
+        }
+        if is_health_check(host, shared) {
+            self.health_check = true;
+            shared.counters.health_check();
             return HeadersAction::Continue;
         }
         self.waker = host.new_waker();
@@ -210,9 +227,41 @@ impl DataStream {
     }
 }
 
+/// The admin cluster's gate: only requests carrying this process's admin key pass; anything else
+/// (a client whose route picks the cluster from a header, say) gets 403 and never reaches admin.
+fn guard_admin(host: &impl StreamHost, shared: &Shared) -> HeadersAction {
+    let allowed = host.with_request_header(ADMIN_KEY_HEADER, |v| {
+        matches!((v, shared.admin_key()), (Some(v), Some(k)) if crate::config::constant_time_eq(v, k.as_bytes()))
+    });
+    if allowed {
+        return HeadersAction::Continue;
+    }
+    log::warn!(
+        "graceful_drain: a request to the admin cluster without the engine's key was refused"
+    );
+    host.send_response(
+        403,
+        &[TEXT],
+        b"graceful_drain: this cluster only carries the drain engine's calls to Envoy's admin\n",
+    );
+    HeadersAction::Stop
+}
+
+/// Whether the request is a health check by the configured policy (User-Agent prefix or path).
+fn is_health_check(host: &impl StreamHost, shared: &Shared) -> bool {
+    let policy = shared.policy();
+    if host.with_request_header("user-agent", |ua| policy.is_health_check(ua, None)) {
+        return true;
+    }
+    !policy.health_check_paths.is_empty()
+        && host.with_request_header(":path", |p| policy.is_health_check(None, p))
+}
+
 /// A request on the control listener.
 #[derive(Default)]
 pub struct ControlStream {
+    /// Counted as a control request (not work) from its headers until it ends.
+    counted: bool,
     waiter: Option<u64>,
     waker: Option<Waker>,
     token: Option<Arc<DrainToken>>,
@@ -237,11 +286,14 @@ fn error_body(reason: &str) -> Vec<u8> {
 
 impl ControlStream {
     fn on_request_headers(&mut self, host: &impl StreamHost, shared: &Shared) -> HeadersAction {
+        if !std::mem::replace(&mut self.counted, true) {
+            shared.counters.control_started();
+        }
         let method = host.request_header(":method").unwrap_or_default();
         let path = host.request_header(":path").unwrap_or_default();
         match route(&method, &path) {
             Route::Ready => {
-                if shared.is_draining() {
+                if !shared.is_ready() {
                     host.send_response(503, &[TEXT], b"draining\n")
                 } else {
                     host.send_response(200, &[TEXT], b"ready\n")
@@ -324,6 +376,9 @@ impl ControlStream {
     }
 
     fn finish(&mut self, sink: &impl StreamSink, shared: &Shared) {
+        if std::mem::replace(&mut self.counted, false) {
+            shared.counters.control_ended();
+        }
         if let Some(id) = self.waiter.take() {
             // After this the completion never commits to our waker: safe to destroy it.
             shared.waiters.unregister(id);
@@ -405,6 +460,13 @@ mod tests {
                 .iter()
                 .find(|(k, _)| *k == name)
                 .map(|(_, v)| v.clone())
+        }
+        fn with_request_header<R>(&self, name: &str, f: impl FnOnce(Option<&[u8]>) -> R) -> R {
+            f(self
+                .headers
+                .iter()
+                .find(|(k, _)| *k == name)
+                .map(|(_, v)| v.as_slice()))
         }
         fn send_response(&self, status: u32, _headers: &[(&str, &str)], body: &[u8]) {
             self.responses.borrow_mut().push((status, body.to_vec()));
@@ -712,5 +774,110 @@ mod tests {
             assert!(host.body().contains(says), "{}", host.body());
         }
         assert!(!shared.is_draining());
+    }
+
+    #[test]
+    fn health_checks_are_answered_but_never_work() {
+        let Fixture { shared, .. } = fixture(Some(fast()));
+        shared.install_policy(crate::config::RequestPolicy {
+            health_check_paths: vec!["/healthz".into()],
+            ..Default::default()
+        });
+        for host in [
+            FakeHost::get("/").with_header("user-agent", "kube-probe/1.31"),
+            FakeHost::get("/").with_header("user-agent", "Envoy/HC"),
+            FakeHost::get("/healthz?x=1").with_header("user-agent", "curl/8"),
+        ] {
+            let mut s = data();
+            assert_eq!(
+                s.on_request_headers(&host, &shared),
+                HeadersAction::Continue
+            );
+            assert_eq!(shared.status().active_requests, 0, "not in flight");
+            s.finish(&host, &shared);
+            assert!(host.metrics.borrow().is_empty(), "no gauge movement");
+        }
+        let st = shared.status();
+        assert_eq!(st.health_checks_seen, 3);
+        assert_eq!(
+            st.since_last_request_start_ms, None,
+            "not a request start either"
+        );
+        // During a drain they are still answered (passed on), never paused.
+        shared.start_drain(Trigger::Admin);
+        let host = FakeHost::get("/").with_header("user-agent", "GoogleHC/1.0");
+        assert_eq!(
+            data().on_request_headers(&host, &shared),
+            HeadersAction::Continue
+        );
+        assert!(host.wakes.borrow().is_empty());
+    }
+
+    #[test]
+    fn control_requests_are_counted_as_not_work_until_they_end() {
+        let Fixture { shared, .. } = fixture(Some(fast()));
+        let host = FakeHost::get("/drain");
+        let mut waiting = control(None);
+        waiting.on_request_headers(&host, &shared);
+        let ready = FakeHost::get("/ready");
+        let mut r = control(None);
+        r.on_request_headers(&ready, &shared);
+        r.finish(&ready, &shared);
+        assert_eq!(
+            shared.counters.not_work(),
+            (2, 1),
+            "one waiting /drain in flight"
+        );
+        waiting.finish(&host, &shared);
+        waiting.finish(&host, &shared);
+        assert_eq!(shared.counters.not_work(), (2, 0));
+    }
+
+    #[test]
+    fn readiness_keeps_answering_ready_during_the_configured_delay() {
+        let Fixture { shared, clock } = fixture(Some(fast()));
+        shared.install_policy(crate::config::RequestPolicy {
+            readiness_failure_delay: Duration::from_millis(20),
+            ..Default::default()
+        });
+        // A request in flight at the drain start is sent away at once, delay or not.
+        let h = FakeHost::get("/");
+        let mut s = data();
+        s.on_request_headers(&h, &shared);
+        shared.start_drain(Trigger::Sigterm);
+        assert_eq!(commits().len(), 1, "connections are sent away at once");
+        let ready = FakeHost::get("/ready");
+        control(None).on_request_headers(&ready, &shared);
+        assert_eq!(ready.status(), Some(200));
+        clock.advance(Duration::from_millis(20));
+        let ready = FakeHost::get("/ready");
+        control(None).on_request_headers(&ready, &shared);
+        assert_eq!(ready.status(), Some(503));
+        s.finish(&h, &shared);
+    }
+
+    #[test]
+    fn the_admin_guard_lets_only_the_engines_calls_through() {
+        let Fixture { shared, .. } = fixture(Some(fast()));
+        let guard = || Stream::new(Role::AdminGuard, None);
+        let outsider = FakeHost::request("POST", "/quitquitquit");
+        assert_eq!(
+            guard().on_request_headers(&outsider, &shared),
+            HeadersAction::Stop
+        );
+        assert_eq!(outsider.status(), Some(403));
+        shared.set_admin_key("k3y".into());
+        let wrong = FakeHost::request("POST", "/quitquitquit").with_header(ADMIN_KEY_HEADER, "k3z");
+        assert_eq!(
+            guard().on_request_headers(&wrong, &shared),
+            HeadersAction::Stop
+        );
+        let engine =
+            FakeHost::request("POST", "/healthcheck/fail").with_header(ADMIN_KEY_HEADER, "k3y");
+        assert_eq!(
+            guard().on_request_headers(&engine, &shared),
+            HeadersAction::Continue
+        );
+        assert!(engine.responses.borrow().is_empty());
     }
 }

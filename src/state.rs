@@ -8,12 +8,12 @@
 //! are taken on control paths only (status, drain start and completion, `/drain` waiters).
 
 use crate::clock::Clock;
-use crate::config::{format_duration, DrainSettings};
+use crate::config::{format_duration, DrainSettings, RequestPolicy};
 use crate::drain::{Decision, Drain, Observation, Outcome, Phase, Trigger};
 use crate::registry::{Registry, Ticket};
 use serde::Serialize;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
 /// Event ids committed to a stream's waker.
@@ -126,6 +126,12 @@ pub struct Counters {
     /// Contained failures of the module on the data path (the request went through regardless).
     module_errors: AtomicU64,
     accounting_error: AtomicBool,
+    /// Requests the module saw that are not work: health checks on data listeners and every
+    /// request to a control listener. Envoy's own request stats include them, so the engine
+    /// subtracts these (started so far, and in flight: a waiting `/drain`).
+    health_checks: AtomicU64,
+    control_started: AtomicU64,
+    control_active: AtomicI64,
 }
 
 impl Counters {
@@ -138,6 +144,25 @@ impl Counters {
     pub fn module_error(&self) {
         self.module_errors.fetch_add(1, Ordering::Relaxed);
     }
+    pub fn health_check(&self) {
+        self.health_checks.fetch_add(1, Ordering::Relaxed);
+    }
+    pub fn control_started(&self) {
+        self.control_started.fetch_add(1, Ordering::Relaxed);
+        self.control_active.fetch_add(1, Ordering::Relaxed);
+    }
+    pub fn control_ended(&self) {
+        self.control_active.fetch_sub(1, Ordering::Relaxed);
+    }
+    /// Requests not work: (started so far, in flight now).
+    pub fn not_work(&self) -> (u64, u64) {
+        let started = self.health_checks.load(Ordering::Relaxed)
+            + self.control_started.load(Ordering::Relaxed);
+        (
+            started,
+            self.control_active.load(Ordering::Relaxed).max(0) as u64,
+        )
+    }
 }
 
 pub struct Shared {
@@ -146,6 +171,11 @@ pub struct Shared {
     pub waiters: Waiters,
     pub counters: Counters,
     drain: Mutex<Option<Drain>>,
+    policy: OnceLock<RequestPolicy>,
+    /// When readiness fails (clock nanos), set at drain start; 0 while serving.
+    readiness_fails_at: AtomicU64,
+    /// The secret the engine's admin calls carry (checked by the admin cluster's guard).
+    admin_key: OnceLock<String>,
     hooks: Hooks,
 }
 
@@ -161,6 +191,9 @@ impl Shared {
             waiters: Waiters::default(),
             counters: Counters::default(),
             drain: Mutex::new(None),
+            policy: OnceLock::new(),
+            readiness_fails_at: AtomicU64::new(0),
+            admin_key: OnceLock::new(),
             hooks,
         }
     }
@@ -182,6 +215,44 @@ impl Shared {
 
     pub fn settings(&self) -> Option<DrainSettings> {
         lock(&self.drain).as_ref().map(|d| d.settings())
+    }
+
+    /// Set the per-process admin key (once; later calls change nothing).
+    pub fn set_admin_key(&self, key: String) {
+        let _ = self.admin_key.set(key);
+    }
+
+    pub fn admin_key(&self) -> Option<&str> {
+        self.admin_key.get().map(String::as_str)
+    }
+
+    /// Install the request policy (bootstrap config); the first install wins.
+    pub fn install_policy(&self, policy: RequestPolicy) {
+        let _ = self.policy.set(policy);
+    }
+
+    pub fn policy(&self) -> &RequestPolicy {
+        static DEFAULT: OnceLock<RequestPolicy> = OnceLock::new();
+        self.policy
+            .get()
+            .unwrap_or_else(|| DEFAULT.get_or_init(RequestPolicy::default))
+    }
+
+    /// Whether readiness still answers "ready": while serving, and during the configured
+    /// `readiness_failure_delay` after the drain start.
+    pub fn is_ready(&self) -> bool {
+        match self.readiness_fails_at.load(Ordering::Acquire) {
+            0 => !self.is_draining(),
+            at => self.clock.nanos() < at,
+        }
+    }
+
+    /// When readiness fails (or failed), once a drain started.
+    pub fn readiness_fails_at(&self) -> Option<std::time::Instant> {
+        match self.readiness_fails_at.load(Ordering::Acquire) {
+            0 => None,
+            at => Some(self.clock.instant_of(at)),
+        }
     }
 
     // ---- request path ---------------------------------------------------------------------
@@ -221,6 +292,9 @@ impl Shared {
                 }
             }
         }
+        let delay = self.policy().readiness_failure_delay.as_nanos() as u64;
+        self.readiness_fails_at
+            .store(self.clock.nanos().saturating_add(delay), Ordering::Release);
         #[cfg(feature = "panic-test")]
         if crate::faults::active("skip_wakeup") {
             // Test-only: prove the race test catches a lost wake-up.
@@ -313,8 +387,10 @@ impl Shared {
         let counts = self.requests.counts();
         let [under_1s, from_1s_to_10s, over_10s] = self.requests.age_buckets(self.clock.nanos());
         let table = self.requests.footprint();
+        let (not_work_started, _) = c.not_work();
         Status {
             state: phase.name(),
+            ready: self.is_ready(),
             trigger: trigger.map(Trigger::as_str),
             active_requests: counts.active,
             accounting_error: c.accounting_error.load(Ordering::Relaxed),
@@ -337,6 +413,8 @@ impl Shared {
                 other: c.sent_away[Protocol::Other as usize].load(Ordering::Relaxed),
             },
             module_errors: c.module_errors.load(Ordering::Relaxed),
+            health_checks_seen: c.health_checks.load(Ordering::Relaxed),
+            not_work_requests: not_work_started,
             request_table: TableReport {
                 workers: table.workers as u64,
                 slots: table.slots as u64,
@@ -410,6 +488,8 @@ impl From<DrainSettings> for SettingsReport {
 #[derive(Debug, Serialize, PartialEq, Eq)]
 pub struct Status {
     pub state: &'static str,
+    /// What the readiness endpoint answers now (see `readiness_failure_delay`).
+    pub ready: bool,
     pub trigger: Option<&'static str>,
     /// Signed on purpose: a negative value would expose broken accounting instead of hiding it.
     pub active_requests: i64,
@@ -427,6 +507,10 @@ pub struct Status {
     pub connections_sent_away: SentAway,
     /// Failures contained on the data path (each request went through unharmed).
     pub module_errors: u64,
+    /// Health checks recognised on data listeners (answered, never counted as work).
+    pub health_checks_seen: u64,
+    /// Requests not counted as work: those health checks plus control-listener requests.
+    pub not_work_requests: u64,
     pub request_table: TableReport,
     pub outcome: Option<OutcomeReport>,
     /// `null` when the bootstrap extension (the drain clock) is not loaded.
@@ -644,12 +728,36 @@ pub(crate) mod tests {
             "connections_sent_away",
             "requests_served_while_draining",
             "module_errors",
+            "health_checks_seen",
+            "not_work_requests",
+            "ready",
             "request_table",
             "settings",
         ] {
             assert!(v.get(key).is_some(), "missing {key} in {v}");
         }
         assert_eq!(v["settings"]["drain_timeout"], "25s");
+    }
+
+    #[test]
+    fn readiness_fails_after_the_configured_delay() {
+        let f = fixture(Some(fast()));
+        f.shared.install_policy(RequestPolicy {
+            readiness_failure_delay: Duration::from_millis(20),
+            ..RequestPolicy::default()
+        });
+        assert!(f.shared.is_ready());
+        f.shared.start_drain(Trigger::Sigterm);
+        assert!(f.shared.is_ready(), "still ready during the delay");
+        assert!(f.shared.is_draining());
+        f.clock.advance(Duration::from_millis(19));
+        assert!(f.shared.is_ready());
+        f.clock.advance(Duration::from_millis(1));
+        assert!(!f.shared.is_ready());
+        assert!(!f.shared.status().ready);
+        let g = fixture(Some(fast()));
+        g.shared.start_drain(Trigger::Sigterm);
+        assert!(!g.shared.is_ready(), "no delay: fails at once");
     }
 
     #[test]

@@ -10,6 +10,7 @@ use crate::bootstrap::{
 };
 use crate::config::BootstrapConfig;
 use crate::drain::IN_FLIGHT_RECHECK;
+use crate::http_filter::ADMIN_KEY_HEADER;
 use crate::state::Shared;
 use std::cell::{Cell, RefCell};
 use std::os::raw::c_void;
@@ -56,11 +57,12 @@ struct Extension {
     engine: RefCell<Engine>,
 }
 
-/// Sum of `http.<prefix>.<suffix>` stats over HTTP connection managers not ignored.
+/// Sums of `http.<prefix>.<suffix>` stats over HTTP connection managers not ignored, one per
+/// suffix, in one pass over the store.
 struct StatSum<'a> {
-    suffix: &'a str,
+    suffixes: &'a [&'a str],
     ignored: &'a [String],
-    sum: u64,
+    sums: [u64; 2],
 }
 
 extern "C" fn add_matching_stat(name: Buffer, value: u64, user_data: *mut c_void) -> u32 {
@@ -68,30 +70,34 @@ extern "C" fn add_matching_stat(name: Buffer, value: u64, user_data: *mut c_void
         // SAFETY: user_data is the StatSum passed to the iterate call below, alive during it;
         // the name buffer is valid for this callback.
         let (acc, name) = unsafe { (&mut *(user_data as *mut StatSum), envoy_bytes(name)) };
-        let Some(prefix) = name
-            .strip_prefix(b"http.")
-            .and_then(|n| n.strip_suffix(acc.suffix.as_bytes()))
-            .and_then(|n| n.strip_suffix(b"."))
-        else {
+        let Some(rest) = name.strip_prefix(b"http.") else {
             return 0;
         };
-        if !acc.ignored.iter().any(|i| i.as_bytes() == prefix) {
-            acc.sum = acc.sum.saturating_add(value);
+        for (i, suffix) in acc.suffixes.iter().enumerate() {
+            let Some(prefix) = rest
+                .strip_suffix(suffix.as_bytes())
+                .and_then(|n| n.strip_suffix(b"."))
+            else {
+                continue;
+            };
+            if !acc.ignored.iter().any(|i| i.as_bytes() == prefix) {
+                acc.sums[i] = acc.sums[i].saturating_add(value);
+            }
         }
         0
     })
 }
 
 impl Extension {
-    fn sum_stats(&self, gauges: bool, suffix: &str) -> Option<u64> {
+    fn sum_stats(&self, gauges: bool, suffixes: &[&str]) -> Option<[u64; 2]> {
         let be = self.extension.get();
         if be.is_null() {
             return None;
         }
         let mut acc = StatSum {
-            suffix,
+            suffixes,
             ignored: &self.ignored_stat_prefixes,
-            sum: 0,
+            sums: [0; 2],
         };
         let ud = &mut acc as *mut StatSum as *mut c_void;
         // SAFETY: main thread; `be` is the live extension pointer; the iterator only runs during
@@ -111,15 +117,21 @@ impl Extension {
                 )
             }
         }
-        Some(acc.sum)
+        Some(acc.sums)
     }
 }
 
 impl EngineHost for Extension {
     fn envoy_request_stats(&self) -> Option<EnvoyRequestStats> {
+        let [active, _] = self.sum_stats(true, &["downstream_rq_active"])?;
+        // Requests answered by Envoy's own health_check filter are not work.
+        let [total, health_checks] = self.sum_stats(
+            false,
+            &["downstream_rq_total", "health_check.request_total"],
+        )?;
         Some(EnvoyRequestStats {
-            active: self.sum_stats(true, "downstream_rq_active")?,
-            total: self.sum_stats(false, "downstream_rq_total")?,
+            active,
+            total: total.saturating_sub(health_checks),
         })
     }
 
@@ -127,40 +139,11 @@ impl EngineHost for Extension {
         if self.admin_cluster.is_empty() {
             return;
         }
-        let headers = [
-            (":method", "POST"),
-            (":path", "/healthcheck/fail"),
-            ("host", "envoy-admin"),
-        ];
-        let mut raw = module_headers(&headers);
-        let mut id = 0u64;
-        // SAFETY: main thread, live config pointer; every buffer outlives the call (Envoy copies).
-        let r = unsafe {
-            abi::envoy_dynamic_module_callback_bootstrap_extension_http_callout(
-                self.envoy,
-                &mut id,
-                module_buffer(self.admin_cluster.as_bytes()),
-                raw.as_mut_ptr(),
-                raw.len(),
-                module_buffer(b""),
-                2000,
-            )
-        };
-        match r {
-            0 => log::info!(
-                "graceful_drain: failing Envoy's health checks through cluster {} so every \
-                 listener sends its connections away",
-                self.admin_cluster
-            ),
-            2 => log::warn!(
-                "graceful_drain: no cluster {:?}: listeners without the graceful_drain filter will \
-                 not be told to close connections (add a cluster pointing at the admin address, \
-                 or set admin_cluster to \"\" to silence this)",
-                self.admin_cluster
-            ),
-            other => {
-                log::warn!("graceful_drain: /healthcheck/fail callout not started (result {other})")
-            }
+        // Envoy's health checks fail (every listener then drain-closes with its next response),
+        // and Envoy's own drain state starts too, so its `/ready` says DRAINING like ours.
+        // `skip_exit`: the listeners keep accepting; the exit stays the engine's decision.
+        for path in ["/healthcheck/fail", "/drain_listeners?graceful&skip_exit"] {
+            self.admin_call(path);
         }
     }
 
@@ -209,6 +192,61 @@ impl EngineHost for Extension {
             }
         }
     }
+}
+
+impl Extension {
+    /// POST to Envoy's admin through the admin cluster, with this process's admin key (the
+    /// cluster's guard lets nothing else through). The answer is logged by `http_callout_done`.
+    fn admin_call(&self, path: &str) {
+        let key = super::shared().admin_key().unwrap_or("");
+        let headers = [
+            (":method", "POST"),
+            (":path", path),
+            ("host", "envoy-admin"),
+            (ADMIN_KEY_HEADER, key),
+        ];
+        let mut raw = module_headers(&headers);
+        let mut id = 0u64;
+        // SAFETY: main thread, live config pointer; every buffer outlives the call (Envoy copies).
+        let r = unsafe {
+            abi::envoy_dynamic_module_callback_bootstrap_extension_http_callout(
+                self.envoy,
+                &mut id,
+                module_buffer(self.admin_cluster.as_bytes()),
+                raw.as_mut_ptr(),
+                raw.len(),
+                module_buffer(b""),
+                2000,
+            )
+        };
+        match r {
+            0 => log::info!(
+                "graceful_drain: admin POST {path} through cluster {} (every listener now sends \
+                 its connections away)",
+                self.admin_cluster
+            ),
+            2 => log::warn!(
+                "graceful_drain: no cluster {:?}: listeners without the graceful_drain filter will \
+                 not be told to close connections (add the admin cluster of the README, or set \
+                 admin_cluster to \"\" to silence this)",
+                self.admin_cluster
+            ),
+            other => log::warn!("graceful_drain: admin call {path} not started (result {other})"),
+        }
+    }
+}
+
+/// Admin guard filters configured (upstream filters with role `admin_guard`).
+pub(crate) static ADMIN_GUARDS: AtomicUsize = AtomicUsize::new(0);
+
+/// A per-process secret for the engine's admin calls, from the kernel's random source.
+fn new_admin_key() -> Option<String> {
+    use std::io::Read;
+    let mut b = [0u8; 16];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut b))
+        .ok()?;
+    Some(b.iter().map(|x| format!("{x:02x}")).collect())
 }
 
 fn define_metrics(bce: EnvoyPtr) -> Option<Metrics> {
@@ -317,7 +355,24 @@ pub extern "C" fn envoy_dynamic_module_on_bootstrap_extension_config_new(
                 return ptr::null();
             }
         };
-        if !super::shared().install_engine(cfg.drain) {
+        let shared = super::shared();
+        if let Some(key) = new_admin_key() {
+            shared.set_admin_key(key);
+        } else {
+            log::error!(
+                "graceful_drain: no random source for the admin key; admin calls will be refused"
+            );
+        }
+        shared.install_policy(cfg.requests.clone());
+        if !cfg.admin_cluster.is_empty() && !cfg.ignored_stat_prefixes.iter().any(|p| p == "admin")
+        {
+            log::warn!(
+                "graceful_drain: ignored_stat_prefixes does not contain \"admin\": every request to \
+                 Envoy's admin (metrics scrapes) will count as traffic and can hold drains until \
+                 drain_timeout"
+            );
+        }
+        if !shared.install_engine(cfg.drain) {
             log::error!(
                 "invalid graceful_drain bootstrap config: field `extension_name`: the graceful_drain \
                  bootstrap extension is configured twice; keep one entry"
@@ -426,11 +481,27 @@ pub extern "C" fn envoy_dynamic_module_on_bootstrap_extension_new(
     bcm
 }
 
+/// Every static resource exists now: check that the admin cluster is guarded.
 #[no_mangle]
 pub extern "C" fn envoy_dynamic_module_on_bootstrap_extension_server_initialized(
     _be: EnvoyPtr,
-    _bm: *const c_void,
+    bm: *const c_void,
 ) {
+    guard("server_initialized", (), || {
+        // SAFETY: `bm` is our object from config_new.
+        let Some(ext) = (unsafe { extension(bm) }) else {
+            return;
+        };
+        if !ext.admin_cluster.is_empty() && ADMIN_GUARDS.load(Ordering::Relaxed) == 0 {
+            log::error!(
+                "graceful_drain: admin cluster {:?} has no admin_guard filter: any route that picks \
+                 its cluster from a request (cluster_header, a cluster specifier plugin) could \
+                 reach Envoy's admin through it; add the guard of the README's example to the \
+                 cluster, or set admin_cluster to \"\"",
+                ext.admin_cluster
+            );
+        }
+    })
 }
 
 #[no_mangle]

@@ -189,6 +189,27 @@ impl StreamHost for EnvoyStream<'_> {
         found.then(|| unsafe { envoy_bytes(out) }.to_vec())
     }
 
+    fn with_request_header<R>(&self, name: &str, f: impl FnOnce(Option<&[u8]>) -> R) -> R {
+        let mut out = Buffer {
+            ptr: ptr::null(),
+            len: 0,
+        };
+        // SAFETY: `fe` is the live stream of the current hook; the buffer Envoy fills stays valid
+        // until the hook returns or a header is set, and `f` runs before either.
+        let found = unsafe {
+            abi::envoy_dynamic_module_callback_http_get_header(
+                self.fe,
+                abi::HEADER_TYPE_REQUEST,
+                module_buffer(name.as_bytes()),
+                &mut out,
+                0,
+                ptr::null_mut(),
+            )
+        };
+        // SAFETY: as above; `envoy_bytes` handles null/empty.
+        f(found.then(|| unsafe { envoy_bytes(out) }))
+    }
+
     fn send_response(&self, status: u32, headers: &[(&str, &str)], body: &[u8]) {
         let mut raw = module_headers(headers);
         let details = b"graceful_drain_control";
@@ -337,6 +358,11 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_config_new(
                 let metrics = match c.role {
                     Role::Data => DataMetrics::define(ce),
                     Role::Control => None,
+                    Role::AdminGuard => {
+                        super::bootstrap::ADMIN_GUARDS
+                            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        None
+                    }
                 };
                 log::info!(
                     "graceful_drain: filter config loaded (role={:?}{})",

@@ -128,6 +128,8 @@ pub struct Options {
     pub test_upstream: Option<u16>,
     /// Extra fields for the bootstrap extension's JSON, e.g. `"admin_cluster": ""`.
     pub bootstrap_extra: Option<&'static str>,
+    /// Replaces `--use-dynamic-base-id` (e.g. `--base-id N --restart-epoch E` for hot restart).
+    pub base_args: Option<Vec<String>>,
 }
 
 impl Default for Options {
@@ -141,6 +143,7 @@ impl Default for Options {
             panic_test_module: false,
             test_upstream: None,
             bootstrap_extra: None,
+            base_args: None,
         }
     }
 }
@@ -265,11 +268,12 @@ impl Envoy {
         let child = Command::new(envoy_bin())
             .arg("-c")
             .arg(&cfg)
-            .args([
-                "--use-dynamic-base-id",
-                "--concurrency",
-                &o.concurrency.to_string(),
-            ])
+            .args(
+                o.base_args
+                    .clone()
+                    .unwrap_or_else(|| vec!["--use-dynamic-base-id".to_string()]),
+            )
+            .args(["--concurrency", &o.concurrency.to_string()])
             .args([
                 "--log-level",
                 "info",

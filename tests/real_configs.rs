@@ -1,0 +1,477 @@
+//! Drains under the configurations real gateways run, not only our example: health checkers that
+//! never stop (a front Envoy's active health check, kubelet and cloud load-balancer probes),
+//! listeners under other names, bootstrap-only mode, hot restart, a readiness delay, and a route
+//! that could reach the admin cluster. Each test is a row of the README's Reliability table.
+
+mod common;
+
+use common::clients::{self, H1Conn};
+use common::envoy::{remove_list_items, render_gateway, Envoy, Options, Settings};
+use common::{eventually, free_ports};
+use std::time::{Duration, Instant};
+
+/// Short rules: a drain may complete 1 s after it starts; it times out at 8 s.
+const RULES: Settings = Settings {
+    min_drain: "1s",
+    quiet: "500ms",
+    timeout: "8s",
+};
+
+fn options() -> Options {
+    Options {
+        settings: RULES,
+        ..Options::default()
+    }
+}
+
+/// A front Envoy whose cluster actively health-checks `127.0.0.1:<port><path>` every 100 ms (user
+/// agent `Envoy/HC`), as a load balancer in front of the gateway does: it never stops checking.
+async fn front_health_checker(port: u16, path: &str) -> Envoy {
+    let admin = free_ports(1)[0];
+    let yaml = format!(
+        r#"admin:
+  address: {{ socket_address: {{ address: 127.0.0.1, port_value: {admin} }} }}
+static_resources:
+  clusters:
+  - name: gateway
+    type: STATIC
+    connect_timeout: 1s
+    health_checks:
+    - timeout: 1s
+      interval: 0.1s
+      no_traffic_interval: 0.1s
+      unhealthy_threshold: 1
+      healthy_threshold: 1
+      http_health_check: {{ path: "{path}" }}
+    load_assignment:
+      cluster_name: gateway
+      endpoints:
+      - lb_endpoints:
+        - endpoint: {{ address: {{ socket_address: {{ address: 127.0.0.1, port_value: {port} }} }} }}
+"#
+    );
+    // The guard owns the process (killed on drop); it has no listeners of its own.
+    let front = Envoy::start_yaml(&yaml, admin, 0, 0, &Options::default()).await;
+    // Checking has begun once the front Envoy has sent a few.
+    eventually(
+        "front health checks running",
+        Duration::from_secs(15),
+        || async {
+            let r = clients::get(admin, "/stats?filter=cluster.gateway.health_check.attempt")
+                .await
+                .ok()?;
+            let n: u64 = r
+                .text()
+                .lines()
+                .next()?
+                .rsplit(' ')
+                .next()?
+                .trim()
+                .parse()
+                .ok()?;
+            (n >= 3).then_some(())
+        },
+    )
+    .await;
+    front
+}
+
+/// Probes with the user agents of kubelet and cloud load balancers, every 100 ms, on `path`,
+/// until dropped. Their answers are recorded (they must still be answered).
+fn probe_loop(port: u16, path: &'static str) -> tokio::task::JoinHandle<Vec<u16>> {
+    tokio::spawn(async move {
+        let mut statuses = vec![];
+        let deadline = Instant::now() + Duration::from_secs(20);
+        for ua in ["kube-probe/1.31", "ELB-HealthChecker/2.0", "GoogleHC/1.0"]
+            .iter()
+            .cycle()
+        {
+            if Instant::now() > deadline {
+                break;
+            }
+            match clients::request(port, "GET", path, &[("user-agent", ua)]).await {
+                Ok(r) => statuses.push(r.status),
+                Err(_) => break, // the gateway exited
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        statuses
+    })
+}
+
+/// SIGTERM with one 1.5 s request in flight: the exit follows that request (plus the quiet
+/// period from the drain start, already over), far below the 8 s timeout. Returns the exit time.
+async fn sigterm_with_one_request(envoy: &mut Envoy) -> Duration {
+    let port = envoy.data;
+    let slow = tokio::spawn(async move {
+        clients::request(port, "GET", "/", &[("x-envoy-fault-delay-request", "1500")]).await
+    });
+    eventually("request in flight", Duration::from_secs(5), || async {
+        (envoy.stat("http.data.downstream_rq_active").await? >= 1).then_some(())
+    })
+    .await;
+    let t0 = Instant::now();
+    envoy.sigterm();
+    let (status, at) = envoy.wait_exit(Duration::from_secs(15)).await;
+    assert!(status.success(), "{status:?}");
+    assert_eq!(slow.await.unwrap().unwrap().status, 200);
+    at - t0
+}
+
+fn assert_exit_by_the_rules(took: Duration, what: &str) {
+    println!("{what}: exited {took:?} after SIGTERM");
+    assert!(
+        took >= Duration::from_millis(1300),
+        "{what}: exited before the request ended: {took:?}"
+    );
+    assert!(
+        took < Duration::from_millis(3000),
+        "{what}: health checks held the drain: exited after {took:?} (timeout 8s)"
+    );
+}
+
+/// Filter mode: a front Envoy and kubelet/load-balancer probes check a path on the data listener
+/// all through the drain; they are answered, and the drain completes by the rules.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn health_checks_on_the_data_listener_never_hold_a_drain() {
+    let mut envoy = Envoy::start(options()).await;
+    let _front = front_health_checker(envoy.data, "/").await;
+    let probes = probe_loop(envoy.data, "/");
+    let took = sigterm_with_one_request(&mut envoy).await;
+    assert_exit_by_the_rules(took, "filter mode, data-port health checks");
+    let answered = probes.await.unwrap();
+    assert!(
+        answered.len() >= 5 && answered.iter().all(|s| *s == 200),
+        "{answered:?}"
+    );
+    assert!(envoy.log().contains("drain completed"), "{}", envoy.log());
+}
+
+/// Bootstrap-only mode (no filter): a load balancer checks a path answered by Envoy's own
+/// health_check filter on the data listener; Envoy's health-check stats take those requests out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn bootstrap_only_health_checks_never_hold_a_drain() {
+    let p = free_ports(3);
+    let yaml = render_gateway(p[0], p[1], p[2], &options());
+    let mut y = remove_list_items(&yaml, "envoy.filters.http.dynamic_modules");
+    // Envoy's health_check filter on the data listener, answering /healthz.
+    let data_hc = "          - name: envoy.filters.http.fault\n";
+    assert_eq!(y.matches(data_hc).count(), 1);
+    y = y.replacen(
+        data_hc,
+        "          - name: envoy.filters.http.health_check\n            typed_config:\n              \"@type\": type.googleapis.com/envoy.extensions.filters.http.health_check.v3.HealthCheck\n              pass_through_mode: false\n              headers:\n              - name: \":path\"\n                string_match: { exact: \"/healthz\" }\n          - name: envoy.filters.http.fault\n",
+        1,
+    );
+    let mut envoy = Envoy::start_yaml(&y, p[0], p[1], p[2], &options()).await;
+    assert_eq!(
+        clients::get(envoy.data, "/healthz").await.unwrap().status,
+        200
+    );
+    let _front = front_health_checker(envoy.data, "/healthz").await;
+    let took = sigterm_with_one_request(&mut envoy).await;
+    assert_exit_by_the_rules(took, "bootstrap-only mode, data-port health checks");
+}
+
+/// The control listener under another stat prefix (`readiness`), health-checked by a front
+/// Envoy: SIGTERM drains by the rules, and a waiting `GET /drain` (preStop) never waits for
+/// itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_control_listener_under_any_name_drains_by_the_rules() {
+    let p = free_ports(3);
+    let yaml = render_gateway(p[0], p[1], p[2], &options());
+    let y = yaml.replacen("stat_prefix: control", "stat_prefix: readiness", 1);
+    assert!(!y.contains("stat_prefix: control"));
+    let mut envoy = Envoy::start_yaml(&y, p[0], p[1], p[2], &options()).await;
+    let _front = front_health_checker(envoy.control, "/ready").await;
+    // preStop: GET /drain waits for the drain, which completes at min_drain_duration (nothing in
+    // flight), not at the timeout.
+    let t0 = Instant::now();
+    let r = clients::get(envoy.control, "/drain").await.unwrap();
+    let took = t0.elapsed();
+    println!("control listener `readiness`: /drain answered after {took:?}");
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(r.text().contains("\"timed_out\":false"), "{}", r.text());
+    assert!(
+        took >= Duration::from_millis(900) && took < Duration::from_millis(2500),
+        "{took:?}"
+    );
+    // The SIGTERM that follows exits at once.
+    let t1 = Instant::now();
+    envoy.sigterm();
+    let (_, at) = envoy.wait_exit(Duration::from_secs(5)).await;
+    assert!(at - t1 < Duration::from_secs(1), "{:?}", at - t1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_control_listener_under_any_name_lets_sigterm_drain_by_the_rules() {
+    let p = free_ports(3);
+    let yaml = render_gateway(p[0], p[1], p[2], &options());
+    let y = yaml.replacen("stat_prefix: control", "stat_prefix: readiness", 1);
+    let mut envoy = Envoy::start_yaml(&y, p[0], p[1], p[2], &options()).await;
+    let _front = front_health_checker(envoy.control, "/ready").await;
+    let took = sigterm_with_one_request(&mut envoy).await;
+    assert_exit_by_the_rules(took, "control listener `readiness`");
+}
+
+/// Module readiness, Envoy's `/ready` and Envoy's health-check state agree in every state:
+/// serving, during `readiness_failure_delay` (connections already sent away), draining, drained.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn readiness_and_health_agree_and_readiness_can_be_delayed() {
+    let envoy = Envoy::start(Options {
+        settings: Settings {
+            min_drain: "2s",
+            quiet: "200ms",
+            timeout: "8s",
+        },
+        bootstrap_extra: Some(r#""readiness_failure_delay": "800ms""#),
+        ..Options::default()
+    })
+    .await;
+    let view = || async {
+        let module = clients::get(envoy.control, "/ready").await.unwrap().status;
+        let envoy_ready = clients::get(envoy.admin, "/ready").await.unwrap();
+        let live = envoy.stat("server.live").await.unwrap();
+        (module, envoy_ready.status, live)
+    };
+    assert_eq!(view().await, (200, 200, 1), "serving");
+    // A request in flight when the drain starts.
+    let mut c = H1Conn::connect(envoy.data).await.unwrap();
+    let in_flight = tokio::spawn(async move {
+        c.send("GET", "/", &[("x-envoy-fault-delay-request", "400")])
+            .await
+    });
+    eventually("in flight", Duration::from_secs(5), || async {
+        (envoy.drain_status().await["active_requests"] == 1).then_some(())
+    })
+    .await;
+    let t0 = Instant::now();
+    let r = clients::request(envoy.admin, "POST", "/graceful_drain", &[])
+        .await
+        .unwrap();
+    assert_eq!(r.status, 200);
+    // During the delay: still ready everywhere, but the connection was sent away at once.
+    assert_eq!(
+        view().await,
+        (200, 200, 1),
+        "within readiness_failure_delay"
+    );
+    let r = in_flight.await.unwrap().unwrap();
+    assert_eq!(
+        r.header("connection"),
+        Some("close"),
+        "sent away at drain start"
+    );
+    assert!(
+        t0.elapsed() < Duration::from_millis(800),
+        "checked within the delay"
+    );
+    // After the delay: not ready everywhere.
+    let draining = eventually(
+        "readiness fails after the delay",
+        Duration::from_secs(3),
+        || async {
+            let v = view().await;
+            (v.0 == 503).then_some((v, t0.elapsed()))
+        },
+    )
+    .await;
+    assert!(draining.1 >= Duration::from_millis(800), "{:?}", draining.1);
+    let agreed = eventually("Envoy follows", Duration::from_secs(2), || async {
+        let v = view().await;
+        (v == (503, 503, 0)).then_some(v)
+    })
+    .await;
+    assert_eq!(agreed, (503, 503, 0));
+    let admin_ready = clients::get(envoy.admin, "/ready").await.unwrap();
+    assert!(
+        admin_ready.text().contains("DRAINING"),
+        "{}",
+        admin_ready.text()
+    );
+    // Drained: still not ready anywhere.
+    eventually("drained", Duration::from_secs(5), || async {
+        (envoy.drain_status().await["state"] == "drained").then_some(())
+    })
+    .await;
+    assert_eq!(view().await, (503, 503, 0), "drained");
+}
+
+/// A route that picks its cluster from a request header cannot reach Envoy's admin through the
+/// drain engine's admin cluster: the guard refuses it; the engine's own calls still pass.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_admin_cluster_cannot_be_reached_from_the_data_port() {
+    let p = free_ports(3);
+    let yaml = render_gateway(p[0], p[1], p[2], &options());
+    // The data listener's routes come first in the file.
+    let first_route = "              routes:\n              - match: { prefix: \"/\" }\n                direct_response:\n                  status: 200\n";
+    assert_eq!(yaml.matches(first_route).count(), 1);
+    let y = yaml.replacen(
+        first_route,
+        "              routes:\n              - match: { prefix: \"/\", headers: [{ name: x-cluster, present_match: true }] }\n                route: { cluster_header: x-cluster }\n              - match: { prefix: \"/\" }\n                direct_response:\n                  status: 200\n",
+        1,
+    );
+    let envoy = Envoy::start_yaml(&y, p[0], p[1], p[2], &options()).await;
+    for path in ["/healthcheck/fail", "/quitquitquit", "/drain_listeners"] {
+        let r = clients::request(
+            envoy.data,
+            "POST",
+            path,
+            &[("x-cluster", "graceful_drain_admin")],
+        )
+        .await
+        .unwrap();
+        assert_eq!(r.status, 403, "{path}: {}", r.text());
+    }
+    assert_eq!(
+        envoy.stat("server.live").await,
+        Some(1),
+        "health not failed"
+    );
+    assert_eq!(
+        clients::get(envoy.data, "/").await.unwrap().status,
+        200,
+        "alive"
+    );
+    assert!(
+        !envoy.log().contains("has no admin_guard filter"),
+        "{}",
+        envoy.log()
+    );
+    // The engine's own calls pass the guard.
+    let r = clients::get(envoy.control, "/drain?wait=false")
+        .await
+        .unwrap();
+    assert_eq!(r.status, 202);
+    eventually(
+        "engine's /healthcheck/fail passes",
+        Duration::from_secs(3),
+        || async { (envoy.stat("server.live").await == Some(0)).then_some(()) },
+    )
+    .await;
+    // Without the guard the same request does reach the admin (what the guard prevents), and
+    // the unguarded admin cluster is called out at start.
+    let p2 = free_ports(3);
+    let guarded = y
+        .replace(
+            &format!("port_value: {}", p[0]),
+            &format!("port_value: {}", p2[0]),
+        )
+        .replace(
+            &format!("port_value: {}", p[1]),
+            &format!("port_value: {}", p2[1]),
+        )
+        .replace(
+            &format!("port_value: {}", p[2]),
+            &format!("port_value: {}", p2[2]),
+        );
+    let start = guarded
+        .find("    typed_extension_protocol_options:")
+        .expect("the admin cluster's guard");
+    let end = start + guarded[start..].find("    load_assignment:").unwrap();
+    let unguarded = format!("{}{}", &guarded[..start], &guarded[end..]);
+    let e2 = Envoy::start_yaml(&unguarded, p2[0], p2[1], p2[2], &options()).await;
+    eventually(
+        "unguarded admin cluster reported",
+        Duration::from_secs(5),
+        || async { e2.log().contains("has no admin_guard filter").then_some(()) },
+    )
+    .await;
+    let r = clients::request(
+        e2.data,
+        "POST",
+        "/healthcheck/fail",
+        &[("x-cluster", "graceful_drain_admin")],
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status, 200, "unguarded, the admin answers: {}", r.text());
+    assert_eq!(e2.stat("server.live").await, Some(0));
+}
+
+/// Hot restart: the new process serves normally (never put into a failed health state by the old
+/// one), while the old one drains its own connections and exits on time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn hot_restart_drains_the_old_process_and_leaves_the_new_one_serving() {
+    let p = free_ports(3);
+    // A base id of our own: hot restart needs both processes on the same one.
+    let base_id = 20_000 + (std::process::id() % 10_000);
+    let epoch = |e: u32| Options {
+        base_args: Some(
+            [
+                "--base-id",
+                &base_id.to_string(),
+                "--restart-epoch",
+                &e.to_string(),
+                "--drain-time-s",
+                "2",
+                "--parent-shutdown-time-s",
+                "4",
+            ]
+            .map(String::from)
+            .to_vec(),
+        ),
+        ..options()
+    };
+    let mut old = Envoy::start_on([p[0], p[1], p[2]], epoch(0)).await;
+    // A request in flight across the restart, on a connection of the old process.
+    let mut c = H1Conn::connect(old.data).await.unwrap();
+    let in_flight = tokio::spawn(async move {
+        c.send("GET", "/", &[("x-envoy-fault-delay-request", "1500")])
+            .await
+    });
+    eventually("in flight", Duration::from_secs(5), || async {
+        (old.drain_status().await["active_requests"] == 1).then_some(())
+    })
+    .await;
+    let t0 = Instant::now();
+    let new = Envoy::start_on([p[0], p[1], p[2]], epoch(1)).await;
+    // The admin address now belongs to the new process: it is LIVE and its health not failed.
+    let info = eventually(
+        "the new epoch answers admin",
+        Duration::from_secs(10),
+        || async {
+            let info = clients::get(new.admin, "/server_info").await.ok()?.text();
+            info.contains("\"restart_epoch\": 1").then_some(info)
+        },
+    )
+    .await;
+    assert!(info.contains("\"state\": \"LIVE\""), "{info}");
+    // The old process drained: its request completes, told to close its connection.
+    let r = in_flight.await.unwrap().unwrap();
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("connection"), Some("close"));
+    // It exits on time (Envoy terminates the parent after --parent-shutdown-time-s).
+    let (status, at) = old.wait_exit(Duration::from_secs(10)).await;
+    assert!(status.success(), "{status:?}");
+    assert!(
+        at - t0 < Duration::from_secs(6),
+        "old process exited after {:?}",
+        at - t0
+    );
+    let old_log = old.log();
+    assert!(
+        old_log.contains("drain started (trigger=drain_listeners"),
+        "{old_log}"
+    );
+    assert!(
+        !old_log.contains("admin POST /healthcheck/fail"),
+        "{old_log}"
+    );
+    // The new process serves normally: no connection: close, ready everywhere, health intact.
+    for _ in 0..5 {
+        let r = clients::get(new.data, "/").await.unwrap();
+        assert_eq!(r.status, 200);
+        assert_eq!(
+            r.header("connection"),
+            None,
+            "new process sends connections away"
+        );
+    }
+    assert_eq!(
+        clients::get(new.control, "/ready").await.unwrap().status,
+        200
+    );
+    assert_eq!(clients::get(new.admin, "/ready").await.unwrap().status, 200);
+    assert_eq!(new.stat("server.live").await, Some(1));
+    assert_eq!(new.drain_status().await["state"], "serving");
+}
