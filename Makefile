@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 MODULE_DIR := $(CURDIR)/target/release
 
-.PHONY: run test lint envoy build bench bench-smoke bench-deps
+.PHONY: run test lint loom envoy build bench bench-smoke bench-deps
 
 build:
 	cargo build --release --lib
@@ -40,3 +40,8 @@ bench-deps:
 lint:
 	cargo fmt --check
 	cargo clippy --all-targets -- -D warnings
+
+# The in-flight table's drain protocol under the loom model checker (its own target dir: the cfg
+# changes every dependency's build).
+loom:
+	RUSTFLAGS="--cfg loom" cargo test --lib --release --target-dir target/loom registry::loom
