@@ -716,3 +716,98 @@ async fn stock_kourier_bootstrap_loses_in_flight_requests_on_sigterm() {
         );
     }
 }
+
+/// `dir` (absolute) as a path relative to `from` (kustomize refuses absolute resource paths).
+fn relative(from: &std::path::Path, dir: &std::path::Path) -> String {
+    let up = "../".repeat(from.components().count() - 1);
+    format!(
+        "{up}{}",
+        dir.strip_prefix("/").expect("absolute path").display()
+    )
+}
+
+#[test]
+fn opt_in_network_policy_keeps_kourier_open_and_restricts_the_control_port() {
+    // The overlay with the restrict-control-port component enabled, as a user would.
+    let dir = TempDir::new("kourier-np");
+    let overlay_dir = repo_root().join(OVERLAY);
+    std::fs::write(
+        dir.0.join("kustomization.yaml"),
+        format!(
+            "resources:\n- {}\ncomponents:\n- {}\n",
+            relative(&dir.0, &overlay_dir),
+            relative(&dir.0, &overlay_dir.join("restrict-control-port"))
+        ),
+    )
+    .unwrap();
+    let text = kustomize(&dir.0);
+    let (_d, path) = temp_file("kourier", "rendered.yaml", &text);
+    let (ok, log) = kubernetes_validate(&path);
+    assert!(
+        ok && log.contains("passed for resource networkpolicy/"),
+        "{log}"
+    );
+    let docs = yaml_docs(&text);
+    let np = docs
+        .iter()
+        .find(|d| d["kind"] == "NetworkPolicy")
+        .expect("the policy");
+    let dep = overlay().deployment();
+    assert_eq!(np["metadata"]["namespace"], dep["metadata"]["namespace"]);
+    let labels = &dep["spec"]["template"]["metadata"]["labels"];
+    let selector = np["spec"]["podSelector"]["matchLabels"]
+        .as_object()
+        .unwrap();
+    assert!(!selector.is_empty() && selector.iter().all(|(k, v)| &labels[k] == v));
+
+    let rules = items(&np["spec"]["ingress"], "ingress");
+    let rules_for = |port: u64| -> Vec<&Value> {
+        rules
+            .iter()
+            .filter(|r| {
+                items(&r["ports"], "ports")
+                    .iter()
+                    .any(|p| p["port"] == port)
+            })
+            .collect()
+    };
+    let c = overlay().container();
+    let control = named(
+        &c["ports"],
+        c["readinessProbe"]["httpGet"]["port"].as_str().unwrap(),
+    )
+    .unwrap()["containerPort"]
+        .as_u64()
+        .unwrap();
+    // Every other port of the pod, and Kourier's cluster-local TLS port (8444, a Service target
+    // that is not declared as a container port), stays open to every source.
+    let mut open: Vec<u64> = items(&c["ports"], "ports")
+        .iter()
+        .map(|p| p["containerPort"].as_u64().unwrap())
+        .filter(|p| *p != control)
+        .collect();
+    open.push(8444);
+    for port in open {
+        let rs = rules_for(port);
+        assert!(
+            rs.iter().any(|r| r["from"].is_null()),
+            "port {port} not open: {np}"
+        );
+    }
+    // The control port: only listed sources, none of them "everywhere".
+    let rs = rules_for(control);
+    assert!(!rs.is_empty());
+    for r in rs {
+        let from = items(&r["from"], "from");
+        assert!(!from.is_empty());
+        for f in from {
+            let open_cidr = f["ipBlock"]["cidr"]
+                .as_str()
+                .is_some_and(|c| c.ends_with("/0"));
+            let any_namespace = f["namespaceSelector"]
+                .as_object()
+                .is_some_and(|s| s.is_empty());
+            assert!(!open_cidr && !any_namespace, "control port open: {f}");
+        }
+    }
+}
