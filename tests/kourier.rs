@@ -613,6 +613,15 @@ async fn rendered_bootstrap_drains_kourier_listeners_without_losing_a_request() 
         Some(200),
         "liveness probe"
     );
+    // The module's stats are in Kourier's Prometheus endpoint.
+    let metrics = clients::get(stats, "/stats/prometheus")
+        .await
+        .unwrap()
+        .text();
+    assert!(
+        metrics.contains("envoy_graceful_drain_draining"),
+        "{metrics}"
+    );
 
     // In flight at SIGTERM: HTTP/1.1 on every Kourier listener, HTTP/2 streams on the external
     // one; plus an idle keep-alive connection.
