@@ -245,6 +245,13 @@ fn rendered_deployment_drains_with_the_module() {
     let port = named(&c["ports"], port_name).expect("probe port declared");
     assert_eq!(port["containerPort"].as_u64(), Some(port_of(control)));
 
+    // Kourier's own check (its controller configured the gateway) gates the start instead: the
+    // module's control listener is static and would answer before Kourier's config arrives.
+    assert_eq!(
+        c["startupProbe"]["httpGet"],
+        stock().container()["readinessProbe"]["httpGet"]
+    );
+
     // SIGKILL comes at the grace period: it must leave drain_timeout plus Envoy's teardown.
     let timeout = seconds(&module_settings(&b)["drain_timeout"]);
     let grace = pod["terminationGracePeriodSeconds"]
