@@ -6,50 +6,22 @@ mod common;
 
 use common::envoy::{envoy_bin, module_dir, pinned_envoy_version, TempDir};
 use common::repo_root;
-use std::path::{Path, PathBuf};
+use common::tools::{kubernetes_validate, run, tools_dir, yaml};
 use std::process::Command;
-use std::sync::OnceLock;
-
-fn tools_dir() -> &'static Path {
-    static DIR: OnceLock<PathBuf> = OnceLock::new();
-    DIR.get_or_init(|| {
-        let out = Command::new("bash")
-            .arg(repo_root().join("scripts/install-tools.sh"))
-            .output()
-            .expect("run scripts/install-tools.sh");
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
-    })
-}
-
-fn run(cmd: &mut Command) -> (bool, String) {
-    let out = cmd.output().expect("run tool");
-    let text =
-        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
-    (out.status.success(), text)
-}
 
 fn read(rel: &str) -> String {
     std::fs::read_to_string(repo_root().join(rel)).unwrap()
 }
 
-const MANIFESTS: [&str; 5] = [
+const MANIFESTS: [&str; 7] = [
     "envoy-config/kourier/gateway-deployment.k8s.yaml",
     "k8s/deployment.yaml",
     "k8s/deployment-prestop.yaml",
     "k8s/service.yaml",
     "k8s/configmap.yaml",
+    "k8s/poddisruptionbudget.yaml",
+    "k8s/networkpolicy.yaml",
 ];
-
-fn kubernetes_validate(path: &Path) -> (bool, String) {
-    run(Command::new(tools_dir().join("kubernetes-validate"))
-        .args(["--strict", "--no-warn"])
-        .arg(path))
-}
 
 #[test]
 fn manifests_validate_against_kubernetes_schemas() {
@@ -186,4 +158,85 @@ fn module_needs_no_newer_glibc_than_the_envoy_image_has() {
         .max()
         .expect("versioned glibc symbols");
     assert!(max <= (2, 35), "module needs GLIBC_{}.{}", max.0, max.1);
+}
+
+/// The named container ports of a Deployment's first container.
+fn container_ports(deployment: &serde_json::Value) -> Vec<String> {
+    deployment["spec"]["template"]["spec"]["containers"][0]["ports"]
+        .as_array()
+        .expect("container ports")
+        .iter()
+        .map(|p| p["name"].as_str().expect("named port").to_string())
+        .collect()
+}
+
+/// Whether every `matchLabels` entry of `selector` is a label of the Deployment's pods.
+fn selects_pods(selector: &serde_json::Value, deployment: &serde_json::Value) -> bool {
+    let labels = &deployment["spec"]["template"]["metadata"]["labels"];
+    let wanted = selector["matchLabels"].as_object().expect("matchLabels");
+    !wanted.is_empty() && wanted.iter().all(|(k, v)| &labels[k] == v)
+}
+
+#[test]
+fn disruption_budget_and_network_policy_fit_the_gateway_pods() {
+    let pdb = yaml(&read("k8s/poddisruptionbudget.yaml"));
+    let np = yaml(&read("k8s/networkpolicy.yaml"));
+    // A budget that lets one pod at a time go (it drains) and never blocks a node drain.
+    assert_eq!(pdb["spec"]["maxUnavailable"], 1, "{pdb}");
+    assert!(pdb["spec"]["minAvailable"].is_null(), "{pdb}");
+    assert_eq!(pdb["spec"]["unhealthyPodEvictionPolicy"], "AlwaysAllow");
+    assert_eq!(np["spec"]["policyTypes"], serde_json::json!(["Ingress"]));
+    let rules = np["spec"]["ingress"].as_array().expect("ingress rules");
+    let rule_for = |port: &str| -> Vec<&serde_json::Value> {
+        rules
+            .iter()
+            .filter(|r| {
+                r["ports"]
+                    .as_array()
+                    .is_some_and(|ps| ps.iter().any(|p| p["port"] == port))
+            })
+            .collect()
+    };
+    for d in ["k8s/deployment.yaml", "k8s/deployment-prestop.yaml"] {
+        let dep = yaml(&read(d));
+        assert!(selects_pods(&pdb["spec"]["selector"], &dep), "PDB vs {d}");
+        assert!(
+            selects_pods(&np["spec"]["podSelector"], &dep),
+            "policy vs {d}"
+        );
+        let readiness_port =
+            &dep["spec"]["template"]["spec"]["containers"][0]["readinessProbe"]["httpGet"]["port"];
+        assert_eq!(
+            readiness_port, "control",
+            "{d}: readiness on the control port"
+        );
+        // Every port of the pod has a rule: the policy isolates the pod, so a port without one
+        // would be cut off.
+        for port in container_ports(&dep) {
+            assert!(
+                !rule_for(&port).is_empty(),
+                "{d}: no rule admits port {port}"
+            );
+        }
+    }
+    // The data port is open to every source; the control port only to listed sources, none of
+    // them "everywhere".
+    for r in rule_for("http") {
+        assert!(r["from"].is_null(), "data port must be open: {r}");
+    }
+    let control = rule_for("control");
+    assert_eq!(control.len(), 1, "{np}");
+    let from = control[0]["from"]
+        .as_array()
+        .expect("control port has sources");
+    assert!(!from.is_empty());
+    for f in from {
+        let open_cidr = f["ipBlock"]["cidr"]
+            .as_str()
+            .is_some_and(|c| c.ends_with("/0"));
+        let all_namespaces = f["namespaceSelector"]
+            .as_object()
+            .is_some_and(|s| s.is_empty());
+        assert!(!open_cidr && !all_namespaces, "control port open: {f}");
+    }
 }

@@ -91,10 +91,10 @@ impl H1Conn {
         path: &str,
         headers: &[(&str, &str)],
     ) -> Result<Resp, String> {
-        let mut b = http::Request::builder()
-            .method(method)
-            .uri(path)
-            .header("host", format!("127.0.0.1:{}", self.port));
+        let mut b = http::Request::builder().method(method).uri(path);
+        if !headers.iter().any(|(k, _)| k.eq_ignore_ascii_case("host")) {
+            b = b.header("host", format!("127.0.0.1:{}", self.port));
+        }
         for (k, v) in headers {
             b = b.header(*k, *v);
         }

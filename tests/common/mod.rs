@@ -4,6 +4,7 @@
 
 pub mod clients;
 pub mod envoy;
+pub mod tools;
 pub mod upstream;
 
 use std::future::Future;

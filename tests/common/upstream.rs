@@ -1,6 +1,7 @@
 //! A small HTTP/1.1 upstream for tests, on 127.0.0.1, with behaviours chosen by path:
 //! `/ok` answers 200; `/reset` resets the connection after reading the request; `/hang` never
 //! answers; `/stream` sends response headers then a chunk every 100 ms for up to 60 s (SSE-like);
+//! `.../delay/<ms>` answers 200 after that many milliseconds (at most 60 s);
 //! a WebSocket upgrade gets 101 and an echo. The server task is aborted on drop.
 
 use std::time::Duration;
@@ -68,6 +69,12 @@ async fn serve(mut sock: TcpStream) {
             #[allow(deprecated)]
             let _ = sock.set_linger(Some(Duration::ZERO));
             return; // dropped with linger 0: RST
+        }
+        if let Some(ms) = path
+            .rsplit_once("/delay/")
+            .and_then(|(_, ms)| ms.parse().ok())
+        {
+            tokio::time::sleep(Duration::from_millis(ms).min(Duration::from_secs(60))).await;
         }
         if path.ends_with("/hang") {
             tokio::time::sleep(Duration::from_secs(60)).await;

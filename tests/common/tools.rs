@@ -1,0 +1,113 @@
+//! The deployment tools the tests drive (installed by `scripts/install-tools.sh`):
+//! kubernetes-validate, hadolint, `kubectl kustomize`, and PyYAML (kubernetes-validate's own
+//! dependency) to read rendered manifests as JSON.
+
+use super::envoy::TempDir;
+use super::repo_root;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+
+/// The bin directory of `.venv/`, after `scripts/install-tools.sh` made sure the tools are there.
+pub fn tools_dir() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let out = Command::new("bash")
+            .arg(repo_root().join("scripts/install-tools.sh"))
+            .output()
+            .expect("run scripts/install-tools.sh");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
+    })
+}
+
+/// Run a command; returns whether it succeeded and its stdout + stderr.
+pub fn run(cmd: &mut Command) -> (bool, String) {
+    let out = cmd.output().expect("run tool");
+    let text =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    (out.status.success(), text)
+}
+
+pub fn kubernetes_validate(path: &Path) -> (bool, String) {
+    run(Command::new(tools_dir().join("kubernetes-validate"))
+        .args(["--strict", "--no-warn"])
+        .arg(path))
+}
+
+/// kubectl: the wheel's when install-tools.sh installed one (no kubectl on the machine), else the
+/// machine's.
+pub fn kubectl() -> PathBuf {
+    let venv = tools_dir().join("kubectl");
+    if venv.exists() {
+        venv
+    } else {
+        PathBuf::from("kubectl")
+    }
+}
+
+/// `kubectl kustomize <dir>`: the rendered manifests as YAML text.
+pub fn kustomize(dir: &Path) -> String {
+    let out = Command::new(kubectl())
+        .arg("kustomize")
+        .arg(dir)
+        .output()
+        .expect("run kubectl kustomize");
+    assert!(
+        out.status.success(),
+        "kubectl kustomize {}:\n{}",
+        dir.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("UTF-8 manifests")
+}
+
+/// Every document of a YAML stream, as JSON.
+pub fn yaml_docs(text: &str) -> Vec<serde_json::Value> {
+    let mut child = Command::new(tools_dir().join("python"))
+        .args([
+            "-c",
+            "import json, sys, yaml; json.dump([d for d in yaml.safe_load_all(sys.stdin) if d is not None], sys.stdout)",
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run python (PyYAML)");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "YAML does not parse:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    match serde_json::from_slice(&out.stdout).expect("JSON from PyYAML") {
+        serde_json::Value::Array(docs) => docs,
+        other => panic!("expected a list of documents, got {other}"),
+    }
+}
+
+/// One YAML document as JSON.
+pub fn yaml(text: &str) -> serde_json::Value {
+    let mut docs = yaml_docs(text);
+    assert_eq!(docs.len(), 1, "expected one YAML document");
+    docs.remove(0)
+}
+
+/// Write `text` to `name` in a new temp dir (kept alive by the returned guard).
+pub fn temp_file(tag: &str, name: &str, text: &str) -> (TempDir, PathBuf) {
+    let dir = TempDir::new(tag);
+    let path = dir.0.join(name);
+    std::fs::write(&path, text).unwrap();
+    (dir, path)
+}
