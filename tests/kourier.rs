@@ -348,17 +348,25 @@ fn rendered_bootstrap_keeps_what_kourier_relies_on() {
         .map(|l| &l["name"])
         .collect();
     assert_eq!(added, [&json!("graceful_drain_control")]);
-    assert_eq!(
-        items(&b["static_resources"]["clusters"], "clusters").len(),
-        items(&s["static_resources"]["clusters"], "clusters").len()
-    );
+    let added_clusters: Vec<_> = items(&b["static_resources"]["clusters"], "clusters")
+        .iter()
+        .filter(|c| {
+            named(
+                &s["static_resources"]["clusters"],
+                c["name"].as_str().unwrap(),
+            )
+            .is_none()
+        })
+        .map(|c| &c["name"])
+        .collect();
+    assert_eq!(added_clusters, [&json!("graceful_drain_admin")]);
     let mut keys: Vec<&String> = b.as_object().unwrap().keys().collect();
     keys.retain(|k| s.get(k.as_str()).is_none());
     assert_eq!(keys, ["bootstrap_extensions"], "new top-level sections");
     assert_eq!(b.as_object().unwrap().len(), s.as_object().unwrap().len());
 
-    // Bootstrap-only mode: the drain fails Envoy's health checks through Kourier's admin cluster,
-    // which reaches the admin socket; Kourier's xDS listeners get no filter from us.
+    // Bootstrap-only mode: the drain fails Envoy's health checks through its own admin cluster,
+    // which reaches the admin socket behind the guard; Kourier's xDS listeners get no filter.
     let settings = module_settings(&b);
     let admin_cluster = settings["admin_cluster"].as_str().expect("admin_cluster");
     let cluster = named(&b["static_resources"]["clusters"], admin_cluster).expect("admin cluster");
@@ -367,9 +375,19 @@ fn rendered_bootstrap_keeps_what_kourier_relies_on() {
         b["admin"]["address"],
         "{admin_cluster} must reach the admin"
     );
-    // Requests on the stats and control listeners do not hold a drain.
+    assert!(
+        cluster
+            .to_string()
+            .contains(r#"{\"role\": \"admin_guard\"}"#),
+        "{admin_cluster} must be guarded: {cluster}"
+    );
+    // Requests on the stats listener do not hold a drain (the control listener's are taken out
+    // by the module itself, whatever its name).
     let ignored = settings["ignored_stat_prefixes"].to_string();
     for l in items(&b["static_resources"]["listeners"], "listeners") {
+        if l["name"] == "graceful_drain_control" {
+            continue;
+        }
         let prefix = &hcm(l)["stat_prefix"];
         assert!(
             ignored.contains(&prefix.to_string()),
@@ -530,7 +548,7 @@ async fn start_gateway(mut b: Value, upstream: u16) -> Gateway {
         let name = c["name"].as_str().unwrap().to_string();
         let endpoint = &mut c["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"];
         match name.as_str() {
-            "service_stats" => {
+            "service_stats" | "graceful_drain_admin" => {
                 assert_eq!(endpoint["address"]["pipe"]["path"], "/tmp/envoy.admin");
                 endpoint["address"]["pipe"]["path"] = json!(socket);
             }
@@ -657,7 +675,7 @@ async fn rendered_bootstrap_drains_kourier_listeners_without_losing_a_request() 
     let t0 = Instant::now();
     envoy.sigterm();
     // The module's readiness turns 503, and so does Kourier's /ready on 9000 (the drain failed
-    // Envoy's health checks through service_stats, over the admin socket).
+    // Envoy's health checks through graceful_drain_admin, over the admin socket).
     eventually("readiness probe 503", Duration::from_secs(3), || async {
         (status(control, "/ready", &[]).await == Some(503)).then_some(())
     })
