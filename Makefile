@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 MODULE_DIR := $(CURDIR)/target/release
 
-.PHONY: run test lint loom envoy build bench bench-smoke bench-deps
+.PHONY: run test lint loom miri envoy build bench bench-smoke bench-deps
 
 build:
 	cargo build --release --lib
@@ -45,3 +45,10 @@ lint:
 # changes every dependency's build).
 loom:
 	RUSTFLAGS="--cfg loom" cargo test --lib --release --target-dir target/loom registry::loom
+
+# The pure layers' unit tests under Miri (undefined behaviour, data races). Needs a nightly
+# toolchain with the miri component (rustup); about 5 minutes, so not part of CI. The heaviest
+# registry stress tests are left to `make test` and `make loom`.
+MIRI_SKIP := --skip registry::tests::the_table_grows --skip registry::tests::a_thread_beyond   --skip registry::tests::a_slot_released --skip registry::tests::end_waits   --skip registry::tests::concurrent_starts
+miri:
+	cargo +nightly miri test --lib --target-dir target/miri -- $(MIRI_SKIP)
