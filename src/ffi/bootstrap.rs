@@ -16,22 +16,30 @@ use std::cell::{Cell, RefCell};
 use std::os::raw::c_void;
 use std::ptr;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
 use std::time::Duration;
 
 const EVENT_KICK: u64 = 1;
 
-/// The bootstrap scheduler used to hop onto the main thread; 0 when no engine is loaded.
-static KICK_SCHEDULER: AtomicUsize = AtomicUsize::new(0);
+/// The bootstrap scheduler used to hop onto the main thread; 0 when no engine is loaded. A lock,
+/// not an atomic: a kick (rare: drain start, fallback ticks) commits while holding it, and
+/// config_destroy clears it under the lock before deleting the scheduler, so no commit can race
+/// the delete, whatever thread kicks.
+static KICK_SCHEDULER: Mutex<usize> = Mutex::new(0);
+
+fn kick_scheduler() -> std::sync::MutexGuard<'static, usize> {
+    KICK_SCHEDULER.lock().unwrap_or_else(|p| p.into_inner())
+}
 
 /// Ask the engine to evaluate the drain now, from any thread.
 pub(crate) fn kick_engine() {
-    let s = KICK_SCHEDULER.load(Ordering::Acquire);
-    if s != 0 {
-        // SAFETY: the scheduler lives until config_destroy, which clears KICK_SCHEDULER first and
-        // runs after the workers have stopped; commit itself is thread-safe (a dispatcher post).
+    let s = kick_scheduler();
+    if *s != 0 {
+        // SAFETY: the scheduler is alive while it is stored here (cleared under this lock before
+        // it is deleted); commit itself is thread-safe (a dispatcher post).
         unsafe {
             abi::envoy_dynamic_module_callback_bootstrap_extension_config_scheduler_commit(
-                s as *mut c_void,
+                *s as *mut c_void,
                 EVENT_KICK,
             )
         }
@@ -323,7 +331,7 @@ fn start_fallback_ticker() {
         .name("graceful_drain_tick".into())
         .spawn(|| loop {
             std::thread::sleep(IN_FLIGHT_RECHECK);
-            if KICK_SCHEDULER.load(Ordering::Acquire) == 0 {
+            if *kick_scheduler() == 0 {
                 return;
             }
             if super::shared().is_draining() {
@@ -408,7 +416,7 @@ pub extern "C" fn envoy_dynamic_module_on_bootstrap_extension_config_new(
             metrics: define_metrics(bce),
             engine: RefCell::new(Engine::default()),
         });
-        KICK_SCHEDULER.store(scheduler as usize, Ordering::Release);
+        *kick_scheduler() = scheduler as usize;
         if timer.is_null() {
             log::error!(
                 "graceful_drain: Envoy gave no timer; the drain clock runs on a fallback thread"
@@ -449,7 +457,7 @@ pub extern "C" fn envoy_dynamic_module_on_bootstrap_extension_config_destroy(bcm
         if bcm.is_null() {
             return;
         }
-        KICK_SCHEDULER.store(0, Ordering::Release);
+        *kick_scheduler() = 0;
         // SAFETY: created by Box::into_raw in config_new; destroyed once, on the main thread.
         let ext = unsafe { Box::from_raw(bcm as *mut Extension) };
         // SAFETY: main thread (timer_delete asserts it); each deleted once.
