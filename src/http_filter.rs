@@ -37,9 +37,12 @@ pub trait StreamSink {
 /// What the glue needs from Envoy for one live stream. Called only on the stream's worker thread,
 /// inside one of its hooks.
 pub trait StreamHost: StreamSink {
-    fn request_header(&self, name: &str) -> Option<Vec<u8>>;
     /// Look at a request header without copying it (the request path must not allocate).
     fn with_request_header<R>(&self, name: &str, f: impl FnOnce(Option<&[u8]>) -> R) -> R;
+    /// A copy of a request header (control paths).
+    fn request_header(&self, name: &str) -> Option<Vec<u8>> {
+        self.with_request_header(name, |v| v.map(<[u8]>::to_vec))
+    }
     fn send_response(&self, status: u32, headers: &[(&str, &str)], body: &[u8]);
     fn protocol(&self) -> Protocol;
     fn connection_id(&self) -> Option<u64>;
@@ -455,12 +458,6 @@ mod tests {
     }
 
     impl StreamHost for FakeHost {
-        fn request_header(&self, name: &str) -> Option<Vec<u8>> {
-            self.headers
-                .iter()
-                .find(|(k, _)| *k == name)
-                .map(|(_, v)| v.clone())
-        }
         fn with_request_header<R>(&self, name: &str, f: impl FnOnce(Option<&[u8]>) -> R) -> R {
             f(self
                 .headers

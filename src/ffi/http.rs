@@ -168,27 +168,6 @@ impl StreamSink for EnvoyStream<'_> {
 }
 
 impl StreamHost for EnvoyStream<'_> {
-    fn request_header(&self, name: &str) -> Option<Vec<u8>> {
-        let mut out = Buffer {
-            ptr: ptr::null(),
-            len: 0,
-        };
-        // SAFETY: `fe` is the live stream of the current hook; `out` receives a buffer that
-        // Envoy keeps valid until the hook returns, and we copy it out right away.
-        let found = unsafe {
-            abi::envoy_dynamic_module_callback_http_get_header(
-                self.fe,
-                abi::HEADER_TYPE_REQUEST,
-                module_buffer(name.as_bytes()),
-                &mut out,
-                0,
-                ptr::null_mut(),
-            )
-        };
-        // SAFETY: see above; `envoy_bytes` handles null/empty.
-        found.then(|| unsafe { envoy_bytes(out) }.to_vec())
-    }
-
     fn with_request_header<R>(&self, name: &str, f: impl FnOnce(Option<&[u8]>) -> R) -> R {
         let mut out = Buffer {
             ptr: ptr::null(),
