@@ -1,7 +1,7 @@
 //! Exported HTTP filter hooks and the [`StreamHost`] implementation over Envoy's stream callbacks.
 //! Each hook: guard, convert, delegate to [`crate::http_filter`].
 
-use super::abi::{self, Buffer, EnvoyPtr, HttpHeader};
+use super::abi::{self, Buffer, EnvoyPtr, HttpHeader, MetricUpdate};
 use super::{define_metric, envoy_bytes, guard, module_buffer, module_headers, DefineMetric};
 use crate::config::{DrainToken, FilterConfig, Role};
 use crate::http_filter::{HeadersAction, Metric, Stream, StreamHost};
@@ -47,42 +47,25 @@ impl DataMetrics {
 }
 
 impl Config {
-    fn metric(&self, m: Metric) {
+    /// `fe`: the stream's Envoy pointer inside one of its hooks, or null outside them (Envoy 1.38
+    /// can only update filter metrics through a stream; see `abi::http_filter_metric_add`).
+    fn metric(&self, fe: EnvoyPtr, m: Metric) {
         let Some(ids) = &self.metrics else { return };
-        let (id, gauge_delta) = match m {
-            Metric::RequestStarted => (ids.active_requests, 1),
-            Metric::RequestEnded => (ids.active_requests, -1),
-            Metric::ServedWhileDraining => (ids.served_while_draining, 0),
-            Metric::SentAway(Protocol::Http2) => (ids.sent_away_http2, 0),
-            Metric::SentAway(_) => (ids.sent_away_http1, 0),
+        let (id, update) = match m {
+            Metric::RequestStarted => (ids.active_requests, MetricUpdate::IncrementGauge),
+            Metric::RequestEnded => (ids.active_requests, MetricUpdate::DecrementGauge),
+            Metric::ServedWhileDraining => {
+                (ids.served_while_draining, MetricUpdate::IncrementCounter)
+            }
+            Metric::SentAway(Protocol::Http2) => {
+                (ids.sent_away_http2, MetricUpdate::IncrementCounter)
+            }
+            Metric::SentAway(_) => (ids.sent_away_http1, MetricUpdate::IncrementCounter),
         };
         // SAFETY: config-level stats are atomics in Envoy and callable from any worker; `envoy`
-        // stays valid until config_destroy, which happens after every filter of the config.
-        unsafe {
-            match gauge_delta {
-                1 => abi::envoy_dynamic_module_callback_http_filter_config_increment_gauge(
-                    self.envoy,
-                    id,
-                    ptr::null_mut(),
-                    0,
-                    1,
-                ),
-                -1 => abi::envoy_dynamic_module_callback_http_filter_config_decrement_gauge(
-                    self.envoy,
-                    id,
-                    ptr::null_mut(),
-                    0,
-                    1,
-                ),
-                _ => abi::envoy_dynamic_module_callback_http_filter_config_increment_counter(
-                    self.envoy,
-                    id,
-                    ptr::null_mut(),
-                    0,
-                    1,
-                ),
-            };
-        }
+        // stays valid until config_destroy, which happens after every filter of the config; `fe`
+        // is null or the live stream of the current hook.
+        unsafe { abi::http_filter_metric_add(self.envoy, fe, update, id) };
     }
 }
 
@@ -235,7 +218,7 @@ impl StreamHost for EnvoyStream<'_> {
     }
 
     fn metric(&self, m: Metric) {
-        self.config.metric(m)
+        self.config.metric(self.fe, m)
     }
 }
 
@@ -324,14 +307,14 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_config_destroy(cm: *const 
 #[no_mangle]
 pub extern "C" fn envoy_dynamic_module_on_http_filter_new(
     cm: *const c_void,
-    _fe: EnvoyPtr,
+    fe: EnvoyPtr,
 ) -> *const c_void {
     guard("http_filter_new", ptr::null(), || {
         // SAFETY: `cm` is our config, alive while Envoy creates filters from it.
         let Some(config) = (unsafe { (cm as *const Config).as_ref() }) else {
             return ptr::null();
         };
-        let stream = Stream::new(config.role, config.token.as_ref(), |m| config.metric(m));
+        let stream = Stream::new(config.role, config.token.as_ref(), |m| config.metric(fe, m));
         alloc_filter(Filter {
             config: cm as *const Config,
             stream,
@@ -466,7 +449,7 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_destroy(fm: *const c_void)
         let config = unsafe { filter.config.as_ref() };
         filter.stream.finish(drop_scheduler, |m| {
             if let Some(c) = config {
-                c.metric(m)
+                c.metric(ptr::null_mut(), m)
             }
         });
         free_filter(filter);
