@@ -1,4 +1,4 @@
-//! The module against the real Envoy under test (ENVOY_VERSION, default 1.40): loading, ABI match, request accounting across workers,
+//! The module against the real Envoy: loading, ABI match, request accounting across workers,
 //! control endpoints, configuration errors, stats, and example configs.
 
 mod common;

@@ -102,7 +102,10 @@ macro_rules! envoy_callbacks {
                         // name; its C signature in the Envoy generation this build is for (checked
                         // by `init` before the table is used) is the one declared here.
                         unsafe {
-                            std::mem::transmute::<*mut c_void, unsafe extern "C" fn($($ty),*) $(-> $ret)?>(p)
+                            std::mem::transmute::<
+                                *mut c_void,
+                                unsafe extern "C" fn($($ty),*) $(-> $ret)?,
+                            >(p)
                         }
                     },)*
                 })

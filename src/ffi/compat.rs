@@ -63,7 +63,7 @@ impl EnvoyGeneration {
         }
     }
 
-    /// The Envoy minor version, as the build artefacts are named (`libgraceful_drain-envoy-1.39.so`).
+    /// The Envoy minor, as build artefacts are named (`libgraceful_drain-envoy-1.39.so`).
     pub fn minor(self) -> &'static str {
         match self {
             EnvoyGeneration::Before1_38 => "1.37",
