@@ -11,7 +11,7 @@ minor_of = $(word 1,$(subst ., ,$(1))).$(word 2,$(subst ., ,$(1)))
 ENVOY_MINOR := $(call minor_of,$(ENVOY_VERSION))
 ENVOY_FEATURE := envoy-$(subst .,-,$(ENVOY_MINOR))
 SUPPORTED_MINORS := $(foreach v,$(SUPPORTED_ENVOY_VERSIONS),$(call minor_of,$(v)))
-# What `make test` runs (CI narrows it for the other Envoy minors).
+# What `make test` runs (narrow it while developing: TEST_ARGS="--test drain").
 TEST_ARGS ?= --all-targets
 DIST_DIR := $(CURDIR)/target/dist
 
