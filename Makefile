@@ -2,17 +2,45 @@
 SHELL := /bin/bash
 MODULE_DIR := $(CURDIR)/target/release
 
-.PHONY: run test lint loom miri envoy build bench bench-smoke bench-deps
+# The Envoy to build for, run and test against: `make build ENVOY_VERSION=1.39.3` (also `run`,
+# `test`). Default: the version pinned in scripts/install-envoy.sh. The module is built with the
+# cargo feature of that minor (envoy-1-39); each build refuses to load into another minor.
+ENVOY_VERSION ?= $(shell sed -n 's/^ENVOY_VERSION=//p' scripts/install-envoy.sh)
+SUPPORTED_ENVOY_VERSIONS := $(shell scripts/install-envoy.sh --supported)
+minor_of = $(word 1,$(subst ., ,$(1))).$(word 2,$(subst ., ,$(1)))
+ENVOY_MINOR := $(call minor_of,$(ENVOY_VERSION))
+ENVOY_FEATURE := envoy-$(subst .,-,$(ENVOY_MINOR))
+SUPPORTED_MINORS := $(foreach v,$(SUPPORTED_ENVOY_VERSIONS),$(call minor_of,$(v)))
+# What `make test` runs (narrow it while developing: TEST_ARGS="--test drain").
+TEST_ARGS ?= --all-targets
+DIST_DIR := $(CURDIR)/target/dist
 
-build:
-	cargo build --release --lib
+.PHONY: run test lint loom miri envoy build dist check-envoy-version bench bench-smoke bench-deps
+
+build: check-envoy-version
+	cargo build --release --lib --features $(ENVOY_FEATURE)
+
+check-envoy-version:
+	@case " $(SUPPORTED_MINORS) " in *" $(ENVOY_MINOR) "*) ;; *) \
+	  echo "Envoy $(ENVOY_VERSION) is not supported: graceful_drain builds for Envoy $(SUPPORTED_MINORS)" \
+	       "(1.37 and older cannot hold SIGTERM for a module; see README, Compatibility)" >&2; exit 1;; esac
 
 envoy:
-	@scripts/install-envoy.sh >/dev/null
+	@scripts/install-envoy.sh $(ENVOY_VERSION) >/dev/null
+
+# One module per supported Envoy minor, named with it, plus SHA256SUMS: target/dist/.
+dist:
+	@rm -rf $(DIST_DIR) && mkdir -p $(DIST_DIR)
+	@set -e; for v in $(SUPPORTED_ENVOY_VERSIONS); do \
+	  m=$$(echo $$v | cut -d. -f1,2); \
+	  cargo build --release --lib --quiet --features envoy-$${m//./-}; \
+	  cp target/release/libgraceful_drain.so $(DIST_DIR)/libgraceful_drain-envoy-$$m.so; \
+	done
+	@cd $(DIST_DIR) && sha256sum libgraceful_drain-envoy-*.so > SHA256SUMS && cat SHA256SUMS
 
 # Run the example gateway (embedded backend, no other service needed).
 run: build envoy
-	@ENVOY=$$(scripts/install-envoy.sh); \
+	@ENVOY=$$(scripts/install-envoy.sh $(ENVOY_VERSION)); \
 	echo "graceful-drain gateway (Envoy $$($$ENVOY --version | grep -o '/1[^/]*/' | tr -d /))"; \
 	echo "  data     http://127.0.0.1:10000/   (slow request: -H 'x-envoy-fault-delay-request: 3000')"; \
 	echo "  control  http://127.0.0.1:10001/ready  /drain/status  /drain"; \
@@ -20,10 +48,11 @@ run: build envoy
 	echo "  stop with Ctrl-C or SIGTERM: the gateway drains, then exits"; \
 	exec env ENVOY_DYNAMIC_MODULES_SEARCH_PATH=$(MODULE_DIR) $$ENVOY -c envoy-config/gateway.yaml --concurrency 2
 
-# Every test: unit tests and the integration tests against the real Envoy 1.40.
+# Every test: unit tests and the integration tests against the real Envoy (ENVOY_VERSION).
 test: build envoy
 	@scripts/install-tools.sh >/dev/null
-	ENVOY_BIN=$$(scripts/install-envoy.sh) GRACEFUL_DRAIN_MODULE_DIR=$(MODULE_DIR) cargo test --all-targets
+	ENVOY_VERSION=$(ENVOY_VERSION) ENVOY_BIN=$$(scripts/install-envoy.sh $(ENVOY_VERSION)) \
+	  GRACEFUL_DRAIN_MODULE_DIR=$(MODULE_DIR) cargo test $(TEST_ARGS)
 
 # Benchmarks (not tests): writes bench/out/report.md, report.json, shutdown.svg. About 15 minutes.
 bench: build envoy

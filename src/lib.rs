@@ -1,5 +1,5 @@
-//! graceful-drain: an Envoy 1.40 dynamic module that drains a gateway on shutdown without failing
-//! a request.
+//! graceful-drain: an Envoy dynamic module (Envoy 1.38 to 1.40) that drains a gateway on shutdown
+//! without failing a request.
 //!
 //! Layers, from the Envoy boundary inwards:
 //! - [`ffi`]: the only unsafe code. Raw ABI declarations, exported hooks, panic guard, buffers.

@@ -1,4 +1,4 @@
-//! Draining against the real Envoy 1.40: SIGTERM held until in-flight work is done, `/drain` for a
+//! Draining against the real Envoy: SIGTERM held until in-flight work is done, `/drain` for a
 //! preStop hook, admin triggers, GOAWAY and `connection: close` as clients see them, the timeout,
 //! and the same scenario without the module (which must lose requests).
 

@@ -1,4 +1,4 @@
-//! Hardening against the real Envoy 1.40: contained panics, every way a stream can end, long-lived
+//! Hardening against the real Envoy: contained panics, every way a stream can end, long-lived
 //! streams, control-endpoint security, hostile input, and concurrency 1/2/4.
 
 mod common;

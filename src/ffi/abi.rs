@@ -1,11 +1,25 @@
-//! Raw declarations of the Envoy 1.40 dynamic-module ABI subset this module uses (callbacks that
-//! Envoy exports to modules). Hand-written from `source/extensions/dynamic_modules/abi/abi.h` and
-//! checked against the symbols of the official 1.40.0 binary. rustc links the cdylib with
-//! BIND_NOW, so a symbol missing from the running Envoy fails loudly at load time.
+//! Raw declarations of the Envoy dynamic-module ABI subset this module uses (callbacks that Envoy
+//! exports to modules), for the Envoy generation this build targets: 1.40 by default, 1.39 with
+//! the cargo feature `envoy-1-39`, 1.38 with `envoy-1-38`. Hand-written from
+//! `source/extensions/dynamic_modules/abi/abi.h` and checked against the symbols (and, where the
+//! header changed, the disassembly) of the official 1.38.3, 1.39.3 and 1.40.0 binaries.
+//!
+//! Every difference between Envoy versions lives here and in [`super::compat`]; the rest of the
+//! module calls the same Rust functions whatever Envoy it runs in.
+//!
+//! Callbacks are not linked as imports: [`init`] looks each one up in the running Envoy (`dlsym`)
+//! from `on_program_init`, after checking that this Envoy is the one the build is for. So a
+//! module loaded into the wrong Envoy says which build to use, instead of dying in the dynamic
+//! linker with `undefined symbol`, or, worse, loading and calling a callback whose shape differs.
 //!
 //! Opaque Envoy handles are plain `*mut c_void`; C enums are passed as `u32`.
+// Each wrapper below has the contract of the C callback of the same name (see the ABI header).
+#![allow(clippy::missing_safety_doc)]
 
+use super::compat;
+use std::ffi::CString;
 use std::os::raw::{c_char, c_void};
+use std::sync::OnceLock;
 
 /// A borrowed byte range: `envoy_dynamic_module_type_{envoy,module}_buffer`.
 #[repr(C)]
@@ -28,7 +42,7 @@ pub struct HttpHeader {
 pub type EnvoyPtr = *mut c_void;
 
 /// `envoy_dynamic_module_type_{counter,gauge}_iterator_fn`: name, value, user data; the return
-/// value (continue/stop) is ignored by Envoy 1.40.
+/// value (continue/stop) is ignored by Envoy 1.38-1.40.
 pub type StatIterator = extern "C" fn(name: Buffer, value: u64, user_data: *mut c_void) -> u32;
 
 // enum envoy_dynamic_module_type_on_http_filter_request_headers_status (and response)
@@ -43,7 +57,7 @@ pub const TRAILERS_STOP_ITERATION: u32 = 1;
 pub const RESET_LOCAL: u32 = 0;
 // envoy_dynamic_module_type_http_header_type
 pub const HEADER_TYPE_REQUEST: u32 = 0;
-// envoy_dynamic_module_type_attribute_id
+// envoy_dynamic_module_type_attribute_id (same values in 1.38, 1.39 and 1.40)
 pub const ATTRIBUTE_REQUEST_PROTOCOL: u32 = 10;
 pub const ATTRIBUTE_CONNECTION_ID: u32 = 28;
 // envoy_dynamic_module_type_log_level
@@ -54,17 +68,215 @@ pub const LOG_WARN: u32 = 3;
 pub const LOG_ERROR: u32 = 4;
 // envoy_dynamic_module_type_metrics_result
 pub const METRICS_SUCCESS: u32 = 0;
+/// Not an Envoy value: the update was not sent (see [`http_filter_metric_add`]).
+pub const METRICS_NOT_SENT: u32 = u32::MAX;
 
-/// The ABI version string Envoy 1.40 expects from `envoy_dynamic_module_on_program_init`.
-pub const ABI_VERSION: &[u8] = b"v0.2.0\0";
+/// The ABI version string this build returns from `envoy_dynamic_module_on_program_init`: the one
+/// of the Envoy it is built for ("v0.1.0" for 1.38 and 1.39, "v0.2.0" for 1.40).
+pub const ABI_VERSION: &[u8] = compat::BUILT_FOR.abi_version_nul();
 
-extern "C" {
+/// Declares the callbacks: a table of addresses resolved once, and for each callback a wrapper
+/// with the C name and signature, so call sites read like direct calls into Envoy.
+macro_rules! envoy_callbacks {
+    ($(
+        $(#[cfg($cfg:meta)])?
+        $(#[doc = $doc:literal])*
+        fn $name:ident($($arg:ident: $ty:ty),* $(,)?) $(-> $ret:ty)?;
+    )*) => {
+        /// Addresses of the callbacks, looked up in the running Envoy by [`init`].
+        #[allow(non_snake_case)]
+        struct Callbacks {
+            $($(#[cfg($cfg)])? $name: unsafe extern "C" fn($($ty),*) $(-> $ret)?,)*
+        }
+
+        impl Callbacks {
+            /// Looks up every callback; the first one missing is the error.
+            fn resolve(find: impl Fn(&str) -> *mut c_void) -> Result<Callbacks, &'static str> {
+                Ok(Callbacks {
+                    $($(#[cfg($cfg)])? $name: {
+                        let p = find(stringify!($name));
+                        if p.is_null() {
+                            return Err(stringify!($name));
+                        }
+                        // SAFETY: `p` is the address of the function Envoy exports under this
+                        // name; its C signature in the Envoy generation this build is for (checked
+                        // by `init` before the table is used) is the one declared here.
+                        unsafe {
+                            std::mem::transmute::<
+                                *mut c_void,
+                                unsafe extern "C" fn($($ty),*) $(-> $ret)?,
+                            >(p)
+                        }
+                    },)*
+                })
+            }
+        }
+
+        $(
+            $(#[cfg($cfg)])?
+            $(#[doc = $doc])*
+            #[inline]
+            pub unsafe extern "C" fn $name($($arg: $ty),*) $(-> $ret)? {
+                match CALLBACKS.get() {
+                    // SAFETY: the caller upholds the contract of the C callback.
+                    Some(c) => unsafe { (c.$name)($($arg),*) },
+                    // Not reachable from Envoy: it calls no hook unless on_program_init, which
+                    // fills the table, succeeded. Zero is a valid value of every return type here
+                    // (bool, u32, a pointer, unit), and means "nothing done".
+                    #[allow(clippy::unit_arg)]
+                    None => unsafe { std::mem::zeroed() },
+                }
+            }
+        )*
+    };
+}
+
+static CALLBACKS: OnceLock<Callbacks> = OnceLock::new();
+
+/// A symbol of the running Envoy, or null.
+fn lookup(name: &str) -> *mut c_void {
+    let Ok(name) = CString::new(name) else {
+        return std::ptr::null_mut();
+    };
+    // SAFETY: a NUL-terminated name; RTLD_DEFAULT searches the global scope, which holds the
+    // Envoy executable's exported dynamic symbols (the module itself is loaded RTLD_LOCAL).
+    unsafe { libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr()) }
+}
+
+/// Called first in `on_program_init`: detects which Envoy this is, and when it is the one this
+/// build is for, resolves every callback. Otherwise logs one error line naming both versions and
+/// returns false: `on_program_init` then returns null, and Envoy refuses to start
+/// (`Failed to initialize dynamic module`).
+pub(crate) fn init() -> bool {
+    if CALLBACKS.get().is_some() {
+        return true;
+    }
+    let found = compat::EnvoyGeneration::detect(|name| !lookup(name).is_null());
+    let resolved = Callbacks::resolve(lookup);
+    let missing = resolved.as_ref().err().copied();
+    match (compat::verdict(compat::BUILT_FOR, found, missing), resolved) {
+        (Ok(()), Ok(table)) => {
+            let _ = CALLBACKS.set(table);
+            true
+        }
+        (Err(line), _) => {
+            log_early(LOG_ERROR, &line);
+            false
+        }
+        (Ok(()), Err(_)) => false, // verdict always refuses when a callback is missing
+    }
+}
+
+/// Logs before (or instead of) the callback table: through Envoy's `log` callback, whose shape
+/// (level, pointer, length) is the same in every Envoy that has dynamic modules, else stderr.
+fn log_early(level: u32, message: &str) {
+    let p = lookup("envoy_dynamic_module_callback_log");
+    if p.is_null() {
+        eprintln!("{message}");
+        return;
+    }
+    // SAFETY: Envoy's exported log callback; the buffer points at `message`, alive for the call.
+    unsafe {
+        let log = std::mem::transmute::<*mut c_void, unsafe extern "C" fn(u32, Buffer)>(p);
+        log(
+            level,
+            Buffer {
+                ptr: message.as_ptr().cast(),
+                len: message.len(),
+            },
+        )
+    }
+}
+
+/// Which metric update [`http_filter_metric_add`] makes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MetricUpdate {
+    IncrementCounter,
+    IncrementGauge,
+    DecrementGauge,
+}
+
+/// Adds 1 to (or, for [`MetricUpdate::DecrementGauge`], takes 1 from) an unlabelled metric
+/// defined in an HTTP filter's `config_new`. Envoy 1.39 and later update it through the config
+/// (`config`, any thread); 1.38 only has the per-stream form, so it needs `filter`, the stream's
+/// Envoy pointer inside one of its hooks. Without one (null), 1.38 sends nothing and this returns
+/// [`METRICS_NOT_SENT`].
+///
+/// # Safety
+/// `config` is the live config pointer from `config_new`; `filter` is null or the live stream of
+/// the current hook, on its worker thread.
+#[allow(unused_variables)] // each generation uses only one of the two pointers
+pub unsafe fn http_filter_metric_add(
+    config: EnvoyPtr,
+    filter: EnvoyPtr,
+    update: MetricUpdate,
+    id: usize,
+) -> u32 {
+    let none = std::ptr::null_mut();
+    #[cfg(not(feature = "envoy-1-38"))]
+    // SAFETY: per the contract; config-level stats are atomics in Envoy.
+    unsafe {
+        match update {
+            MetricUpdate::IncrementCounter => {
+                envoy_dynamic_module_callback_http_filter_config_increment_counter(
+                    config, id, none, 0, 1,
+                )
+            }
+            MetricUpdate::IncrementGauge => {
+                envoy_dynamic_module_callback_http_filter_config_increment_gauge(
+                    config, id, none, 0, 1,
+                )
+            }
+            MetricUpdate::DecrementGauge => {
+                envoy_dynamic_module_callback_http_filter_config_decrement_gauge(
+                    config, id, none, 0, 1,
+                )
+            }
+        }
+    }
+    #[cfg(feature = "envoy-1-38")]
+    {
+        if filter.is_null() {
+            return METRICS_NOT_SENT;
+        }
+        // SAFETY: per the contract: a live stream inside its hook.
+        unsafe {
+            match update {
+                MetricUpdate::IncrementCounter => {
+                    envoy_dynamic_module_callback_http_filter_increment_counter(
+                        filter, id, none, 0, 1,
+                    )
+                }
+                MetricUpdate::IncrementGauge => {
+                    envoy_dynamic_module_callback_http_filter_increment_gauge(
+                        filter, id, none, 0, 1,
+                    )
+                }
+                MetricUpdate::DecrementGauge => {
+                    envoy_dynamic_module_callback_http_filter_decrement_gauge(
+                        filter, id, none, 0, 1,
+                    )
+                }
+            }
+        }
+    }
+}
+
+envoy_callbacks! {
     // ---- common -----------------------------------------------------------------------------
-    pub fn envoy_dynamic_module_callback_log(level: u32, message: Buffer);
-    pub fn envoy_dynamic_module_callback_log_enabled(level: u32) -> bool;
+    fn envoy_dynamic_module_callback_log(level: u32, message: Buffer);
+    fn envoy_dynamic_module_callback_log_enabled(level: u32) -> bool;
+    #[cfg(not(any(feature = "envoy-1-38", feature = "envoy-1-39")))]
+    /// 1.40: `log` with the source location Envoy prints (`log` prints an empty `[:]` there).
+    fn envoy_dynamic_module_callback_log_v2(
+        level: u32,
+        message: Buffer,
+        source_file: Buffer,
+        source_line: u32,
+    );
 
     // ---- HTTP filter: stream scope (worker thread, inside a hook) ----------------------------
-    pub fn envoy_dynamic_module_callback_http_get_header(
+    fn envoy_dynamic_module_callback_http_get_header(
         filter: EnvoyPtr,
         header_type: u32,
         key: Buffer,
@@ -72,7 +284,7 @@ extern "C" {
         index: usize,
         optional_count: *mut usize,
     ) -> bool;
-    pub fn envoy_dynamic_module_callback_http_send_response(
+    fn envoy_dynamic_module_callback_http_send_response(
         filter: EnvoyPtr,
         status_code: u32,
         headers: *mut HttpHeader,
@@ -80,66 +292,97 @@ extern "C" {
         body: Buffer,
         details: Buffer,
     );
-    pub fn envoy_dynamic_module_callback_http_filter_send_go_away_and_close(
+    fn envoy_dynamic_module_callback_http_filter_send_go_away_and_close(
         filter: EnvoyPtr,
         graceful: bool,
     );
-    pub fn envoy_dynamic_module_callback_http_filter_continue_decoding(filter: EnvoyPtr);
-    pub fn envoy_dynamic_module_callback_http_filter_reset_stream(
+    fn envoy_dynamic_module_callback_http_filter_continue_decoding(filter: EnvoyPtr);
+    fn envoy_dynamic_module_callback_http_filter_reset_stream(
         filter: EnvoyPtr,
         reason: u32,
         details: Buffer,
     );
-    pub fn envoy_dynamic_module_callback_http_filter_get_attribute_string(
+    fn envoy_dynamic_module_callback_http_filter_get_attribute_string(
         filter: EnvoyPtr,
         attribute_id: u32,
         result: *mut Buffer,
     ) -> bool;
-    pub fn envoy_dynamic_module_callback_http_filter_get_attribute_int(
+    fn envoy_dynamic_module_callback_http_filter_get_attribute_int(
         filter: EnvoyPtr,
         attribute_id: u32,
         result: *mut u64,
     ) -> bool;
-    pub fn envoy_dynamic_module_callback_http_filter_scheduler_new(filter: EnvoyPtr)
+    fn envoy_dynamic_module_callback_http_filter_scheduler_new(filter: EnvoyPtr)
         -> *mut c_void;
     /// Thread-safe: posts to the stream's dispatcher; a no-op once the filter is gone.
-    pub fn envoy_dynamic_module_callback_http_filter_scheduler_commit(
+    fn envoy_dynamic_module_callback_http_filter_scheduler_commit(
         scheduler: *mut c_void,
         event_id: u64,
     );
-    pub fn envoy_dynamic_module_callback_http_filter_scheduler_delete(scheduler: *mut c_void);
+    fn envoy_dynamic_module_callback_http_filter_scheduler_delete(scheduler: *mut c_void);
 
     // ---- HTTP filter: config scope (metrics; define only inside config_new) --------------------
-    pub fn envoy_dynamic_module_callback_http_filter_config_define_counter(
+    fn envoy_dynamic_module_callback_http_filter_config_define_counter(
         config: EnvoyPtr,
         name: Buffer,
         label_names: *mut Buffer,
         label_names_len: usize,
         id: *mut usize,
     ) -> u32;
-    pub fn envoy_dynamic_module_callback_http_filter_config_define_gauge(
+    fn envoy_dynamic_module_callback_http_filter_config_define_gauge(
         config: EnvoyPtr,
         name: Buffer,
         label_names: *mut Buffer,
         label_names_len: usize,
         id: *mut usize,
     ) -> u32;
-    pub fn envoy_dynamic_module_callback_http_filter_config_increment_counter(
+    // Config-scope metric updates (1.39 and later): usable from any worker, with no stream.
+    #[cfg(not(feature = "envoy-1-38"))]
+    fn envoy_dynamic_module_callback_http_filter_config_increment_counter(
         config: EnvoyPtr,
         id: usize,
         label_values: *mut Buffer,
         label_values_len: usize,
         value: u64,
     ) -> u32;
-    pub fn envoy_dynamic_module_callback_http_filter_config_increment_gauge(
+    #[cfg(not(feature = "envoy-1-38"))]
+    fn envoy_dynamic_module_callback_http_filter_config_increment_gauge(
         config: EnvoyPtr,
         id: usize,
         label_values: *mut Buffer,
         label_values_len: usize,
         value: u64,
     ) -> u32;
-    pub fn envoy_dynamic_module_callback_http_filter_config_decrement_gauge(
+    #[cfg(not(feature = "envoy-1-38"))]
+    fn envoy_dynamic_module_callback_http_filter_config_decrement_gauge(
         config: EnvoyPtr,
+        id: usize,
+        label_values: *mut Buffer,
+        label_values_len: usize,
+        value: u64,
+    ) -> u32;
+
+    // Stream-scope metric updates: 1.38 has no config-scope form, so the filter's own pointer is
+    // used (valid only inside one of its hooks).
+    #[cfg(feature = "envoy-1-38")]
+    fn envoy_dynamic_module_callback_http_filter_increment_counter(
+        filter: EnvoyPtr,
+        id: usize,
+        label_values: *mut Buffer,
+        label_values_len: usize,
+        value: u64,
+    ) -> u32;
+    #[cfg(feature = "envoy-1-38")]
+    fn envoy_dynamic_module_callback_http_filter_increment_gauge(
+        filter: EnvoyPtr,
+        id: usize,
+        label_values: *mut Buffer,
+        label_values_len: usize,
+        value: u64,
+    ) -> u32;
+    #[cfg(feature = "envoy-1-38")]
+    fn envoy_dynamic_module_callback_http_filter_decrement_gauge(
+        filter: EnvoyPtr,
         id: usize,
         label_values: *mut Buffer,
         label_values_len: usize,
@@ -147,54 +390,54 @@ extern "C" {
     ) -> u32;
 
     // ---- bootstrap extension (main thread unless noted) -------------------------------------
-    pub fn envoy_dynamic_module_callback_bootstrap_extension_config_signal_init_complete(
+    fn envoy_dynamic_module_callback_bootstrap_extension_config_signal_init_complete(
         config: EnvoyPtr,
     );
-    pub fn envoy_dynamic_module_callback_bootstrap_extension_register_admin_handler(
+    fn envoy_dynamic_module_callback_bootstrap_extension_register_admin_handler(
         config: EnvoyPtr,
         path_prefix: Buffer,
         help_text: Buffer,
         removable: bool,
         mutates_server_state: bool,
     ) -> bool;
-    pub fn envoy_dynamic_module_callback_bootstrap_extension_admin_set_response(
+    fn envoy_dynamic_module_callback_bootstrap_extension_admin_set_response(
         config: EnvoyPtr,
         body: Buffer,
     );
-    pub fn envoy_dynamic_module_callback_bootstrap_extension_timer_new(
+    fn envoy_dynamic_module_callback_bootstrap_extension_timer_new(
         config: EnvoyPtr,
     ) -> *mut c_void;
-    pub fn envoy_dynamic_module_callback_bootstrap_extension_timer_enable(
+    fn envoy_dynamic_module_callback_bootstrap_extension_timer_enable(
         timer: *mut c_void,
         delay_ms: u64,
     );
-    pub fn envoy_dynamic_module_callback_bootstrap_extension_timer_delete(timer: *mut c_void);
-    pub fn envoy_dynamic_module_callback_bootstrap_extension_config_scheduler_new(
+    fn envoy_dynamic_module_callback_bootstrap_extension_timer_delete(timer: *mut c_void);
+    fn envoy_dynamic_module_callback_bootstrap_extension_config_scheduler_new(
         config: EnvoyPtr,
     ) -> *mut c_void;
     /// Thread-safe: posts to the main dispatcher.
-    pub fn envoy_dynamic_module_callback_bootstrap_extension_config_scheduler_commit(
+    fn envoy_dynamic_module_callback_bootstrap_extension_config_scheduler_commit(
         scheduler: *mut c_void,
         event_id: u64,
     );
-    pub fn envoy_dynamic_module_callback_bootstrap_extension_config_scheduler_delete(
+    fn envoy_dynamic_module_callback_bootstrap_extension_config_scheduler_delete(
         scheduler: *mut c_void,
     );
-    pub fn envoy_dynamic_module_callback_bootstrap_extension_config_define_counter(
+    fn envoy_dynamic_module_callback_bootstrap_extension_config_define_counter(
         config: EnvoyPtr,
         name: Buffer,
         label_names: *mut Buffer,
         label_names_len: usize,
         id: *mut usize,
     ) -> u32;
-    pub fn envoy_dynamic_module_callback_bootstrap_extension_config_define_gauge(
+    fn envoy_dynamic_module_callback_bootstrap_extension_config_define_gauge(
         config: EnvoyPtr,
         name: Buffer,
         label_names: *mut Buffer,
         label_names_len: usize,
         id: *mut usize,
     ) -> u32;
-    pub fn envoy_dynamic_module_callback_bootstrap_extension_config_increment_counter(
+    fn envoy_dynamic_module_callback_bootstrap_extension_config_increment_counter(
         config: EnvoyPtr,
         id: usize,
         label_values: *mut Buffer,
@@ -202,18 +445,18 @@ extern "C" {
         value: u64,
     ) -> u32;
     /// Visit every gauge of the stats store (main thread; a full scan: call rarely).
-    pub fn envoy_dynamic_module_callback_bootstrap_extension_iterate_gauges(
+    fn envoy_dynamic_module_callback_bootstrap_extension_iterate_gauges(
         extension: EnvoyPtr,
         iterator: StatIterator,
         user_data: *mut c_void,
     );
-    pub fn envoy_dynamic_module_callback_bootstrap_extension_iterate_counters(
+    fn envoy_dynamic_module_callback_bootstrap_extension_iterate_counters(
         extension: EnvoyPtr,
         iterator: StatIterator,
         user_data: *mut c_void,
     );
     /// HTTP request to a cluster; the answer arrives in `on_bootstrap_extension_http_callout_done`.
-    pub fn envoy_dynamic_module_callback_bootstrap_extension_http_callout(
+    fn envoy_dynamic_module_callback_bootstrap_extension_http_callout(
         config: EnvoyPtr,
         callout_id: *mut u64,
         cluster: Buffer,
@@ -222,7 +465,7 @@ extern "C" {
         body: Buffer,
         timeout_ms: u64,
     ) -> u32;
-    pub fn envoy_dynamic_module_callback_bootstrap_extension_config_set_gauge(
+    fn envoy_dynamic_module_callback_bootstrap_extension_config_set_gauge(
         config: EnvoyPtr,
         id: usize,
         label_values: *mut Buffer,

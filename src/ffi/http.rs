@@ -1,7 +1,7 @@
 //! Exported HTTP filter hooks and the [`StreamHost`] implementation over Envoy's stream callbacks.
 //! Each hook: guard, convert, delegate to [`crate::http_filter`].
 
-use super::abi::{self, Buffer, EnvoyPtr, HttpHeader};
+use super::abi::{self, Buffer, EnvoyPtr, HttpHeader, MetricUpdate};
 use super::{define_metric, envoy_bytes, guard, module_buffer, module_headers, DefineMetric};
 use crate::config::{DrainToken, FilterConfig, Role};
 use crate::http_filter::{HeadersAction, Metric, Stream, StreamHost, StreamSink};
@@ -51,44 +51,31 @@ impl DataMetrics {
 }
 
 impl Config {
-    fn metric(&self, m: Metric) {
+    /// `fe`: the stream's Envoy pointer inside one of its hooks, or null outside them (Envoy 1.38
+    /// can only update filter metrics through a stream; see `abi::http_filter_metric_add`).
+    fn metric(&self, fe: EnvoyPtr, m: Metric) {
         let Some(ids) = &self.metrics else { return };
-        let (id, gauge_delta) = match m {
-            Metric::RequestStarted => (ids.active_requests, 1),
-            Metric::RequestEnded => (ids.active_requests, -1),
-            Metric::ServedWhileDraining => (ids.served_while_draining, 0),
-            Metric::SentAway(Protocol::Http1) => (ids.sent_away_http1, 0),
-            Metric::SentAway(Protocol::Http2) => (ids.sent_away_http2, 0),
-            Metric::SentAway(Protocol::Other) => (ids.sent_away_other, 0),
-            Metric::ModuleError => (ids.module_errors, 0),
+        let (id, update) = match m {
+            Metric::RequestStarted => (ids.active_requests, MetricUpdate::IncrementGauge),
+            Metric::RequestEnded => (ids.active_requests, MetricUpdate::DecrementGauge),
+            Metric::ServedWhileDraining => {
+                (ids.served_while_draining, MetricUpdate::IncrementCounter)
+            }
+            Metric::SentAway(Protocol::Http1) => {
+                (ids.sent_away_http1, MetricUpdate::IncrementCounter)
+            }
+            Metric::SentAway(Protocol::Http2) => {
+                (ids.sent_away_http2, MetricUpdate::IncrementCounter)
+            }
+            Metric::SentAway(Protocol::Other) => {
+                (ids.sent_away_other, MetricUpdate::IncrementCounter)
+            }
+            Metric::ModuleError => (ids.module_errors, MetricUpdate::IncrementCounter),
         };
         // SAFETY: config-level stats are atomics in Envoy and callable from any worker; `envoy`
-        // stays valid until config_destroy, which happens after every filter of the config.
-        unsafe {
-            match gauge_delta {
-                1 => abi::envoy_dynamic_module_callback_http_filter_config_increment_gauge(
-                    self.envoy,
-                    id,
-                    ptr::null_mut(),
-                    0,
-                    1,
-                ),
-                -1 => abi::envoy_dynamic_module_callback_http_filter_config_decrement_gauge(
-                    self.envoy,
-                    id,
-                    ptr::null_mut(),
-                    0,
-                    1,
-                ),
-                _ => abi::envoy_dynamic_module_callback_http_filter_config_increment_counter(
-                    self.envoy,
-                    id,
-                    ptr::null_mut(),
-                    0,
-                    1,
-                ),
-            };
-        }
+        // stays valid until config_destroy, which happens after every filter of the config; `fe`
+        // is null or the live stream of the current hook.
+        unsafe { abi::http_filter_metric_add(self.envoy, fe, update, id) };
     }
 }
 
@@ -153,8 +140,9 @@ impl StreamSink for ConfigSink<'_> {
     fn drop_waker(&self, waker: usize) {
         drop_scheduler(waker)
     }
+    /// No stream: Envoy 1.38 cannot update filter metrics here (see `abi::http_filter_metric_add`).
     fn metric(&self, m: Metric) {
-        self.0.metric(m)
+        self.0.metric(ptr::null_mut(), m)
     }
 }
 
@@ -163,7 +151,7 @@ impl StreamSink for EnvoyStream<'_> {
         drop_scheduler(waker)
     }
     fn metric(&self, m: Metric) {
-        self.config.metric(m)
+        self.config.metric(self.fe, m)
     }
 }
 
@@ -313,7 +301,7 @@ fn with_stream<R>(
             if let Some(config) = unsafe { filter(fm) }.and_then(|f| unsafe { f.config.as_ref() }) {
                 if config.role == Role::Data {
                     super::shared().counters.module_error();
-                    config.metric(Metric::ModuleError);
+                    config.metric(fe, Metric::ModuleError);
                 }
             }
             Ran::Panicked

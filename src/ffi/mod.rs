@@ -10,6 +10,7 @@
 
 pub mod abi;
 pub mod bootstrap;
+mod compat;
 pub mod http;
 mod logger;
 
@@ -158,9 +159,13 @@ pub(crate) fn shared() -> &'static Shared {
 
 /// `envoy_dynamic_module_on_program_init`: called once when Envoy loads the `.so`.
 /// Returns the ABI version string; Envoy compares it with its own and logs the result.
+/// Returns null (Envoy refuses to start) when this Envoy is not the one the build is for.
 #[no_mangle]
 pub extern "C" fn envoy_dynamic_module_on_program_init() -> *const c_char {
     guard("on_program_init", std::ptr::null(), || {
+        if !abi::init() {
+            return std::ptr::null();
+        }
         logger::install();
         shared();
         abi::ABI_VERSION.as_ptr() as *const c_char

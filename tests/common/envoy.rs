@@ -9,32 +9,89 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-/// The pinned Envoy binary: `$ENVOY_BIN`, or whatever `scripts/install-envoy.sh` installs.
+/// The Envoy under test: `$ENVOY_BIN`, or what `scripts/install-envoy.sh` installs for
+/// [`expected_envoy_version`].
 pub fn envoy_bin() -> &'static Path {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
     BIN.get_or_init(|| {
         if let Ok(p) = std::env::var("ENVOY_BIN") {
             return PathBuf::from(p);
         }
-        let out = Command::new("bash")
-            .arg(repo_root().join("scripts/install-envoy.sh"))
-            .stderr(Stdio::inherit())
-            .output()
-            .expect("run scripts/install-envoy.sh");
-        assert!(out.status.success(), "scripts/install-envoy.sh failed");
-        PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
+        install_envoy(&expected_envoy_version())
     })
 }
 
-/// The pinned version, read from the one place it is written.
-pub fn pinned_envoy_version() -> String {
+/// Install (or reuse) an official Envoy of this version; its binary's path.
+pub fn install_envoy(version: &str) -> PathBuf {
+    let out = Command::new("bash")
+        .arg(repo_root().join("scripts/install-envoy.sh"))
+        .arg(version)
+        .stderr(Stdio::inherit())
+        .output()
+        .expect("run scripts/install-envoy.sh");
+    assert!(
+        out.status.success(),
+        "scripts/install-envoy.sh {version} failed"
+    );
+    PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
+}
+
+fn install_script_value(key: &str) -> String {
     let script = std::fs::read_to_string(repo_root().join("scripts/install-envoy.sh")).unwrap();
     script
         .lines()
-        .find_map(|l| l.strip_prefix("ENVOY_VERSION="))
-        .expect("ENVOY_VERSION= line in install-envoy.sh")
+        .find_map(|l| l.strip_prefix(key))
+        .unwrap_or_else(|| panic!("{key} line in install-envoy.sh"))
         .trim()
+        .trim_matches('"')
         .to_string()
+}
+
+/// The pinned default version, read from the one place it is written.
+pub fn pinned_envoy_version() -> String {
+    install_script_value("ENVOY_VERSION=")
+}
+
+/// The newest patch of every supported Envoy minor (scripts/install-envoy.sh).
+pub fn supported_envoy_versions() -> Vec<String> {
+    install_script_value("SUPPORTED_ENVOY_VERSIONS=")
+        .split_whitespace()
+        .map(str::to_string)
+        .collect()
+}
+
+/// The Envoy version under test: `$ENVOY_VERSION` (set by `make test ENVOY_VERSION=...`), else
+/// the pinned default.
+pub fn expected_envoy_version() -> String {
+    std::env::var("ENVOY_VERSION")
+        .ok()
+        .filter(|v| !v.is_empty())
+        .unwrap_or_else(pinned_envoy_version)
+}
+
+/// `1.39.3` -> `1.39`.
+pub fn minor_of(version: &str) -> String {
+    version.split('.').take(2).collect::<Vec<_>>().join(".")
+}
+
+/// The cargo feature that builds the module for this Envoy version (`envoy-1-39`).
+pub fn module_feature(version: &str) -> String {
+    format!("envoy-{}", minor_of(version).replace('.', "-"))
+}
+
+/// The ABI version string Envoy of this version reports as matched.
+pub fn abi_version_of(version: &str) -> &'static str {
+    match minor_of(version).as_str() {
+        "1.38" | "1.39" => "v0.1.0",
+        _ => "v0.2.0",
+    }
+}
+
+/// Build the module for `envoy_version` with extra features into `target_dir` (default `target`).
+pub fn build_module_for(envoy_version: &str, extra: &[&str], target_dir: Option<&str>) -> PathBuf {
+    let mut features = vec![module_feature(envoy_version)];
+    features.extend(extra.iter().map(|f| f.to_string()));
+    build_module(&["--features", &features.join(",")], target_dir)
 }
 
 fn build_module(extra: &[&str], target_dir: Option<&str>) -> PathBuf {
@@ -64,7 +121,7 @@ pub fn module_dir() -> &'static Path {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     DIR.get_or_init(|| match std::env::var("GRACEFUL_DRAIN_MODULE_DIR") {
         Ok(p) => PathBuf::from(p),
-        Err(_) => build_module(&[], None),
+        Err(_) => build_module_for(&expected_envoy_version(), &[], None),
     })
 }
 
@@ -72,7 +129,13 @@ pub fn module_dir() -> &'static Path {
 /// can never be mistaken for the release artefact.
 pub fn panic_test_module_dir() -> &'static Path {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
-    DIR.get_or_init(|| build_module(&["--features", "panic-test"], Some("target/panic-test")))
+    DIR.get_or_init(|| {
+        build_module_for(
+            &expected_envoy_version(),
+            &["panic-test"],
+            Some("target/panic-test"),
+        )
+    })
 }
 
 /// A private temp dir removed on drop.
