@@ -6,7 +6,7 @@ use super::{define_metric, envoy_bytes, guard, module_buffer, module_headers, De
 use crate::config::{DrainToken, FilterConfig, Role};
 use crate::http_filter::{HeadersAction, Metric, Stream, StreamHost, StreamSink};
 use crate::state::{Protocol, Shared};
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::os::raw::c_void;
 use std::ptr;
 use std::sync::Arc;
@@ -82,9 +82,14 @@ impl Config {
 struct Filter {
     config: *const Config,
     /// A `RefCell`, not `&mut` through the raw pointer: a hook can re-enter the same filter (a
-    /// local reply runs the response hooks from inside `send_response`); the inner call then
-    /// finds the stream borrowed and does nothing, instead of making a second `&mut`.
+    /// local reply runs the response hooks from inside `send_response`; `continue_decoding` can
+    /// run the whole rest of the stream, its end and Envoy's destroy of the filter included); the
+    /// inner call then finds the stream borrowed and does not make a second `&mut`.
     stream: RefCell<Stream>,
+    /// The stream ended (`stream_complete`) inside one of its own hooks: that hook finishes it.
+    finish_pending: Cell<bool>,
+    /// Envoy destroyed the filter inside one of its own hooks: that hook frees it on return.
+    destroy_pending: Cell<bool>,
 }
 
 thread_local! {
@@ -265,9 +270,10 @@ unsafe fn filter<'a>(fm: *const c_void) -> Option<&'a Filter> {
 /// How a hook ran.
 enum Ran<R> {
     Done(R),
-    /// The filter is already inside one of its hooks (re-entered through a local reply), or the
-    /// pointers were null: nothing was done.
+    /// The pointers were null: nothing was done.
     Skipped,
+    /// The filter is already inside one of its hooks (re-entered): nothing was done.
+    Busy,
     /// A panic was contained (logged by the panic hook).
     Panicked,
 }
@@ -279,6 +285,7 @@ fn with_stream<R>(
     fm: *const c_void,
     f: impl FnOnce(&mut Stream, &EnvoyStream, &Shared) -> R,
 ) -> Ran<R> {
+    let mut outermost = false;
     let ran = guard(hook, None, || {
         // SAFETY: Envoy passes back the pointer we returned from on_http_filter_new.
         let Some(filter) = (unsafe { filter(fm) }) else {
@@ -289,11 +296,30 @@ fn with_stream<R>(
             return Some(Ran::Skipped);
         };
         let Ok(mut stream) = filter.stream.try_borrow_mut() else {
-            return Some(Ran::Skipped);
+            return Some(Ran::Busy);
         };
+        outermost = true;
         let host = EnvoyStream { fe, config };
-        Some(Ran::Done(f(&mut stream, &host, super::shared())))
+        let shared = super::shared();
+        let r = f(&mut stream, &host, shared);
+        // Envoy may have ended the stream inside the hook (its inner stream_complete found the
+        // stream borrowed): finish it now. After a destroy, the stream is finished on free.
+        if filter.finish_pending.replace(false) && !filter.destroy_pending.get() {
+            stream.finish(&host, shared);
+        }
+        Some(Ran::Done(r))
     });
+    if outermost {
+        // SAFETY: the filter is alive until freed here or by the destroy hook, which defers to us
+        // (sets destroy_pending) while we held its stream.
+        if unsafe { filter(fm) }.is_some_and(|f| f.destroy_pending.get()) {
+            destroy_filter(fm);
+            return match ran {
+                Some(r) => r,
+                None => Ran::Panicked,
+            };
+        }
+    }
     match ran {
         Some(r) => r,
         None => {
@@ -378,6 +404,8 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_new(
         alloc_filter(Filter {
             config: cm as *const Config,
             stream: RefCell::new(Stream::new(config.role, config.token.as_ref())),
+            finish_pending: Cell::new(false),
+            destroy_pending: Cell::new(false),
         }) as *const c_void
     })
 }
@@ -395,7 +423,7 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_request_headers(
         )
     });
     match r {
-        Ran::Done((HeadersAction::Continue, _)) | Ran::Skipped => abi::HEADERS_CONTINUE,
+        Ran::Done((HeadersAction::Continue, _)) | Ran::Skipped | Ran::Busy => abi::HEADERS_CONTINUE,
         Ran::Done((HeadersAction::Stop, _)) => abi::HEADERS_STOP_ITERATION,
         Ran::Panicked => {
             // SAFETY: as in with_stream; only the role is read.
@@ -496,19 +524,23 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_stream_complete(
     fe: EnvoyPtr,
     fm: *const c_void,
 ) {
-    let _ = with_stream("stream_complete", fe, fm, |s, host, shared| {
+    let ran = with_stream("stream_complete", fe, fm, |s, host, shared| {
         s.finish(host, shared)
     });
+    if let Ran::Busy = ran {
+        // Inside another hook of this filter: that hook finishes the stream when it returns.
+        // SAFETY: alive (its outer hook is running).
+        if let Some(f) = unsafe { filter(fm) } {
+            f.finish_pending.set(true);
+        }
+    }
 }
 
-#[no_mangle]
-pub extern "C" fn envoy_dynamic_module_on_http_filter_destroy(fm: *const c_void) {
+/// Finish the stream (if not already) and free the filter.
+fn destroy_filter(fm: *const c_void) {
     guard("http_filter_destroy", (), || {
-        if fm.is_null() {
-            return;
-        }
-        // SAFETY: `fm` came from Box::into_raw in filter_new; Envoy destroys it exactly once and
-        // calls no hook of it afterwards, so no other reference to it is alive.
+        // SAFETY: `fm` came from Box::into_raw in filter_new; it is freed exactly once, here,
+        // when no hook of it is running (the destroy hook defers to a running one).
         let filter = unsafe { Box::from_raw(fm as *mut Filter) };
         // SAFETY: the config outlives its filters.
         if let Some(config) = unsafe { filter.config.as_ref() } {
@@ -518,6 +550,26 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_destroy(fm: *const c_void)
         }
         free_filter(filter);
     })
+}
+
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_destroy(fm: *const c_void) {
+    let deferred = guard("http_filter_destroy", true, || {
+        // SAFETY: the filter is alive until this hook (or the hook it defers to) frees it.
+        let Some(f) = (unsafe { filter(fm) }) else {
+            return true;
+        };
+        if f.stream.try_borrow().is_err() {
+            // Destroyed from inside one of its own hooks (e.g. continue_decoding ran the stream to
+            // its end): the running hook frees it when it returns.
+            f.destroy_pending.set(true);
+            return true;
+        }
+        false
+    });
+    if !deferred {
+        destroy_filter(fm);
+    }
 }
 
 #[no_mangle]
