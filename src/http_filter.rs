@@ -117,6 +117,8 @@ pub struct DataStream {
     waker: usize,
     sent_away: bool,
     paused: bool,
+    /// issue-14: this stream counted against its connection (network filter's idle tracking).
+    conn: crate::connections::StreamMark,
 }
 
 impl DataStream {
@@ -131,6 +133,7 @@ impl DataStream {
             waker: 0,
             sent_away: false,
             paused: false,
+            conn: Default::default(),
         }
     }
 
@@ -144,6 +147,10 @@ impl DataStream {
             panic!("test panic requested by x-graceful-drain-test-panic: request");
         }
         let shared = Shared::global();
+        if !self.conn.is_set() {
+            self.conn = crate::connections::stream_started(host.connection_id());
+            // issue-14
+        }
         if self.waker == 0 {
             if let Some(w) = host.new_waker() {
                 self.waker = w;
@@ -213,6 +220,7 @@ impl DataStream {
         if self.waker != 0 {
             drop_waker(std::mem::replace(&mut self.waker, 0));
         }
+        crate::connections::stream_ended(std::mem::take(&mut self.conn)); // issue-14
         if std::mem::replace(&mut self.counted, false) {
             shared.request_ended();
             metric(Metric::RequestEnded);

@@ -241,6 +241,9 @@ impl Shared {
         self.phase.store(DRAINING, Ordering::SeqCst);
         self.registry
             .for_each_waker(|w| self.commit(w, EVENT_GO_AWAY));
+        // issue-14: tell idle keep-alive connections (network filter); after the wake-ups above,
+        // so on each worker the busy connections' HTTP filters act first.
+        crate::connections::drain_started();
         self.kick_engine();
         StartResult::Started
     }
@@ -372,6 +375,7 @@ impl Shared {
                 http2: self.sent_away_http2.load(Ordering::Relaxed),
                 other: self.sent_away_other.load(Ordering::Relaxed),
             },
+            idle_connections_told: crate::connections::idle_told(), // issue-14
             outcome: outcome.map(OutcomeReport::from),
             settings: settings.map(SettingsReport::from),
         }
@@ -445,6 +449,9 @@ pub struct Status {
     pub oldest_request_age_ms: Option<u64>,
     pub requests_served_while_draining: u64,
     pub connections_sent_away: SentAway,
+    /// issue-14: idle keep-alive connections told by the network filter at drain start
+    /// (HTTP/1.1 closed, HTTP/2 sent GOAWAY); zeros without the network filter.
+    pub idle_connections_told: crate::connections::IdleTold,
     pub outcome: Option<OutcomeReport>,
     /// `null` when the bootstrap extension (the drain clock) is not loaded.
     pub settings: Option<SettingsReport>,
@@ -589,6 +596,7 @@ mod tests {
             "since_last_request_start_ms",
             "oldest_request_age_ms",
             "connections_sent_away",
+            "idle_connections_told",
             "requests_served_while_draining",
             "settings",
         ] {

@@ -12,6 +12,7 @@ pub mod abi;
 pub mod bootstrap;
 pub mod http;
 mod logger;
+pub mod network;
 
 use abi::Buffer;
 use std::os::raw::c_char;

@@ -214,6 +214,7 @@ pub fn render_gateway(admin: u16, data: u16, control: u16, o: &Options) -> Strin
     if !o.with_module {
         y = remove_list_items(&y, "envoy.bootstrap.dynamic_modules");
         y = remove_list_items(&y, "envoy.filters.http.dynamic_modules");
+        y = remove_list_items(&y, "envoy.filters.network.dynamic_modules");
         y = y.replace("bootstrap_extensions:\n", "");
     }
     y

@@ -1,0 +1,477 @@
+//! Idle keep-alive connections at drain start, against the real Envoy 1.40 with the module's
+//! network filter in front of the connection manager (issue 14): an idle HTTP/2 connection gets
+//! GOAWAY(2^31-1, NO_ERROR) and then a clean close; an idle HTTP/1.1 connection is closed cleanly;
+//! busy connections keep the HTTP filter's behaviour; clients that resume after the drain started
+//! see no failure; the exit time does not wait for idle connections; counts are reported.
+
+mod common;
+
+use common::clients::{self, H1Conn, H2Conn};
+use common::envoy::{Envoy, Options, Settings};
+use common::eventually;
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// The drain lasts long enough to watch it (grace of the example config: 2s).
+const LONG: Settings = Settings {
+    min_drain: "6s",
+    quiet: "200ms",
+    timeout: "20s",
+};
+const GRACE: Duration = Duration::from_secs(2);
+
+async fn start_drain(envoy: &Envoy) -> Instant {
+    let r = clients::request(envoy.admin, "POST", "/graceful_drain", &[])
+        .await
+        .expect("POST /graceful_drain");
+    assert_eq!(r.status, 200, "{}", r.text());
+    Instant::now()
+}
+
+// ---- a raw HTTP/2 client: sees every frame, sends nothing it is not told to -------------------
+
+struct RawH2 {
+    tcp: TcpStream,
+    buf: Vec<u8>,
+}
+
+#[derive(Debug)]
+enum Frame {
+    GoAway { last_stream: u32, error: u32 },
+    Other { kind: u8, flags: u8, stream: u32 },
+}
+
+/// HPACK, no Huffman: `:method GET`, `:scheme http`, `:path /` (static indexes) and a literal
+/// `:authority` (name index 1, without indexing).
+fn get_headers_block(authority: &str) -> Vec<u8> {
+    let mut b = vec![0x82, 0x86, 0x84, 0x01, authority.len() as u8];
+    b.extend_from_slice(authority.as_bytes());
+    b
+}
+
+impl RawH2 {
+    async fn connect(port: u16) -> RawH2 {
+        let mut tcp = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+        tcp.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
+            .await
+            .unwrap();
+        tcp.write_all(&[0, 0, 0, 4, 0, 0, 0, 0, 0]).await.unwrap(); // empty SETTINGS
+        RawH2 {
+            tcp,
+            buf: Vec::new(),
+        }
+    }
+
+    async fn send_frame(&mut self, kind: u8, flags: u8, stream: u32, payload: &[u8]) {
+        let len = payload.len() as u32;
+        let mut f = vec![(len >> 16) as u8, (len >> 8) as u8, len as u8, kind, flags];
+        f.extend_from_slice(&stream.to_be_bytes());
+        f.extend_from_slice(payload);
+        self.tcp.write_all(&f).await.unwrap();
+    }
+
+    /// The next frame, `None` on a clean EOF; panics on a reset or after `timeout`.
+    async fn next_frame(&mut self, timeout: Duration) -> Option<Frame> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if self.buf.len() >= 9 {
+                let len = u32::from_be_bytes([0, self.buf[0], self.buf[1], self.buf[2]]) as usize;
+                if self.buf.len() >= 9 + len {
+                    let h: Vec<u8> = self.buf.drain(..9 + len).collect();
+                    let (kind, flags) = (h[3], h[4]);
+                    let stream = u32::from_be_bytes([h[5], h[6], h[7], h[8]]) & 0x7fff_ffff;
+                    let p = &h[9..];
+                    if kind == 4 && flags & 1 == 0 {
+                        self.send_frame(4, 1, 0, &[]).await; // SETTINGS ack
+                    }
+                    return Some(if kind == 7 {
+                        Frame::GoAway {
+                            last_stream: u32::from_be_bytes([p[0], p[1], p[2], p[3]]) & 0x7fff_ffff,
+                            error: u32::from_be_bytes([p[4], p[5], p[6], p[7]]),
+                        }
+                    } else {
+                        Frame::Other {
+                            kind,
+                            flags,
+                            stream,
+                        }
+                    });
+                }
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            let mut chunk = [0u8; 4096];
+            match tokio::time::timeout(left, self.tcp.read(&mut chunk)).await {
+                Err(_) => panic!("no frame within {timeout:?} (buffered {:?})", self.buf),
+                Ok(Ok(0)) => {
+                    assert!(self.buf.is_empty(), "EOF inside a frame: {:?}", self.buf);
+                    return None;
+                }
+                Ok(Ok(n)) => self.buf.extend_from_slice(&chunk[..n]),
+                Ok(Err(e)) => panic!("connection failed instead of a clean close: {e}"),
+            }
+        }
+    }
+
+    /// One GET on stream `id`; returns once its END_STREAM arrived.
+    async fn get(&mut self, id: u32, authority: &str) {
+        self.send_frame(1, 0x4 | 0x1, id, &get_headers_block(authority))
+            .await;
+        loop {
+            match self.next_frame(Duration::from_secs(5)).await {
+                Some(Frame::Other { stream, flags, .. }) if stream == id && flags & 1 == 1 => {
+                    return
+                }
+                Some(Frame::GoAway { .. }) => panic!("GOAWAY before the response"),
+                None => panic!("closed before the response"),
+                Some(_) => {}
+            }
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn idle_http2_gets_goaway_no_error_then_a_clean_close() {
+    let envoy = Envoy::start(Options {
+        settings: LONG,
+        ..Options::default()
+    })
+    .await;
+    let mut raw = RawH2::connect(envoy.data).await;
+    raw.get(1, &format!("127.0.0.1:{}", envoy.data)).await;
+    // Now idle: read whatever else the server sends in a short moment (nothing is expected).
+
+    let t0 = start_drain(&envoy).await;
+    let goaway_at;
+    loop {
+        match raw.next_frame(Duration::from_secs(3)).await {
+            Some(Frame::GoAway { last_stream, error }) => {
+                goaway_at = t0.elapsed();
+                assert_eq!(
+                    last_stream,
+                    (1 << 31) - 1,
+                    "first GOAWAY spares every stream"
+                );
+                assert_eq!(error, 0, "NO_ERROR");
+                break;
+            }
+            Some(f) => eprintln!("frame before GOAWAY: {f:?}"),
+            None => panic!("closed without GOAWAY"),
+        }
+    }
+    assert!(
+        goaway_at < Duration::from_millis(500),
+        "GOAWAY {goaway_at:?} after the drain start"
+    );
+    // Then the close: clean EOF (no RST), after the grace, nothing else in between but frames
+    // the codec may legitimately send.
+    loop {
+        match raw.next_frame(GRACE + Duration::from_secs(3)).await {
+            None => break,
+            Some(Frame::GoAway { error, .. }) => assert_eq!(error, 0, "any later GOAWAY"),
+            Some(f) => eprintln!("frame after GOAWAY: {f:?}"),
+        }
+    }
+    let closed_at = t0.elapsed();
+    assert!(
+        closed_at >= GRACE - Duration::from_millis(100)
+            && closed_at < GRACE + Duration::from_secs(2),
+        "closed {closed_at:?} after the drain start (grace {GRACE:?})"
+    );
+    let st = envoy.drain_status().await;
+    assert_eq!(st["idle_connections_told"]["http2"], 1, "{st}");
+    assert_eq!(st["idle_connections_told"]["http1"], 0, "{st}");
+    assert_eq!(
+        envoy
+            .stat("graceful_drain.idle_connections_told_http2")
+            .await,
+        Some(1)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn idle_http1_keep_alive_is_closed_cleanly_at_drain_start() {
+    let envoy = Envoy::start(Options {
+        settings: LONG,
+        ..Options::default()
+    })
+    .await;
+    let mut c = H1Conn::connect(envoy.data).await.unwrap();
+    let r = c.send("GET", "/before", &[]).await.unwrap();
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("connection"), None, "keep-alive before the drain");
+
+    let t0 = start_drain(&envoy).await;
+    c.wait_closed(Duration::from_secs(2))
+        .await
+        .expect("idle keep-alive connection closed cleanly");
+    let closed_after = t0.elapsed();
+    assert!(
+        closed_after < Duration::from_millis(500),
+        "closed {closed_after:?} after the drain start"
+    );
+    let st = envoy.drain_status().await;
+    assert_eq!(st["idle_connections_told"]["http1"], 1, "{st}");
+    assert_eq!(
+        envoy
+            .stat("graceful_drain.idle_connections_told_http1")
+            .await,
+        Some(1)
+    );
+}
+
+/// A request whose first bytes were read before the drain started and whose rest arrives after:
+/// the connection is not closed under it; it gets its response (with `connection: close`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn http1_request_half_read_at_drain_start_gets_its_response() {
+    // One worker, so the witness connection's close shows the drain event has been handled on
+    // the worker that also holds the half-read connection.
+    let envoy = Envoy::start(Options {
+        settings: LONG,
+        concurrency: 1,
+        ..Options::default()
+    })
+    .await;
+    let mut witness = H1Conn::connect(envoy.data).await.unwrap();
+    assert_eq!(witness.send("GET", "/", &[]).await.unwrap().status, 200);
+    let mut tcp = TcpStream::connect(("127.0.0.1", envoy.data)).await.unwrap();
+    let host = format!("127.0.0.1:{}", envoy.data);
+    // One full request first, so the connection is known to the HTTP filter.
+    let req = format!("GET /one HTTP/1.1\r\nhost: {host}\r\n\r\n");
+    tcp.write_all(req.as_bytes()).await.unwrap();
+    let first = read_http1_response(&mut tcp).await;
+    assert!(first.starts_with("HTTP/1.1 200"), "{first}");
+    // Half of the next request: read by Envoy, but no stream yet (headers incomplete).
+    tcp.write_all(b"GET /two HTTP/1.1\r\nho").await.unwrap();
+    eventually("the half request read", Duration::from_secs(5), || async {
+        let n = envoy.stat("http.data.downstream_cx_rx_bytes_total").await?;
+        (n as usize >= req.len() + 21).then_some(())
+    })
+    .await;
+
+    start_drain(&envoy).await;
+    witness
+        .wait_closed(Duration::from_secs(2))
+        .await
+        .expect("the idle witness is closed");
+    tcp.write_all(format!("st: {host}\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    let second = read_http1_response(&mut tcp).await;
+    assert!(second.starts_with("HTTP/1.1 200"), "{second}");
+    assert!(
+        second.to_ascii_lowercase().contains("connection: close"),
+        "{second}"
+    );
+    let st = envoy.drain_status().await;
+    assert_eq!(
+        st["idle_connections_told"]["http1"], 1,
+        "only the witness: {st}"
+    );
+}
+
+/// Read one HTTP/1.1 response with a content-length body (bounded).
+async fn read_http1_response(tcp: &mut TcpStream) -> String {
+    let mut buf = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let text = String::from_utf8_lossy(&buf).to_string();
+        if let Some(end) = text.find("\r\n\r\n") {
+            let len = text[..end]
+                .lines()
+                .find_map(|l| {
+                    let (k, v) = l.split_once(':')?;
+                    k.eq_ignore_ascii_case("content-length")
+                        .then(|| v.trim().parse::<usize>().ok())?
+                })
+                .unwrap_or(0);
+            if buf.len() >= end + 4 + len {
+                return text;
+            }
+        }
+        let mut chunk = [0u8; 4096];
+        let left = deadline.saturating_duration_since(Instant::now());
+        let n = tokio::time::timeout(left, tcp.read(&mut chunk))
+            .await
+            .expect("response within 5s")
+            .expect("read");
+        assert!(n > 0, "closed before a full response: {text:?}");
+        buf.extend_from_slice(&chunk[..n]);
+    }
+}
+
+/// Busy connections keep the HTTP filter's behaviour; only the idle ones are counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn busy_connections_complete_their_requests_and_are_not_counted() {
+    let envoy = Envoy::start(Options {
+        settings: LONG,
+        ..Options::default()
+    })
+    .await;
+    let slow = [("x-envoy-fault-delay-request", "1500")];
+    let port = envoy.data;
+    let h1_busy = tokio::spawn(async move {
+        let mut c = H1Conn::connect(port).await.unwrap();
+        c.send("GET", "/slow", &slow).await
+    });
+    let mut h2_busy = H2Conn::connect(envoy.data).await.unwrap();
+    let h2_stream = tokio::spawn(h2_busy.start("/slow", &slow).await.unwrap());
+    // One idle connection of each kind.
+    let mut h1_idle = H1Conn::connect(envoy.data).await.unwrap();
+    assert_eq!(h1_idle.send("GET", "/", &[]).await.unwrap().status, 200);
+    let mut h2_idle = H2Conn::connect(envoy.data).await.unwrap();
+    assert_eq!(h2_idle.send("/", &[]).await.unwrap().status, 200);
+    envoy.wait_active(2).await;
+
+    start_drain(&envoy).await;
+    let r = h1_busy
+        .await
+        .unwrap()
+        .expect("busy HTTP/1.1 request completes");
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("connection"), Some("close"));
+    let r = h2_stream
+        .await
+        .unwrap()
+        .expect("busy HTTP/2 stream completes");
+    assert_eq!(r.status, 200);
+    h1_idle
+        .wait_closed(Duration::from_secs(2))
+        .await
+        .expect("idle HTTP/1.1 closed");
+    h2_idle
+        .wait_closed(GRACE + Duration::from_secs(2))
+        .await
+        .expect("idle HTTP/2 ends cleanly");
+    let st = envoy.drain_status().await;
+    assert_eq!(st["idle_connections_told"]["http1"], 1, "{st}");
+    assert_eq!(st["idle_connections_told"]["http2"], 1, "{st}");
+    assert_eq!(st["connections_sent_away"]["http1"], 1, "{st}");
+    assert_eq!(st["connections_sent_away"]["http2"], 1, "{st}");
+}
+
+/// Clients holding idle connections across the drain start, then sending again, as a pooled
+/// client does: pick the pooled connection if it is still usable, else connect anew. Every
+/// request that was sent must succeed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn clients_resuming_after_the_drain_start_see_no_failure() {
+    let envoy = Envoy::start(Options {
+        settings: LONG,
+        ..Options::default()
+    })
+    .await;
+    let mut h1s = Vec::new();
+    let mut h2s = Vec::new();
+    for _ in 0..4 {
+        let mut c = H1Conn::connect(envoy.data).await.unwrap();
+        assert_eq!(c.send("GET", "/", &[]).await.unwrap().status, 200);
+        h1s.push(c);
+        let mut c = H2Conn::connect(envoy.data).await.unwrap();
+        assert_eq!(c.send("/", &[]).await.unwrap().status, 200);
+        h2s.push(c);
+    }
+    start_drain(&envoy).await;
+    // Resume at staggered moments: at once, during the HTTP/2 grace, and after it.
+    let mut tasks = Vec::new();
+    for (i, (h1, h2)) in h1s.into_iter().zip(h2s).enumerate() {
+        let port = envoy.data;
+        let wait = Duration::from_millis([0, 300, 1200, 2600][i]);
+        tasks.push(tokio::spawn(async move {
+            tokio::time::sleep(wait).await;
+            let mut failures = Vec::new();
+            let mut reconnects = 0;
+            let mut h1 = Some(h1);
+            let mut h2 = Some(h2);
+            for round in 0..3 {
+                // HTTP/1.1: a pooled connection the server closed is discarded before use.
+                let mut c = match h1.take() {
+                    Some(c) if c.is_open() => c,
+                    _ => {
+                        reconnects += 1;
+                        H1Conn::connect(port).await.unwrap()
+                    }
+                };
+                match c.send("GET", "/resume-h1", &[]).await {
+                    Ok(r) if r.status == 200 => {}
+                    other => failures.push(format!("h1 round {round}: {other:?}")),
+                }
+                h1 = Some(c);
+                // HTTP/2: a connection that got GOAWAY refuses new streams locally (nothing was
+                // sent); the client then opens a new connection.
+                let mut c = h2.take().unwrap();
+                let fut = match c.start("/resume-h2", &[]).await {
+                    Ok(f) => f,
+                    Err(e) => {
+                        assert!(e.is_go_away() || c.is_closed(), "unexpected: {e}");
+                        reconnects += 1;
+                        c = H2Conn::connect(port).await.unwrap();
+                        c.start("/resume-h2", &[]).await.expect("fresh connection")
+                    }
+                };
+                match fut.await {
+                    Ok(r) if r.status == 200 => {}
+                    other => failures.push(format!("h2 round {round}: {other:?}")),
+                }
+                h2 = Some(c);
+            }
+            (failures, reconnects)
+        }));
+    }
+    let mut reconnects = 0;
+    for t in tasks {
+        let (failures, r) = t.await.unwrap();
+        assert!(failures.is_empty(), "failed requests: {failures:?}");
+        reconnects += r;
+    }
+    assert!(
+        reconnects >= 8,
+        "idle connections were told: {reconnects} reconnects"
+    );
+    let st = envoy.drain_status().await;
+    assert_eq!(st["idle_connections_told"]["http1"], 4, "{st}");
+    assert_eq!(st["idle_connections_told"]["http2"], 4, "{st}");
+}
+
+/// SIGTERM with idle connections open: the exit comes when the drain rules allow, not later, and
+/// the drain-complete log line reports the idle connections told.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn exit_time_does_not_wait_for_idle_connections() {
+    let mut envoy = Envoy::start(Options {
+        settings: Settings {
+            min_drain: "1s",
+            quiet: "200ms",
+            timeout: "20s",
+        },
+        ..Options::default()
+    })
+    .await;
+    let mut h1 = H1Conn::connect(envoy.data).await.unwrap();
+    assert_eq!(h1.send("GET", "/", &[]).await.unwrap().status, 200);
+    let mut h2 = H2Conn::connect(envoy.data).await.unwrap();
+    assert_eq!(h2.send("/", &[]).await.unwrap().status, 200);
+    // A connection that never sent a byte, and one that only sent the HTTP/2 preface.
+    let _silent = TcpStream::connect(("127.0.0.1", envoy.data)).await.unwrap();
+    let _preface_only = RawH2::connect(envoy.data).await;
+
+    let t0 = Instant::now();
+    envoy.sigterm();
+    let (status, exited_at) = envoy.wait_exit(Duration::from_secs(10)).await;
+    assert!(status.success(), "exit status {status}");
+    let took = exited_at - t0;
+    assert!(
+        took >= Duration::from_secs(1) && took < Duration::from_millis(2500),
+        "exit {took:?} after SIGTERM with min_drain_duration 1s"
+    );
+    let log = envoy.log();
+    assert!(
+        log.contains("idle connections told: http1=1 http2="),
+        "drain-complete log line: {}",
+        log.lines()
+            .filter(|l| l.contains("drain completed"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    h1.wait_closed(Duration::from_secs(1))
+        .await
+        .expect("closed before the exit");
+}
