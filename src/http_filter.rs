@@ -147,9 +147,9 @@ impl DataStream {
             panic!("test panic requested by x-graceful-drain-test-panic: request");
         }
         let shared = Shared::global();
+        // issue-14: count the stream against its connection (idle tracking of the network filter).
         if !self.conn.is_set() {
             self.conn = crate::connections::stream_started(host.connection_id());
-            // issue-14
         }
         if self.waker == 0 {
             if let Some(w) = host.new_waker() {

@@ -475,3 +475,153 @@ async fn exit_time_does_not_wait_for_idle_connections() {
         .await
         .expect("closed before the exit");
 }
+
+/// A front Envoy routing to the gateway through a keep-alive pool, with no retries.
+fn front_yaml(admin: u16, listen: u16, gateway: u16, upstream_h2: bool) -> String {
+    let h2 = if upstream_h2 {
+        r#"    typed_extension_protocol_options:
+      envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
+        "@type": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
+        explicit_http_config: { http2_protocol_options: {} }
+"#
+    } else {
+        ""
+    };
+    format!(
+        r#"admin:
+  address: {{ socket_address: {{ address: 127.0.0.1, port_value: {admin} }} }}
+static_resources:
+  listeners:
+  - name: front
+    address: {{ socket_address: {{ address: 127.0.0.1, port_value: {listen} }} }}
+    filter_chains:
+    - filters:
+      - name: envoy.filters.network.http_connection_manager
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
+          stat_prefix: front
+          codec_type: AUTO
+          route_config:
+            virtual_hosts:
+            - name: all
+              domains: ["*"]
+              routes:
+              - match: {{ prefix: "/" }}
+                route: {{ cluster: gateway, timeout: 10s }}
+          http_filters:
+          - name: envoy.filters.http.router
+            typed_config: {{ "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router }}
+  clusters:
+  - name: gateway
+    type: STATIC
+    connect_timeout: 1s
+{h2}    load_assignment:
+      cluster_name: gateway
+      endpoints:
+      - lb_endpoints:
+        - endpoint: {{ address: {{ socket_address: {{ address: 127.0.0.1, port_value: {gateway} }} }} }}
+"#
+    )
+}
+
+/// Pooled idle upstream connections of a front Envoy (no retries) across the gateway's drain
+/// start: the pool learns (close or GOAWAY) and every later request succeeds.
+async fn front_pool_resumes_without_failures(upstream_h2: bool) {
+    let gateway = Envoy::start(Options {
+        settings: LONG,
+        ..Options::default()
+    })
+    .await;
+    let fp = common::free_ports(2);
+    let front_opts = Options {
+        with_module: false,
+        ..Options::default()
+    };
+    let front = Envoy::start_yaml(
+        &front_yaml(fp[0], fp[1], gateway.data, upstream_h2),
+        fp[0],
+        fp[1],
+        fp[1],
+        &front_opts,
+    )
+    .await;
+    // Warm the pool: concurrent slow requests open several upstream connections.
+    let burst = |n: usize, path: &'static str, delay: &'static str| {
+        let port = front.data;
+        async move {
+            let tasks: Vec<_> = (0..n)
+                .map(|_| {
+                    tokio::spawn(async move {
+                        clients::request(
+                            port,
+                            "GET",
+                            path,
+                            &[("x-envoy-fault-delay-request", delay)],
+                        )
+                        .await
+                    })
+                })
+                .collect();
+            let mut failures = Vec::new();
+            for t in tasks {
+                match t.await.unwrap() {
+                    Ok(r) if r.status == 200 => {}
+                    other => failures.push(format!("{path}: {other:?}")),
+                }
+            }
+            failures
+        }
+    };
+    assert!(burst(6, "/warm", "300").await.is_empty());
+    let pooled = front
+        .stat("cluster.gateway.upstream_cx_active")
+        .await
+        .unwrap_or(0);
+    assert!(pooled >= 1, "the front holds pooled upstream connections");
+    gateway.wait_active(0).await;
+
+    let t0 = start_drain(&gateway).await;
+    let mut failures = Vec::new();
+    for at in [300u64, 1000, 2600, 3500] {
+        tokio::time::sleep(
+            (t0 + Duration::from_millis(at)).saturating_duration_since(Instant::now()),
+        )
+        .await;
+        failures.extend(burst(6, "/resume", "50").await);
+    }
+    assert!(
+        failures.is_empty(),
+        "failed through the front: {failures:?}"
+    );
+    let st = gateway.drain_status().await;
+    let told = if upstream_h2 {
+        &st["idle_connections_told"]["http2"]
+    } else {
+        &st["idle_connections_told"]["http1"]
+    };
+    assert!(
+        told.as_u64().unwrap_or(0) >= 1,
+        "the pooled idle connections were told: {st}"
+    );
+    assert_eq!(
+        front
+            .stat("cluster.gateway.upstream_rq_retry")
+            .await
+            .unwrap_or(0),
+        0
+    );
+    eprintln!(
+        "front pool ({}): {pooled} pooled upstream connections; gateway status {st}",
+        if upstream_h2 { "h2" } else { "h1" }
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn front_envoy_http1_pool_across_the_drain_start_loses_nothing() {
+    front_pool_resumes_without_failures(false).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn front_envoy_http2_pool_across_the_drain_start_loses_nothing() {
+    front_pool_resumes_without_failures(true).await
+}
