@@ -625,3 +625,72 @@ async fn front_envoy_http1_pool_across_the_drain_start_loses_nothing() {
 async fn front_envoy_http2_pool_across_the_drain_start_loses_nothing() {
     front_pool_resumes_without_failures(true).await
 }
+
+/// The network filter without the HTTP filter (listeners where only a network filter can be
+/// added): it cannot tell idle from busy, so it sends GOAWAY to every HTTP/2 connection (safe on
+/// busy ones: their streams complete) and closes nothing; HTTP/1.1 is left to Envoy's drain-close.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn network_filter_without_the_http_filter_sends_goaway_and_closes_nothing() {
+    let p = common::free_ports(3);
+    let o = Options {
+        settings: LONG,
+        ..Options::default()
+    };
+    let yaml = common::envoy::render_gateway(p[0], p[1], p[2], &o);
+    let yaml = common::envoy::remove_list_items(&yaml, "envoy.filters.http.dynamic_modules");
+    assert!(yaml.contains("envoy.filters.network.dynamic_modules"));
+    let envoy = Envoy::start_yaml(&yaml, p[0], p[1], p[2], &o).await;
+
+    let mut busy = H2Conn::connect(envoy.data).await.unwrap();
+    let stream = tokio::spawn(
+        busy.start("/slow", &[("x-envoy-fault-delay-request", "1500")])
+            .await
+            .unwrap(),
+    );
+    let mut raw = RawH2::connect(envoy.data).await;
+    raw.get(1, &format!("127.0.0.1:{}", envoy.data)).await;
+    let mut h1 = H1Conn::connect(envoy.data).await.unwrap();
+    assert_eq!(h1.send("GET", "/", &[]).await.unwrap().status, 200);
+    eventually(
+        "the slow stream in flight",
+        Duration::from_secs(5),
+        || async { (envoy.stat("http.data.downstream_rq_active").await? == 1).then_some(()) },
+    )
+    .await;
+
+    let t0 = start_drain(&envoy).await;
+    // The idle HTTP/2 connection: GOAWAY at once.
+    loop {
+        match raw.next_frame(Duration::from_secs(3)).await {
+            Some(Frame::GoAway { last_stream, error }) => {
+                assert_eq!((last_stream, error), ((1 << 31) - 1, 0));
+                break;
+            }
+            Some(_) => {}
+            None => panic!("closed without GOAWAY"),
+        }
+    }
+    assert!(
+        t0.elapsed() < Duration::from_millis(500),
+        "{:?}",
+        t0.elapsed()
+    );
+    // The busy one: GOAWAY too (no new stream), and its stream completes.
+    let e = busy.wait_goaway(Duration::from_secs(1)).await;
+    assert_eq!(e.reason(), Some(h2::Reason::NO_ERROR));
+    assert_eq!(stream.await.unwrap().expect("in-flight stream").status, 200);
+    // HTTP/1.1 keep-alive: not closed by the filter; Envoy's drain-close answers with close.
+    assert!(
+        h1.is_open(),
+        "HTTP/1.1 must not be closed without the HTTP filter"
+    );
+    let r = h1.send("GET", "/late", &[]).await.unwrap();
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("connection"), Some("close"));
+    let r = clients::get(envoy.admin, "/graceful_drain/status")
+        .await
+        .unwrap();
+    let st: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+    assert_eq!(st["idle_connections_told"]["http2"], 2, "{st}");
+    assert_eq!(st["idle_connections_told"]["http1"], 0, "{st}");
+}
