@@ -35,6 +35,22 @@ pub const EVENT_GRACE_OVER: u64 = 2;
 /// How long an idle HTTP/2 client gets between the GOAWAY and the close, unless configured.
 pub const DEFAULT_IDLE_CLOSE_GRACE: Duration = Duration::from_secs(2);
 
+/// How long a connection must have had no request in flight to count as idle, unless
+/// configured. A keep-alive client sending back to back is "idle" for microseconds between its
+/// requests; closing it then would race its next request (measured: the hardening race test lost
+/// requests with no threshold). Such a connection is busy: its next response carries
+/// `connection: close` instead.
+pub const DEFAULT_IDLE_AFTER: Duration = Duration::from_secs(1);
+
+/// Re-checks after the drain start, one per grace period: connections that were not idle long
+/// enough at an earlier check are closed at a later one (bounded: the drain ends anyway).
+const RECHECKS: u32 = 30;
+
+/// Coarse monotonic nanoseconds (a few instructions; ms granularity is plenty here).
+pub fn now_nanos() -> u64 {
+    crate::ffi::coarse_monotonic_nanos()
+}
+
 /// The HTTP/2 client connection preface (RFC 9113 §3.4).
 const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
@@ -83,6 +99,8 @@ pub struct Conn {
     /// This module told the client (GOAWAY sent, or closed).
     told: AtomicBool,
     closed_by_us: AtomicBool,
+    /// When the last stream ended ([`now_nanos`]); meaningful once tracked.
+    idle_since: AtomicU64,
 }
 
 const WIRE_UNKNOWN: u8 = 0;
@@ -108,6 +126,7 @@ impl Conn {
             read_since_idle: AtomicBool::new(false),
             told: AtomicBool::new(false),
             closed_by_us: AtomicBool::new(false),
+            idle_since: AtomicU64::new(0),
         }
     }
 
@@ -169,22 +188,30 @@ impl Conn {
         self.streams.fetch_add(1, Ordering::Relaxed);
     }
 
-    fn stream_ended(&self) {
+    fn stream_ended(&self, now: u64) {
         let before = self
             .streams
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
         if before == Ok(1) {
             set(&self.read_since_idle, false);
+            self.idle_since.store(now, Ordering::Relaxed);
         }
     }
 
-    /// Idle by what the HTTP filter reported: no stream in flight and nothing read since.
-    fn idle_http1(&self) -> bool {
-        get(&self.tracked) && self.streams() == 0 && !get(&self.read_since_idle)
+    /// Idle by what the HTTP filter reported: no stream in flight, none for `idle_after`, and
+    /// for HTTP/1.1 nothing read since the last one (bytes of a next request). HTTP/2 clients
+    /// send control frames (SETTINGS ack, WINDOW_UPDATE, PING) on idle connections, so there
+    /// only streams count.
+    fn idle(&self, now: u64, idle_after: Duration) -> bool {
+        get(&self.tracked)
+            && self.streams() == 0
+            && (self.wire() == Wire::Http2 || !get(&self.read_since_idle))
+            && now.saturating_sub(self.idle_since.load(Ordering::Relaxed))
+                >= idle_after.as_nanos() as u64
     }
 
     /// The drain started. Counts what it tells.
-    pub fn on_drain_started(&self, counts: &Counts) -> Action {
+    pub fn on_drain_started(&self, counts: &Counts, now: u64, idle_after: Duration) -> Action {
         if get(&self.told) {
             return Action::Nothing;
         }
@@ -196,13 +223,13 @@ impl Conn {
                 counts.http2.fetch_add(1, Ordering::Relaxed);
                 Action::GoAway
             }
-            Wire::Http1 if self.idle_http1() => self.close_http1(counts),
+            Wire::Http1 if self.idle(now, idle_after) => self.close_http1(counts),
             _ => Action::Nothing,
         }
     }
 
-    /// The grace after the drain start is over.
-    pub fn on_grace_over(&self, counts: &Counts) -> Action {
+    /// A grace period after the drain start is over (repeats).
+    pub fn on_grace_over(&self, counts: &Counts, now: u64, idle_after: Duration) -> Action {
         if get(&self.closed_by_us) {
             return Action::Nothing;
         }
@@ -211,13 +238,15 @@ impl Conn {
             // that had it in flight) keeps the connection; the HTTP filter sent it away and the
             // connection manager closes it after that stream. Without the HTTP filter (never
             // tracked) idle cannot be told from busy, so the close is left to the client.
-            Wire::Http2 if get(&self.told) && get(&self.tracked) && self.streams() == 0 => {
+            Wire::Http2 if get(&self.told) && self.idle(now, idle_after) => {
                 set(&self.closed_by_us, true);
                 Action::Close
             }
-            // Busy at drain start and idle now (its response carried `connection: close`, so the
-            // connection manager is closing it anyway): close what is left.
-            Wire::Http1 if !get(&self.told) && self.idle_http1() => self.close_http1(counts),
+            // Busy at drain start and idle since (a client that stopped sending before its next
+            // request would have carried `connection: close`): close it now.
+            Wire::Http1 if !get(&self.told) && self.idle(now, idle_after) => {
+                self.close_http1(counts)
+            }
             _ => Action::Nothing,
         }
     }
@@ -336,7 +365,7 @@ pub fn stream_started(id: Option<u64>) -> StreamMark {
 pub fn stream_ended(mark: StreamMark) {
     let Some(id) = mark.0 else { return };
     if let Some(c) = Index::global().shard(id).get(&id) {
-        c.stream_ended();
+        c.stream_ended(now_nanos());
     }
 }
 
@@ -476,6 +505,7 @@ pub struct Connections {
     pub counts: Counts,
     draining: AtomicBool,
     grace_ms: AtomicU64,
+    idle_after_ms: AtomicU64,
     commit: OnceLock<fn(usize, u64)>,
 }
 
@@ -486,6 +516,7 @@ impl Default for Connections {
             counts: Counts::default(),
             draining: AtomicBool::new(false),
             grace_ms: AtomicU64::new(DEFAULT_IDLE_CLOSE_GRACE.as_millis() as u64),
+            idle_after_ms: AtomicU64::new(DEFAULT_IDLE_AFTER.as_millis() as u64),
             commit: OnceLock::new(),
         }
     }
@@ -509,6 +540,15 @@ impl Connections {
 
     pub fn grace(&self) -> Duration {
         Duration::from_millis(self.grace_ms.load(Ordering::Relaxed))
+    }
+
+    pub fn set_idle_after(&self, d: Duration) {
+        self.idle_after_ms
+            .store(d.as_millis() as u64, Ordering::Relaxed);
+    }
+
+    pub fn idle_after(&self) -> Duration {
+        Duration::from_millis(self.idle_after_ms.load(Ordering::Relaxed))
     }
 
     pub fn is_draining(&self) -> bool {
@@ -545,17 +585,20 @@ pub fn drain_started() {
     let n = c.wake_all(EVENT_DRAIN_STARTED);
     log::info!(
         "graceful_drain: telling idle connections about the drain ({n} open connections; idle \
-         HTTP/2 get GOAWAY now and a close after {:?}, idle HTTP/1.1 a close)",
-        c.grace()
+         HTTP/2 get GOAWAY now and a close after {:?}, HTTP/1.1 idle for {:?} a close)",
+        c.grace(),
+        c.idle_after()
     );
-    let grace = c.grace();
-    // One short-lived timer thread per process: network filters have no timer of their own, and
-    // the scheduler commit is thread-safe.
+    let grace = c.grace().max(Duration::from_millis(10));
+    // One timer thread per process: network filters have no timer of their own, and the
+    // scheduler commit is thread-safe. It ends after RECHECKS rounds (or with the process).
     let spawned = std::thread::Builder::new()
         .name("graceful_drain_idle_grace".into())
         .spawn(move || {
-            std::thread::sleep(grace);
-            Connections::global().wake_all(EVENT_GRACE_OVER);
+            for _ in 0..RECHECKS {
+                std::thread::sleep(grace);
+                Connections::global().wake_all(EVENT_GRACE_OVER);
+            }
         });
     if let Err(e) = spawned {
         log::warn!("graceful_drain: no grace timer thread ({e}); idle HTTP/2 closed at exit");
@@ -570,6 +613,11 @@ pub fn idle_told() -> IdleTold {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const T0: u64 = 10_000_000_000;
+    const IDLE: Duration = Duration::from_secs(1);
+    /// Long enough after T0 for a connection idle since T0 to count as idle.
+    const LATER: u64 = T0 + 2_000_000_000;
 
     fn h2_conn(id: u64) -> Conn {
         let c = Conn::new(id);
@@ -632,18 +680,34 @@ mod tests {
         let counts = Counts::default();
         let c = h2_conn(1);
         assert_eq!(
-            c.on_drain_started(&counts),
+            c.on_drain_started(&counts, LATER, IDLE),
             Action::Nothing,
             "no GOAWAY before the server preface"
         );
         c.on_write(9);
         c.stream_started();
-        c.stream_ended();
-        assert_eq!(c.on_drain_started(&counts), Action::GoAway);
-        assert_eq!(c.on_drain_started(&counts), Action::Nothing, "once");
-        assert_eq!(c.on_grace_over(&counts), Action::Close);
-        assert_eq!(c.on_grace_over(&counts), Action::Nothing);
+        c.stream_ended(T0);
+        assert_eq!(c.on_drain_started(&counts, LATER, IDLE), Action::GoAway);
+        assert_eq!(
+            c.on_drain_started(&counts, LATER, IDLE),
+            Action::Nothing,
+            "once"
+        );
+        assert_eq!(c.on_grace_over(&counts, LATER, IDLE), Action::Close);
+        assert_eq!(c.on_grace_over(&counts, LATER, IDLE), Action::Nothing);
         assert_eq!(counts.snapshot(), IdleTold { http1: 0, http2: 1 });
+    }
+
+    #[test]
+    fn http2_control_frames_do_not_make_it_busy() {
+        let counts = Counts::default();
+        let c = h2_conn(1);
+        c.on_write(9);
+        c.stream_started();
+        c.stream_ended(T0);
+        c.on_read(9, b""); // SETTINGS ack, PING...
+        assert_eq!(c.on_drain_started(&counts, LATER, IDLE), Action::GoAway);
+        assert_eq!(c.on_grace_over(&counts, LATER, IDLE), Action::Close);
     }
 
     #[test]
@@ -652,8 +716,8 @@ mod tests {
         let c = h2_conn(1);
         c.on_write(9);
         c.stream_started();
-        assert_eq!(c.on_drain_started(&counts), Action::Nothing);
-        assert_eq!(c.on_grace_over(&counts), Action::Nothing);
+        assert_eq!(c.on_drain_started(&counts, LATER, IDLE), Action::Nothing);
+        assert_eq!(c.on_grace_over(&counts, LATER, IDLE), Action::Nothing);
         assert_eq!(counts.snapshot(), IdleTold { http1: 0, http2: 0 });
     }
 
@@ -663,10 +727,10 @@ mod tests {
         let c = h2_conn(1);
         c.on_write(9);
         c.stream_started();
-        c.stream_ended();
-        assert_eq!(c.on_drain_started(&counts), Action::GoAway);
+        c.stream_ended(T0);
+        assert_eq!(c.on_drain_started(&counts, LATER, IDLE), Action::GoAway);
         c.stream_started(); // the client had it in flight
-        assert_eq!(c.on_grace_over(&counts), Action::Nothing);
+        assert_eq!(c.on_grace_over(&counts, LATER, IDLE), Action::Nothing);
     }
 
     #[test]
@@ -676,8 +740,8 @@ mod tests {
         let counts = Counts::default();
         let c = h2_conn(1);
         c.on_write(9);
-        assert_eq!(c.on_drain_started(&counts), Action::GoAway);
-        assert_eq!(c.on_grace_over(&counts), Action::Nothing);
+        assert_eq!(c.on_drain_started(&counts, LATER, IDLE), Action::GoAway);
+        assert_eq!(c.on_grace_over(&counts, LATER, IDLE), Action::Nothing);
     }
 
     #[test]
@@ -687,9 +751,9 @@ mod tests {
         c.on_read(40, b"GET / HTTP/1.1\r\n");
         c.stream_started();
         c.on_write(100);
-        c.stream_ended();
-        assert_eq!(c.on_drain_started(&counts), Action::Close);
-        assert_eq!(c.on_grace_over(&counts), Action::Nothing);
+        c.stream_ended(T0);
+        assert_eq!(c.on_drain_started(&counts, LATER, IDLE), Action::Close);
+        assert_eq!(c.on_grace_over(&counts, LATER, IDLE), Action::Nothing);
         assert_eq!(counts.snapshot(), IdleTold { http1: 1, http2: 0 });
     }
 
@@ -699,19 +763,45 @@ mod tests {
         let c = Conn::new(1);
         c.on_read(40, b"GET / HTTP/1.1\r\n");
         c.stream_started();
-        assert_eq!(c.on_drain_started(&counts), Action::Nothing, "in flight");
-        c.stream_ended();
+        assert_eq!(
+            c.on_drain_started(&counts, LATER, IDLE),
+            Action::Nothing,
+            "in flight"
+        );
+        c.stream_ended(T0);
         // Bytes of the next request read, its stream not started yet (headers incomplete).
         c.on_read(10, b"");
         assert_eq!(
-            c.on_drain_started(&counts),
+            c.on_drain_started(&counts, LATER, IDLE),
             Action::Nothing,
             "request on its way"
         );
         c.stream_started();
-        c.stream_ended();
+        c.stream_ended(T0);
         // The response carried connection: close; whatever is left is closed after the grace.
-        assert_eq!(c.on_grace_over(&counts), Action::Close);
+        assert_eq!(c.on_grace_over(&counts, LATER, IDLE), Action::Close);
+        assert_eq!(counts.snapshot(), IdleTold { http1: 1, http2: 0 });
+    }
+
+    #[test]
+    fn http1_between_back_to_back_requests_is_busy_not_idle() {
+        // A keep-alive client sending back to back: its last response ended just now.
+        let counts = Counts::default();
+        let c = Conn::new(1);
+        c.on_read(40, b"GET / HTTP/1.1\r\n");
+        c.stream_started();
+        c.stream_ended(T0);
+        let just_after = T0 + 1_000_000; // 1 ms
+        assert_eq!(
+            c.on_drain_started(&counts, just_after, IDLE),
+            Action::Nothing
+        );
+        assert_eq!(
+            c.on_grace_over(&counts, T0 + 500_000_000, IDLE),
+            Action::Nothing
+        );
+        // The client stopped sending: a later check closes it.
+        assert_eq!(c.on_grace_over(&counts, LATER, IDLE), Action::Close);
         assert_eq!(counts.snapshot(), IdleTold { http1: 1, http2: 0 });
     }
 
@@ -721,10 +811,13 @@ mod tests {
         let counts = Counts::default();
         let c = Conn::new(1);
         c.on_read(40, b"GET / HTTP/1.1\r\n");
-        assert_eq!(c.on_drain_started(&counts), Action::Nothing);
-        assert_eq!(c.on_grace_over(&counts), Action::Nothing);
+        assert_eq!(c.on_drain_started(&counts, LATER, IDLE), Action::Nothing);
+        assert_eq!(c.on_grace_over(&counts, LATER, IDLE), Action::Nothing);
         let fresh = Conn::new(2);
-        assert_eq!(fresh.on_drain_started(&counts), Action::Nothing);
+        assert_eq!(
+            fresh.on_drain_started(&counts, LATER, IDLE),
+            Action::Nothing
+        );
     }
 
     #[test]

@@ -127,9 +127,9 @@ async fn http1_keepalive_gets_connection_close_then_socket_closes() {
     busy.wait_closed(Duration::from_secs(2)).await.unwrap();
 
     // issue-14: the connection idle at the drain start is closed by the network filter (cleanly,
-    // no request on it); a keep-alive connection opened during the drain gets connection: close
-    // with its first response.
-    idle.wait_closed(Duration::from_secs(2)).await.unwrap();
+    // no request on it) once idle for idle_after, at the first re-check (2 s after the start); a
+    // keep-alive connection opened during the drain gets connection: close with its first response.
+    idle.wait_closed(Duration::from_secs(4)).await.unwrap();
     let mut late = H1Conn::connect(envoy.data).await.unwrap();
     let r = late.send("GET", "/after", &[]).await.unwrap();
     assert_eq!(r.status, 200);

@@ -20,6 +20,14 @@ const LONG: Settings = Settings {
     timeout: "20s",
 };
 const GRACE: Duration = Duration::from_secs(2);
+/// The example's `idle_after`: a connection counts as idle after this long without a request.
+const IDLE_AFTER: Duration = Duration::from_secs(1);
+
+/// Hold the connections idle (the scenario itself, not a synchronisation): long enough that the
+/// network filter counts them as idle, not as keep-alive clients between two requests.
+async fn stay_idle() {
+    tokio::time::sleep(IDLE_AFTER + Duration::from_millis(200)).await;
+}
 
 async fn start_drain(envoy: &Envoy) -> Instant {
     let r = clients::request(envoy.admin, "POST", "/graceful_drain", &[])
@@ -200,6 +208,7 @@ async fn idle_http1_keep_alive_is_closed_cleanly_at_drain_start() {
     let r = c.send("GET", "/before", &[]).await.unwrap();
     assert_eq!(r.status, 200);
     assert_eq!(r.header("connection"), None, "keep-alive before the drain");
+    stay_idle().await;
 
     let t0 = start_drain(&envoy).await;
     c.wait_closed(Duration::from_secs(2))
@@ -234,6 +243,7 @@ async fn http1_request_half_read_at_drain_start_gets_its_response() {
     .await;
     let mut witness = H1Conn::connect(envoy.data).await.unwrap();
     assert_eq!(witness.send("GET", "/", &[]).await.unwrap().status, 200);
+    stay_idle().await;
     let mut tcp = TcpStream::connect(("127.0.0.1", envoy.data)).await.unwrap();
     let host = format!("127.0.0.1:{}", envoy.data);
     // One full request first, so the connection is known to the HTTP filter.
@@ -308,6 +318,12 @@ async fn busy_connections_complete_their_requests_and_are_not_counted() {
         ..Options::default()
     })
     .await;
+    // One idle connection of each kind.
+    let mut h1_idle = H1Conn::connect(envoy.data).await.unwrap();
+    assert_eq!(h1_idle.send("GET", "/", &[]).await.unwrap().status, 200);
+    let mut h2_idle = H2Conn::connect(envoy.data).await.unwrap();
+    assert_eq!(h2_idle.send("/", &[]).await.unwrap().status, 200);
+    stay_idle().await;
     let slow = [("x-envoy-fault-delay-request", "1500")];
     let port = envoy.data;
     let h1_busy = tokio::spawn(async move {
@@ -316,11 +332,6 @@ async fn busy_connections_complete_their_requests_and_are_not_counted() {
     });
     let mut h2_busy = H2Conn::connect(envoy.data).await.unwrap();
     let h2_stream = tokio::spawn(h2_busy.start("/slow", &slow).await.unwrap());
-    // One idle connection of each kind.
-    let mut h1_idle = H1Conn::connect(envoy.data).await.unwrap();
-    assert_eq!(h1_idle.send("GET", "/", &[]).await.unwrap().status, 200);
-    let mut h2_idle = H2Conn::connect(envoy.data).await.unwrap();
-    assert_eq!(h2_idle.send("/", &[]).await.unwrap().status, 200);
     envoy.wait_active(2).await;
 
     start_drain(&envoy).await;
@@ -370,6 +381,7 @@ async fn clients_resuming_after_the_drain_start_see_no_failure() {
         assert_eq!(c.send("/", &[]).await.unwrap().status, 200);
         h2s.push(c);
     }
+    stay_idle().await;
     start_drain(&envoy).await;
     // Resume at staggered moments: at once, during the HTTP/2 grace, and after it.
     let mut tasks = Vec::new();
@@ -452,6 +464,7 @@ async fn exit_time_does_not_wait_for_idle_connections() {
     // A connection that never sent a byte, and one that only sent the HTTP/2 preface.
     let _silent = TcpStream::connect(("127.0.0.1", envoy.data)).await.unwrap();
     let _preface_only = RawH2::connect(envoy.data).await;
+    stay_idle().await;
 
     let t0 = Instant::now();
     envoy.sigterm();
@@ -579,6 +592,7 @@ async fn front_pool_resumes_without_failures(upstream_h2: bool) {
         .unwrap_or(0);
     assert!(pooled >= 1, "the front holds pooled upstream connections");
     gateway.wait_active(0).await;
+    stay_idle().await;
 
     let t0 = start_drain(&gateway).await;
     let mut failures = Vec::new();

@@ -69,21 +69,32 @@ const CLOSE_FLUSH_WRITE: u32 = 0;
 struct NetworkConfig {
     /// Time an idle HTTP/2 client gets between the GOAWAY and the close (default 2s).
     idle_close_grace: Option<String>,
+    /// No request in flight for this long makes a connection idle (default 1s).
+    idle_after: Option<String>,
 }
 
-fn parse_config(raw: &[u8]) -> Result<Duration, String> {
+/// `(idle_close_grace, idle_after)`.
+fn parse_config(raw: &[u8]) -> Result<(Duration, Duration), String> {
     let c: NetworkConfig = if raw.iter().all(u8::is_ascii_whitespace) {
         NetworkConfig::default()
     } else {
         serde_json::from_slice(raw)
             .map_err(|e| format!("invalid graceful_drain network filter config: {e}"))?
     };
-    match c.idle_close_grace {
-        None => Ok(connections::DEFAULT_IDLE_CLOSE_GRACE),
+    let field = |name: &str, v: Option<String>, default: Duration| match v {
+        None => Ok(default),
         Some(s) => parse_duration(&s).map_err(|e| {
-            format!("invalid graceful_drain network filter config: field `idle_close_grace`: {e}")
+            format!("invalid graceful_drain network filter config: field `{name}`: {e}")
         }),
-    }
+    };
+    Ok((
+        field(
+            "idle_close_grace",
+            c.idle_close_grace,
+            connections::DEFAULT_IDLE_CLOSE_GRACE,
+        )?,
+        field("idle_after", c.idle_after, connections::DEFAULT_IDLE_AFTER)?,
+    ))
 }
 
 struct NetConfig {
@@ -138,13 +149,14 @@ pub extern "C" fn envoy_dynamic_module_on_network_filter_config_new(
         // SAFETY: Envoy's config bytes are valid for the duration of this call.
         let raw = unsafe { envoy_bytes(config) };
         match parse_config(raw) {
-            Ok(grace) => {
+            Ok((grace, idle_after)) => {
                 let c = Connections::global();
                 c.install_commit(commit);
                 c.set_grace(grace);
+                c.set_idle_after(idle_after);
                 log::info!(
                     "graceful_drain: network filter loaded (idle connections are told at drain \
-                     start; idle_close_grace={grace:?})"
+                     start; idle_close_grace={grace:?}, idle_after={idle_after:?})"
                 );
                 Box::into_raw(Box::new(NetConfig {
                     told_http1: define_counter(ce, "idle_connections_told_http1"),
@@ -303,11 +315,13 @@ pub extern "C" fn envoy_dynamic_module_on_network_filter_scheduled(
         {
             return;
         }
-        let counts = &Connections::global().counts;
+        let global = Connections::global();
+        let counts = &global.counts;
+        let (now, idle_after) = (connections::now_nanos(), global.idle_after());
         let before = counts.snapshot();
         let action = match event_id {
-            EVENT_DRAIN_STARTED => conn.on_drain_started(counts),
-            EVENT_GRACE_OVER => conn.on_grace_over(counts),
+            EVENT_DRAIN_STARTED => conn.on_drain_started(counts, now, idle_after),
+            EVENT_GRACE_OVER => conn.on_grace_over(counts, now, idle_after),
             _ => Action::Nothing,
         };
         let after = counts.snapshot();
@@ -382,12 +396,15 @@ mod tests {
 
     #[test]
     fn config_defaults_and_errors_name_the_field() {
-        assert_eq!(parse_config(b"").unwrap(), Duration::from_secs(2));
-        assert_eq!(parse_config(b"{}").unwrap(), Duration::from_secs(2));
+        let defaults = (Duration::from_secs(2), Duration::from_secs(1));
+        assert_eq!(parse_config(b"").unwrap(), defaults);
+        assert_eq!(parse_config(b"{}").unwrap(), defaults);
         assert_eq!(
-            parse_config(br#"{"idle_close_grace": "500ms"}"#).unwrap(),
-            Duration::from_millis(500)
+            parse_config(br#"{"idle_close_grace": "500ms", "idle_after": "0s"}"#).unwrap(),
+            (Duration::from_millis(500), Duration::ZERO)
         );
+        let e = parse_config(br#"{"idle_after": "1"}"#).unwrap_err();
+        assert!(e.contains("idle_after"), "{e}");
         let e = parse_config(br#"{"idle_close_grace": "soon"}"#).unwrap_err();
         assert!(e.contains("idle_close_grace"), "{e}");
         let e = parse_config(br#"{"grace": "1s"}"#).unwrap_err();
