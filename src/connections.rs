@@ -242,6 +242,12 @@ impl Conn {
                 set(&self.closed_by_us, true);
                 Action::Close
             }
+            // Opened (or first written to) after the drain start and no stream on it: tell it now.
+            Wire::Http2 if !get(&self.told) && get(&self.server_wrote) && self.streams() == 0 => {
+                set(&self.told, true);
+                counts.http2.fetch_add(1, Ordering::Relaxed);
+                Action::GoAway
+            }
             // Busy at drain start and idle since (a client that stopped sending before its next
             // request would have carried `connection: close`): close it now.
             Wire::Http1 if !get(&self.told) && self.idle(now, idle_after) => {
@@ -346,10 +352,14 @@ impl StreamMark {
     }
 }
 
-/// The HTTP filter saw a stream start on connection `id` (its ConnectionId attribute). Returns
-/// the mark to pass to [`stream_ended`]; none if the connection has no network filter.
-pub fn stream_started(id: Option<u64>) -> StreamMark {
-    let Some(id) = id else {
+/// The HTTP filter saw a stream start on the connection `id()` names (its ConnectionId
+/// attribute, only asked for when a network filter is loaded). Returns the mark to pass to
+/// [`stream_ended`]; none if the connection has no network filter.
+pub fn stream_started(id: impl FnOnce() -> Option<u64>) -> StreamMark {
+    if Connections::global().commit.get().is_none() {
+        return StreamMark(None); // no network filter in this process: nothing to count
+    }
+    let Some(id) = id() else {
         return StreamMark(None);
     };
     match Index::global().shard(id).get(&id) {
@@ -699,6 +709,18 @@ mod tests {
     }
 
     #[test]
+    fn http2_without_goaway_at_drain_start_gets_it_at_a_later_check() {
+        // Server preface not written yet at the drain start (or connected during the drain).
+        let counts = Counts::default();
+        let c = h2_conn(1);
+        assert_eq!(c.on_drain_started(&counts, T0, IDLE), Action::Nothing);
+        c.on_write(9);
+        assert_eq!(c.on_grace_over(&counts, T0, IDLE), Action::GoAway);
+        assert_eq!(c.on_grace_over(&counts, T0, IDLE), Action::Nothing);
+        assert_eq!(counts.snapshot(), IdleTold { http1: 0, http2: 1 });
+    }
+
+    #[test]
     fn http2_control_frames_do_not_make_it_busy() {
         let counts = Counts::default();
         let c = h2_conn(1);
@@ -822,13 +844,14 @@ mod tests {
 
     #[test]
     fn streams_are_counted_through_the_index() {
+        Connections::global().install_commit(|_, _| {});
         let c = Arc::new(Conn::new(77));
-        assert_eq!(stream_started(Some(77)), StreamMark(None), "unknown id");
+        assert_eq!(stream_started(|| Some(77)), StreamMark(None), "unknown id");
         register(&c);
-        let m1 = stream_started(Some(77));
-        let m2 = stream_started(Some(77));
+        let m1 = stream_started(|| Some(77));
+        let m2 = stream_started(|| Some(77));
         assert!(m1.is_set());
-        assert!(!stream_started(None).is_set());
+        assert!(!stream_started(|| None).is_set());
         assert_eq!(c.streams(), 2);
         stream_ended(m1);
         stream_ended(StreamMark::default());

@@ -149,7 +149,7 @@ impl DataStream {
         let shared = Shared::global();
         // issue-14: count the stream against its connection (idle tracking of the network filter).
         if !self.conn.is_set() {
-            self.conn = crate::connections::stream_started(host.connection_id());
+            self.conn = crate::connections::stream_started(|| host.connection_id());
         }
         if self.waker == 0 {
             if let Some(w) = host.new_waker() {
