@@ -51,8 +51,9 @@ pub fn now_nanos() -> u64 {
     crate::ffi::coarse_monotonic_nanos()
 }
 
-/// The HTTP/2 client connection preface (RFC 9113 §3.4).
-const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+/// The start of the HTTP/2 client connection preface (RFC 9113 §3.4) that Envoy's connection
+/// manager looks for with `codec_type: AUTO` (`Http2::CLIENT_MAGIC_PREFIX`).
+pub const H2_MAGIC_PREFIX: &[u8] = b"PRI * HTTP/2";
 
 /// GOAWAY frame: length 8, type 7, flags 0, stream 0; last-stream-id 2^31-1; error NO_ERROR.
 /// The largest last-stream-id means "every stream you already sent will be processed": it is the
@@ -156,24 +157,23 @@ impl Conn {
         self.wire() == Wire::Unknown
     }
 
-    /// The client sent `len` bytes; `first` is a view of the start of the read buffer while the
-    /// protocol is still unknown (may be shorter than `len`, or empty once known).
+    /// The client sent `len` bytes; `first` is the start of the read buffer (up to
+    /// `H2_MAGIC_PREFIX.len()` bytes) while the protocol is still unknown, empty once known.
     pub fn on_read(&self, len: usize, first: &[u8]) {
         if len > 0 {
             set(&self.read_since_idle, true);
         }
-        if !self.sniffing() {
+        if !self.sniffing() || first.is_empty() {
             return;
         }
-        // The connection manager leaves the read buffer alone until it has picked its codec
-        // (with `codec_type: AUTO` it looks for this same preface), so the start of the buffer is
-        // the start of the connection while we sniff.
-        let n = first.len().min(H2_PREFACE.len());
-        if first[..n] != H2_PREFACE[..n] {
-            self.set_wire(Wire::Http1);
-        } else if n == H2_PREFACE.len() {
-            self.set_wire(Wire::Http2);
-        }
+        // Decided on the first bytes by the connection manager's own rule (`codec_type: AUTO`
+        // creates its codec on the first data: HTTP/2 if it starts with the magic prefix, else
+        // HTTP/1), so the filter never disagrees with the codec about the protocol.
+        self.set_wire(if first.starts_with(H2_MAGIC_PREFIX) {
+            Wire::Http2
+        } else {
+            Wire::Http1
+        });
     }
 
     /// The server wrote `len` bytes towards the client.
@@ -629,38 +629,46 @@ mod tests {
     /// Long enough after T0 for a connection idle since T0 to count as idle.
     const LATER: u64 = T0 + 2_000_000_000;
 
+    const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
     fn h2_conn(id: u64) -> Conn {
         let c = Conn::new(id);
-        c.on_read(H2_PREFACE.len() + 9, H2_PREFACE);
+        c.on_read(PREFACE.len() + 9, &PREFACE[..H2_MAGIC_PREFIX.len()]);
         c
     }
 
     #[test]
-    fn detects_http2_from_the_preface_even_split() {
-        let c = Conn::new(1);
-        c.on_read(3, b"PRI");
-        assert_eq!(c.wire(), Wire::Unknown);
-        assert!(c.sniffing());
-        c.on_read(24, H2_PREFACE);
+    fn detects_http2_from_the_magic_prefix_like_the_connection_manager() {
+        let c = h2_conn(1);
         assert_eq!(c.wire(), Wire::Http2);
         assert!(!c.sniffing());
+        c.on_read(10, b"GET / HTTP/1.1"); // later bytes change nothing
+        assert_eq!(c.wire(), Wire::Http2);
     }
 
     #[test]
     fn anything_else_is_http1() {
-        for first in [&b"GET / HTTP/1.1\r\n"[..], b"P", b"PRX", b"POST /"] {
+        // A first read shorter than the prefix makes the connection manager pick HTTP/1 too.
+        for first in [
+            &b"GET / HTTP/1.1\r\n"[..],
+            b"P",
+            b"PRI",
+            b"PRX * HTTP/2",
+            b"POST /",
+        ] {
             let c = Conn::new(1);
             c.on_read(first.len(), first);
-            let expect = if first == b"P" {
-                Wire::Unknown
-            } else {
-                Wire::Http1
-            };
-            assert_eq!(c.wire(), expect, "{:?}", String::from_utf8_lossy(first));
+            assert_eq!(
+                c.wire(),
+                Wire::Http1,
+                "{:?}",
+                String::from_utf8_lossy(first)
+            );
         }
         let c = Conn::new(2);
         c.on_read(0, b"");
         assert_eq!(c.wire(), Wire::Unknown, "an empty read decides nothing");
+        assert!(c.sniffing());
     }
 
     #[test]

@@ -243,17 +243,23 @@ pub extern "C" fn envoy_dynamic_module_on_network_filter_read(
             conn.on_read(data_len, &[]);
             return STATUS_CONTINUE;
         }
-        // Only while the protocol is unknown (the first read or two): look at the first chunk.
+        // Only while the protocol is unknown (the first read): the first bytes of the buffer.
         // SAFETY: live filter inside its read hook, where the read buffer is current.
         let n =
             unsafe { envoy_dynamic_module_callback_network_filter_get_read_buffer_chunks_size(fe) };
-        let mut chunks = vec![
-            Buffer {
-                ptr: ptr::null(),
-                len: 0
-            };
-            n
-        ];
+        // Usually one slice: a stack array avoids an allocation per connection.
+        const EMPTY: Buffer = Buffer {
+            ptr: ptr::null(),
+            len: 0,
+        };
+        let mut stack = [EMPTY; 4];
+        let mut heap = Vec::new();
+        let chunks: &mut [Buffer] = if n <= stack.len() {
+            &mut stack[..n]
+        } else {
+            heap.resize(n, EMPTY);
+            &mut heap
+        };
         // SAFETY: `chunks` has room for the `n` slices Envoy reported for this same buffer.
         let ok = n > 0
             && unsafe {
@@ -262,12 +268,21 @@ pub extern "C" fn envoy_dynamic_module_on_network_filter_read(
                     chunks.as_mut_ptr(),
                 )
             };
-        // SAFETY: Envoy filled the slices; they stay valid during this hook; null/empty handled.
-        let first = if ok {
-            unsafe { envoy_bytes(chunks[0]) }
-        } else {
-            &[]
-        };
+        let mut head = [0u8; connections::H2_MAGIC_PREFIX.len()];
+        let mut have = 0;
+        if ok {
+            for c in chunks.iter() {
+                // SAFETY: Envoy filled the slices; valid during this hook; null/empty handled.
+                let bytes = unsafe { envoy_bytes(*c) };
+                let take = bytes.len().min(head.len() - have);
+                head[have..have + take].copy_from_slice(&bytes[..take]);
+                have += take;
+                if have == head.len() {
+                    break;
+                }
+            }
+        }
+        let first = &head[..have];
         conn.on_read(data_len, first);
         STATUS_CONTINUE
     })
