@@ -82,7 +82,7 @@ def remove_list_items(text, name):
     return "\n".join(out)
 
 
-def render_gateway(ports, module=True, settings=None, network_filter=True):
+def render_gateway(ports, module=True, settings=None, network_filter=True, http_filter=True):
     admin, data, control = ports
     y = open(os.path.join(ROOT, "envoy-config/gateway.yaml")).read()
     for old, new, n in (("port_value: 9901", admin, 2), ("port_value: 10000", data, 1), ("port_value: 10001", control, 1)):
@@ -99,6 +99,9 @@ def render_gateway(ports, module=True, settings=None, network_filter=True):
         y = remove_list_items(y, "envoy.filters.http.dynamic_modules")
     if not module or not network_filter:
         y = remove_list_items(y, "envoy.filters.network.dynamic_modules")
+    if module and not http_filter:
+        # Connection mode: the network filter and the bootstrap extension, no HTTP filter.
+        y = remove_list_items(y, "envoy.filters.http.dynamic_modules")
     return y
 
 
@@ -227,10 +230,12 @@ def h2load(port, n, clients, h1, extra=()):
     return out
 
 
-def callgrind_run(binary, module, h1, n, draining=False, one_per_connection=False, network_filter=True):
+def callgrind_run(binary, module, h1, n, draining=False, one_per_connection=False, network_filter=True,
+                  http_filter=True):
     ports = free_ports(3)
     settings = {"min_drain_duration": "3600s", "quiet_period": "1s", "drain_timeout": "3600s"} if draining else None
-    yaml = render_gateway(ports, module=module, settings=settings, network_filter=network_filter)
+    yaml = render_gateway(ports, module=module, settings=settings, network_filter=network_filter,
+                          http_filter=http_filter)
     tmp = tempfile.mkdtemp(prefix="gd-cg-")
     out_file = os.path.join(tmp, "cg.out")
     e = Envoy(binary, yaml, ports[0], wrapper=["valgrind", "--tool=callgrind", f"--callgrind-out-file={out_file}"])
@@ -312,7 +317,13 @@ def bench_connections(binary, smoke):
             log(f"callgrind {name} {kind}: module without / with the network filter")
             without, _ = callgrind_run(binary, True, h1, n, one_per_connection=per_conn, network_filter=False)
             with_nf, _ = callgrind_run(binary, True, h1, n, one_per_connection=per_conn, network_filter=True)
-            rows.append({"case": f"{name}, {kind}", "without": without, "with": with_nf})
+            row = {"case": f"{name}, {kind}", "without": without, "with": with_nf}
+            if not smoke:
+                log(f"callgrind {name} {kind}: bare Envoy / connection mode (no HTTP filter)")
+                row["bare"], _ = callgrind_run(binary, False, h1, n, one_per_connection=per_conn)
+                row["connection_mode"], _ = callgrind_run(binary, True, h1, n, one_per_connection=per_conn,
+                                                          http_filter=False)
+            rows.append(row)
     return rows
 
 
@@ -594,6 +605,15 @@ def write_report(data):
         L += ["", "One request per connection: the added instructions are the network filter's cost per new connection "
               "(registration, scheduler, protocol sniffing, teardown). Keep-alive: its cost per request (read/write "
               "hooks and the HTTP filter's per-connection stream count).", ""]
+        if any("connection_mode" in r for r in data["connections"]):
+            L += ["### Filter mode vs connection mode (no HTTP filter), per request", "",
+                  "| case | bare Envoy | filter mode (HTTP + network filter) | ratio | connection mode (network filter only) | ratio |",
+                  "|---|---|---|---|---|---|"]
+            for r in data["connections"]:
+                if "connection_mode" in r:
+                    L.append(f"| {r['case']} | {r['bare']:.0f} | {r['with']:.0f} | {ratio(r['with'], r['bare']):.4f} | "
+                             f"{r['connection_mode']:.0f} | {ratio(r['connection_mode'], r['bare']):.4f} |")
+            L += [""]
     L += ["## Throughput and latency (interleaved rounds, min / median / max)", "",
           "| protocol | concurrency | bare req/s | module req/s | median ratio | latency bare | latency module |", "|---|---|---|---|---|---|---|"]
     for r in data["throughput"]:

@@ -126,6 +126,9 @@ pub struct Options {
     pub panic_test_module: bool,
     /// Route `/upstream/...` on the data listener to a test server on this port.
     pub test_upstream: Option<u16>,
+    /// Keep the module's HTTP filter (false: connection mode, the network filter and the
+    /// bootstrap extension only; `/ready` then comes from Envoy's health_check filter).
+    pub http_filter: bool,
 }
 
 impl Default for Options {
@@ -138,6 +141,7 @@ impl Default for Options {
             env: Vec::new(),
             panic_test_module: false,
             test_upstream: None,
+            http_filter: true,
         }
     }
 }
@@ -210,6 +214,9 @@ pub fn render_gateway(admin: u16, data: u16, control: u16, o: &Options) -> Strin
         y.push_str(&format!(
             "  - name: test_upstream\n    type: STATIC\n    connect_timeout: 1s\n    load_assignment:\n      cluster_name: test_upstream\n      endpoints:\n      - lb_endpoints:\n        - endpoint: {{ address: {{ socket_address: {{ address: 127.0.0.1, port_value: {port} }} }} }}\n"
         ));
+    }
+    if !o.http_filter {
+        y = remove_list_items(&y, "envoy.filters.http.dynamic_modules");
     }
     if !o.with_module {
         y = remove_list_items(&y, "envoy.bootstrap.dynamic_modules");
