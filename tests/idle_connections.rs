@@ -719,3 +719,81 @@ async fn network_filter_without_the_http_filter_sends_goaway_and_closes_nothing(
     assert_eq!(st["idle_connections_told"]["http2"], 2, "{st}");
     assert_eq!(st["idle_connections_told"]["http1"], 0, "{st}");
 }
+
+/// h2load (nghttp2) as the HTTP/2 client: its connections are idle between requests paced by a
+/// timing script when the drain starts; the injected GOAWAY must leave every connection valid:
+/// every request h2load started succeeds. h2load does not reconnect after a GOAWAY, so it does not
+/// start the later requests, and counts those as failed/errored (its accounting, nothing sent).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn h2load_connections_stay_valid_across_the_injected_goaway() {
+    let h2load = std::process::Command::new("h2load")
+        .arg("--version")
+        .output();
+    assert!(
+        h2load.is_ok(),
+        "h2load not found: install nghttp2-client (`make bench-deps`)"
+    );
+    let envoy = Envoy::start(Options {
+        settings: LONG,
+        ..Options::default()
+    })
+    .await;
+    let dir = common::envoy::TempDir::new("h2load");
+    let script = dir.0.join("timing");
+    // Per client: a request at once, one at 1.5 s, one at 3 s: idle in between.
+    let uri = format!("http://127.0.0.1:{}", envoy.data);
+    std::fs::write(
+        &script,
+        format!("0.0\t{uri}/a\n1500.0\t{uri}/b\n3000.0\t{uri}/c\n"),
+    )
+    .unwrap();
+    let mut child = tokio::process::Command::new("h2load")
+        .args(["-c", "2", "--timing-script-file"])
+        .arg(&script)
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("h2load");
+    eventually(
+        "h2load's first two rounds (the drain starts before the third)",
+        Duration::from_secs(5),
+        || async { (envoy.stat("http.data.downstream_rq_total").await? >= 4).then_some(()) },
+    )
+    .await;
+    envoy.wait_active(0).await;
+    start_drain(&envoy).await;
+    let mut out = String::new();
+    let mut stdout = child.stdout.take().unwrap();
+    tokio::time::timeout(Duration::from_secs(20), stdout.read_to_string(&mut out))
+        .await
+        .expect("h2load finishes")
+        .unwrap();
+    let status = child.wait().await.unwrap();
+    let line = out
+        .lines()
+        .find(|l| l.starts_with("requests:"))
+        .unwrap_or_else(|| panic!("no summary from h2load ({status}):\n{out}"));
+    let field = |name: &str| -> u64 {
+        line.split(',')
+            .find_map(|p| {
+                p.trim()
+                    .strip_suffix(name)?
+                    .trim()
+                    .rsplit(' ')
+                    .next()?
+                    .parse()
+                    .ok()
+            })
+            .unwrap_or_else(|| panic!("no `{name}` in {line:?}"))
+    };
+    assert_eq!(
+        field("succeeded"),
+        field("started"),
+        "a started request failed: {out}"
+    );
+    assert_eq!(field("started"), 4, "GOAWAY stops new requests: {out}");
+    assert_eq!(field("timeout"), 0, "{out}");
+    assert!(out.contains("status codes: 4 2xx"), "{out}");
+    let st = envoy.drain_status().await;
+    assert_eq!(st["idle_connections_told"]["http2"], 2, "{st}");
+}
