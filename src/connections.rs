@@ -7,10 +7,14 @@
 //! keep-alive connection carries none, so nobody told its client until the process exited and the
 //! kernel closed it (for HTTP/2, without GOAWAY). The network filter in front of the connection
 //! manager knows every connection; this module decides, per connection:
-//! - idle HTTP/2 (server preface already written, no stream in flight): inject GOAWAY(2^31-1,
-//!   NO_ERROR) at drain start, close once the client had `idle_close_grace` to act on it;
-//! - idle HTTP/1.1 (no request in flight, nothing read since the last response): close cleanly;
+//! - HTTP/2 with no stream in flight (after the server preface): inject GOAWAY(2^31-1, NO_ERROR)
+//!   at drain start, close once the client had `idle_close_grace` to act on it and no request
+//!   was in flight for `idle_after`;
+//! - idle HTTP/1.1 (no request in flight for `idle_after`, nothing read since): close cleanly;
 //! - busy connections: nothing here; the HTTP filter sends them away as before.
+//!
+//! Without the HTTP filter (connection mode) streams are unknown: every HTTP/2 connection gets
+//! the GOAWAY (safe on busy ones) and nothing is closed.
 //!
 //! Threading: a connection's network filter and every HTTP stream on it run on one worker thread,
 //! but not always its teardown: Envoy 1.40's `network_filter_scheduler_commit` takes a strong
@@ -607,6 +611,13 @@ pub fn drain_started() {
         .spawn(move || {
             for _ in 0..RECHECKS {
                 std::thread::sleep(grace);
+                // Once the drain completed the exit follows: no commits into a tearing-down Envoy.
+                if matches!(
+                    crate::state::Shared::global().phase(),
+                    crate::drain::Phase::Drained { .. }
+                ) {
+                    return;
+                }
                 Connections::global().wake_all(EVENT_GRACE_OVER);
             }
         });
