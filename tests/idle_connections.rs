@@ -451,7 +451,10 @@ async fn clients_resuming_after_the_drain_start_see_no_failure() {
         "idle connections were told: {reconnects} reconnects"
     );
     let st = envoy.drain_status().await;
-    assert_eq!(st["idle_connections_told"]["http1"], 4, "{st}");
+    // The client resuming at the drain start itself may beat the close (which waits
+    // CONFIRM_DELAY for such a request): it is then served with `connection: close` instead.
+    let h1_told = st["idle_connections_told"]["http1"].as_u64().unwrap();
+    assert!((3..=4).contains(&h1_told), "{st}");
     assert_eq!(st["idle_connections_told"]["http2"], 4, "{st}");
 }
 
@@ -796,4 +799,73 @@ async fn h2load_connections_stay_valid_across_the_injected_goaway() {
     assert!(out.contains("status codes: 4 2xx"), "{out}");
     let st = envoy.drain_status().await;
     assert_eq!(st["idle_connections_told"]["http2"], 2, "{st}");
+}
+
+/// HTTP/1.1 keep-alive clients pausing about `idle_after` between requests (0.95-1.15 s), across
+/// the drain start and the re-checks: a connection the filter finds idle may get the client's next
+/// request in that very moment. The close waits CONFIRM_DELAY and is dropped if a request came
+/// (measured before that: 1-2 of 150 such clients lost a request at the drain start).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn clients_pausing_about_idle_after_lose_nothing() {
+    let envoy = Envoy::start(Options {
+        settings: Settings {
+            min_drain: "8s",
+            quiet: "200ms",
+            timeout: "20s",
+        },
+        ..Options::default()
+    })
+    .await;
+    let port = envoy.data;
+    let start = Instant::now();
+    let run_for = Duration::from_secs(8);
+    let mut tasks = Vec::new();
+    for i in 0..120u64 {
+        tasks.push(tokio::spawn(async move {
+            let mut c = H1Conn::connect(port).await.unwrap();
+            let (mut ok, mut failures) = (0u64, Vec::new());
+            let mut x = i * 7919 + 13;
+            for _ in 0..20 {
+                if start.elapsed() >= run_for {
+                    break;
+                }
+                x = x
+                    .wrapping_mul(6_364_136_223_846_793_005)
+                    .wrapping_add(1_442_695_040_888_963_407);
+                let pause = 950 + (x >> 33) % 200;
+                tokio::time::sleep(Duration::from_millis(pause)).await;
+                if !c.is_open() {
+                    c = H1Conn::connect(port).await.unwrap();
+                }
+                match c.send("GET", "/", &[]).await {
+                    Ok(r) if r.status == 200 => ok += 1,
+                    other => {
+                        failures.push(format!("{other:?} at {:?}", start.elapsed()));
+                        c = H1Conn::connect(port).await.unwrap();
+                    }
+                }
+            }
+            (ok, failures)
+        }));
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    start_drain(&envoy).await;
+    let (mut ok, mut failures) = (0, Vec::new());
+    for t in tasks {
+        let (o, f) = t.await.unwrap();
+        ok += o;
+        failures.extend(f);
+    }
+    let st = envoy.drain_status().await;
+    eprintln!(
+        "pausing clients: {ok} requests ok, {} failed; idle told {}",
+        failures.len(),
+        st["idle_connections_told"]
+    );
+    assert!(ok > 500, "too little load: {ok}");
+    assert!(failures.is_empty(), "lost requests: {failures:?}");
+    assert!(
+        st["idle_connections_told"]["http1"].as_u64().unwrap() >= 1,
+        "some connections were idle at a check: {st}"
+    );
 }

@@ -6,8 +6,8 @@ use super::abi::{self, Buffer, EnvoyPtr};
 use super::{envoy_bytes, guard, module_buffer};
 use crate::config::parse_duration;
 use crate::connections::{
-    self, Action, Conn, Connections, Waker, WakerSlot, EVENT_DRAIN_STARTED, EVENT_GRACE_OVER,
-    GOAWAY_NO_ERROR,
+    self, Action, Conn, Connections, Waker, WakerSlot, EVENT_CONFIRM_CLOSE, EVENT_DRAIN_STARTED,
+    EVENT_GRACE_OVER, GOAWAY_NO_ERROR,
 };
 use serde::Deserialize;
 use std::os::raw::c_void;
@@ -337,6 +337,7 @@ pub extern "C" fn envoy_dynamic_module_on_network_filter_scheduled(
         let action = match event_id {
             EVENT_DRAIN_STARTED => conn.on_drain_started(counts, now, idle_after),
             EVENT_GRACE_OVER => conn.on_grace_over(counts, now, idle_after),
+            EVENT_CONFIRM_CLOSE => conn.on_confirm_close(counts, now, idle_after),
             _ => Action::Nothing,
         };
         let after = counts.snapshot();
