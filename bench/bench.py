@@ -82,7 +82,7 @@ def remove_list_items(text, name):
     return "\n".join(out)
 
 
-def render_gateway(ports, module=True, settings=None):
+def render_gateway(ports, module=True, settings=None, network_filter=True, http_filter=True):
     admin, data, control = ports
     y = open(os.path.join(ROOT, "envoy-config/gateway.yaml")).read()
     for old, new, n in (("port_value: 9901", admin, 2), ("port_value: 10000", data, 1), ("port_value: 10001", control, 1)):
@@ -96,6 +96,11 @@ def render_gateway(ports, module=True, settings=None):
         y = y.replace("bootstrap_extensions:\n", "")
         # The control listener keeps Envoy's own health_check filter on /ready (200 until
         # /healthcheck/fail), which is what stock gateways (Envoy Gateway) use for readiness.
+        y = remove_list_items(y, "envoy.filters.http.dynamic_modules")
+    if not module or not network_filter:
+        y = remove_list_items(y, "envoy.filters.network.dynamic_modules")
+    if module and not http_filter:
+        # Connection mode: the network filter and the bootstrap extension, no HTTP filter.
         y = remove_list_items(y, "envoy.filters.http.dynamic_modules")
     return y
 
@@ -225,10 +230,12 @@ def h2load(port, n, clients, h1, extra=()):
     return out
 
 
-def callgrind_run(binary, module, h1, n, draining=False, one_per_connection=False):
+def callgrind_run(binary, module, h1, n, draining=False, one_per_connection=False, network_filter=True,
+                  http_filter=True):
     ports = free_ports(3)
     settings = {"min_drain_duration": "3600s", "quiet_period": "1s", "drain_timeout": "3600s"} if draining else None
-    yaml = render_gateway(ports, module=module, settings=settings)
+    yaml = render_gateway(ports, module=module, settings=settings, network_filter=network_filter,
+                          http_filter=http_filter)
     tmp = tempfile.mkdtemp(prefix="gd-cg-")
     out_file = os.path.join(tmp, "cg.out")
     e = Envoy(binary, yaml, ports[0], wrapper=["valgrind", "--tool=callgrind", f"--callgrind-out-file={out_file}"])
@@ -296,6 +303,29 @@ def bench_instructions(binary, smoke):
             rows.append({"case": f"{name} one request per connection, serving", "bare": bare, "module": serving, "module_own": None})
             rows.append({"case": f"{name} one request per connection, draining (go-away path on every request)",
                          "bare": bare, "module": draining, "module_own": None})
+    return rows
+
+
+def bench_connections(binary, smoke):
+    """What the network filter (idle connections told at drain start) costs: instructions per
+    new connection (one request each) and per keep-alive request, module with vs without it."""
+    rows = []
+    cases = [("HTTP/1.1", True)] if smoke else [("HTTP/1.1", True), ("HTTP/2", False)]
+    for name, h1 in cases:
+        kinds = [("one request per connection", True, 100 if smoke else 1000)]
+        if not smoke:  # the smoke pass only checks the command runs: one row is enough
+            kinds.append(("keep-alive request", False, 5000))
+        for kind, per_conn, n in kinds:
+            log(f"callgrind {name} {kind}: module without / with the network filter")
+            without, _ = callgrind_run(binary, True, h1, n, one_per_connection=per_conn, network_filter=False)
+            with_nf, _ = callgrind_run(binary, True, h1, n, one_per_connection=per_conn, network_filter=True)
+            row = {"case": f"{name}, {kind}", "without": without, "with": with_nf}
+            if not smoke:
+                log(f"callgrind {name} {kind}: bare Envoy / connection mode (no HTTP filter)")
+                row["bare"], _ = callgrind_run(binary, False, h1, n, one_per_connection=per_conn)
+                row["connection_mode"], _ = callgrind_run(binary, True, h1, n, one_per_connection=per_conn,
+                                                          http_filter=False)
+            rows.append(row)
     return rows
 
 
@@ -569,6 +599,23 @@ def write_report(data):
                  f"{'%.0f' % own if own is not None else '-'} | {'%.0f' % host if host is not None else '-'} |")
     L += ["", "'module's own hooks' is the inclusive cost of the exported `on_http_filter_*` hooks (our code and the "
           "Envoy callbacks it makes); the rest of the difference is Envoy's dynamic-module filter machinery, paid by any module.", ""]
+    if data.get("connections"):
+        L += ["## Network filter for idle connections (callgrind, Envoy --concurrency 1)", "",
+              "| case | module without network filter | with it | added instructions | ratio |", "|---|---|---|---|---|"]
+        for r in data["connections"]:
+            L.append(f"| {r['case']} | {r['without']:.0f} | {r['with']:.0f} | {r['with'] - r['without']:.0f} | {ratio(r['with'], r['without']):.4f} |")
+        L += ["", "One request per connection: the added instructions are the network filter's cost per new connection "
+              "(registration, scheduler, protocol sniffing, teardown). Keep-alive: its cost per request (read/write "
+              "hooks and the HTTP filter's per-connection stream count).", ""]
+        if any("connection_mode" in r for r in data["connections"]):
+            L += ["### Filter mode vs connection mode (no HTTP filter), per request", "",
+                  "| case | bare Envoy | filter mode (HTTP + network filter) | ratio | connection mode (network filter only) | ratio |",
+                  "|---|---|---|---|---|---|"]
+            for r in data["connections"]:
+                if "connection_mode" in r:
+                    L.append(f"| {r['case']} | {r['bare']:.0f} | {r['with']:.0f} | {ratio(r['with'], r['bare']):.4f} | "
+                             f"{r['connection_mode']:.0f} | {ratio(r['connection_mode'], r['bare']):.4f} |")
+            L += [""]
     L += ["## Throughput and latency (interleaved rounds, min / median / max)", "",
           "| protocol | concurrency | bare req/s | module req/s | median ratio | latency bare | latency module |", "|---|---|---|---|---|---|---|"]
     for r in data["throughput"]:
@@ -597,7 +644,7 @@ def write_report(data):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--smoke", action="store_true", help="tiny sizes: checks the bench runs, gives no figures")
-    ap.add_argument("--only", choices=["instructions", "throughput", "shutdown", "memory"], action="append")
+    ap.add_argument("--only", choices=["instructions", "connections", "throughput", "shutdown", "memory"], action="append")
     ap.add_argument("--report-only", action="store_true", help="re-render report.md/svg from report.json")
     args = ap.parse_args()
     if args.report_only:
@@ -611,17 +658,19 @@ def main():
     cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), platform.machine())
     data = {"machine": f"{os.cpu_count()} CPUs ({cpu}), {platform.system()} {platform.release()}",
             "envoy": envoy_version(binary), "smoke": args.smoke,
-            "instructions": [], "throughput": [], "shutdown": [], "memory": {}}
-    only = args.only or ["instructions", "throughput", "shutdown", "memory"]
+            "instructions": [], "connections": [], "throughput": [], "shutdown": [], "memory": {}}
+    only = args.only or ["instructions", "connections", "throughput", "shutdown", "memory"]
     previous = os.path.join(OUT, "report.json")
     if args.only and os.path.exists(previous):
         # Partial run: keep the other sections of the last report.
         old = json.load(open(previous))
-        for k in ("instructions", "throughput", "shutdown", "memory"):
+        for k in ("instructions", "connections", "throughput", "shutdown", "memory"):
             if k not in only:
                 data[k] = old.get(k, data[k])
     if "instructions" in only:
         data["instructions"] = bench_instructions(binary, args.smoke)
+    if "connections" in only:
+        data["connections"] = bench_connections(binary, args.smoke)
     if "throughput" in only:
         data["throughput"] = bench_throughput(binary, args.smoke)
     if "shutdown" in only:

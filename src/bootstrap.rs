@@ -240,12 +240,14 @@ impl Engine {
                         log::info!(
                             "graceful_drain: drain completed in {} ms: requests served during it: \
                              {}, requests cut: 0; connections sent away: http1={} http2={} \
-                             other={}",
+                             other={}; idle connections told: http1={} http2={}",
                             outcome.duration.as_millis(),
                             st.requests_served_while_draining,
                             st.connections_sent_away.http1,
                             st.connections_sent_away.http2,
-                            st.connections_sent_away.other
+                            st.connections_sent_away.other,
+                            st.idle_connections_told.http1, // issue-14
+                            st.idle_connections_told.http2
                         );
                     }
                 }

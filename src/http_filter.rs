@@ -131,6 +131,8 @@ impl Stream {
 pub struct DataStream {
     /// A health check: answered as usual, but not work (not counted, holds no drain).
     health_check: bool,
+    /// The stream counted against its connection (the network filter's idle tracking).
+    conn: crate::connections::StreamMark,
     /// Present from the request headers until the stream ends.
     ticket: Option<Ticket>,
     waker: Option<Waker>,
@@ -147,6 +149,10 @@ impl DataStream {
             == Some(b"request")
         {
             panic!("test panic requested by x-graceful-drain-test-panic: request");
+        }
+        // Count the stream against its connection (the network filter's idle tracking).
+        if !self.conn.is_set() {
+            self.conn = crate::connections::stream_started(|| host.connection_id());
         }
         if self.ticket.is_some() || self.health_check {
             return HeadersAction::Continue;
@@ -227,6 +233,7 @@ impl DataStream {
         if let Some(w) = self.waker.take() {
             sink.drop_waker(w);
         }
+        crate::connections::stream_ended(std::mem::take(&mut self.conn));
     }
 }
 

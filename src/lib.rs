@@ -9,6 +9,7 @@
 //! - [`registry`]: lock-free per-worker table of in-flight requests (counts, wakers, start times);
 //!   its drain protocol is model-checked with loom.
 //! - [`clock`]: time as a trait, so every layer above is unit-tested on a fake clock.
+//! - [`connections`]: downstream connections seen by the network filter; tells idle ones at drain start.
 //! - [`drain`]: the pure drain state machine; time is passed in.
 //! - [`config`]: configuration parsing and validation with messages that name the field.
 //! - [`control`]: routing and bodies of the control endpoints (pure).
@@ -17,6 +18,7 @@
 pub mod bootstrap;
 pub mod clock;
 pub mod config;
+pub mod connections;
 pub mod control;
 pub mod drain;
 #[cfg(feature = "panic-test")]

@@ -27,6 +27,10 @@ pub struct Hooks {
     pub commit: fn(waker: usize, event: u64),
     /// Ask the drain engine on the main thread to evaluate the drain now (any thread).
     pub kick_engine: fn(),
+    /// The drain started: tell idle connections (the network filter; any thread).
+    pub drain_started: fn(),
+    /// How many idle connections were told (the network filter's counts).
+    pub idle_told: fn() -> crate::connections::IdleTold,
 }
 
 /// HTTP protocol family of a connection sent away. Stats and status use the same three labels.
@@ -303,6 +307,9 @@ impl Shared {
             return StartResult::Started;
         }
         self.requests.begin_drain(|w| self.commit(w, EVENT_GO_AWAY));
+        // Tell idle keep-alive connections (network filter); after the wake-ups above, so on each
+        // worker the busy connections' HTTP filters act first.
+        (self.hooks.drain_started)();
         (self.hooks.kick_engine)();
         StartResult::Started
     }
@@ -420,6 +427,7 @@ impl Shared {
                 slots: table.slots as u64,
                 bytes: table.bytes as u64,
             },
+            idle_connections_told: (self.hooks.idle_told)(),
             outcome: outcome.map(OutcomeReport::from),
             settings: settings.map(SettingsReport::from),
         }
@@ -512,6 +520,9 @@ pub struct Status {
     /// Requests not counted as work: those health checks plus control-listener requests.
     pub not_work_requests: u64,
     pub request_table: TableReport,
+    /// Idle keep-alive connections told by the network filter at drain start (HTTP/1.1 closed,
+    /// HTTP/2 sent GOAWAY); zeros without the network filter.
+    pub idle_connections_told: crate::connections::IdleTold,
     pub outcome: Option<OutcomeReport>,
     /// `null` when the bootstrap extension (the drain clock) is not loaded.
     pub settings: Option<SettingsReport>,
@@ -570,6 +581,8 @@ pub(crate) mod tests {
             Hooks {
                 commit: |w, e| COMMITS.with(|c| c.borrow_mut().push((w, e))),
                 kick_engine: || KICKS.with(|k| k.set(k.get() + 1)),
+                drain_started: || {},
+                idle_told: Default::default,
             },
             Registry::with_limits(4, 8),
         );
@@ -726,6 +739,7 @@ pub(crate) mod tests {
             "since_last_request_start_ms",
             "oldest_request_age_ms",
             "connections_sent_away",
+            "idle_connections_told",
             "requests_served_while_draining",
             "module_errors",
             "health_checks_seen",

@@ -229,8 +229,10 @@ async fn example_gateway_with_its_filters_deleted_still_drains() {
     let p = free_ports(3);
     let yaml = render_gateway(p[0], p[1], p[2], &Options::default());
     let y = remove_list_items(&yaml, "envoy.filters.http.dynamic_modules");
+    let y = remove_list_items(&y, "envoy.filters.network.dynamic_modules"); // issue-14
     assert!(
         !y.contains("envoy.filters.http.dynamic_modules")
+            && !y.contains("envoy.filters.network.dynamic_modules")
             && y.contains("envoy.bootstrap.dynamic_modules")
     );
     let envoy = Envoy::start_yaml(&y, p[0], p[1], p[2], &Options::default()).await;

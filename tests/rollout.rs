@@ -260,11 +260,13 @@ async fn rollout(
     upstream_h2: bool,
     prestop: bool,
     with_module: bool,
+    http_filter: bool,
 ) -> (Arc<LoadStats>, Vec<Termination>) {
     let _serial = SERIAL.lock().await;
     let opts = Options {
         settings: SETTINGS,
         with_module,
+        http_filter,
         concurrency: 1,
         ..Options::default()
     };
@@ -366,8 +368,19 @@ fn report(name: &str, stats: &LoadStats, terms: &[Termination]) {
 }
 
 async fn assert_zero_failures(upstream_h2: bool, prestop: bool) {
+    assert_zero_failures_in(upstream_h2, prestop, true).await
+}
+
+/// `http_filter: false` is connection mode (issue 14): the network filter and the bootstrap
+/// extension only, no HTTP filter; SIGTERM only (`/drain` is the HTTP filter's).
+async fn assert_zero_failures_in(upstream_h2: bool, prestop: bool, http_filter: bool) {
     let name = format!(
-        "module, {} front->gateway, {}",
+        "module{}, {} front->gateway, {}",
+        if http_filter {
+            ""
+        } else {
+            " (connection mode)"
+        },
         if upstream_h2 { "HTTP/2" } else { "HTTP/1.1" },
         if prestop {
             "preStop /drain + SIGTERM"
@@ -375,7 +388,7 @@ async fn assert_zero_failures(upstream_h2: bool, prestop: bool) {
             "SIGTERM only"
         }
     );
-    let (stats, terms) = rollout(upstream_h2, prestop, true).await;
+    let (stats, terms) = rollout(upstream_h2, prestop, true, http_filter).await;
     report(&name, &stats, &terms);
     assert!(
         stats.ok.load(Ordering::Relaxed) > 200,
@@ -439,13 +452,23 @@ async fn rolling_restart_http2_prestop_drain_loses_nothing() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn rolling_restart_http1_connection_mode_loses_nothing() {
+    assert_zero_failures_in(false, false, false).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn rolling_restart_http2_connection_mode_loses_nothing() {
+    assert_zero_failures_in(true, false, false).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn rolling_restart_without_the_module_fails_requests() {
     for upstream_h2 in [false, true] {
         let name = format!(
             "stock Envoy, {}",
             if upstream_h2 { "HTTP/2" } else { "HTTP/1.1" }
         );
-        let (stats, terms) = rollout(upstream_h2, false, false).await;
+        let (stats, terms) = rollout(upstream_h2, false, false, true).await;
         report(&name, &stats, &terms);
         assert!(stats.ok.load(Ordering::Relaxed) > 100, "too little load");
         assert!(

@@ -275,6 +275,48 @@ envoy_callbacks! {
         source_line: u32,
     );
 
+    // ---- network filter (signatures checked against the 1.40.0 binary by disassembly: the
+    // network-filter metric calls take no label arguments, unlike the HTTP ones) -----------------
+    fn envoy_dynamic_module_callback_network_filter_get_connection_id(filter: EnvoyPtr) -> u64;
+    /// 0 Open, 1 Closing, 2 Closed.
+    fn envoy_dynamic_module_callback_network_filter_get_connection_state(filter: EnvoyPtr) -> u32;
+    fn envoy_dynamic_module_callback_network_filter_get_read_buffer_chunks_size(
+        filter: EnvoyPtr,
+    ) -> usize;
+    fn envoy_dynamic_module_callback_network_filter_get_read_buffer_chunks(
+        filter: EnvoyPtr,
+        out: *mut Buffer,
+    ) -> bool;
+    /// Passes `data` down the write filter chain after this filter, then to the socket.
+    fn envoy_dynamic_module_callback_network_filter_inject_write_data(
+        filter: EnvoyPtr,
+        data: Buffer,
+        end_stream: bool,
+    );
+    /// close_type: 0 FlushWrite, 1 NoFlush, 2 FlushWriteAndDelay, 3 Abort, 4 AbortReset.
+    fn envoy_dynamic_module_callback_network_filter_close_with_details(
+        filter: EnvoyPtr,
+        close_type: u32,
+        details: Buffer,
+    );
+    fn envoy_dynamic_module_callback_network_filter_scheduler_new(filter: EnvoyPtr) -> *mut c_void;
+    /// Thread-safe: posts to the connection's dispatcher; a no-op once the filter is gone.
+    fn envoy_dynamic_module_callback_network_filter_scheduler_commit(
+        scheduler: *mut c_void,
+        event_id: u64,
+    );
+    fn envoy_dynamic_module_callback_network_filter_scheduler_delete(scheduler: *mut c_void);
+    fn envoy_dynamic_module_callback_network_filter_config_define_counter(
+        config: EnvoyPtr,
+        name: Buffer,
+        id: *mut usize,
+    ) -> u32;
+    fn envoy_dynamic_module_callback_network_filter_increment_counter(
+        filter: EnvoyPtr,
+        id: usize,
+        value: u64,
+    ) -> u32;
+
     // ---- HTTP filter: stream scope (worker thread, inside a hook) ----------------------------
     fn envoy_dynamic_module_callback_http_get_header(
         filter: EnvoyPtr,

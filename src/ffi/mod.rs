@@ -13,6 +13,7 @@ pub mod bootstrap;
 mod compat;
 pub mod http;
 mod logger;
+pub mod network;
 
 use crate::clock::Clock;
 use crate::state::{Hooks, Shared};
@@ -105,7 +106,7 @@ pub(crate) unsafe fn envoy_bytes<'a>(buf: Buffer) -> &'a [u8] {
 
 /// Monotonic nanoseconds from the kernel's coarse clock (a few instructions through the vDSO, with
 /// the granularity of the scheduler tick, 1-4 ms). Used for per-request timestamps.
-fn coarse_monotonic_nanos() -> u64 {
+pub(crate) fn coarse_monotonic_nanos() -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
@@ -152,6 +153,12 @@ pub(crate) fn shared() -> &'static Shared {
             Hooks {
                 commit: http::commit_scheduler,
                 kick_engine: bootstrap::kick_engine,
+                drain_started: || {
+                    crate::connections::drain_started(|| {
+                        matches!(shared().phase(), crate::drain::Phase::Drained { .. })
+                    })
+                },
+                idle_told: crate::connections::idle_told,
             },
         )
     })

@@ -126,6 +126,11 @@ impl H1Conn {
         .await
     }
 
+    /// Whether a pooled client would still use this connection (the server has not closed it).
+    pub fn is_open(&self) -> bool {
+        !self.sender.is_closed() && self.driver.as_ref().is_some_and(|d| !d.is_finished())
+    }
+
     /// Wait (bounded) for the server to close the connection cleanly.
     pub async fn wait_closed(mut self, timeout: Duration) -> Result<(), String> {
         let driver = self

@@ -193,6 +193,9 @@ pub struct Options {
     pub bootstrap_extra: Option<&'static str>,
     /// Replaces `--use-dynamic-base-id` (e.g. `--base-id N --restart-epoch E` for hot restart).
     pub base_args: Option<Vec<String>>,
+    /// Keep the module's HTTP filter (false: connection mode, the network filter and the
+    /// bootstrap extension only; `/ready` then comes from Envoy's health_check filter).
+    pub http_filter: bool,
 }
 
 impl Default for Options {
@@ -207,6 +210,7 @@ impl Default for Options {
             test_upstream: None,
             bootstrap_extra: None,
             base_args: None,
+            http_filter: true,
         }
     }
 }
@@ -285,9 +289,13 @@ pub fn render_gateway(admin: u16, data: u16, control: u16, o: &Options) -> Strin
             "  - name: test_upstream\n    type: STATIC\n    connect_timeout: 1s\n    load_assignment:\n      cluster_name: test_upstream\n      endpoints:\n      - lb_endpoints:\n        - endpoint: {{ address: {{ socket_address: {{ address: 127.0.0.1, port_value: {port} }} }} }}\n"
         ));
     }
+    if !o.http_filter {
+        y = remove_list_items(&y, "envoy.filters.http.dynamic_modules");
+    }
     if !o.with_module {
         y = remove_list_items(&y, "envoy.bootstrap.dynamic_modules");
         y = remove_list_items(&y, "envoy.filters.http.dynamic_modules");
+        y = remove_list_items(&y, "envoy.filters.network.dynamic_modules");
         y = y.replace("bootstrap_extensions:\n", "");
     }
     y

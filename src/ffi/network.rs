@@ -1,0 +1,393 @@
+//! Exported network-filter hooks (`envoy.filters.network.dynamic_modules`, placed before the HTTP
+//! connection manager) and the calls they make back into Envoy. Each hook: guard, convert,
+//! delegate to [`crate::connections`], which decides; this file only applies the decision.
+
+use super::abi::{self, Buffer, EnvoyPtr};
+use super::{envoy_bytes, guard, module_buffer};
+use crate::config::parse_duration;
+use crate::connections::{
+    self, Action, Conn, Connections, Waker, WakerSlot, EVENT_CONFIRM_CLOSE, EVENT_DRAIN_STARTED,
+    EVENT_GRACE_OVER, GOAWAY_NO_ERROR,
+};
+use serde::Deserialize;
+use std::os::raw::c_void;
+use std::ptr;
+use std::sync::Arc;
+use std::time::Duration;
+
+const STATUS_CONTINUE: u32 = 0;
+const CONNECTION_OPEN: u32 = 0;
+const CLOSE_FLUSH_WRITE: u32 = 0;
+
+/// The network filter's config (JSON in a StringValue; empty means defaults).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NetworkConfig {
+    /// Time an idle HTTP/2 client gets between the GOAWAY and the close (default 2s).
+    idle_close_grace: Option<String>,
+    /// No request in flight for this long makes a connection idle (default 1s).
+    idle_after: Option<String>,
+}
+
+/// `(idle_close_grace, idle_after)`.
+fn parse_config(raw: &[u8]) -> Result<(Duration, Duration), String> {
+    let c: NetworkConfig = if raw.iter().all(u8::is_ascii_whitespace) {
+        NetworkConfig::default()
+    } else {
+        serde_json::from_slice(raw)
+            .map_err(|e| format!("invalid graceful_drain network filter config: {e}"))?
+    };
+    let field = |name: &str, v: Option<String>, default: Duration| match v {
+        None => Ok(default),
+        Some(s) => parse_duration(&s).map_err(|e| {
+            format!("invalid graceful_drain network filter config: field `{name}`: {e}")
+        }),
+    };
+    Ok((
+        field(
+            "idle_close_grace",
+            c.idle_close_grace,
+            connections::DEFAULT_IDLE_CLOSE_GRACE,
+        )?,
+        field("idle_after", c.idle_after, connections::DEFAULT_IDLE_AFTER)?,
+    ))
+}
+
+struct NetConfig {
+    told_http1: Option<usize>,
+    told_http2: Option<usize>,
+}
+
+struct NetFilter {
+    config: *const NetConfig,
+    conn: Option<Arc<Conn>>,
+    slot: Option<WakerSlot>,
+}
+
+fn commit(waker: usize, event: u64) {
+    // SAFETY: `waker` is a live scheduler: the caller holds a counted reference to it, and only
+    // the last reference deletes it. (In 1.40 a commit can run the filter's destroy hook on this
+    // thread; the scheduler object itself stays valid until deleted.)
+    unsafe {
+        abi::envoy_dynamic_module_callback_network_filter_scheduler_commit(
+            waker as *mut c_void,
+            event,
+        )
+    }
+}
+
+fn delete_scheduler(waker: usize) {
+    // SAFETY: called once, by the last holder of the scheduler (see `Waker`).
+    unsafe {
+        abi::envoy_dynamic_module_callback_network_filter_scheduler_delete(waker as *mut c_void)
+    }
+}
+
+fn define_counter(ce: EnvoyPtr, name: &str) -> Option<usize> {
+    let mut id = 0usize;
+    // SAFETY: called inside config_new with Envoy's config pointer; the name lives for the call.
+    let r = unsafe {
+        abi::envoy_dynamic_module_callback_network_filter_config_define_counter(
+            ce,
+            module_buffer(name.as_bytes()),
+            &mut id,
+        )
+    };
+    if r != abi::METRICS_SUCCESS {
+        log::warn!("graceful_drain: could not define metric {name} (result {r})");
+        return None;
+    }
+    Some(id)
+}
+
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_network_filter_config_new(
+    ce: EnvoyPtr,
+    _name: Buffer,
+    config: Buffer,
+) -> *const c_void {
+    guard("network_filter_config_new", ptr::null(), || {
+        // SAFETY: Envoy's config bytes are valid for the duration of this call.
+        let raw = unsafe { envoy_bytes(config) };
+        match parse_config(raw) {
+            Ok((grace, idle_after)) => {
+                let c = Connections::global();
+                c.install_commit(commit);
+                c.set_grace(grace);
+                c.set_idle_after(idle_after);
+                log::info!(
+                    "graceful_drain: network filter loaded (idle connections are told at drain \
+                     start; idle_close_grace={grace:?}, idle_after={idle_after:?})"
+                );
+                Box::into_raw(Box::new(NetConfig {
+                    told_http1: define_counter(ce, "idle_connections_told_http1"),
+                    told_http2: define_counter(ce, "idle_connections_told_http2"),
+                })) as *const c_void
+            }
+            Err(e) => {
+                log::error!("{e}");
+                ptr::null()
+            }
+        }
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_network_filter_config_destroy(cm: *const c_void) {
+    guard("network_filter_config_destroy", (), || {
+        if !cm.is_null() {
+            // SAFETY: from Box::into_raw in config_new; Envoy destroys it once, after its filters.
+            drop(unsafe { Box::from_raw(cm as *mut NetConfig) });
+        }
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_network_filter_new(
+    cm: *const c_void,
+    _fe: EnvoyPtr,
+) -> *const c_void {
+    guard("network_filter_new", ptr::null(), || {
+        Box::into_raw(Box::new(NetFilter {
+            config: cm as *const NetConfig,
+            conn: None,
+            slot: None,
+        })) as *const c_void
+    })
+}
+
+/// # Safety
+/// `fm` must be a pointer returned by `on_network_filter_new` and not yet destroyed.
+unsafe fn net_filter<'a>(fm: *const c_void) -> Option<&'a mut NetFilter> {
+    // SAFETY: per the contract; Envoy calls a filter's hooks one at a time on its worker.
+    unsafe { (fm as *mut NetFilter).as_mut() }
+}
+
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_network_filter_new_connection(
+    fe: EnvoyPtr,
+    fm: *const c_void,
+) -> u32 {
+    guard("network_filter_new_connection", STATUS_CONTINUE, || {
+        // SAFETY: our own filter pointer.
+        let Some(f) = (unsafe { net_filter(fm) }) else {
+            return STATUS_CONTINUE;
+        };
+        // SAFETY: live filter, inside a hook on its worker; callbacks are set by now.
+        let id = unsafe { abi::envoy_dynamic_module_callback_network_filter_get_connection_id(fe) };
+        let conn = Arc::new(Conn::new(id));
+        connections::register(&conn);
+        f.conn = Some(conn);
+        // SAFETY: live filter on its worker.
+        let s = unsafe { abi::envoy_dynamic_module_callback_network_filter_scheduler_new(fe) };
+        if !s.is_null() {
+            let waker = Waker::new(s as usize, delete_scheduler);
+            f.slot = Some(Connections::global().wakers.insert(waker));
+        }
+        STATUS_CONTINUE
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_network_filter_read(
+    fe: EnvoyPtr,
+    fm: *const c_void,
+    data_len: usize,
+    _end_stream: bool,
+) -> u32 {
+    guard("network_filter_read", STATUS_CONTINUE, || {
+        // SAFETY: our own filter pointer.
+        let Some(conn) = (unsafe { net_filter(fm) }).and_then(|f| f.conn.as_ref()) else {
+            return STATUS_CONTINUE;
+        };
+        if !conn.sniffing() {
+            conn.on_read(data_len, &[]);
+            return STATUS_CONTINUE;
+        }
+        // Only while the protocol is unknown (the first read): the first bytes of the buffer.
+        // SAFETY: live filter inside its read hook, where the read buffer is current.
+        let n = unsafe {
+            abi::envoy_dynamic_module_callback_network_filter_get_read_buffer_chunks_size(fe)
+        };
+        // Usually one slice: a stack array avoids an allocation per connection.
+        const EMPTY: Buffer = Buffer {
+            ptr: ptr::null(),
+            len: 0,
+        };
+        let mut stack = [EMPTY; 4];
+        let mut heap = Vec::new();
+        let chunks: &mut [Buffer] = if n <= stack.len() {
+            &mut stack[..n]
+        } else {
+            heap.resize(n, EMPTY);
+            &mut heap
+        };
+        // SAFETY: `chunks` has room for the `n` slices Envoy reported for this same buffer.
+        let ok = n > 0
+            && unsafe {
+                abi::envoy_dynamic_module_callback_network_filter_get_read_buffer_chunks(
+                    fe,
+                    chunks.as_mut_ptr(),
+                )
+            };
+        let mut head = [0u8; connections::H2_MAGIC_PREFIX.len()];
+        let mut have = 0;
+        if ok {
+            for c in chunks.iter() {
+                // SAFETY: Envoy filled the slices; valid during this hook; null/empty handled.
+                let bytes = unsafe { envoy_bytes(*c) };
+                let take = bytes.len().min(head.len() - have);
+                head[have..have + take].copy_from_slice(&bytes[..take]);
+                have += take;
+                if have == head.len() {
+                    break;
+                }
+            }
+        }
+        let first = &head[..have];
+        conn.on_read(data_len, first);
+        STATUS_CONTINUE
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_network_filter_write(
+    _fe: EnvoyPtr,
+    fm: *const c_void,
+    data_len: usize,
+    _end_stream: bool,
+) -> u32 {
+    guard("network_filter_write", STATUS_CONTINUE, || {
+        // SAFETY: our own filter pointer.
+        if let Some(conn) = (unsafe { net_filter(fm) }).and_then(|f| f.conn.as_ref()) {
+            conn.on_write(data_len);
+        }
+        STATUS_CONTINUE
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_network_filter_event(
+    _fe: EnvoyPtr,
+    _fm: *const c_void,
+    _event: u32,
+) {
+}
+
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_network_filter_scheduled(
+    fe: EnvoyPtr,
+    fm: *const c_void,
+    event_id: u64,
+) {
+    guard("network_filter_scheduled", (), || {
+        // SAFETY: our own filter pointer.
+        let Some(f) = (unsafe { net_filter(fm) }) else {
+            return;
+        };
+        let Some(conn) = f.conn.as_ref() else { return };
+        // SAFETY: live filter on its worker, inside a hook.
+        if unsafe { abi::envoy_dynamic_module_callback_network_filter_get_connection_state(fe) }
+            != CONNECTION_OPEN
+        {
+            return;
+        }
+        let global = Connections::global();
+        let counts = &global.counts;
+        let (now, idle_after) = (connections::now_nanos(), global.idle_after());
+        let before = counts.snapshot();
+        let action = match event_id {
+            EVENT_DRAIN_STARTED => conn.on_drain_started(counts, now, idle_after),
+            EVENT_GRACE_OVER => conn.on_grace_over(counts, now, idle_after),
+            EVENT_CONFIRM_CLOSE => conn.on_confirm_close(counts, now, idle_after),
+            _ => Action::Nothing,
+        };
+        let after = counts.snapshot();
+        // SAFETY: the config outlives its filters.
+        if let Some(cfg) = unsafe { f.config.as_ref() } {
+            for (id, grew) in [
+                (cfg.told_http1, after.http1 > before.http1),
+                (cfg.told_http2, after.http2 > before.http2),
+            ] {
+                if let (Some(id), true) = (id, grew) {
+                    // SAFETY: live filter; id defined in config_new.
+                    unsafe {
+                        abi::envoy_dynamic_module_callback_network_filter_increment_counter(
+                            fe, id, 1,
+                        )
+                    };
+                }
+            }
+        }
+        match action {
+            Action::Nothing => {}
+            Action::GoAway => {
+                log::debug!(
+                    "graceful_drain: GOAWAY to idle HTTP/2 connection {}",
+                    conn.id
+                );
+                // SAFETY: live filter; the frame is a static; Envoy copies it.
+                unsafe {
+                    abi::envoy_dynamic_module_callback_network_filter_inject_write_data(
+                        fe,
+                        module_buffer(&GOAWAY_NO_ERROR),
+                        false,
+                    )
+                }
+            }
+            Action::Close => {
+                log::debug!("graceful_drain: closing idle connection {}", conn.id);
+                // SAFETY: live filter; the details string is static.
+                unsafe {
+                    abi::envoy_dynamic_module_callback_network_filter_close_with_details(
+                        fe,
+                        CLOSE_FLUSH_WRITE,
+                        module_buffer(b"graceful_drain_idle_close"),
+                    )
+                }
+            }
+        }
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_network_filter_destroy(fm: *const c_void) {
+    guard("network_filter_destroy", (), || {
+        if fm.is_null() {
+            return;
+        }
+        // SAFETY: from Box::into_raw in filter_new; Envoy destroys it exactly once.
+        let f = unsafe { Box::from_raw(fm as *mut NetFilter) };
+        // May run on the drain side's thread, inside its commit (see crate::connections): touch
+        // only thread-safe state here.
+        if let Some(slot) = f.slot {
+            // Deletes the scheduler now, or when a commit in progress lets go of it.
+            drop(Connections::global().wakers.remove(slot));
+        }
+        if let Some(conn) = &f.conn {
+            connections::unregister(conn.id);
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn config_defaults_and_errors_name_the_field() {
+        let defaults = (Duration::from_secs(2), Duration::from_secs(1));
+        assert_eq!(parse_config(b"").unwrap(), defaults);
+        assert_eq!(parse_config(b"{}").unwrap(), defaults);
+        assert_eq!(
+            parse_config(br#"{"idle_close_grace": "500ms", "idle_after": "0s"}"#).unwrap(),
+            (Duration::from_millis(500), Duration::ZERO)
+        );
+        let e = parse_config(br#"{"idle_after": "1"}"#).unwrap_err();
+        assert!(e.contains("idle_after"), "{e}");
+        let e = parse_config(br#"{"idle_close_grace": "soon"}"#).unwrap_err();
+        assert!(e.contains("idle_close_grace"), "{e}");
+        let e = parse_config(br#"{"grace": "1s"}"#).unwrap_err();
+        assert!(e.contains("grace"), "{e}");
+    }
+}
