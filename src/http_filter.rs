@@ -226,8 +226,12 @@ impl DataStream {
 
     fn finish(&mut self, sink: &impl StreamSink, shared: &Shared) {
         if let Some(ticket) = self.ticket.take() {
-            // First out of the table (after this no scan can use the waker), then destroyed.
-            shared.request_ended(ticket);
+            // First out of the table (after this no scan can use the waker), then destroyed;
+            // unless the scan using it is up this very stack: it is then left to the scan.
+            let slotted = ticket.has_slot();
+            if shared.request_ended(ticket).is_none() && slotted {
+                self.waker = None;
+            }
             sink.metric(Metric::RequestEnded);
         }
         if let Some(w) = self.waker.take() {

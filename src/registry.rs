@@ -15,7 +15,7 @@
 //! A slot being used by a scan is marked busy (low bit), so its owner cannot free the waker while
 //! the scan commits an event to it.
 
-use crate::sync::{backoff, fence, thread_local, AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use crate::sync::{backoff, fence, AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::cell::RefCell;
 use std::collections::HashSet;
 use std::sync::OnceLock;
@@ -28,6 +28,9 @@ const MAX_SEGMENTS: usize = 24;
 pub const MAX_WORKERS: usize = 512;
 
 const BUSY: usize = 1;
+/// Set on a busy slot whose request ended on the scanning thread itself (Envoy destroyed the
+/// filter from inside the scan's own commit): the scan frees the slot when it is done with it.
+const ABANDONED: usize = 2;
 const NO_SLAB: u32 = u32::MAX;
 const NO_SLOT: u32 = u32::MAX;
 
@@ -118,11 +121,40 @@ struct Owner {
 #[allow(clippy::missing_const_for_thread_local)]
 mod owners {
     use super::*;
-    thread_local! {
+    crate::sync::thread_local! {
         pub(super) static OWNERS: RefCell<Vec<Owner>> = RefCell::new(Vec::new());
     }
 }
 use owners::OWNERS;
+
+// Whether this thread is inside a drain scan (see `ABANDONED`).
+#[allow(clippy::missing_const_for_thread_local)]
+mod scanning {
+    use std::cell::Cell;
+    crate::sync::thread_local! {
+        pub(super) static SCANNING: Cell<bool> = Cell::new(false);
+    }
+}
+
+fn scanning_here() -> bool {
+    scanning::SCANNING.try_with(|s| s.get()).unwrap_or(false)
+}
+
+/// Marks this thread as scanning for as long as it lives.
+struct ScanMark;
+
+impl ScanMark {
+    fn enter() -> ScanMark {
+        let _ = scanning::SCANNING.try_with(|s| s.set(true));
+        ScanMark
+    }
+}
+
+impl Drop for ScanMark {
+    fn drop(&mut self) {
+        let _ = scanning::SCANNING.try_with(|s| s.set(false));
+    }
+}
 
 static NEXT_REGISTRY_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
@@ -301,17 +333,28 @@ impl Registry {
             self.overflow_ended.fetch_add(1, Ordering::Release);
             return None;
         };
-        let waker = self.slot(slab, ticket.slot).map(|s| {
+        let waker = self.slot(slab, ticket.slot).and_then(|s| {
             let mut round = 0;
             loop {
                 let v = s.waker.load(Ordering::Acquire);
-                // Acquire on success: the scan's use of the waker happened before we free it.
-                if v & BUSY == 0
-                    && s.waker
+                if v & BUSY == 0 {
+                    // Acquire on success: the scan's use of the waker happened before we free it.
+                    if s.waker
                         .compare_exchange(v, 0, Ordering::Acquire, Ordering::Relaxed)
                         .is_ok()
-                {
-                    break v;
+                    {
+                        break Some(v);
+                    }
+                } else if scanning_here() {
+                    // The scan holding this slot is up our own stack (waiting for it would never
+                    // end): leave the slot and its waker to the scan, which frees the slot after.
+                    if s.waker
+                        .compare_exchange(v, v | ABANDONED, Ordering::Relaxed, Ordering::Relaxed)
+                        .is_ok()
+                    {
+                        return None;
+                    }
+                    continue;
                 }
                 backoff(&mut round);
             }
@@ -354,6 +397,7 @@ impl Registry {
 
     fn for_each_waker(&self, mut f: impl FnMut(usize)) -> usize {
         let mut visited = 0;
+        let _scanning = ScanMark::enter();
         for slab in self.slabs_in_use() {
             for slot in slab.slots() {
                 let v = slot.waker.load(Ordering::Acquire);
@@ -369,7 +413,15 @@ impl Registry {
                     f(v);
                     visited += 1;
                     // Release: our use of the waker happens before the owner frees it.
-                    slot.waker.store(v, Ordering::Release);
+                    if slot
+                        .waker
+                        .compare_exchange(v | BUSY, v, Ordering::Release, Ordering::Relaxed)
+                        .is_err()
+                    {
+                        // Its request ended inside `f` on this thread (see `end`): free it now.
+                        slot.waker.store(0, Ordering::Release);
+                        slab.orphans.fetch_add(1, Ordering::Relaxed);
+                    }
                 }
             }
         }
@@ -597,6 +649,36 @@ mod tests {
         assert_eq!(r.footprint().slots, before, "the orphaned slot was reused");
         r.end(again);
         assert_eq!(r.counts().active, 0);
+    }
+
+    /// Envoy may destroy a filter from inside the scan's own commit (its last reference dropped
+    /// there): the request ends on the scanning thread while the scan holds its slot. That must
+    /// neither deadlock nor free the waker under the scan; the slot is freed after, and reused.
+    #[test]
+    fn a_request_ending_inside_the_scan_on_the_same_thread_never_deadlocks() {
+        let r = Registry::with_limits(1, 2);
+        let (t, _) = r.start(Some(0x40), 1);
+        let mut ticket = Some(t);
+        let mut inside = None;
+        assert_eq!(
+            r.begin_drain(|w| {
+                assert_eq!(w, 0x40);
+                inside = Some(r.end(ticket.take().unwrap()));
+            }),
+            1
+        );
+        assert_eq!(
+            inside,
+            Some(None),
+            "the waker stays with the scan (not destroyed under it)"
+        );
+        assert_eq!(r.counts().active, 0);
+        assert_eq!(r.occupied(), 0, "the scan freed the slot");
+        let before = r.footprint().slots;
+        let (again, draining) = r.start(Some(0x50), 2);
+        assert!(draining);
+        assert_eq!(r.footprint().slots, before, "the slot is reused");
+        assert_eq!(r.end(again), Some(0x50));
     }
 
     #[test]
