@@ -150,7 +150,7 @@ static_resources:
 class Envoy:
     """One Envoy process with its own temp dir; killed on close()."""
 
-    def __init__(self, binary, yaml, admin, concurrency=1, wrapper=(), extra=(), cpus=None):
+    def __init__(self, binary, yaml, admin, concurrency=1, wrapper=(), extra=(), cpus=None, ready_timeout=None):
         self.dir = tempfile.mkdtemp(prefix="gd-bench-")
         self.admin = admin
         cfg = os.path.join(self.dir, "envoy.yaml")
@@ -161,7 +161,7 @@ class Envoy:
             cmd = ["taskset", "-c", cpus] + cmd
         env = dict(os.environ, ENVOY_DYNAMIC_MODULES_SEARCH_PATH=MODULE_DIR)
         self.proc = subprocess.Popen(cmd, stdout=open(self.log_path, "w"), stderr=subprocess.STDOUT, env=env, cwd=self.dir)
-        self.wait_ready(180 if wrapper else 30)
+        self.wait_ready(ready_timeout or (180 if wrapper else 30))
 
     def wait_ready(self, timeout):
         deadline = time.time() + timeout
@@ -503,6 +503,148 @@ def bench_memory(binary, smoke):
         finally:
             e.close()
     return res
+
+
+# ---------------------------------------------------------------------------------------------
+# 5. Drain cost against configuration size (issue 11): Envoy's main thread and admin while draining
+
+def render_scale(ports, clusters, module=True, filter_on_data=True, settings=None):
+    """The example gateway plus `clusters` static clusters (one loopback endpoint each, never used:
+    the size of the stats store is what matters). `filter_on_data=False` removes the module's HTTP
+    filter from the data listener only (bootstrap-only mode on the data path)."""
+    y = render_gateway(ports, module=module, settings=settings)
+    if module and not filter_on_data:
+        head, sep, rest = y.partition("  - name: control\n")
+        head = remove_list_items(head, "envoy.filters.http.dynamic_modules")
+        y = head + sep + rest
+    extra = "".join(
+        f"  - name: scale_{i}\n    type: STATIC\n    connect_timeout: 1s\n"
+        f"    load_assignment:\n      cluster_name: scale_{i}\n      endpoints:\n"
+        f"      - lb_endpoints:\n        - endpoint: {{ address: {{ socket_address: {{ address: 127.0.0.1, port_value: {ports[0]} }} }} }}\n"
+        for i in range(clusters))
+    return y.rstrip("\n") + "\n" + extra
+
+
+def main_thread_ticks(pid):
+    """utime + stime (clock ticks) of Envoy's main thread (the one named "envoy")."""
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            if open(f"/proc/{pid}/task/{tid}/comm").read().strip() == "envoy":
+                f = open(f"/proc/{pid}/task/{tid}/stat").read().rsplit(")", 1)[1].split()
+                return int(f[11]) + int(f[12])
+        except OSError:
+            continue
+    return None
+
+
+class AdminProbe:
+    """GET /ready on the admin port every 50 ms (each on a new connection); latencies in ms."""
+
+    def __init__(self, port, max_seconds=120):
+        self.port, self.stop_flag, self.samples = port, False, []
+        self.deadline = time.time() + max_seconds
+        self.thread = threading.Thread(target=self.run, daemon=True)
+        self.thread.start()
+
+    def run(self):
+        while not self.stop_flag and time.time() < self.deadline:
+            t = time.time()
+            try:
+                http_get(self.port, "/ready", timeout=10)
+                self.samples.append((t, (time.time() - t) * 1000))
+            except OSError:
+                pass
+            time.sleep(0.05)
+
+    def stop(self):
+        self.stop_flag = True
+        self.thread.join(15)
+        return self.samples
+
+
+def p50(xs):
+    return statistics.median(xs) if xs else float("nan")
+
+
+def scale_run(binary, clusters, filter_on_data, smoke):
+    """Serve 3 s, then SIGTERM with one 4 s request in flight; measure until Envoy exits."""
+    p = free_ports(3)
+    settings = {"min_drain_duration": "5s", "quiet_period": "1s", "drain_timeout": "25s"}
+    allowed = 5.0  # min_drain_duration; the 4 s request ends before it, no request starts later
+    if smoke:
+        settings = {"min_drain_duration": "1s", "quiet_period": "200ms", "drain_timeout": "10s"}
+        allowed = 1.0
+    e = Envoy(binary, render_scale(p, clusters, filter_on_data=filter_on_data, settings=settings), p[0], concurrency=2,
+              ready_timeout=600)
+    try:
+        hz = os.sysconf("SC_CLK_TCK")
+        time.sleep(1)
+        probe = AdminProbe(p[0])
+        c0, t0 = main_thread_ticks(e.proc.pid), time.time()
+        time.sleep(1 if smoke else 3)
+        c1, t1 = main_thread_ticks(e.proc.pid), time.time()
+        serving_cpu = (c1 - c0) / hz / (t1 - t0)
+        delay_ms = int(allowed * 800)
+        slow = {}
+        def slow_request():
+            try:
+                slow["status"] = http_get(p[1], "/", headers={"x-envoy-fault-delay-request": str(delay_ms)}, timeout=60)[0]
+            except OSError as err:
+                slow["status"] = str(err)
+        th = threading.Thread(target=slow_request, daemon=True)
+        th.start()
+        deadline = time.time() + 10
+        while (e.stat("http.data.downstream_rq_active") or 0) < 1 and time.time() < deadline:
+            time.sleep(0.02)
+        c2, t2 = main_thread_ticks(e.proc.pid), time.time()
+        e.proc.send_signal(signal.SIGTERM)
+        # Main-thread CPU over the drain itself (SIGTERM to just before the earliest allowed exit),
+        # not Envoy's teardown after it, which takes longer with more clusters with or without us.
+        window_end = t2 + allowed - 0.1
+        c_end = None
+        while e.proc.poll() is None and time.time() < t2 + 60:
+            if c_end is None and time.time() >= window_end:
+                c_end, t_end = main_thread_ticks(e.proc.pid), time.time()
+            time.sleep(0.01)
+        exited = e.wait_exit(1)
+        t3 = time.time()
+        draining_cpu = (c_end - c2) / hz / (t_end - t2) if c_end is not None else float("nan")
+        samples = probe.stop()
+        th.join(10)
+        serving = [ms for t, ms in samples if t < t2]
+        draining = [ms for t, ms in samples if t2 <= t < window_end]
+        released = None
+        stamps = {}
+        for line in open(e.log_path, errors="replace"):
+            for key, text in (("sigterm", "SIGTERM received"), ("release", "releasing Envoy's exit")):
+                if text in line and key not in stamps:
+                    m = re.match(r"\[(\d+-\d+-\d+ \d+:\d+:\d+\.\d+)\]", line)
+                    if m:
+                        stamps[key] = time.mktime(time.strptime(m.group(1)[:19], "%Y-%m-%d %H:%M:%S")) + float("0" + m.group(1)[19:])
+        if "sigterm" in stamps and "release" in stamps:
+            released = stamps["release"] - stamps["sigterm"]
+        r = {"clusters": clusters, "mode": "filter" if filter_on_data else "bootstrap-only",
+             "cpu_serving": serving_cpu, "cpu_draining": draining_cpu,
+             "ready_p50_serving_ms": p50(serving), "ready_p50_draining_ms": p50(draining),
+             "ready_max_draining_ms": max(draining) if draining else float("nan"),
+             "released_s": released, "exit_s": t3 - t2, "allowed_s": allowed, "exited": exited,
+             "slow_request": slow.get("status")}
+        log(f"scale {clusters} clusters ({r['mode']}): main thread {serving_cpu:.1%} -> {draining_cpu:.1%}, "
+            f"/ready p50 {r['ready_p50_serving_ms']:.2f} -> {r['ready_p50_draining_ms']:.2f} ms "
+            f"(max {r['ready_max_draining_ms']:.0f}), exit released {released if released is None else round(released, 3)} s, "
+            f"process exit {r['exit_s']:.2f} s")
+        return r
+    finally:
+        e.close()
+
+
+def bench_scale(binary, smoke):
+    sizes = [0, 200] if smoke else [0, 5000, 20000]
+    rows = []
+    for n in sizes:
+        for filter_on_data in (True, False):
+            rows.append(scale_run(binary, n, filter_on_data, smoke))
+    return rows
 
 
 # ---------------------------------------------------------------------------------------------
