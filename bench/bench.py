@@ -150,7 +150,8 @@ static_resources:
 class Envoy:
     """One Envoy process with its own temp dir; killed on close()."""
 
-    def __init__(self, binary, yaml, admin, concurrency=1, wrapper=(), extra=(), cpus=None, ready_timeout=None):
+    def __init__(self, binary, yaml, admin, concurrency=1, wrapper=(), extra=(), cpus=None, ready_timeout=None,
+                 module_dir=MODULE_DIR):
         self.dir = tempfile.mkdtemp(prefix="gd-bench-")
         self.admin = admin
         cfg = os.path.join(self.dir, "envoy.yaml")
@@ -159,7 +160,7 @@ class Envoy:
         cmd = list(wrapper) + [binary, "-c", cfg, "--concurrency", str(concurrency), "--use-dynamic-base-id"] + list(extra)
         if cpus:
             cmd = ["taskset", "-c", cpus] + cmd
-        env = dict(os.environ, ENVOY_DYNAMIC_MODULES_SEARCH_PATH=MODULE_DIR)
+        env = dict(os.environ, ENVOY_DYNAMIC_MODULES_SEARCH_PATH=module_dir)
         self.proc = subprocess.Popen(cmd, stdout=open(self.log_path, "w"), stderr=subprocess.STDOUT, env=env, cwd=self.dir)
         self.wait_ready(ready_timeout or (180 if wrapper else 30))
 
@@ -297,6 +298,249 @@ def bench_instructions(binary, smoke):
             rows.append({"case": f"{name} one request per connection, draining (go-away path on every request)",
                          "bare": bare, "module": draining, "module_own": None})
     return rows
+
+
+# ---------------------------------------------------------------------------------------------
+# 1b. Instructions per request on a realistic path: proxying to an upstream over keep-alive,
+#     HTTP/1.1 and HTTP/2, plain and with downstream TLS; bare Envoy, bootstrap-only mode, an
+#     empty dynamic-module filter (the floor: what Envoy charges for hosting any module filter)
+#     and the graceful_drain filter.
+
+# Every hook Envoy 1.40 requires of an HTTP filter module, each doing nothing.
+EMPTY_FILTER_C = r"""
+#include <stddef.h>
+#include <stdint.h>
+#include <stdbool.h>
+typedef struct { const char* ptr; size_t len; } buf;
+static int object;
+const char* envoy_dynamic_module_on_program_init(void) { return "v0.2.0"; }
+const void* envoy_dynamic_module_on_http_filter_config_new(void* ce, buf name, buf config) { return &object; }
+void envoy_dynamic_module_on_http_filter_config_destroy(const void* cm) {}
+const void* envoy_dynamic_module_on_http_filter_new(const void* cm, void* fe) { return &object; }
+uint32_t envoy_dynamic_module_on_http_filter_request_headers(void* fe, const void* fm, bool eos) { return 0; }
+uint32_t envoy_dynamic_module_on_http_filter_request_body(void* fe, const void* fm, bool eos) { return 0; }
+uint32_t envoy_dynamic_module_on_http_filter_request_trailers(void* fe, const void* fm) { return 0; }
+uint32_t envoy_dynamic_module_on_http_filter_response_headers(void* fe, const void* fm, bool eos) { return 0; }
+uint32_t envoy_dynamic_module_on_http_filter_response_body(void* fe, const void* fm, bool eos) { return 0; }
+uint32_t envoy_dynamic_module_on_http_filter_response_trailers(void* fe, const void* fm) { return 0; }
+void envoy_dynamic_module_on_http_filter_stream_complete(void* fe, const void* fm) {}
+void envoy_dynamic_module_on_http_filter_destroy(const void* fm) {}
+void envoy_dynamic_module_on_http_filter_http_callout_done(void* fe, const void* fm, uint64_t id, uint32_t r,
+    void* h, size_t nh, void* b, size_t nb) {}
+void envoy_dynamic_module_on_http_filter_http_stream_headers(void* fe, const void* fm, uint64_t id, void* h, size_t n, bool e) {}
+void envoy_dynamic_module_on_http_filter_http_stream_data(void* fe, const void* fm, uint64_t id, const void* d, size_t n, bool e) {}
+void envoy_dynamic_module_on_http_filter_http_stream_trailers(void* fe, const void* fm, uint64_t id, void* t, size_t n) {}
+void envoy_dynamic_module_on_http_filter_http_stream_complete(void* fe, const void* fm, uint64_t id) {}
+void envoy_dynamic_module_on_http_filter_http_stream_reset(void* fe, const void* fm, uint64_t id, uint32_t r) {}
+void envoy_dynamic_module_on_http_filter_scheduled(void* fe, const void* fm, uint64_t id) {}
+void envoy_dynamic_module_on_http_filter_downstream_above_write_buffer_high_watermark(void* fe, const void* fm) {}
+void envoy_dynamic_module_on_http_filter_downstream_below_write_buffer_low_watermark(void* fe, const void* fm) {}
+"""
+
+
+def build_empty_filter(tmp):
+    """Compile the empty filter module into `tmp` (libempty_filter.so); returns the directory."""
+    src = os.path.join(tmp, "empty_filter.c")
+    open(src, "w").write(EMPTY_FILTER_C)
+    cc = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+    if not cc:
+        sys.exit("missing a C compiler (cc) for the empty-filter baseline")
+    subprocess.run([cc, "-O2", "-shared", "-fPIC", "-o", os.path.join(tmp, "libempty_filter.so"), src], check=True)
+    return tmp
+
+
+def self_signed_cert(tmp):
+    """A throwaway certificate for 127.0.0.1, made now with openssl."""
+    cert, key = os.path.join(tmp, "cert.pem"), os.path.join(tmp, "key.pem")
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+                    "-keyout", key, "-out", cert, "-days", "1", "-subj", "/CN=localhost",
+                    "-addext", "subjectAltName=IP:127.0.0.1"], check=True, capture_output=True)
+    return cert, key
+
+
+def upstream_yaml(admin, port):
+    """The trivial upstream: a plain Envoy answering 200 from a direct response."""
+    return f"""admin:
+  address: {{ socket_address: {{ address: 127.0.0.1, port_value: {admin} }} }}
+static_resources:
+  listeners:
+  - name: upstream
+    address: {{ socket_address: {{ address: 127.0.0.1, port_value: {port} }} }}
+    filter_chains:
+    - filters:
+      - name: envoy.filters.network.http_connection_manager
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
+          stat_prefix: upstream
+          route_config:
+            virtual_hosts:
+            - name: u
+              domains: ["*"]
+              routes:
+              - match: {{ prefix: "/" }}
+                direct_response: {{ status: 200, body: {{ inline_string: "hello from upstream\\n" }} }}
+          http_filters:
+          - name: envoy.filters.http.router
+            typed_config:
+              "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router
+"""
+
+
+PROXY_VARIANTS = ["bare", "bootstrap-only", "empty module filter", "graceful_drain"]
+GD_MODULE = "dynamic_module_config: { name: graceful_drain, do_not_close: true, metrics_namespace: graceful_drain }"
+
+
+def proxy_yaml(admin, listen, upstream, variant, tls=None):
+    """A gateway proxying every request to `upstream` (HTTP/1.1 keep-alive pool)."""
+    boot = ""
+    if variant in ("bootstrap-only", "graceful_drain"):
+        settings = json.dumps({"min_drain_duration": "5s", "quiet_period": "1s", "drain_timeout": "25s"})
+        boot = f"""bootstrap_extensions:
+- name: envoy.bootstrap.dynamic_modules
+  typed_config:
+    "@type": type.googleapis.com/envoy.extensions.bootstrap.dynamic_modules.v3.DynamicModuleBootstrapExtension
+    {GD_MODULE}
+    extension_name: graceful_drain
+    extension_config:
+      "@type": type.googleapis.com/google.protobuf.StringValue
+      value: '{settings}'
+"""
+    filt = ""
+    if variant == "graceful_drain":
+        filt = f"""          - name: envoy.filters.http.dynamic_modules
+            typed_config:
+              "@type": type.googleapis.com/envoy.extensions.filters.http.dynamic_modules.v3.DynamicModuleFilter
+              {GD_MODULE}
+              filter_name: graceful_drain
+              filter_config: {{ "@type": type.googleapis.com/google.protobuf.StringValue, value: '{{"role": "data"}}' }}
+"""
+    elif variant == "empty module filter":
+        filt = """          - name: envoy.filters.http.dynamic_modules
+            typed_config:
+              "@type": type.googleapis.com/envoy.extensions.filters.http.dynamic_modules.v3.DynamicModuleFilter
+              dynamic_module_config: { name: empty_filter, do_not_close: true }
+              filter_name: empty
+"""
+    ts = ""
+    if tls:
+        ts = f"""      transport_socket:
+        name: envoy.transport_sockets.tls
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.DownstreamTlsContext
+          common_tls_context:
+            alpn_protocols: ["h2", "http/1.1"]
+            tls_certificates:
+            - certificate_chain: {{ filename: "{tls[0]}" }}
+              private_key: {{ filename: "{tls[1]}" }}
+"""
+    return f"""admin:
+  address: {{ socket_address: {{ address: 127.0.0.1, port_value: {admin} }} }}
+{boot}static_resources:
+  listeners:
+  - name: data
+    address: {{ socket_address: {{ address: 127.0.0.1, port_value: {listen} }} }}
+    filter_chains:
+    - filters:
+      - name: envoy.filters.network.http_connection_manager
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
+          stat_prefix: data
+          codec_type: AUTO
+          route_config:
+            virtual_hosts:
+            - name: proxied
+              domains: ["*"]
+              routes:
+              - match: {{ prefix: "/" }}
+                route: {{ cluster: upstream }}
+          http_filters:
+{filt}          - name: envoy.filters.http.router
+            typed_config:
+              "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router
+{ts}  clusters:
+  - name: upstream
+    type: STATIC
+    connect_timeout: 1s
+    load_assignment:
+      cluster_name: upstream
+      endpoints:
+      - lb_endpoints:
+        - endpoint: {{ address: {{ socket_address: {{ address: 127.0.0.1, port_value: {upstream} }} }} }}
+  - name: graceful_drain_admin
+    type: STATIC
+    connect_timeout: 1s
+    load_assignment:
+      cluster_name: graceful_drain_admin
+      endpoints:
+      - lb_endpoints:
+        - endpoint: {{ address: {{ socket_address: {{ address: 127.0.0.1, port_value: {admin} }} }} }}
+"""
+
+
+def callgrind_proxy(binary, variant, h1, tls, n, upstream_port, floor_dir):
+    """Instructions per request of the gateway (under callgrind) proxying to the upstream."""
+    ports = free_ports(2)
+    yaml = proxy_yaml(ports[0], ports[1], upstream_port, variant, tls)
+    tmp = tempfile.mkdtemp(prefix="gd-cgp-")
+    out_file = os.path.join(tmp, "cg.out")
+    mdir = floor_dir if variant == "empty module filter" else MODULE_DIR
+    e = Envoy(binary, yaml, ports[0], wrapper=["valgrind", "--tool=callgrind", f"--callgrind-out-file={out_file}"],
+              module_dir=mdir)
+    try:
+        def load(count):
+            cmd = ["h2load", "-n", str(count), "-c", "4"] + (["--h1"] if h1 else []) + \
+                  [f"{'https' if tls else 'http'}://127.0.0.1:{ports[1]}/"]
+            out = subprocess.run(cmd, capture_output=True, text=True, timeout=600).stdout
+            m = re.search(r"requests: (\d+) total, \d+ started, \d+ done, (\d+) succeeded", out)
+            if not m or int(m.group(2)) != count:
+                raise RuntimeError(f"h2load did not complete every request ({variant}):\n" + out + open(e.log_path).read()[-2000:])
+            if tls and f"Application protocol: {'http/1.1' if h1 else 'h2'}" not in out:
+                raise RuntimeError(f"unexpected protocol negotiated:\n{out}")
+        load(min(500, n))  # warm up: connection pools, caches, lazy init
+        subprocess.run(["callgrind_control", "-z", str(e.proc.pid)], capture_output=True, check=True)
+        load(n)
+        subprocess.run(["callgrind_control", "-d", str(e.proc.pid)], capture_output=True, check=True)
+        dumps = [f for f in os.listdir(tmp) if f.startswith("cg.out")]
+        dump = sorted((os.path.join(tmp, f) for f in dumps), key=os.path.getmtime)[-1]
+        total = None
+        for line in open(dump):
+            if line.startswith("summary:"):
+                total = int(line.split()[1])
+        ours = module_own_instructions(dump) if variant == "graceful_drain" else None
+        return total / n, (ours / n if ours is not None else None)
+    finally:
+        e.close()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def bench_proxy_instructions(binary, smoke):
+    n = 100 if smoke else 5000
+    tmp = tempfile.mkdtemp(prefix="gd-proxy-")
+    try:
+        floor_dir = build_empty_filter(tmp)
+        tls = self_signed_cert(tmp)
+        up = free_ports(2)
+        upstream = Envoy(binary, upstream_yaml(up[0], up[1]), up[0], concurrency=1)
+        paths = [("HTTP/1.1", True, False), ("HTTP/2", False, False),
+                 ("HTTP/1.1 + TLS", True, True), ("HTTP/2 + TLS", False, True)]
+        if smoke:
+            paths = [("HTTP/2 + TLS", False, True)]
+        rows = []
+        try:
+            for name, h1, with_tls in paths:
+                row = {"path": name + " proxying", "n": n}
+                for variant in PROXY_VARIANTS:
+                    log(f"callgrind proxy {name}: {variant}, {n} requests")
+                    per_req, own = callgrind_proxy(binary, variant, h1, tls if with_tls else None, n, up[1], floor_dir)
+                    row[variant] = per_req
+                    if own is not None:
+                        row["module_own"] = own
+                rows.append(row)
+        finally:
+            upstream.close()
+        return rows
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -48,18 +48,20 @@ async fn start(filter_on_data: bool) -> Envoy {
     Envoy::start_yaml(&large_gateway(&p, filter_on_data), p[0], p[1], p[2], &o).await
 }
 
-/// Median latency of admin `GET /ready` sampled every 20 ms until `until`.
+/// Median latency of admin `GET /ready` sampled every 20 ms until `until` (at least 3 samples).
 async fn ready_p50(admin: u16, until: Instant) -> Duration {
     let mut lat = Vec::new();
-    while Instant::now() < until && lat.len() < 500 {
+    while (Instant::now() < until || lat.len() < 3) && lat.len() < 500 {
         let t = Instant::now();
         // 200 while serving, 503 once the drain has started: only the latency matters here.
-        let r = clients::get(admin, "/ready").await.expect("admin /ready");
+        let Ok(r) = clients::get(admin, "/ready").await else {
+            break; // Envoy exited
+        };
         assert!(matches!(r.status, 200 | 503), "{}", r.status);
         lat.push(t.elapsed());
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    assert!(lat.len() >= 5, "too few samples");
+    assert!(!lat.is_empty(), "admin /ready never answered");
     lat.sort();
     lat[lat.len() / 2]
 }
@@ -98,10 +100,6 @@ async fn with_the_filter_a_large_gateway_drains_on_time_and_its_admin_stays_resp
     assert_eq!(r.status, 200);
     envoy.wait_exit(Duration::from_secs(20)).await;
     let log = envoy.log();
-    assert!(
-        log.contains("a scan of Envoy's stats takes"),
-        "the configuration is large enough for the scan budget to matter:\n{log}"
-    );
     // Before issue 11 a full scan of the stats store ran every 20 ms on the main thread: at
     // 2 000 clusters the admin's median answer took a good part of a scan (100s of ms).
     assert!(
@@ -115,6 +113,10 @@ async fn with_the_filter_a_large_gateway_drains_on_time_and_its_admin_stays_resp
         "drain took {took} ms, allowed from {min} ms"
     );
     assert!(log.contains("requests cut: 0"), "{log}");
+    assert!(
+        log.contains("a scan of Envoy's stats takes"),
+        "the configuration is large enough for the scan budget to matter:\n{log}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -129,15 +131,19 @@ async fn without_the_filter_a_request_still_holds_the_drain_until_it_ends() {
             .await;
         (r, Instant::now())
     });
-    eventually("Envoy counts the slow request", Duration::from_secs(5), || async {
-        let r = clients::get(
-            envoy.admin,
-            "/stats?filter=^http.data.downstream_rq_active$",
-        )
-        .await
-        .ok()?;
-        r.text().contains(": 1").then_some(())
-    })
+    eventually(
+        "Envoy counts the slow request",
+        Duration::from_secs(5),
+        || async {
+            let r = clients::get(
+                envoy.admin,
+                "/stats?filter=^http.data.downstream_rq_active$",
+            )
+            .await
+            .ok()?;
+            r.text().contains(": 1").then_some(())
+        },
+    )
     .await;
     let t0 = Instant::now();
     envoy.sigterm();
