@@ -477,15 +477,16 @@ def proxy_yaml(admin, listen, upstream, variant, tls=None):
 """
 
 
-def callgrind_proxy(binary, variant, h1, tls, n, upstream_port, floor_dir):
-    """Instructions per request of the gateway (under callgrind) proxying to the upstream."""
+def callgrind_proxy(binary, variant, h1, tls, n, upstream_port, floor_dir, smoke=False):
+    """Instructions per request of the gateway (under callgrind) proxying to the upstream. A smoke
+    run checks the path end to end without valgrind (no figures: it would take minutes)."""
     ports = free_ports(2)
     yaml = proxy_yaml(ports[0], ports[1], upstream_port, variant, tls)
     tmp = tempfile.mkdtemp(prefix="gd-cgp-")
     out_file = os.path.join(tmp, "cg.out")
     mdir = floor_dir if variant == "empty module filter" else MODULE_DIR
-    e = Envoy(binary, yaml, ports[0], wrapper=["valgrind", "--tool=callgrind", f"--callgrind-out-file={out_file}"],
-              module_dir=mdir)
+    wrapper = [] if smoke else ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out_file}"]
+    e = Envoy(binary, yaml, ports[0], wrapper=wrapper, module_dir=mdir)
     try:
         def load(count):
             cmd = ["h2load", "-n", str(count), "-c", "4"] + (["--h1"] if h1 else []) + \
@@ -497,6 +498,8 @@ def callgrind_proxy(binary, variant, h1, tls, n, upstream_port, floor_dir):
             if tls and f"Application protocol: {'http/1.1' if h1 else 'h2'}" not in out:
                 raise RuntimeError(f"unexpected protocol negotiated:\n{out}")
         load(min(500, n))  # warm up: connection pools, caches, lazy init
+        if smoke:
+            return None, None
         subprocess.run(["callgrind_control", "-z", str(e.proc.pid)], capture_output=True, check=True)
         load(n)
         subprocess.run(["callgrind_control", "-d", str(e.proc.pid)], capture_output=True, check=True)
@@ -514,7 +517,7 @@ def callgrind_proxy(binary, variant, h1, tls, n, upstream_port, floor_dir):
 
 
 def bench_proxy_instructions(binary, smoke):
-    n = 100 if smoke else 5000
+    n = 50 if smoke else 5000
     tmp = tempfile.mkdtemp(prefix="gd-proxy-")
     try:
         floor_dir = build_empty_filter(tmp)
@@ -523,15 +526,13 @@ def bench_proxy_instructions(binary, smoke):
         upstream = Envoy(binary, upstream_yaml(up[0], up[1]), up[0], concurrency=1)
         paths = [("HTTP/1.1", True, False), ("HTTP/2", False, False),
                  ("HTTP/1.1 + TLS", True, True), ("HTTP/2 + TLS", False, True)]
-        if smoke:
-            paths = [("HTTP/2 + TLS", False, True)]
         rows = []
         try:
             for name, h1, with_tls in paths:
                 row = {"path": name + " proxying", "n": n}
                 for variant in PROXY_VARIANTS:
                     log(f"callgrind proxy {name}: {variant}, {n} requests")
-                    per_req, own = callgrind_proxy(binary, variant, h1, tls if with_tls else None, n, up[1], floor_dir)
+                    per_req, own = callgrind_proxy(binary, variant, h1, tls if with_tls else None, n, up[1], floor_dir, smoke)
                     row[variant] = per_req
                     if own is not None:
                         row["module_own"] = own
@@ -825,7 +826,7 @@ def scale_run(binary, clusters, filter_on_data, smoke):
         time.sleep(1)
         probe = AdminProbe(p[0])
         c0, t0 = main_thread_ticks(e.proc.pid), time.time()
-        time.sleep(1 if smoke else 3)
+        time.sleep(1 if smoke else 5)
         c1, t1 = main_thread_ticks(e.proc.pid), time.time()
         serving_cpu = (c1 - c0) / hz / (t1 - t0)
         delay_ms = int(allowed * 800)
@@ -892,6 +893,72 @@ def bench_scale(binary, smoke):
 
 
 # ---------------------------------------------------------------------------------------------
+# 6. Many concurrent HTTP/2 streams (issue 11): the in-flight table grows without a cliff, memory
+#    stays bounded, and a drain sends every connection away.
+
+def drain_status(port):
+    return json.loads(http_get(port, "/drain/status")[1])
+
+
+def streams_run(binary, module, streams, conns, hold_ms, smoke):
+    p = free_ports(3)
+    settings = {"min_drain_duration": "1s", "quiet_period": "200ms", "drain_timeout": "120s"}
+    e = Envoy(binary, render_gateway(p, module=module, settings=settings), p[0], concurrency=2)
+    client = None
+    try:
+        time.sleep(0.5)
+        idle = e.rss_kib()
+        per_conn = streams // conns
+        # Each stream is a slow request (the fault filter holds it `hold_ms`): they pile up.
+        client = subprocess.Popen(["h2load", "-c", str(conns), "-m", str(per_conn), "-n", str(per_conn * conns),
+                                   "-H", f"x-envoy-fault-delay-request: {hold_ms}",
+                                   f"http://127.0.0.1:{p[1]}/"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        t0 = time.time()
+        deadline = t0 + hold_ms / 1000 * 0.6
+        peak, seen = 0, 0
+        while time.time() < deadline:
+            seen = e.stat("http.data.downstream_rq_active") or 0
+            peak = max(peak, e.rss_kib())
+            if seen >= per_conn * conns:
+                break
+            time.sleep(0.2)
+        ramp = time.time() - t0
+        time.sleep(0.5)
+        envoy_active = e.stat("http.data.downstream_rq_active") or 0
+        r = {"module": module, "streams_wanted": per_conn * conns, "connections": conns,
+             "envoy_active": envoy_active, "ramp_s": ramp, "rss_idle_kib": idle, "rss_kib": max(peak, e.rss_kib())}
+        if module:
+            st = drain_status(p[2])
+            r["module_active"] = st["active_requests"]
+            r["request_table"] = st["request_table"]
+            # Drain: every connection carrying one of those streams must get its GOAWAY now.
+            t1 = time.time()
+            status, _ = http_get(p[2], "/drain?wait=false", method="POST", timeout=60)
+            assert status == 202, status
+            sent = 0
+            while time.time() < t1 + 30:
+                sent = drain_status(p[2])["connections_sent_away"]["http2"]
+                if sent >= conns:
+                    break
+                time.sleep(0.05)
+            r["sent_away_http2"] = sent
+            r["sent_away_s"] = time.time() - t1
+            r["active_after_goaway"] = drain_status(p[2])["active_requests"]
+        log(f"streams ({'module' if module else 'bare'}): {r}")
+        return r
+    finally:
+        if client and client.poll() is None:
+            client.kill()
+            client.wait()
+        e.close()
+
+
+def bench_streams(binary, smoke):
+    streams, conns, hold = (2000, 20, 15000) if smoke else (100000, 200, 90000)
+    return [streams_run(binary, m, streams, conns, hold, smoke) for m in (False, True)]
+
+
+# ---------------------------------------------------------------------------------------------
 # Report
 
 def ratio(a, b):
@@ -955,6 +1022,20 @@ def write_report(data):
                  f"{'%.0f' % own if own is not None else '-'} | {'%.0f' % host if host is not None else '-'} |")
     L += ["", "'module's own hooks' is the inclusive cost of the exported `on_http_filter_*` hooks (our code and the "
           "Envoy callbacks it makes); the rest of the difference is Envoy's dynamic-module filter machinery, paid by any module.", ""]
+    if data.get("proxy"):
+        L += ["## Instructions per request proxying to an upstream over keep-alive (callgrind, --concurrency 1)", "",
+              "| path | bare Envoy | bootstrap-only | empty module filter (the floor) | graceful_drain filter | module's own cost above the floor | module's own hooks |",
+              "|---|---|---|---|---|---|---|"]
+        for r in data["proxy"]:
+            if r.get("bare") is None:
+                L.append(f"| {r['path']} | (smoke run: path checked, not measured) | | | | | |")
+                continue
+            b, f, g = r["bare"], r["empty module filter"], r["graceful_drain"]
+            L.append(f"| {r['path']} | {b / 1000:.1f} k | {ratio(r['bootstrap-only'], b):.4f}× | {ratio(f, b):.4f}× | "
+                     f"{ratio(g, b):.4f}× | {100 * (g - f) / b:+.2f} % | {r.get('module_own', 0):.0f} |")
+        L += ["", "Ratios are to bare Envoy. The floor is a C module whose hooks all return Continue (built by the "
+              "benchmark): what Envoy charges for hosting any dynamic-module HTTP filter. 'Above the floor' is "
+              "(graceful_drain - floor) / bare; 'own hooks' is the inclusive cost of our exported hooks per request.", ""]
     L += ["## Throughput and latency (interleaved rounds, min / median / max)", "",
           "| protocol | concurrency | bare req/s | module req/s | median ratio | latency bare | latency module |", "|---|---|---|---|---|---|---|"]
     for r in data["throughput"]:
@@ -975,15 +1056,44 @@ def write_report(data):
     b, m = data["memory"].get("bare"), data["memory"].get("module")
     if b and m:
         L.append(f"| ratio | {ratio(m['idle_kib'], b['idle_kib']):.3f} | {ratio(m['load_peak_kib'], b['load_peak_kib']):.3f} |")
+    if data.get("scale"):
+        L += ["", "## Drain cost against configuration size (gateway.yaml + N static clusters, --concurrency 2, "
+              "SIGTERM with one slow request in flight)", "",
+              "| N clusters | data listener | main thread CPU serving → draining | admin `GET /ready` p50 serving → draining (max) "
+              "| exit released / allowed | process exit |", "|---|---|---|---|---|---|"]
+        for r in data["scale"]:
+            rel = r.get("released_s")
+            L.append(f"| {r['clusters']} | {'with the filter' if r['mode'] == 'filter' else 'without the filter (bootstrap-only)'} | "
+                     f"{100 * r['cpu_serving']:.1f} % → {100 * r['cpu_draining']:.1f} % | "
+                     f"{r['ready_p50_serving_ms']:.2f} → {r['ready_p50_draining_ms']:.2f} ms ({r['ready_max_draining_ms']:.0f} ms) | "
+                     f"{'-' if rel is None else '%.3f s' % rel} / {r['allowed_s']:.1f} s | {r['exit_s']:.2f} s |")
+        L += ["", "CPU is the main thread's (the thread named `envoy`) from SIGTERM to 100 ms before the earliest allowed "
+              "exit; 'exit released' is when the module let Envoy exit (its log), 'process exit' adds Envoy's own "
+              "teardown, which grows with the number of clusters with or without the module.", ""]
+    if data.get("streams"):
+        L += ["## Concurrent HTTP/2 streams (slow requests held open, --concurrency 2)", "",
+              "| | streams wanted / connections | in flight (Envoy) | in flight (module) | RSS idle → loaded | request table | drain: connections sent away | in flight after the go-aways |",
+              "|---|---|---|---|---|---|---|---|"]
+        for r in data["streams"]:
+            t = r.get("request_table")
+            L.append(f"| {'graceful_drain' if r['module'] else 'bare Envoy'} | {r['streams_wanted']} / {r['connections']} | "
+                     f"{r['envoy_active']} | {r.get('module_active', '-')} | {r['rss_idle_kib'] // 1024} → {r['rss_kib'] // 1024} MiB | "
+                     f"{'-' if not t else '%d slots, %d workers, %.1f MiB' % (t['slots'], t['workers'], t['bytes'] / 2**20)} | "
+                     f"{'-' if 'sent_away_http2' not in r else '%d in %.2f s' % (r['sent_away_http2'], r['sent_away_s'])} | "
+                     f"{r.get('active_after_goaway', '-')} |")
+        L.append("")
     open(os.path.join(OUT, "report.md"), "w").write("\n".join(L) + "\n")
     svg_plot(data["shutdown"], os.path.join(OUT, "shutdown.svg"))
     print("\n".join(L))
 
 
+SECTIONS = ["instructions", "proxy", "throughput", "shutdown", "memory", "scale", "streams"]
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--smoke", action="store_true", help="tiny sizes: checks the bench runs, gives no figures")
-    ap.add_argument("--only", choices=["instructions", "throughput", "shutdown", "memory"], action="append")
+    ap.add_argument("--only", choices=SECTIONS, action="append")
     ap.add_argument("--report-only", action="store_true", help="re-render report.md/svg from report.json")
     args = ap.parse_args()
     if args.report_only:
@@ -997,23 +1107,29 @@ def main():
     cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), platform.machine())
     data = {"machine": f"{os.cpu_count()} CPUs ({cpu}), {platform.system()} {platform.release()}",
             "envoy": envoy_version(binary), "smoke": args.smoke,
-            "instructions": [], "throughput": [], "shutdown": [], "memory": {}}
-    only = args.only or ["instructions", "throughput", "shutdown", "memory"]
+            "instructions": [], "proxy": [], "throughput": [], "shutdown": [], "memory": {}, "scale": [], "streams": []}
+    only = args.only or SECTIONS
     previous = os.path.join(OUT, "report.json")
     if args.only and os.path.exists(previous):
         # Partial run: keep the other sections of the last report.
         old = json.load(open(previous))
-        for k in ("instructions", "throughput", "shutdown", "memory"):
+        for k in SECTIONS:
             if k not in only:
                 data[k] = old.get(k, data[k])
     if "instructions" in only:
         data["instructions"] = bench_instructions(binary, args.smoke)
+    if "proxy" in only:
+        data["proxy"] = bench_proxy_instructions(binary, args.smoke)
     if "throughput" in only:
         data["throughput"] = bench_throughput(binary, args.smoke)
     if "shutdown" in only:
         data["shutdown"] = bench_shutdown(binary, args.smoke)
     if "memory" in only:
         data["memory"] = bench_memory(binary, args.smoke)
+    if "scale" in only:
+        data["scale"] = bench_scale(binary, args.smoke)
+    if "streams" in only:
+        data["streams"] = bench_streams(binary, args.smoke)
     write_report(data)
     # A smoke run must at least show the module draining without failures and bare Envoy failing.
     for r in data["shutdown"]:

@@ -164,3 +164,68 @@ async fn without_the_filter_a_request_still_holds_the_drain_until_it_ends() {
         t0.elapsed()
     );
 }
+
+/// Hundreds of concurrent HTTP/2 streams: more than the first segments of the per-worker request
+/// table hold (64 slots each, doubling), so it grows while they start. Every stream is counted
+/// exactly, every connection gets GOAWAY at drain start (not with its stream's end), and every
+/// stream still completes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hundreds_of_streams_grow_the_table_and_every_connection_is_sent_away() {
+    const CONNS: usize = 6;
+    const PER_CONN: usize = 60;
+    const STREAMS: usize = CONNS * PER_CONN;
+    let envoy = Envoy::start(Options::default()).await;
+    let mut conns = Vec::new();
+    let mut streams = Vec::new();
+    for _ in 0..CONNS {
+        let mut c = common::clients::H2Conn::connect(envoy.data).await.unwrap();
+        for _ in 0..PER_CONN {
+            let f = c
+                .start("/", &[("x-envoy-fault-delay-request", "3000")])
+                .await
+                .expect("open a stream");
+            streams.push(tokio::spawn(f));
+        }
+        conns.push(c);
+    }
+    let status = || async {
+        let r = clients::get(envoy.control, "/drain/status").await.ok()?;
+        serde_json::from_slice::<serde_json::Value>(&r.body).ok()
+    };
+    let st = eventually("every stream counted", Duration::from_secs(10), || async {
+        let v = status().await?;
+        (v["active_requests"] == STREAMS).then_some(v)
+    })
+    .await;
+    let slots = st["request_table"]["slots"].as_u64().unwrap();
+    let workers = st["request_table"]["workers"].as_u64().unwrap();
+    assert!(
+        slots >= STREAMS as u64 && slots > 64 * workers,
+        "the table grew past its first segments: {st}"
+    );
+    let t0 = Instant::now();
+    let r = clients::request(envoy.control, "POST", "/drain?wait=false", &[])
+        .await
+        .unwrap();
+    assert_eq!(r.status, 202, "{}", r.text());
+    for c in conns.iter_mut() {
+        let e = c.wait_goaway(Duration::from_secs(2)).await;
+        assert_eq!(e.reason(), Some(h2::Reason::NO_ERROR));
+    }
+    assert!(
+        t0.elapsed() < Duration::from_millis(1500),
+        "GOAWAY at drain start, not with the streams' end: {:?}",
+        t0.elapsed()
+    );
+    for s in streams {
+        let r = s.await.unwrap().expect("a stream in flight completes");
+        assert_eq!(r.status, 200);
+    }
+    let st = eventually("the drain completes", Duration::from_secs(10), || async {
+        let v = status().await?;
+        (v["state"] == "drained").then_some(v)
+    })
+    .await;
+    assert_eq!(st["connections_sent_away"]["http2"], CONNS, "{st}");
+    assert_eq!(st["active_requests"], 0, "{st}");
+}
