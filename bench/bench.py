@@ -796,9 +796,12 @@ class AdminProbe:
             t = time.time()
             try:
                 http_get(self.port, "/ready", timeout=10)
-                self.samples.append((t, (time.time() - t) * 1000))
             except OSError:
-                pass
+                if time.time() - t < 9:
+                    time.sleep(0.05)
+                    continue  # refused: Envoy is gone
+            # A probe that timed out counts, with its wait: a stalled main thread must show.
+            self.samples.append((t, (time.time() - t) * 1000))
             time.sleep(0.05)
 
     def stop(self):
