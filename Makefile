@@ -63,8 +63,9 @@ bench-smoke: build envoy
 	python3 bench/bench.py --smoke
 
 bench-deps:
-	command -v h2load >/dev/null && command -v wrk >/dev/null && command -v valgrind >/dev/null || \
-	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq valgrind nghttp2-client wrk; }
+	command -v h2load >/dev/null && command -v wrk >/dev/null && command -v valgrind >/dev/null && \
+	  command -v openssl >/dev/null && command -v cc >/dev/null || \
+	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq valgrind nghttp2-client wrk openssl gcc; }
 
 lint:
 	cargo fmt --check

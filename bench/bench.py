@@ -11,8 +11,13 @@ Every figure is compared with its baseline measured in the same run:
      (drain_listeners?graceful, sleep, SIGTERM); Envoy Gateway's shutdown manager
      (/healthcheck/fail, poll downstream_cx_active every second, min and max drain time).
   4. Resident memory with and without the module, idle and under load.
+  5. Instructions per request proxying to an upstream (HTTP/1.1, HTTP/2, each with and without
+     downstream TLS): bare Envoy, bootstrap-only, an empty C module filter (the floor), the module.
+  6. Drain cost against configuration size (0 / 5 000 / 20 000 static clusters): Envoy's main
+     thread CPU, admin /ready latency and exit time, with and without the filter on the data path.
+  7. 100 000 concurrent HTTP/2 streams: exact count, memory, GOAWAY on every connection.
 Writes bench/out/report.md, bench/out/report.json and bench/out/shutdown.svg.
-Standard library only; needs valgrind, h2load (nghttp2-client) and wrk.
+Standard library only; needs valgrind, h2load (nghttp2-client), wrk, openssl and a C compiler.
 """
 import argparse
 import http.client
@@ -155,7 +160,8 @@ static_resources:
 class Envoy:
     """One Envoy process with its own temp dir; killed on close()."""
 
-    def __init__(self, binary, yaml, admin, concurrency=1, wrapper=(), extra=(), cpus=None):
+    def __init__(self, binary, yaml, admin, concurrency=1, wrapper=(), extra=(), cpus=None, ready_timeout=None,
+                 module_dir=MODULE_DIR):
         self.dir = tempfile.mkdtemp(prefix="gd-bench-")
         self.admin = admin
         cfg = os.path.join(self.dir, "envoy.yaml")
@@ -164,9 +170,9 @@ class Envoy:
         cmd = list(wrapper) + [binary, "-c", cfg, "--concurrency", str(concurrency), "--use-dynamic-base-id"] + list(extra)
         if cpus:
             cmd = ["taskset", "-c", cpus] + cmd
-        env = dict(os.environ, ENVOY_DYNAMIC_MODULES_SEARCH_PATH=MODULE_DIR)
+        env = dict(os.environ, ENVOY_DYNAMIC_MODULES_SEARCH_PATH=module_dir)
         self.proc = subprocess.Popen(cmd, stdout=open(self.log_path, "w"), stderr=subprocess.STDOUT, env=env, cwd=self.dir)
-        self.wait_ready(180 if wrapper else 30)
+        self.wait_ready(ready_timeout or (180 if wrapper else 30))
 
     def wait_ready(self, timeout):
         deadline = time.time() + timeout
@@ -327,6 +333,250 @@ def bench_connections(binary, smoke):
                                                           http_filter=False)
             rows.append(row)
     return rows
+
+
+# ---------------------------------------------------------------------------------------------
+# 1b. Instructions per request on a realistic path: proxying to an upstream over keep-alive,
+#     HTTP/1.1 and HTTP/2, plain and with downstream TLS; bare Envoy, bootstrap-only mode, an
+#     empty dynamic-module filter (the floor: what Envoy charges for hosting any module filter)
+#     and the graceful_drain filter.
+
+# Every hook Envoy 1.40 requires of an HTTP filter module, each doing nothing.
+EMPTY_FILTER_C = r"""
+#include <stddef.h>
+#include <stdint.h>
+#include <stdbool.h>
+typedef struct { const char* ptr; size_t len; } buf;
+static int object;
+const char* envoy_dynamic_module_on_program_init(void) { return "v0.2.0"; }
+const void* envoy_dynamic_module_on_http_filter_config_new(void* ce, buf name, buf config) { return &object; }
+void envoy_dynamic_module_on_http_filter_config_destroy(const void* cm) {}
+const void* envoy_dynamic_module_on_http_filter_new(const void* cm, void* fe) { return &object; }
+uint32_t envoy_dynamic_module_on_http_filter_request_headers(void* fe, const void* fm, bool eos) { return 0; }
+uint32_t envoy_dynamic_module_on_http_filter_request_body(void* fe, const void* fm, bool eos) { return 0; }
+uint32_t envoy_dynamic_module_on_http_filter_request_trailers(void* fe, const void* fm) { return 0; }
+uint32_t envoy_dynamic_module_on_http_filter_response_headers(void* fe, const void* fm, bool eos) { return 0; }
+uint32_t envoy_dynamic_module_on_http_filter_response_body(void* fe, const void* fm, bool eos) { return 0; }
+uint32_t envoy_dynamic_module_on_http_filter_response_trailers(void* fe, const void* fm) { return 0; }
+void envoy_dynamic_module_on_http_filter_stream_complete(void* fe, const void* fm) {}
+void envoy_dynamic_module_on_http_filter_destroy(const void* fm) {}
+void envoy_dynamic_module_on_http_filter_http_callout_done(void* fe, const void* fm, uint64_t id, uint32_t r,
+    void* h, size_t nh, void* b, size_t nb) {}
+void envoy_dynamic_module_on_http_filter_http_stream_headers(void* fe, const void* fm, uint64_t id, void* h, size_t n, bool e) {}
+void envoy_dynamic_module_on_http_filter_http_stream_data(void* fe, const void* fm, uint64_t id, const void* d, size_t n, bool e) {}
+void envoy_dynamic_module_on_http_filter_http_stream_trailers(void* fe, const void* fm, uint64_t id, void* t, size_t n) {}
+void envoy_dynamic_module_on_http_filter_http_stream_complete(void* fe, const void* fm, uint64_t id) {}
+void envoy_dynamic_module_on_http_filter_http_stream_reset(void* fe, const void* fm, uint64_t id, uint32_t r) {}
+void envoy_dynamic_module_on_http_filter_scheduled(void* fe, const void* fm, uint64_t id) {}
+void envoy_dynamic_module_on_http_filter_downstream_above_write_buffer_high_watermark(void* fe, const void* fm) {}
+void envoy_dynamic_module_on_http_filter_downstream_below_write_buffer_low_watermark(void* fe, const void* fm) {}
+"""
+
+
+def build_empty_filter(tmp):
+    """Compile the empty filter module into `tmp` (libempty_filter.so); returns the directory."""
+    src = os.path.join(tmp, "empty_filter.c")
+    open(src, "w").write(EMPTY_FILTER_C)
+    cc = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+    if not cc:
+        sys.exit("missing a C compiler (cc) for the empty-filter baseline")
+    subprocess.run([cc, "-O2", "-shared", "-fPIC", "-o", os.path.join(tmp, "libempty_filter.so"), src], check=True)
+    return tmp
+
+
+def self_signed_cert(tmp):
+    """A throwaway certificate for 127.0.0.1, made now with openssl."""
+    cert, key = os.path.join(tmp, "cert.pem"), os.path.join(tmp, "key.pem")
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+                    "-keyout", key, "-out", cert, "-days", "1", "-subj", "/CN=localhost",
+                    "-addext", "subjectAltName=IP:127.0.0.1"], check=True, capture_output=True)
+    return cert, key
+
+
+def upstream_yaml(admin, port):
+    """The trivial upstream: a plain Envoy answering 200 from a direct response."""
+    return f"""admin:
+  address: {{ socket_address: {{ address: 127.0.0.1, port_value: {admin} }} }}
+static_resources:
+  listeners:
+  - name: upstream
+    address: {{ socket_address: {{ address: 127.0.0.1, port_value: {port} }} }}
+    filter_chains:
+    - filters:
+      - name: envoy.filters.network.http_connection_manager
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
+          stat_prefix: upstream
+          route_config:
+            virtual_hosts:
+            - name: u
+              domains: ["*"]
+              routes:
+              - match: {{ prefix: "/" }}
+                direct_response: {{ status: 200, body: {{ inline_string: "hello from upstream\\n" }} }}
+          http_filters:
+          - name: envoy.filters.http.router
+            typed_config:
+              "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router
+"""
+
+
+PROXY_VARIANTS = ["bare", "bootstrap-only", "empty module filter", "graceful_drain"]
+GD_MODULE = "dynamic_module_config: { name: graceful_drain, do_not_close: true, metrics_namespace: graceful_drain }"
+
+
+def proxy_yaml(admin, listen, upstream, variant, tls=None):
+    """A gateway proxying every request to `upstream` (HTTP/1.1 keep-alive pool)."""
+    boot = ""
+    if variant in ("bootstrap-only", "graceful_drain"):
+        settings = json.dumps({"min_drain_duration": "5s", "quiet_period": "1s", "drain_timeout": "25s"})
+        boot = f"""bootstrap_extensions:
+- name: envoy.bootstrap.dynamic_modules
+  typed_config:
+    "@type": type.googleapis.com/envoy.extensions.bootstrap.dynamic_modules.v3.DynamicModuleBootstrapExtension
+    {GD_MODULE}
+    extension_name: graceful_drain
+    extension_config:
+      "@type": type.googleapis.com/google.protobuf.StringValue
+      value: '{settings}'
+"""
+    filt = ""
+    if variant == "graceful_drain":
+        filt = f"""          - name: envoy.filters.http.dynamic_modules
+            typed_config:
+              "@type": type.googleapis.com/envoy.extensions.filters.http.dynamic_modules.v3.DynamicModuleFilter
+              {GD_MODULE}
+              filter_name: graceful_drain
+              filter_config: {{ "@type": type.googleapis.com/google.protobuf.StringValue, value: '{{"role": "data"}}' }}
+"""
+    elif variant == "empty module filter":
+        filt = """          - name: envoy.filters.http.dynamic_modules
+            typed_config:
+              "@type": type.googleapis.com/envoy.extensions.filters.http.dynamic_modules.v3.DynamicModuleFilter
+              dynamic_module_config: { name: empty_filter, do_not_close: true }
+              filter_name: empty
+"""
+    ts = ""
+    if tls:
+        ts = f"""      transport_socket:
+        name: envoy.transport_sockets.tls
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.DownstreamTlsContext
+          common_tls_context:
+            alpn_protocols: ["h2", "http/1.1"]
+            tls_certificates:
+            - certificate_chain: {{ filename: "{tls[0]}" }}
+              private_key: {{ filename: "{tls[1]}" }}
+"""
+    return f"""admin:
+  address: {{ socket_address: {{ address: 127.0.0.1, port_value: {admin} }} }}
+{boot}static_resources:
+  listeners:
+  - name: data
+    address: {{ socket_address: {{ address: 127.0.0.1, port_value: {listen} }} }}
+    filter_chains:
+    - filters:
+      - name: envoy.filters.network.http_connection_manager
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
+          stat_prefix: data
+          codec_type: AUTO
+          route_config:
+            virtual_hosts:
+            - name: proxied
+              domains: ["*"]
+              routes:
+              - match: {{ prefix: "/" }}
+                route: {{ cluster: upstream }}
+          http_filters:
+{filt}          - name: envoy.filters.http.router
+            typed_config:
+              "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router
+{ts}  clusters:
+  - name: upstream
+    type: STATIC
+    connect_timeout: 1s
+    load_assignment:
+      cluster_name: upstream
+      endpoints:
+      - lb_endpoints:
+        - endpoint: {{ address: {{ socket_address: {{ address: 127.0.0.1, port_value: {upstream} }} }} }}
+  - name: graceful_drain_admin
+    type: STATIC
+    connect_timeout: 1s
+    load_assignment:
+      cluster_name: graceful_drain_admin
+      endpoints:
+      - lb_endpoints:
+        - endpoint: {{ address: {{ socket_address: {{ address: 127.0.0.1, port_value: {admin} }} }} }}
+"""
+
+
+def callgrind_proxy(binary, variant, h1, tls, n, upstream_port, floor_dir, smoke=False):
+    """Instructions per request of the gateway (under callgrind) proxying to the upstream. A smoke
+    run checks the path end to end without valgrind (no figures: it would take minutes)."""
+    ports = free_ports(2)
+    yaml = proxy_yaml(ports[0], ports[1], upstream_port, variant, tls)
+    tmp = tempfile.mkdtemp(prefix="gd-cgp-")
+    out_file = os.path.join(tmp, "cg.out")
+    mdir = floor_dir if variant == "empty module filter" else MODULE_DIR
+    wrapper = [] if smoke else ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out_file}"]
+    e = Envoy(binary, yaml, ports[0], wrapper=wrapper, module_dir=mdir)
+    try:
+        def load(count):
+            cmd = ["h2load", "-n", str(count), "-c", "4"] + (["--h1"] if h1 else []) + \
+                  [f"{'https' if tls else 'http'}://127.0.0.1:{ports[1]}/"]
+            out = subprocess.run(cmd, capture_output=True, text=True, timeout=600).stdout
+            m = re.search(r"requests: (\d+) total, \d+ started, \d+ done, (\d+) succeeded", out)
+            if not m or int(m.group(2)) != count:
+                raise RuntimeError(f"h2load did not complete every request ({variant}):\n" + out + open(e.log_path).read()[-2000:])
+            if tls and f"Application protocol: {'http/1.1' if h1 else 'h2'}" not in out:
+                raise RuntimeError(f"unexpected protocol negotiated:\n{out}")
+        load(min(500, n))  # warm up: connection pools, caches, lazy init
+        if smoke:
+            return None, None
+        subprocess.run(["callgrind_control", "-z", str(e.proc.pid)], capture_output=True, check=True)
+        load(n)
+        subprocess.run(["callgrind_control", "-d", str(e.proc.pid)], capture_output=True, check=True)
+        dumps = [f for f in os.listdir(tmp) if f.startswith("cg.out")]
+        dump = sorted((os.path.join(tmp, f) for f in dumps), key=os.path.getmtime)[-1]
+        total = None
+        for line in open(dump):
+            if line.startswith("summary:"):
+                total = int(line.split()[1])
+        ours = module_own_instructions(dump) if variant == "graceful_drain" else None
+        return total / n, (ours / n if ours is not None else None)
+    finally:
+        e.close()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def bench_proxy_instructions(binary, smoke):
+    n = 50 if smoke else 5000
+    tmp = tempfile.mkdtemp(prefix="gd-proxy-")
+    try:
+        floor_dir = build_empty_filter(tmp)
+        tls = self_signed_cert(tmp)
+        up = free_ports(2)
+        upstream = Envoy(binary, upstream_yaml(up[0], up[1]), up[0], concurrency=1)
+        paths = [("HTTP/1.1", True, False), ("HTTP/2", False, False),
+                 ("HTTP/1.1 + TLS", True, True), ("HTTP/2 + TLS", False, True)]
+        rows = []
+        try:
+            for name, h1, with_tls in paths:
+                row = {"path": name + " proxying", "n": n}
+                for variant in PROXY_VARIANTS:
+                    log(f"callgrind proxy {name}: {variant}, {n} requests")
+                    per_req, own = callgrind_proxy(binary, variant, h1, tls if with_tls else None, n, up[1], floor_dir, smoke)
+                    row[variant] = per_req
+                    if own is not None:
+                        row["module_own"] = own
+                rows.append(row)
+        finally:
+            upstream.close()
+        return rows
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -536,6 +786,217 @@ def bench_memory(binary, smoke):
 
 
 # ---------------------------------------------------------------------------------------------
+# 5. Drain cost against configuration size (issue 11): Envoy's main thread and admin while draining
+
+def render_scale(ports, clusters, module=True, filter_on_data=True, settings=None):
+    """The example gateway plus `clusters` static clusters (one loopback endpoint each, never used:
+    the size of the stats store is what matters). `filter_on_data=False` removes the module's HTTP
+    filter from the data listener only (bootstrap-only mode on the data path)."""
+    y = render_gateway(ports, module=module, settings=settings)
+    if module and not filter_on_data:
+        head, sep, rest = y.partition("  - name: control\n")
+        head = remove_list_items(head, "envoy.filters.http.dynamic_modules")
+        y = head + sep + rest
+    extra = "".join(
+        f"  - name: scale_{i}\n    type: STATIC\n    connect_timeout: 1s\n"
+        f"    load_assignment:\n      cluster_name: scale_{i}\n      endpoints:\n"
+        f"      - lb_endpoints:\n        - endpoint: {{ address: {{ socket_address: {{ address: 127.0.0.1, port_value: {ports[0]} }} }} }}\n"
+        for i in range(clusters))
+    return y.rstrip("\n") + "\n" + extra
+
+
+def main_thread_ticks(pid):
+    """utime + stime (clock ticks) of Envoy's main thread (the one named "envoy")."""
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            if open(f"/proc/{pid}/task/{tid}/comm").read().strip() == "envoy":
+                f = open(f"/proc/{pid}/task/{tid}/stat").read().rsplit(")", 1)[1].split()
+                return int(f[11]) + int(f[12])
+        except OSError:
+            continue
+    return None
+
+
+class AdminProbe:
+    """GET /ready on the admin port every 50 ms (each on a new connection); latencies in ms."""
+
+    def __init__(self, port, max_seconds=120):
+        self.port, self.stop_flag, self.samples = port, False, []
+        self.deadline = time.time() + max_seconds
+        self.thread = threading.Thread(target=self.run, daemon=True)
+        self.thread.start()
+
+    def run(self):
+        while not self.stop_flag and time.time() < self.deadline:
+            t = time.time()
+            try:
+                http_get(self.port, "/ready", timeout=10)
+            except OSError:
+                if time.time() - t < 9:
+                    time.sleep(0.05)
+                    continue  # refused: Envoy is gone
+            # A probe that timed out counts, with its wait: a stalled main thread must show.
+            self.samples.append((t, (time.time() - t) * 1000))
+            time.sleep(0.05)
+
+    def stop(self):
+        self.stop_flag = True
+        self.thread.join(15)
+        return self.samples
+
+
+def p50(xs):
+    return statistics.median(xs) if xs else float("nan")
+
+
+def scale_run(binary, clusters, filter_on_data, smoke):
+    """Serve 3 s, then SIGTERM with one 4 s request in flight; measure until Envoy exits."""
+    p = free_ports(3)
+    settings = {"min_drain_duration": "5s", "quiet_period": "1s", "drain_timeout": "25s"}
+    allowed = 5.0  # min_drain_duration; the 4 s request ends before it, no request starts later
+    if smoke:
+        settings = {"min_drain_duration": "1s", "quiet_period": "200ms", "drain_timeout": "10s"}
+        allowed = 1.0
+    e = Envoy(binary, render_scale(p, clusters, filter_on_data=filter_on_data, settings=settings), p[0], concurrency=2,
+              ready_timeout=600)
+    try:
+        hz = os.sysconf("SC_CLK_TCK")
+        time.sleep(1)
+        probe = AdminProbe(p[0])
+        c0, t0 = main_thread_ticks(e.proc.pid), time.time()
+        time.sleep(1 if smoke else 5)
+        c1, t1 = main_thread_ticks(e.proc.pid), time.time()
+        serving_cpu = (c1 - c0) / hz / (t1 - t0)
+        delay_ms = int(allowed * 800)
+        slow = {}
+        def slow_request():
+            try:
+                slow["status"] = http_get(p[1], "/", headers={"x-envoy-fault-delay-request": str(delay_ms)}, timeout=60)[0]
+            except OSError as err:
+                slow["status"] = str(err)
+        th = threading.Thread(target=slow_request, daemon=True)
+        th.start()
+        deadline = time.time() + 10
+        while (e.stat("http.data.downstream_rq_active") or 0) < 1 and time.time() < deadline:
+            time.sleep(0.02)
+        c2, t2 = main_thread_ticks(e.proc.pid), time.time()
+        e.proc.send_signal(signal.SIGTERM)
+        # Main-thread CPU over the drain itself (SIGTERM to just before the earliest allowed exit),
+        # not Envoy's teardown after it, which takes longer with more clusters with or without us.
+        window_end = t2 + allowed - 0.1
+        c_end = None
+        while e.proc.poll() is None and time.time() < t2 + 60:
+            if c_end is None and time.time() >= window_end:
+                c_end, t_end = main_thread_ticks(e.proc.pid), time.time()
+            time.sleep(0.01)
+        exited = e.wait_exit(1)
+        t3 = time.time()
+        draining_cpu = (c_end - c2) / hz / (t_end - t2) if c_end is not None else float("nan")
+        samples = probe.stop()
+        th.join(10)
+        serving = [ms for t, ms in samples if t < t2]
+        draining = [ms for t, ms in samples if t2 <= t < window_end]
+        released = None
+        stamps = {}
+        for line in open(e.log_path, errors="replace"):
+            for key, text in (("sigterm", "SIGTERM received"), ("release", "releasing Envoy's exit")):
+                if text in line and key not in stamps:
+                    m = re.match(r"\[(\d+-\d+-\d+ \d+:\d+:\d+\.\d+)\]", line)
+                    if m:
+                        stamps[key] = time.mktime(time.strptime(m.group(1)[:19], "%Y-%m-%d %H:%M:%S")) + float("0" + m.group(1)[19:])
+        if "sigterm" in stamps and "release" in stamps:
+            released = stamps["release"] - stamps["sigterm"]
+        r = {"clusters": clusters, "mode": "filter" if filter_on_data else "bootstrap-only",
+             "cpu_serving": serving_cpu, "cpu_draining": draining_cpu,
+             "ready_p50_serving_ms": p50(serving), "ready_p50_draining_ms": p50(draining),
+             "ready_max_draining_ms": max(draining) if draining else float("nan"),
+             "released_s": released, "exit_s": t3 - t2, "allowed_s": allowed, "exited": exited,
+             "slow_request": slow.get("status")}
+        log(f"scale {clusters} clusters ({r['mode']}): main thread {serving_cpu:.1%} -> {draining_cpu:.1%}, "
+            f"/ready p50 {r['ready_p50_serving_ms']:.2f} -> {r['ready_p50_draining_ms']:.2f} ms "
+            f"(max {r['ready_max_draining_ms']:.0f}), exit released {released if released is None else round(released, 3)} s, "
+            f"process exit {r['exit_s']:.2f} s")
+        return r
+    finally:
+        e.close()
+
+
+def bench_scale(binary, smoke):
+    sizes = [0, 200] if smoke else [0, 5000, 20000]
+    rows = []
+    for n in sizes:
+        for filter_on_data in (True, False):
+            rows.append(scale_run(binary, n, filter_on_data, smoke))
+    return rows
+
+
+# ---------------------------------------------------------------------------------------------
+# 6. Many concurrent HTTP/2 streams (issue 11): the in-flight table grows without a cliff, memory
+#    stays bounded, and a drain sends every connection away.
+
+def drain_status(port):
+    return json.loads(http_get(port, "/drain/status")[1])
+
+
+def streams_run(binary, module, streams, conns, hold_ms, smoke):
+    p = free_ports(3)
+    settings = {"min_drain_duration": "1s", "quiet_period": "200ms", "drain_timeout": "120s"}
+    e = Envoy(binary, render_gateway(p, module=module, settings=settings), p[0], concurrency=2)
+    client = None
+    try:
+        time.sleep(0.5)
+        idle = e.rss_kib()
+        per_conn = streams // conns
+        # Each stream is a slow request (the fault filter holds it `hold_ms`): they pile up.
+        client = subprocess.Popen(["h2load", "-c", str(conns), "-m", str(per_conn), "-n", str(per_conn * conns),
+                                   "-H", f"x-envoy-fault-delay-request: {hold_ms}",
+                                   f"http://127.0.0.1:{p[1]}/"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        t0 = time.time()
+        deadline = t0 + hold_ms / 1000 * 0.6
+        peak, seen = 0, 0
+        while time.time() < deadline:
+            seen = e.stat("http.data.downstream_rq_active") or 0
+            peak = max(peak, e.rss_kib())
+            if seen >= per_conn * conns:
+                break
+            time.sleep(0.2)
+        ramp = time.time() - t0
+        time.sleep(0.5)
+        envoy_active = e.stat("http.data.downstream_rq_active") or 0
+        r = {"module": module, "streams_wanted": per_conn * conns, "connections": conns,
+             "envoy_active": envoy_active, "ramp_s": ramp, "rss_idle_kib": idle, "rss_kib": max(peak, e.rss_kib())}
+        if module:
+            st = drain_status(p[2])
+            r["module_active"] = st["active_requests"]
+            r["request_table"] = st["request_table"]
+            # Drain: every connection carrying one of those streams must get its GOAWAY now.
+            t1 = time.time()
+            status, _ = http_get(p[2], "/drain?wait=false", method="POST", timeout=60)
+            assert status == 202, status
+            sent = 0
+            while time.time() < t1 + 30:
+                sent = drain_status(p[2])["connections_sent_away"]["http2"]
+                if sent >= conns:
+                    break
+                time.sleep(0.05)
+            r["sent_away_http2"] = sent
+            r["sent_away_s"] = time.time() - t1
+            r["active_after_goaway"] = drain_status(p[2])["active_requests"]
+        log(f"streams ({'module' if module else 'bare'}): {r}")
+        return r
+    finally:
+        if client and client.poll() is None:
+            client.kill()
+            client.wait()
+        e.close()
+
+
+def bench_streams(binary, smoke):
+    streams, conns, hold = (2000, 20, 15000) if smoke else (100000, 200, 90000)
+    return [streams_run(binary, m, streams, conns, hold, smoke) for m in (False, True)]
+
+
+# ---------------------------------------------------------------------------------------------
 # Report
 
 def ratio(a, b):
@@ -616,6 +1077,20 @@ def write_report(data):
                     L.append(f"| {r['case']} | {r['bare']:.0f} | {r['with']:.0f} | {ratio(r['with'], r['bare']):.4f} | "
                              f"{r['connection_mode']:.0f} | {ratio(r['connection_mode'], r['bare']):.4f} |")
             L += [""]
+    if data.get("proxy"):
+        L += ["## Instructions per request proxying to an upstream over keep-alive (callgrind, --concurrency 1)", "",
+              "| path | bare Envoy | bootstrap-only | empty module filter (the floor) | graceful_drain filter | module's own cost above the floor | module's own hooks |",
+              "|---|---|---|---|---|---|---|"]
+        for r in data["proxy"]:
+            if r.get("bare") is None:
+                L.append(f"| {r['path']} | (smoke run: path checked, not measured) | | | | | |")
+                continue
+            b, f, g = r["bare"], r["empty module filter"], r["graceful_drain"]
+            L.append(f"| {r['path']} | {b / 1000:.1f} k | {ratio(r['bootstrap-only'], b):.4f}× | {ratio(f, b):.4f}× | "
+                     f"{ratio(g, b):.4f}× | {100 * (g - f) / b:+.2f} % | {r.get('module_own', 0):.0f} |")
+        L += ["", "Ratios are to bare Envoy. The floor is a C module whose hooks all return Continue (built by the "
+              "benchmark): what Envoy charges for hosting any dynamic-module HTTP filter. 'Above the floor' is "
+              "(graceful_drain - floor) / bare; 'own hooks' is the inclusive cost of our exported hooks per request.", ""]
     L += ["## Throughput and latency (interleaved rounds, min / median / max)", "",
           "| protocol | concurrency | bare req/s | module req/s | median ratio | latency bare | latency module |", "|---|---|---|---|---|---|---|"]
     for r in data["throughput"]:
@@ -636,52 +1111,94 @@ def write_report(data):
     b, m = data["memory"].get("bare"), data["memory"].get("module")
     if b and m:
         L.append(f"| ratio | {ratio(m['idle_kib'], b['idle_kib']):.3f} | {ratio(m['load_peak_kib'], b['load_peak_kib']):.3f} |")
+    if data.get("scale"):
+        L += ["", "## Drain cost against configuration size (gateway.yaml + N static clusters, --concurrency 2, "
+              "SIGTERM with one slow request in flight)", "",
+              "| N clusters | data listener | main thread CPU serving → draining | admin `GET /ready` p50 serving → draining (max) "
+              "| exit released / allowed | process exit |", "|---|---|---|---|---|---|"]
+        for r in data["scale"]:
+            rel = r.get("released_s")
+            L.append(f"| {r['clusters']} | {'with the filter' if r['mode'] == 'filter' else 'without the filter (bootstrap-only)'} | "
+                     f"{100 * r['cpu_serving']:.1f} % → {100 * r['cpu_draining']:.1f} % | "
+                     f"{r['ready_p50_serving_ms']:.2f} → {r['ready_p50_draining_ms']:.2f} ms ({r['ready_max_draining_ms']:.0f} ms) | "
+                     f"{'-' if rel is None else '%.3f s' % rel} / {r['allowed_s']:.1f} s | {r['exit_s']:.2f} s |")
+        L += ["", "CPU is the main thread's (the thread named `envoy`) from SIGTERM to 100 ms before the earliest allowed "
+              "exit; 'exit released' is when the module let Envoy exit (its log), 'process exit' adds Envoy's own "
+              "teardown, which grows with the number of clusters with or without the module.", ""]
+    if data.get("streams"):
+        L += ["## Concurrent HTTP/2 streams (slow requests held open, --concurrency 2)", "",
+              "| | streams wanted / connections | in flight (Envoy) | in flight (module) | RSS idle → loaded | request table | drain: connections sent away | in flight after the go-aways |",
+              "|---|---|---|---|---|---|---|---|"]
+        for r in data["streams"]:
+            t = r.get("request_table")
+            L.append(f"| {'graceful_drain' if r['module'] else 'bare Envoy'} | {r['streams_wanted']} / {r['connections']} | "
+                     f"{r['envoy_active']} | {r.get('module_active', '-')} | {r['rss_idle_kib'] // 1024} → {r['rss_kib'] // 1024} MiB | "
+                     f"{'-' if not t else '%d slots, %d workers, %.1f MiB' % (t['slots'], t['workers'], t['bytes'] / 2**20)} | "
+                     f"{'-' if 'sent_away_http2' not in r else '%d in %.2f s' % (r['sent_away_http2'], r['sent_away_s'])} | "
+                     f"{r.get('active_after_goaway', '-')} |")
+        L.append("")
     open(os.path.join(OUT, "report.md"), "w").write("\n".join(L) + "\n")
     svg_plot(data["shutdown"], os.path.join(OUT, "shutdown.svg"))
     print("\n".join(L))
 
 
+SECTIONS = ["instructions", "connections", "proxy", "throughput", "shutdown", "memory", "scale", "streams"]
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--smoke", action="store_true", help="tiny sizes: checks the bench runs, gives no figures")
-    ap.add_argument("--only", choices=["instructions", "connections", "throughput", "shutdown", "memory"], action="append")
+    ap.add_argument("--only", choices=SECTIONS, action="append")
     ap.add_argument("--report-only", action="store_true", help="re-render report.md/svg from report.json")
     args = ap.parse_args()
     if args.report_only:
         write_report(json.load(open(os.path.join(OUT, "report.json"))))
         return
-    for tool in ("valgrind", "callgrind_control", "h2load", "wrk", "taskset"):
+    for tool in ("valgrind", "callgrind_control", "h2load", "wrk", "taskset", "openssl", "cc"):
         if not shutil.which(tool):
-            sys.exit(f"missing {tool}: run `make bench-deps` (apt-get install valgrind nghttp2-client wrk)")
+            sys.exit(f"missing {tool}: run `make bench-deps` (apt-get install valgrind nghttp2-client wrk openssl gcc)")
     subprocess.run(["cargo", "build", "--release", "--lib", "--quiet"], cwd=ROOT, check=True)
     binary = envoy_bin()
     cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), platform.machine())
     data = {"machine": f"{os.cpu_count()} CPUs ({cpu}), {platform.system()} {platform.release()}",
             "envoy": envoy_version(binary), "smoke": args.smoke,
-            "instructions": [], "connections": [], "throughput": [], "shutdown": [], "memory": {}}
-    only = args.only or ["instructions", "connections", "throughput", "shutdown", "memory"]
+            "instructions": [], "connections": [], "proxy": [], "throughput": [], "shutdown": [], "memory": {},
+            "scale": [], "streams": []}
+    only = args.only or SECTIONS
     previous = os.path.join(OUT, "report.json")
     if args.only and os.path.exists(previous):
         # Partial run: keep the other sections of the last report.
         old = json.load(open(previous))
-        for k in ("instructions", "connections", "throughput", "shutdown", "memory"):
+        for k in SECTIONS:
             if k not in only:
                 data[k] = old.get(k, data[k])
     if "instructions" in only:
         data["instructions"] = bench_instructions(binary, args.smoke)
     if "connections" in only:
         data["connections"] = bench_connections(binary, args.smoke)
+    if "proxy" in only:
+        data["proxy"] = bench_proxy_instructions(binary, args.smoke)
     if "throughput" in only:
         data["throughput"] = bench_throughput(binary, args.smoke)
     if "shutdown" in only:
         data["shutdown"] = bench_shutdown(binary, args.smoke)
     if "memory" in only:
         data["memory"] = bench_memory(binary, args.smoke)
+    if "scale" in only:
+        data["scale"] = bench_scale(binary, args.smoke)
+    if "streams" in only:
+        data["streams"] = bench_streams(binary, args.smoke)
     write_report(data)
     # A smoke run must at least show the module draining without failures and bare Envoy failing.
     for r in data["shutdown"]:
         if r["strategy"].startswith("graceful-drain") and (r["failed"] or r["killed"]):
             sys.exit(f"module shutdown failed requests: {r['failed']}")
+    for r in data["scale"]:
+        if not r["exited"] or r["slow_request"] != 200:
+            sys.exit(f"scale run failed: {r}")
+    for r in data["streams"]:
+        if r["module"] and (r["module_active"] != r["streams_wanted"] or r["sent_away_http2"] != r["connections"]):
+            sys.exit(f"streams run: count or go-aways wrong: {r}")
 
 
 if __name__ == "__main__":

@@ -14,8 +14,8 @@ pub trait EngineHost {
     fn set_draining_gauge(&self, value: u64);
     fn count(&self, metric: EngineMetric);
     /// Envoy's own view of data-plane requests, summed over HTTP connection managers (minus
-    /// ignored stat prefixes): requests in flight and requests started so far. `None` if
-    /// unavailable.
+    /// ignored stat prefixes, health checks and the module's control requests): requests in
+    /// flight and requests started so far. `None` if unavailable.
     fn envoy_request_stats(&self) -> Option<EnvoyRequestStats>;
     /// Make Envoy fail its health checks (admin `/healthcheck/fail`), which makes every listener
     /// send connections away with their next response. Called once, when a drain starts.
@@ -170,7 +170,7 @@ impl Engine {
     pub fn evaluate(&mut self, host: &impl EngineHost, shared: &Shared) -> Option<ShutdownRelease> {
         let now = shared.clock.now();
         let envoy = if shared.is_draining() {
-            self.observe_envoy(host, shared, now)
+            self.observe_envoy(host, now)
         } else {
             None
         };
@@ -263,18 +263,12 @@ impl Engine {
 
 impl Engine {
     /// Envoy's stats as an observation: its in-flight gauge, and the last time its request
-    /// counter moved (requests that started, on any listener, since the previous poll). What
-    /// the module knows is not work (health checks it recognised, requests to its control
-    /// listeners, e.g. a waiting `/drain`) is subtracted, whatever the listeners are called.
-    fn observe_envoy(
-        &mut self,
-        host: &impl EngineHost,
-        shared: &Shared,
-        now: Instant,
-    ) -> Option<Observation> {
+    /// counter moved (requests that started, on any listener, since the previous poll). The host
+    /// takes out what is not work (health checks, control-listener requests such as a waiting
+    /// `/drain`), whatever the listeners are called.
+    fn observe_envoy(&mut self, host: &impl EngineHost, now: Instant) -> Option<Observation> {
         let s = host.envoy_request_stats()?;
-        let (not_work_started, not_work_active) = shared.counters.not_work();
-        let total = s.total.wrapping_sub(not_work_started) as i64;
+        let total = s.total as i64;
         // Only an increase is a request start: the two sides are read at slightly different
         // moments, so the difference may dip when a not-work request is seen by us first.
         if self.last_total.is_some_and(|t| total > t) {
@@ -282,7 +276,7 @@ impl Engine {
         }
         self.last_total = Some(total);
         Some(Observation {
-            active_requests: s.active.saturating_sub(not_work_active),
+            active_requests: s.active,
             last_request_start: self.last_change,
         })
     }

@@ -178,6 +178,8 @@ pub struct Counts {
     pub active: i64,
     /// Latest start, in the clock's nanoseconds; 0 if none yet.
     pub last_start: u64,
+    /// Requests started so far (wrapping).
+    pub started: u64,
 }
 
 /// Table size, for the status report (memory stays bounded by the peak concurrency).
@@ -432,18 +434,24 @@ impl Registry {
     pub fn counts(&self) -> Counts {
         let mut active: i64 = 0;
         let mut last_start = 0;
+        let mut total_started: u64 = 0;
         let mut add = |ended: &AtomicU64, started: &AtomicU64| {
             // Ends first (Acquire), then starts: never more ends than starts for correct use.
             let e = ended.load(Ordering::Acquire);
             let s = started.load(Ordering::Relaxed);
             active = active.wrapping_add(s.wrapping_sub(e) as i64);
+            total_started = total_started.wrapping_add(s);
         };
         add(&self.overflow_ended, &self.overflow_started);
         for slab in self.slabs_in_use() {
             add(&slab.ended, &slab.started);
             last_start = last_start.max(slab.last_start.load(Ordering::Relaxed));
         }
-        Counts { active, last_start }
+        Counts {
+            active,
+            last_start,
+            started: total_started,
+        }
     }
 
     /// Start times of the requests holding slots.
@@ -551,7 +559,8 @@ mod tests {
             r.counts(),
             Counts {
                 active: 3,
-                last_start: 9
+                last_start: 9,
+                started: 3
             }
         );
         assert_eq!(r.occupied(), 2);
@@ -567,7 +576,8 @@ mod tests {
             r.counts(),
             Counts {
                 active: 0,
-                last_start: 9
+                last_start: 9,
+                started: 3
             }
         );
         assert_eq!(r.occupied(), 0);
@@ -855,7 +865,8 @@ mod loom_tests {
                 c,
                 Counts {
                     active: 0,
-                    last_start: 20
+                    last_start: 20,
+                    started: 2
                 }
             );
         });

@@ -349,7 +349,10 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_config_new(
         match FilterConfig::parse(raw) {
             Ok(c) => {
                 let metrics = match c.role {
-                    Role::Data => DataMetrics::define(ce),
+                    Role::Data => {
+                        super::bootstrap::note_data_filter_loaded();
+                        DataMetrics::define(ce)
+                    }
                     Role::Control => None,
                     Role::AdminGuard => {
                         super::bootstrap::ADMIN_GUARDS
