@@ -9,6 +9,7 @@ mod common;
 use common::clients::{self, H1Conn, H2Conn};
 use common::envoy::{Envoy, Options, Settings};
 use common::eventually;
+use common::front::{front_yaml, Front};
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -503,54 +504,6 @@ async fn exit_time_does_not_wait_for_idle_connections() {
         .expect("closed before the exit");
 }
 
-/// A front Envoy routing to the gateway through a keep-alive pool, with no retries.
-fn front_yaml(admin: u16, listen: u16, gateway: u16, upstream_h2: bool) -> String {
-    let h2 = if upstream_h2 {
-        r#"    typed_extension_protocol_options:
-      envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
-        "@type": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
-        explicit_http_config: { http2_protocol_options: {} }
-"#
-    } else {
-        ""
-    };
-    format!(
-        r#"admin:
-  address: {{ socket_address: {{ address: 127.0.0.1, port_value: {admin} }} }}
-static_resources:
-  listeners:
-  - name: front
-    address: {{ socket_address: {{ address: 127.0.0.1, port_value: {listen} }} }}
-    filter_chains:
-    - filters:
-      - name: envoy.filters.network.http_connection_manager
-        typed_config:
-          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
-          stat_prefix: front
-          codec_type: AUTO
-          route_config:
-            virtual_hosts:
-            - name: all
-              domains: ["*"]
-              routes:
-              - match: {{ prefix: "/" }}
-                route: {{ cluster: gateway, timeout: 10s }}
-          http_filters:
-          - name: envoy.filters.http.router
-            typed_config: {{ "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router }}
-  clusters:
-  - name: gateway
-    type: STATIC
-    connect_timeout: 1s
-{h2}    load_assignment:
-      cluster_name: gateway
-      endpoints:
-      - lb_endpoints:
-        - endpoint: {{ address: {{ socket_address: {{ address: 127.0.0.1, port_value: {gateway} }} }} }}
-"#
-    )
-}
-
 /// Pooled idle upstream connections of a front Envoy (no retries) across the gateway's drain
 /// start: the pool learns (close or GOAWAY) and every later request succeeds.
 async fn front_pool_resumes_without_failures(upstream_h2: bool) {
@@ -565,7 +518,14 @@ async fn front_pool_resumes_without_failures(upstream_h2: bool) {
         ..Options::default()
     };
     let front = Envoy::start_yaml(
-        &front_yaml(fp[0], fp[1], gateway.data, upstream_h2),
+        &front_yaml(&Front {
+            admin: fp[0],
+            listen: Some(fp[1]),
+            gateways: &[(gateway.data, gateway.data)],
+            upstream_h2,
+            health_check: None,
+            route_timeout: "10s",
+        }),
         fp[0],
         fp[1],
         fp[1],
@@ -601,7 +561,7 @@ async fn front_pool_resumes_without_failures(upstream_h2: bool) {
     };
     assert!(burst(6, "/warm", "300").await.is_empty());
     let pooled = front
-        .stat("cluster.gateway.upstream_cx_active")
+        .stat("cluster.gateways.upstream_cx_active")
         .await
         .unwrap_or(0);
     assert!(pooled >= 1, "the front holds pooled upstream connections");
@@ -633,7 +593,7 @@ async fn front_pool_resumes_without_failures(upstream_h2: bool) {
     );
     assert_eq!(
         front
-            .stat("cluster.gateway.upstream_rq_retry")
+            .stat("cluster.gateways.upstream_rq_retry")
             .await
             .unwrap_or(0),
         0

@@ -7,6 +7,7 @@ mod common;
 
 use common::clients::{self, H1Conn};
 use common::envoy::{remove_list_items, render_gateway, Envoy, Options, Settings};
+use common::front::{front_yaml, Front};
 use common::{eventually, free_ports};
 use std::time::{Duration, Instant};
 
@@ -28,28 +29,14 @@ fn options() -> Options {
 /// agent `Envoy/HC`), as a load balancer in front of the gateway does: it never stops checking.
 async fn front_health_checker(port: u16, path: &str) -> Envoy {
     let admin = free_ports(1)[0];
-    let yaml = format!(
-        r#"admin:
-  address: {{ socket_address: {{ address: 127.0.0.1, port_value: {admin} }} }}
-static_resources:
-  clusters:
-  - name: gateway
-    type: STATIC
-    connect_timeout: 1s
-    health_checks:
-    - timeout: 1s
-      interval: 0.1s
-      no_traffic_interval: 0.1s
-      unhealthy_threshold: 1
-      healthy_threshold: 1
-      http_health_check: {{ path: "{path}" }}
-    load_assignment:
-      cluster_name: gateway
-      endpoints:
-      - lb_endpoints:
-        - endpoint: {{ address: {{ socket_address: {{ address: 127.0.0.1, port_value: {port} }} }} }}
-"#
-    );
+    let yaml = front_yaml(&Front {
+        admin,
+        listen: None,
+        gateways: &[(port, port)],
+        upstream_h2: false,
+        health_check: Some((path, "0.1s")),
+        route_timeout: "10s",
+    });
     // The guard owns the process (killed on drop); it has no listeners of its own.
     let front = Envoy::start_yaml(&yaml, admin, 0, 0, &Options::default()).await;
     // Checking has begun once the front Envoy has sent a few.
@@ -57,7 +44,7 @@ static_resources:
         "front health checks running",
         Duration::from_secs(15),
         || async {
-            let r = clients::get(admin, "/stats?filter=cluster.gateway.health_check.attempt")
+            let r = clients::get(admin, "/stats?filter=cluster.gateways.health_check.attempt")
                 .await
                 .ok()?;
             let n: u64 = r

@@ -12,6 +12,7 @@ mod common;
 
 use common::clients::{H1Conn, H2Conn};
 use common::envoy::{Envoy, Options, Settings, TempDir};
+use common::front::{front_yaml, Front};
 use common::{eventually, free_ports};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -34,80 +35,6 @@ const LONGEST_REQUEST: Duration = Duration::from_millis(2500);
 
 /// Rollout scenarios share the machine's two cores: run them one at a time.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
-fn front_yaml(
-    admin: u16,
-    listen: u16,
-    gateways: &[[u16; 3]],
-    upstream_h2: bool,
-    with_module: bool,
-) -> String {
-    let endpoints: String = gateways
-        .iter()
-        .map(|g| {
-            // With the module, health is the gateway's readiness endpoint on its control port;
-            // stock Envoy has none, so its users health-check the data port.
-            let hc_port = if with_module { g[2] } else { g[1] };
-            format!(
-                "        - endpoint:\n            address: {{ socket_address: {{ address: 127.0.0.1, port_value: {} }} }}\n            health_check_config: {{ port_value: {} }}\n",
-                g[1], hc_port
-            )
-        })
-        .collect();
-    let hc_path = if with_module { "/ready" } else { "/" };
-    let h2 = if upstream_h2 {
-        r#"    typed_extension_protocol_options:
-      envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
-        "@type": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
-        explicit_http_config: { http2_protocol_options: {} }
-"#
-    } else {
-        ""
-    };
-    format!(
-        r#"admin:
-  address: {{ socket_address: {{ address: 127.0.0.1, port_value: {admin} }} }}
-static_resources:
-  listeners:
-  - name: front
-    address: {{ socket_address: {{ address: 127.0.0.1, port_value: {listen} }} }}
-    filter_chains:
-    - filters:
-      - name: envoy.filters.network.http_connection_manager
-        typed_config:
-          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
-          stat_prefix: front
-          codec_type: AUTO
-          route_config:
-            virtual_hosts:
-            - name: all
-              domains: ["*"]
-              routes:
-              - match: {{ prefix: "/" }}
-                route: {{ cluster: gateways, timeout: 30s }}
-          http_filters:
-          - name: envoy.filters.http.router
-            typed_config: {{ "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router }}
-  clusters:
-  - name: gateways
-    type: STATIC
-    connect_timeout: 1s
-    lb_policy: ROUND_ROBIN
-{h2}    common_lb_config: {{ healthy_panic_threshold: {{ value: 0 }} }}
-    health_checks:
-    - timeout: 1s
-      interval: 0.2s
-      no_traffic_interval: 0.2s
-      unhealthy_threshold: 1
-      healthy_threshold: 1
-      http_health_check: {{ path: "{hc_path}" }}
-    load_assignment:
-      cluster_name: gateways
-      endpoints:
-      - lb_endpoints:
-{endpoints}"#
-    )
-}
 
 #[derive(Default)]
 struct LoadStats {
@@ -281,7 +208,20 @@ async fn rollout(
         gateways.push(Some(Envoy::start_on(*p, opts.clone()).await));
     }
     let fp = free_ports(2);
-    let front_cfg = front_yaml(fp[0], fp[1], &ports, upstream_h2, with_module);
+    // With the module, health is the gateway's readiness endpoint on its control port; stock
+    // Envoy has none, so its users health-check the data port.
+    let endpoints: Vec<(u16, u16)> = ports
+        .iter()
+        .map(|g| (g[1], if with_module { g[2] } else { g[1] }))
+        .collect();
+    let front_cfg = front_yaml(&Front {
+        admin: fp[0],
+        listen: Some(fp[1]),
+        gateways: &endpoints,
+        upstream_h2,
+        health_check: Some((if with_module { "/ready" } else { "/" }, "0.2s")),
+        route_timeout: "30s",
+    });
     let _front_dir = TempDir::new("front");
     let front_opts = Options {
         concurrency: 2,

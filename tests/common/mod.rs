@@ -4,6 +4,7 @@
 
 pub mod clients;
 pub mod envoy;
+pub mod front;
 pub mod tools;
 pub mod upstream;
 
