@@ -805,16 +805,28 @@ def render_scale(ports, clusters, module=True, filter_on_data=True, settings=Non
     return y.rstrip("\n") + "\n" + extra
 
 
-def main_thread_ticks(pid):
-    """utime + stime (clock ticks) of Envoy's main thread (the one named "envoy")."""
+def thread_ticks(pid, comm):
+    """utime + stime (clock ticks) of the process's threads named `comm` ("envoy" is Envoy's main
+    thread, "graceful_stats" the module's stats scanner); None if none is found."""
+    total, found = 0, False
     for tid in os.listdir(f"/proc/{pid}/task"):
         try:
-            if open(f"/proc/{pid}/task/{tid}/comm").read().strip() == "envoy":
+            if open(f"/proc/{pid}/task/{tid}/comm").read().strip() == comm:
                 f = open(f"/proc/{pid}/task/{tid}/stat").read().rsplit(")", 1)[1].split()
-                return int(f[11]) + int(f[12])
+                total, found = total + int(f[11]) + int(f[12]), True
         except OSError:
             continue
-    return None
+    return total if found else None
+
+
+def main_thread_ticks(pid):
+    return thread_ticks(pid, "envoy")
+
+
+def process_ticks(pid):
+    """utime + stime (clock ticks) of the whole process, every thread."""
+    f = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return int(f[11]) + int(f[12])
 
 
 class AdminProbe:
@@ -880,6 +892,7 @@ def scale_run(binary, clusters, filter_on_data, smoke):
         while (e.stat("http.data.downstream_rq_active") or 0) < 1 and time.time() < deadline:
             time.sleep(0.02)
         c2, t2 = main_thread_ticks(e.proc.pid), time.time()
+        s2, p2 = thread_ticks(e.proc.pid, "graceful_stats") or 0, process_ticks(e.proc.pid)
         e.proc.send_signal(signal.SIGTERM)
         # Main-thread CPU over the drain itself (SIGTERM to just before the earliest allowed exit),
         # not Envoy's teardown after it, which takes longer with more clusters with or without us.
@@ -888,10 +901,13 @@ def scale_run(binary, clusters, filter_on_data, smoke):
         while e.proc.poll() is None and time.time() < t2 + 60:
             if c_end is None and time.time() >= window_end:
                 c_end, t_end = main_thread_ticks(e.proc.pid), time.time()
+                s_end, p_end = thread_ticks(e.proc.pid, "graceful_stats") or 0, process_ticks(e.proc.pid)
             time.sleep(0.01)
         exited = e.wait_exit(1)
         t3 = time.time()
         draining_cpu = (c_end - c2) / hz / (t_end - t2) if c_end is not None else float("nan")
+        scanner_cpu = (s_end - s2) / hz / (t_end - t2) if c_end is not None else float("nan")
+        process_cpu = (p_end - p2) / hz / (t_end - t2) if c_end is not None else float("nan")
         samples = probe.stop()
         th.join(10)
         serving = [ms for t, ms in samples if t < t2]
@@ -908,11 +924,13 @@ def scale_run(binary, clusters, filter_on_data, smoke):
             released = stamps["release"] - stamps["sigterm"]
         r = {"clusters": clusters, "mode": "filter" if filter_on_data else "bootstrap-only",
              "cpu_serving": serving_cpu, "cpu_draining": draining_cpu,
+             "scanner_cpu_draining": scanner_cpu, "process_cpu_draining": process_cpu,
              "ready_p50_serving_ms": p50(serving), "ready_p50_draining_ms": p50(draining),
              "ready_max_draining_ms": max(draining) if draining else float("nan"),
              "released_s": released, "exit_s": t3 - t2, "allowed_s": allowed, "exited": exited,
              "slow_request": slow.get("status")}
-        log(f"scale {clusters} clusters ({r['mode']}): main thread {serving_cpu:.1%} -> {draining_cpu:.1%}, "
+        log(f"scale {clusters} clusters ({r['mode']}): main thread {serving_cpu:.1%} -> {draining_cpu:.1%} "
+            f"(scanner thread {scanner_cpu:.1%}, whole process {process_cpu:.1%}), "
             f"/ready p50 {r['ready_p50_serving_ms']:.2f} -> {r['ready_p50_draining_ms']:.2f} ms "
             f"(max {r['ready_max_draining_ms']:.0f}), exit released {released if released is None else round(released, 3)} s, "
             f"process exit {r['exit_s']:.2f} s")
@@ -1114,16 +1132,20 @@ def write_report(data):
     if data.get("scale"):
         L += ["", "## Drain cost against configuration size (gateway.yaml + N static clusters, --concurrency 2, "
               "SIGTERM with one slow request in flight)", "",
-              "| N clusters | data listener | main thread CPU serving → draining | admin `GET /ready` p50 serving → draining (max) "
-              "| exit released / allowed | process exit |", "|---|---|---|---|---|---|"]
+              "| N clusters | data listener | main thread CPU serving → draining | stats scanner thread, draining "
+              "| whole process, draining | admin `GET /ready` p50 serving → draining (max) "
+              "| exit released / allowed | process exit |", "|---|---|---|---|---|---|---|---|"]
         for r in data["scale"]:
             rel = r.get("released_s")
             L.append(f"| {r['clusters']} | {'with the filter' if r['mode'] == 'filter' else 'without the filter (bootstrap-only)'} | "
                      f"{100 * r['cpu_serving']:.1f} % → {100 * r['cpu_draining']:.1f} % | "
+                     f"{100 * r.get('scanner_cpu_draining', float('nan')):.1f} % | "
+                     f"{100 * r.get('process_cpu_draining', float('nan')):.1f} % | "
                      f"{r['ready_p50_serving_ms']:.2f} → {r['ready_p50_draining_ms']:.2f} ms ({r['ready_max_draining_ms']:.0f} ms) | "
                      f"{'-' if rel is None else '%.3f s' % rel} / {r['allowed_s']:.1f} s | {r['exit_s']:.2f} s |")
-        L += ["", "CPU is the main thread's (the thread named `envoy`) from SIGTERM to 100 ms before the earliest allowed "
-              "exit; 'exit released' is when the module let Envoy exit (its log), 'process exit' adds Envoy's own "
+        L += ["", "CPU is per thread (the main thread is the one named `envoy`, the module's stats scanner "
+              "`graceful_stats`) and for the whole process (workers, the one slow request, the admin probes), from SIGTERM "
+              "to 100 ms before the earliest allowed exit, in % of one CPU; 'exit released' is when the module let Envoy exit (its log), 'process exit' adds Envoy's own "
               "teardown, which grows with the number of clusters with or without the module.", ""]
     if data.get("streams"):
         L += ["## Concurrent HTTP/2 streams (slow requests held open, --concurrency 2)", "",

@@ -4,7 +4,8 @@
 //! when the drain completes. Thin: every decision comes from [`crate::drain`].
 
 use crate::drain::{Decision, Observation, Phase, Trigger, IN_FLIGHT_RECHECK};
-use crate::state::{Shared, StartResult};
+use crate::state::{EnvoyObservation, Shared, StartResult};
+use crate::stats_scan::EnvoyView;
 use std::time::{Duration, Instant};
 
 /// What the engine needs from Envoy. Main thread only.
@@ -15,8 +16,9 @@ pub trait EngineHost {
     fn count(&self, metric: EngineMetric);
     /// Envoy's own view of data-plane requests, summed over HTTP connection managers (minus
     /// ignored stat prefixes, health checks and the module's control requests): requests in
-    /// flight and requests started so far. `None` if unavailable.
-    fn envoy_request_stats(&self) -> Option<EnvoyRequestStats>;
+    /// flight and requests started so far, or whether they are needed and not read yet. Never
+    /// blocks: Envoy's stats are read on another thread.
+    fn envoy_request_stats(&self) -> EnvoyView;
     /// Make Envoy fail its health checks (admin `/healthcheck/fail`), which makes every listener
     /// send connections away with their next response. Called once, when a drain starts.
     fn fail_health_checks(&self);
@@ -172,7 +174,7 @@ impl Engine {
         let envoy = if shared.is_draining() {
             self.observe_envoy(host, now)
         } else {
-            None
+            EnvoyObservation::Unused
         };
         let decision = shared.poll(envoy);
         let phase = shared.phase();
@@ -192,7 +194,10 @@ impl Engine {
                      drain_timeout={:?})",
                     trigger.as_str(),
                     shared.requests.counts().active,
-                    envoy.map_or("unknown".to_string(), |e| e.active_requests.to_string()),
+                    match envoy {
+                        EnvoyObservation::Seen(e) => e.active_requests.to_string(),
+                        _ => "unknown".to_string(),
+                    },
                     s.min_drain_duration,
                     s.quiet_period,
                     s.drain_timeout
@@ -211,7 +216,7 @@ impl Engine {
                 // Envoy's counters are only seen when polled: poll them often enough that a
                 // request on a listener without the filter is noticed within the recheck time.
                 let mut delay = at.saturating_duration_since(now);
-                if envoy.is_some() {
+                if envoy != EnvoyObservation::Unused {
                     delay = delay.min(IN_FLIGHT_RECHECK);
                 }
                 if self.health_to_fail {
@@ -266,8 +271,12 @@ impl Engine {
     /// counter moved (requests that started, on any listener, since the previous poll). The host
     /// takes out what is not work (health checks, control-listener requests such as a waiting
     /// `/drain`), whatever the listeners are called.
-    fn observe_envoy(&mut self, host: &impl EngineHost, now: Instant) -> Option<Observation> {
-        let s = host.envoy_request_stats()?;
+    fn observe_envoy(&mut self, host: &impl EngineHost, now: Instant) -> EnvoyObservation {
+        let s = match host.envoy_request_stats() {
+            EnvoyView::NotNeeded => return EnvoyObservation::Unused,
+            EnvoyView::Pending => return EnvoyObservation::Pending,
+            EnvoyView::Seen(s) => s,
+        };
         let total = s.total as i64;
         // Only an increase is a request start: the two sides are read at slightly different
         // moments, so the difference may dip when a not-work request is seen by us first.
@@ -275,7 +284,7 @@ impl Engine {
             self.last_change = Some(now);
         }
         self.last_total = Some(total);
-        Some(Observation {
+        EnvoyObservation::Seen(Observation {
             active_requests: s.active,
             last_request_start: self.last_change,
         })
@@ -300,6 +309,8 @@ mod tests {
         draining: Cell<Option<u64>>,
         metrics: RefCell<Vec<EngineMetric>>,
         failed_health_checks: Cell<u32>,
+        /// What Envoy's stats say; `None`: idle figures.
+        envoy: Cell<Option<EnvoyView>>,
     }
 
     impl EngineHost for FakeHost {
@@ -312,11 +323,13 @@ mod tests {
         fn count(&self, metric: EngineMetric) {
             self.metrics.borrow_mut().push(metric);
         }
-        fn envoy_request_stats(&self) -> Option<EnvoyRequestStats> {
-            Some(EnvoyRequestStats {
-                active: 0,
-                total: 7,
-            })
+        fn envoy_request_stats(&self) -> EnvoyView {
+            self.envoy
+                .get()
+                .unwrap_or(EnvoyView::Seen(EnvoyRequestStats {
+                    active: 0,
+                    total: 7,
+                }))
         }
         fn fail_health_checks(&self) {
             self.failed_health_checks
@@ -425,6 +438,58 @@ mod tests {
         f.shared.request_ended(t);
         let _ = engine.evaluate(&host, &f.shared);
         assert!(matches!(f.shared.phase(), Phase::Drained { .. }));
+    }
+
+    #[test]
+    fn without_the_filter_the_drain_waits_for_envoys_figures() {
+        let f = fixture(Some(DrainSettings {
+            min_drain_duration: Duration::from_millis(50),
+            quiet_period: Duration::ZERO,
+            drain_timeout: Duration::from_secs(5),
+        }));
+        let host = FakeHost::default();
+        host.envoy.set(Some(EnvoyView::Pending));
+        let mut engine = Engine::default();
+        let released = Rc::new(Cell::new(0));
+        assert!(engine
+            .on_shutdown(&host, &f.shared, counting_release(&released))
+            .is_none());
+        // Long past the minimum, the first scan is still under way: the drain holds.
+        f.clock.advance(Duration::from_secs(2));
+        assert!(engine.evaluate(&host, &f.shared).is_none());
+        assert!(matches!(f.shared.phase(), Phase::Draining { .. }));
+        assert_eq!(
+            f.shared.status().envoy_active_requests,
+            None,
+            "unknown, not 1"
+        );
+        // The scan arrives with one request in flight, then one that sees it end.
+        let seen = |active| EnvoyView::Seen(EnvoyRequestStats { active, total: 9 });
+        host.envoy.set(Some(seen(1)));
+        assert!(engine.evaluate(&host, &f.shared).is_none());
+        host.envoy.set(Some(seen(0)));
+        engine
+            .evaluate(&host, &f.shared)
+            .expect("completes on the scan that sees no request")
+            .release();
+        assert_eq!(released.get(), 1);
+        // And a drain that never gets a scan still ends at its timeout.
+        let f = fixture(Some(DrainSettings {
+            min_drain_duration: Duration::ZERO,
+            quiet_period: Duration::ZERO,
+            drain_timeout: Duration::from_secs(5),
+        }));
+        host.envoy.set(Some(EnvoyView::Pending));
+        let mut engine = Engine::default();
+        assert!(engine
+            .on_shutdown(&host, &f.shared, counting_release(&released))
+            .is_none());
+        f.clock.advance(Duration::from_secs(5));
+        engine
+            .evaluate(&host, &f.shared)
+            .expect("the timeout bounds it")
+            .release();
+        assert_eq!(released.get(), 2);
     }
 
     #[test]

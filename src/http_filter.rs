@@ -701,7 +701,7 @@ mod tests {
         assert!(host.responses.borrow().is_empty(), "waits");
         assert!(shared.is_draining());
         clock.advance(Duration::from_secs(1));
-        shared.poll(None);
+        shared.poll(crate::state::EnvoyObservation::Unused);
         assert!(commits().contains(&(0x1010, EVENT_DRAIN_DONE)));
         s.on_scheduled(&host, &shared, EVENT_DRAIN_DONE);
         assert_eq!(host.status(), Some(200));
@@ -726,7 +726,7 @@ mod tests {
         s.on_request_headers(&host, &shared);
         s.finish(&host, &shared);
         clock.advance(Duration::from_secs(1));
-        shared.poll(None);
+        shared.poll(crate::state::EnvoyObservation::Unused);
         assert!(
             commits().iter().all(|(_, e)| *e != EVENT_DRAIN_DONE),
             "a destroyed waker was woken: {:?}",

@@ -9,6 +9,7 @@
 //! - [`registry`]: lock-free per-worker table of in-flight requests (counts, wakers, start times);
 //!   its drain protocol is model-checked with loom.
 //! - [`clock`]: time as a trait, so every layer above is unit-tested on a fake clock.
+//! - [`stats_scan`]: Envoy's own request stats, read on the module's thread at a bounded cost.
 //! - [`connections`]: downstream connections seen by the network filter; tells idle ones at drain start.
 //! - [`drain`]: the pure drain state machine; time is passed in.
 //! - [`config`]: configuration parsing and validation with messages that name the field.
@@ -27,4 +28,5 @@ pub mod ffi;
 pub mod http_filter;
 pub mod registry;
 pub mod state;
+pub mod stats_scan;
 mod sync;

@@ -169,6 +169,17 @@ impl Counters {
     }
 }
 
+/// What Envoy's own stats add to the module's exact counts, for one poll of the drain.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EnvoyObservation {
+    /// Not used: no drain, or the filter counts every request that matters.
+    Unused,
+    /// Needed (no filter on the listeners) but not read yet: hold the drain (its timeout still
+    /// bounds it).
+    Pending,
+    Seen(Observation),
+}
+
 pub struct Shared {
     pub clock: Box<dyn Clock>,
     pub requests: Registry,
@@ -319,7 +330,7 @@ impl Shared {
     /// `envoy` is what Envoy's own stats show (listeners without the filter); it is merged by
     /// taking the larger count and the later start, never added, so requests that both the filter
     /// and Envoy's gauges see are not counted twice.
-    pub fn poll(&self, envoy: Option<Observation>) -> Decision {
+    pub fn poll(&self, envoy: EnvoyObservation) -> Decision {
         let now = self.clock.now();
         let counts = self.requests.counts();
         let active = if counts.active < 0 {
@@ -343,12 +354,17 @@ impl Shared {
             last_request_start: (counts.last_start != 0)
                 .then(|| self.clock.instant_of(counts.last_start)),
         };
-        if let Some(e) = envoy {
-            self.counters
-                .envoy_active_plus_one
-                .store(e.active_requests.saturating_add(1), Ordering::Relaxed);
-            obs.active_requests = obs.active_requests.max(e.active_requests);
-            obs.last_request_start = obs.last_request_start.max(e.last_request_start);
+        match envoy {
+            EnvoyObservation::Unused => {}
+            // Envoy's figures are the only signal and are not in yet: never complete on nothing.
+            EnvoyObservation::Pending => obs.active_requests = obs.active_requests.max(1),
+            EnvoyObservation::Seen(e) => {
+                self.counters
+                    .envoy_active_plus_one
+                    .store(e.active_requests.saturating_add(1), Ordering::Relaxed);
+                obs.active_requests = obs.active_requests.max(e.active_requests);
+                obs.last_request_start = obs.last_request_start.max(e.last_request_start);
+            }
         }
         let decision = match lock(&self.drain).as_mut() {
             None => Decision::Idle,
@@ -627,11 +643,14 @@ pub(crate) mod tests {
         assert_eq!(KICKS.with(|k| k.get()), 1);
         // In flight: not complete even after the minimum.
         f.clock.advance(Duration::from_millis(100));
-        assert!(matches!(s.poll(None), Decision::PollAt(_)));
+        assert!(matches!(
+            s.poll(EnvoyObservation::Unused),
+            Decision::PollAt(_)
+        ));
         assert_eq!(s.request_ended(t), Some(0x80));
         // The request started before the drain: the quiet period runs from the drain start, and
         // both it and the minimum are over, so the drain completes at this poll.
-        let d = s.poll(None);
+        let d = s.poll(EnvoyObservation::Unused);
         assert!(matches!(d, Decision::Completed(o) if !o.timed_out), "{d:?}");
         let st = s.status();
         assert_eq!(st.state, "drained");
@@ -651,14 +670,14 @@ pub(crate) mod tests {
         s.start_drain(Trigger::Admin);
         f.clock.advance(Duration::from_millis(100));
         assert!(
-            matches!(s.poll(None), Decision::PollAt(_)),
+            matches!(s.poll(EnvoyObservation::Unused), Decision::PollAt(_)),
             "not completed on a broken count"
         );
         let st = s.status();
         assert_eq!(st.active_requests, -1);
         assert!(st.accounting_error);
         f.clock.advance(Duration::from_millis(400));
-        assert!(matches!(s.poll(None), Decision::Completed(o) if o.timed_out));
+        assert!(matches!(s.poll(EnvoyObservation::Unused), Decision::Completed(o) if o.timed_out));
     }
 
     #[test]
@@ -673,7 +692,10 @@ pub(crate) mod tests {
             s.waiters.unregister(id);
         }
         f.clock.advance(Duration::from_secs(1));
-        assert!(matches!(s.poll(None), Decision::Completed(_)));
+        assert!(matches!(
+            s.poll(EnvoyObservation::Unused),
+            Decision::Completed(_)
+        ));
         let done: Vec<_> = commits()
             .into_iter()
             .filter(|(_, e)| *e == EVENT_DRAIN_DONE)
@@ -698,13 +720,19 @@ pub(crate) mod tests {
             last_request_start: None,
         };
         s.request_ended(t);
-        assert!(matches!(s.poll(Some(envoy)), Decision::PollAt(_)));
+        assert!(matches!(
+            s.poll(EnvoyObservation::Seen(envoy)),
+            Decision::PollAt(_)
+        ));
         assert_eq!(s.status().envoy_active_requests, Some(1));
         let idle = Observation {
             active_requests: 0,
             last_request_start: None,
         };
-        assert!(matches!(s.poll(Some(idle)), Decision::Completed(_)));
+        assert!(matches!(
+            s.poll(EnvoyObservation::Seen(idle)),
+            Decision::Completed(_)
+        ));
     }
 
     #[test]

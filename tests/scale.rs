@@ -119,9 +119,30 @@ async fn with_the_filter_a_large_gateway_drains_on_time_and_its_admin_stays_resp
     );
 }
 
+/// CPU time (clock ticks) of the process's threads named `comm`.
+fn thread_ticks(pid: i32, comm: &str) -> u64 {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).expect("Envoy's threads");
+    let mut ticks = 0;
+    for t in tasks.flatten() {
+        let name = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
+        if name.trim_end() != comm {
+            continue;
+        }
+        let stat = std::fs::read_to_string(t.path().join("stat")).unwrap_or_default();
+        // Fields after the parenthesised name: state is 3rd, utime 14th, stime 15th.
+        let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+        let f: Vec<&str> = rest.split_whitespace().collect();
+        if f.len() > 12 {
+            ticks += f[11].parse::<u64>().unwrap_or(0) + f[12].parse::<u64>().unwrap_or(0);
+        }
+    }
+    ticks
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_the_filter_a_request_still_holds_the_drain_until_it_ends() {
     let mut envoy = start(false).await;
+    let serving = ready_p50(envoy.admin, Instant::now() + Duration::from_millis(600)).await;
     let mut conn = H1Conn::connect(envoy.data).await.unwrap();
     // Outlives the minimum drain duration: only a rescan of Envoy's stats can see it end.
     let slow_ms = 2500u64;
@@ -145,12 +166,41 @@ async fn without_the_filter_a_request_still_holds_the_drain_until_it_ends() {
         },
     )
     .await;
+    let pid = envoy.pid();
+    let (main_before, scanner_before) = (
+        thread_ticks(pid, "envoy"),
+        thread_ticks(pid, "graceful_stats"),
+    );
     let t0 = Instant::now();
     envoy.sigterm();
+    // Envoy's stats are the only signal here, and they are read all through the drain: on the
+    // module's own thread, never on Envoy's main thread, which stays free for the admin.
+    let draining = ready_p50(envoy.admin, t0 + Duration::from_millis(2300)).await;
+    let (main_after, scanner_after) = (
+        thread_ticks(pid, "envoy"),
+        thread_ticks(pid, "graceful_stats"),
+    );
+    let elapsed = t0.elapsed();
     let (r, ended) = slow.await.unwrap();
     assert_eq!(r.expect("the slow request is answered").status, 200);
     let (_, exited) = envoy.wait_exit(Duration::from_secs(20)).await;
     let log = envoy.log();
+    assert!(
+        draining <= Duration::from_millis(25).max(serving * 3),
+        "admin /ready p50 {draining:?} while draining vs {serving:?} serving"
+    );
+    // Linux reports thread CPU time in USER_HZ ticks, 100 per second.
+    let main_share = (main_after - main_before) as f64 / 100.0 / elapsed.as_secs_f64();
+    assert!(
+        main_share < 0.10,
+        "Envoy's main thread used {:.0} % of a CPU while draining (the scans must not run there)",
+        main_share * 100.0
+    );
+    assert!(
+        scanner_after > scanner_before,
+        "the scans ran on the module's thread (graceful_stats: {scanner_before} -> {scanner_after} \
+         ticks)\n{log}"
+    );
     assert!(log.contains("requests cut: 0"), "{log}");
     assert!(
         exited >= ended,

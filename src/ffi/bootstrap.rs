@@ -1,6 +1,7 @@
 //! Exported bootstrap-extension hooks (all 17 are required by Envoy 1.40) and the [`EngineHost`]
 //! implementation. Everything here runs on Envoy's main thread, except [`kick_engine`], which any
-//! thread may call.
+//! thread may call, and the stats scans, which run on the module's scanner thread
+//! ([`crate::stats_scan`]).
 
 use super::abi::{self, Buffer, EnvoyPtr, HttpHeader};
 use super::{define_metric, envoy_bytes, guard, module_buffer, module_headers, DefineMetric};
@@ -13,12 +14,13 @@ use crate::drain::{Phase, IN_FLIGHT_RECHECK};
 use crate::http_filter::ADMIN_KEY_HEADER;
 use crate::registry::Counts;
 use crate::state::Shared;
-use std::cell::{Cell, RefCell};
+use crate::stats_scan::{DrainTiming, EnvoyView, ScanSource, Scanner};
+use std::cell::RefCell;
 use std::os::raw::c_void;
 use std::ptr;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
 
 const EVENT_KICK: u64 = 1;
 
@@ -56,15 +58,16 @@ struct Metrics {
 
 struct Extension {
     envoy: EnvoyPtr,
-    /// The extension pointer (`be`), needed by the stats reads; set in `bootstrap_extension_new`.
-    extension: Cell<EnvoyPtr>,
+    /// The stats store as the scanner reads it; its extension pointer (`be`) is set in
+    /// `bootstrap_extension_new`.
+    store: Arc<StatsStore>,
     admin_cluster: String,
-    ignored_stat_prefixes: Vec<String>,
     timer: *mut c_void,
     scheduler: *mut c_void,
     metrics: Option<Metrics>,
     engine: RefCell<Engine>,
-    envoy_stats: RefCell<EnvoyStatsCache>,
+    /// Reads Envoy's stats on its own thread; started when the server has initialised.
+    scanner: OnceLock<Option<Scanner>>,
 }
 
 /// Sums of `http.<prefix>.<suffix>` stats over HTTP connection managers not ignored, one per
@@ -98,15 +101,6 @@ extern "C" fn add_matching_stat(name: Buffer, value: u64, user_data: *mut c_void
     })
 }
 
-/// The share of Envoy's main thread the stats scans may take while a drain is under way, in
-/// percent. The ABI has no cheap read of one stat: `iterate_*` and `get_*_value` (by name) both
-/// walk the whole stats store, whose size grows with the configuration (about 100 stats per
-/// cluster: one scan costs ~1.2 s at 5 000 clusters).
-const SCAN_SHARE_PERCENT: u32 = 3;
-/// The share allowed while the last scan saw requests on listeners without the filter: only a
-/// scan can tell when they end (or that new ones stopped arriving).
-const BUSY_SCAN_SHARE_PERCENT: u32 = 20;
-
 /// Whether a data-role HTTP filter config was ever loaded (filter mode): the module then counts
 /// requests itself, exactly, and Envoy's stats are only a cross-check for other listeners.
 static DATA_FILTER_LOADED: AtomicBool = AtomicBool::new(false);
@@ -116,201 +110,25 @@ pub(crate) fn note_data_filter_loaded() {
     DATA_FILTER_LOADED.store(true, Ordering::Relaxed);
 }
 
-/// Envoy's request stats as the engine sees them, at a cost bounded by a share of the main
-/// thread whatever the size of the configuration.
-///
-/// A scan keeps only what Envoy sees *beyond* the module's own exact counts: requests in flight
-/// and requests started on listeners without the filter. Between scans the engine gets the
-/// module's live counts plus that excess, so with the filter on every listener a drain completes
-/// the moment its last request ends, however old the scan. Each scan is timed and the next waits
-/// until scans take at most [`SCAN_SHARE_PERCENT`] of the main thread ([`BUSY_SCAN_SHARE_PERCENT`]
-/// while requests without the filter are seen); small gateways scan every [`IN_FLIGHT_RECHECK`],
-/// as before. When the filter is loaded, the first scan of a drain also waits for its share,
-/// measured on the scan taken once at startup, so a large filter-mode gateway does not stall its
-/// main thread at drain start. Requests on listeners without the filter are seen within one scan
-/// interval, and a scan is timed to end when the drain could first complete.
-#[derive(Debug, Default)]
-struct EnvoyStatsCache {
-    /// Excess in flight and excess started at the last scan; `None` before the first one.
-    excess: Option<(u64, u64)>,
-    next_scan_at: Option<Instant>,
-    /// Cost of the scan taken when the server finished starting.
-    calibration: Option<Duration>,
-    /// The first scan of the drain was put off by one dispatcher turn (see `envoy_stats_cached`).
-    deferred: bool,
+/// Envoy's stats store as the scanner thread reads it. The extension pointer (`be`) is held
+/// locked for the whole of a scan, and cleared under the same lock when Envoy destroys the
+/// extension, so a scan never outlives the pointer.
+struct StatsStore {
+    extension: Mutex<usize>,
+    ignored_stat_prefixes: Vec<String>,
 }
 
-/// What the cache needs to know about the drain.
-#[derive(Debug, Clone, Copy)]
-struct DrainTiming {
-    started: Instant,
-    /// The earliest instant at which the drain may complete (minimum duration, quiet period).
-    earliest_completion: Instant,
-    filter_loaded: bool,
-}
-
-impl EnvoyStatsCache {
-    fn due(&mut self, now: Instant, d: DrainTiming) -> bool {
-        let at = *self
-            .next_scan_at
-            .get_or_insert_with(|| match self.calibration {
-                Some(c) if d.filter_loaded => {
-                    let wait = scan_interval(c, SCAN_SHARE_PERCENT);
-                    if wait > IN_FLIGHT_RECHECK {
-                        d.started + wait
-                    } else {
-                        d.started
-                    }
-                }
-                _ => d.started,
-            });
-        now >= at
-    }
-
-    /// Record a scan: Envoy's figures, the module's own counts read just before and just after it,
-    /// when it ended and what it cost. Returns the interval until the next scan.
-    fn record(
-        &mut self,
-        envoy: EnvoyRequestStats,
-        own_before: Counts,
-        own_after: Counts,
-        ended: Instant,
-        cost: Duration,
-        d: DrainTiming,
-    ) -> Duration {
-        // A filtered request that started or ended during the scan is in one of the two readings:
-        // subtract the larger, so it is not taken for a request on a listener without the filter.
-        let own_active = own_before.active.max(own_after.active).max(0) as u64;
-        let excess_active = envoy.active.saturating_sub(own_active);
-        // Envoy counts a request before the filter sees it: the later reading is the closer one.
-        let excess_total = envoy.total.wrapping_sub(own_after.started);
-        let busy = excess_active > 0 || self.excess.is_some_and(|(_, t)| t != excess_total);
-        self.excess = Some((excess_active, excess_total));
-        let share = if busy || !d.filter_loaded {
-            BUSY_SCAN_SHARE_PERCENT
-        } else {
-            SCAN_SHARE_PERCENT
-        };
-        let mut next = ended + scan_interval(cost, share);
-        // Without the filter, a fresh scan matters most when the drain could first complete.
-        if busy || !d.filter_loaded {
-            if let Some(t) = d.earliest_completion.checked_sub(cost) {
-                if t > ended {
-                    next = next.min(t.max(ended + IN_FLIGHT_RECHECK));
-                }
-            }
-        }
-        self.next_scan_at = Some(next);
-        next - ended
-    }
-
-    /// What the engine sees between scans.
-    fn view(&self, own_now: Counts) -> Option<EnvoyRequestStats> {
-        let (excess_active, excess_total) = self.excess?;
-        Some(EnvoyRequestStats {
-            active: (own_now.active.max(0) as u64).saturating_add(excess_active),
-            total: excess_total,
-        })
-    }
-}
-
-/// Time between the end of a scan that cost `cost` and the start of the next, so that scans take
-/// at most `share` percent of the main thread.
-fn scan_interval(cost: Duration, share: u32) -> Duration {
-    let share = share.clamp(1, 100);
-    IN_FLIGHT_RECHECK.max(cost * (100 - share) / share)
-}
-
-impl Extension {
-    /// One scan of Envoy's stats store: (stats, cost).
-    fn scan(&self) -> Option<(EnvoyRequestStats, Duration)> {
-        let start = Instant::now();
-        let [active, _] = self.sum_stats(true, &["downstream_rq_active"])?;
-        // Requests answered by Envoy's own health_check filter are not work.
-        let [total, health_checks] = self.sum_stats(
-            false,
-            &["downstream_rq_total", "health_check.request_total"],
-        )?;
-        // Nor what the module knows is not work (health checks it recognised, requests to its
-        // control listeners such as a waiting /drain), taken out at the same moment as the scan.
-        let (not_work_started, not_work_active) = super::shared().counters.not_work();
-        let stats = EnvoyRequestStats {
-            active: active.saturating_sub(not_work_active),
-            total: total
-                .saturating_sub(health_checks)
-                .saturating_sub(not_work_started),
-        };
-        Some((stats, start.elapsed()))
-    }
-
-    /// Once, when the server has started: learn what a scan costs on this configuration.
-    fn calibrate(&self) {
-        let Some((_, cost)) = self.scan() else { return };
-        if let Ok(mut cache) = self.envoy_stats.try_borrow_mut() {
-            cache.calibration = Some(cost);
-        }
-        let interval = scan_interval(cost, SCAN_SHARE_PERCENT);
-        if interval > IN_FLIGHT_RECHECK {
-            log::info!(
-                "graceful_drain: a scan of Envoy's stats takes {} ms on this configuration: while \
-                 draining, Envoy's request stats are read every {} ms (at most \
-                 {SCAN_SHARE_PERCENT}% of the main thread; {BUSY_SCAN_SHARE_PERCENT}% while \
-                 requests without the filter are seen); with the filter on every listener the \
-                 drain does not depend on them",
-                cost.as_millis(),
-                interval.as_millis()
-            );
-        }
-    }
-
-    /// Envoy's request stats through the cache: scans the stats store only when one is due.
-    fn envoy_stats_cached(&self) -> Option<EnvoyRequestStats> {
-        let shared = super::shared();
-        let Phase::Draining { started_at, .. } = shared.phase() else {
-            return None;
-        };
-        let settings = shared.settings().unwrap_or_default();
-        let d = DrainTiming {
-            started: started_at,
-            earliest_completion: started_at
-                + settings.min_drain_duration.max(settings.quiet_period),
-            filter_loaded: DATA_FILTER_LOADED.load(Ordering::Relaxed),
-        };
-        let mut cache = self.envoy_stats.try_borrow_mut().ok()?;
-        let now = shared.clock.now();
-        if cache.due(now, d) {
-            // The drain cannot complete yet: put the first scan off by one dispatcher turn, so
-            // what the drain start does first (failing health checks) is not held up by it.
-            if cache.excess.is_none()
-                && !cache.deferred
-                && now < d.earliest_completion
-                && *kick_scheduler() != 0
-            {
-                cache.deferred = true;
-                kick_engine();
-                return None;
-            }
-            let own_before = shared.requests.counts();
-            let (envoy, cost) = self.scan()?;
-            let own_after = shared.requests.counts();
-            cache.record(envoy, own_before, own_after, shared.clock.now(), cost, d);
-        }
-        cache.view(shared.requests.counts())
-    }
-
-    fn sum_stats(&self, gauges: bool, suffixes: &[&str]) -> Option<[u64; 2]> {
-        let be = self.extension.get();
-        if be.is_null() {
-            return None;
-        }
+impl StatsStore {
+    fn sum_stats(&self, be: EnvoyPtr, gauges: bool, suffixes: &[&str]) -> [u64; 2] {
         let mut acc = StatSum {
             suffixes,
             ignored: &self.ignored_stat_prefixes,
             sums: [0; 2],
         };
         let ud = &mut acc as *mut StatSum as *mut c_void;
-        // SAFETY: main thread; `be` is the live extension pointer; the iterator only runs during
-        // the call, while `acc` is alive.
+        // SAFETY: `be` is the live extension pointer (the caller holds the lock that destroy
+        // takes before it goes); the iterator only runs during the call, while `acc` is alive.
+        // Envoy's iteration holds its stats allocator's mutex, so it is safe off the main thread.
         unsafe {
             if gauges {
                 abi::envoy_dynamic_module_callback_bootstrap_extension_iterate_gauges(
@@ -326,13 +144,91 @@ impl Extension {
                 )
             }
         }
-        Some(acc.sums)
+        acc.sums
+    }
+}
+
+impl ScanSource for Arc<StatsStore> {
+    fn scan(&self) -> Option<EnvoyRequestStats> {
+        let be = self.extension.lock().unwrap_or_else(|p| p.into_inner());
+        if *be == 0 {
+            return None;
+        }
+        let be_ptr = *be as EnvoyPtr;
+        let [active, _] = self.sum_stats(be_ptr, true, &["downstream_rq_active"]);
+        // Requests answered by Envoy's own health_check filter are not work.
+        let [total, health_checks] = self.sum_stats(
+            be_ptr,
+            false,
+            &["downstream_rq_total", "health_check.request_total"],
+        );
+        drop(be);
+        // Nor what the module knows is not work (health checks it recognised, requests to its
+        // control listeners such as a waiting /drain), taken out at the same moment as the scan.
+        let (not_work_started, not_work_active) = super::shared().counters.not_work();
+        Some(EnvoyRequestStats {
+            active: active.saturating_sub(not_work_active),
+            total: total
+                .saturating_sub(health_checks)
+                .saturating_sub(not_work_started),
+        })
+    }
+
+    fn own_counts(&self) -> Counts {
+        super::shared().requests.counts()
+    }
+
+    fn draining(&self) -> bool {
+        matches!(super::shared().phase(), Phase::Draining { .. })
+    }
+
+    fn scanned(&self) {
+        kick_engine();
+    }
+}
+
+impl Extension {
+    /// Start the stats scanner (once; its first scan measures what a scan costs here).
+    fn scanner(&self) -> Option<&Scanner> {
+        self.scanner
+            .get_or_init(|| match Scanner::start(self.store.clone()) {
+                Ok(s) => Some(s),
+                Err(e) => {
+                    log::error!(
+                        "graceful_drain: no thread for reading Envoy's stats ({e}): listeners \
+                         without the filter cannot be followed; a drain without the filter then \
+                         waits for drain_timeout"
+                    );
+                    None
+                }
+            })
+            .as_ref()
+    }
+
+    /// What Envoy's stats say during a drain, from the scanner's last result (never scans here).
+    fn envoy_view(&self) -> EnvoyView {
+        let shared = super::shared();
+        let Phase::Draining { started_at, .. } = shared.phase() else {
+            return EnvoyView::NotNeeded;
+        };
+        let settings = shared.settings().unwrap_or_default();
+        let d = DrainTiming {
+            started: started_at,
+            earliest_completion: started_at
+                + settings.min_drain_duration.max(settings.quiet_period),
+            filter_loaded: DATA_FILTER_LOADED.load(Ordering::Relaxed),
+        };
+        match self.scanner() {
+            Some(s) => s.view(d, shared.requests.counts()),
+            None if d.filter_loaded => EnvoyView::NotNeeded,
+            None => EnvoyView::Pending,
+        }
     }
 }
 
 impl EngineHost for Extension {
-    fn envoy_request_stats(&self) -> Option<EnvoyRequestStats> {
-        self.envoy_stats_cached()
+    fn envoy_request_stats(&self) -> EnvoyView {
+        self.envoy_view()
     }
 
     fn fail_health_checks(&self) {
@@ -600,14 +496,16 @@ pub extern "C" fn envoy_dynamic_module_on_bootstrap_extension_config_new(
         }
         let ext = Box::new(Extension {
             envoy: bce,
-            extension: Cell::new(ptr::null_mut()),
+            store: Arc::new(StatsStore {
+                extension: Mutex::new(0),
+                ignored_stat_prefixes: cfg.ignored_stat_prefixes.clone(),
+            }),
             admin_cluster: cfg.admin_cluster.clone(),
-            ignored_stat_prefixes: cfg.ignored_stat_prefixes.clone(),
             timer,
             scheduler,
             metrics: define_metrics(bce),
             engine: RefCell::new(Engine::default()),
-            envoy_stats: RefCell::new(EnvoyStatsCache::default()),
+            scanner: OnceLock::new(),
         });
         *kick_scheduler() = scheduler as usize;
         if timer.is_null() {
@@ -653,6 +551,14 @@ pub extern "C" fn envoy_dynamic_module_on_bootstrap_extension_config_destroy(bcm
         *kick_scheduler() = 0;
         // SAFETY: created by Box::into_raw in config_new; destroyed once, on the main thread.
         let ext = unsafe { Box::from_raw(bcm as *mut Extension) };
+        // The scanner thread ends before Envoy's pointers go (at most the scan under way).
+        if let Some(Some(scanner)) = ext.scanner.get() {
+            scanner.stop();
+        }
+        *ext.store
+            .extension
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = 0;
         // SAFETY: main thread (timer_delete asserts it); each deleted once.
         unsafe {
             if !ext.timer.is_null() {
@@ -676,7 +582,10 @@ pub extern "C" fn envoy_dynamic_module_on_bootstrap_extension_new(
     guard("bootstrap_extension_new", (), || {
         // SAFETY: `bcm` is our config from config_new.
         if let Some(ext) = unsafe { extension(bcm) } {
-            ext.extension.set(be);
+            *ext.store
+                .extension
+                .lock()
+                .unwrap_or_else(|p| p.into_inner()) = be as usize;
         }
     });
     bcm
@@ -702,7 +611,8 @@ pub extern "C" fn envoy_dynamic_module_on_bootstrap_extension_server_initialized
                 ext.admin_cluster
             );
         }
-        ext.calibrate();
+        // Off the main thread from here on: the first scan measures what one costs.
+        ext.scanner();
     })
 }
 
@@ -715,12 +625,16 @@ pub extern "C" fn envoy_dynamic_module_on_bootstrap_extension_worker_thread_init
 
 /// The object itself is freed in config_destroy (the extension and config are one object); from
 /// here on Envoy's extension pointer is gone, so forget it (stats reads then report nothing).
+/// Taking the store's lock waits for a scan under way on the scanner thread.
 #[no_mangle]
 pub extern "C" fn envoy_dynamic_module_on_bootstrap_extension_destroy(bm: *const c_void) {
     guard("bootstrap_extension_destroy", (), || {
         // SAFETY: `bm` is our object, alive until config_destroy.
         if let Some(ext) = unsafe { extension(bm) } {
-            ext.extension.set(ptr::null_mut());
+            *ext.store
+                .extension
+                .lock()
+                .unwrap_or_else(|p| p.into_inner()) = 0;
         }
     })
 }
@@ -907,155 +821,4 @@ pub extern "C" fn envoy_dynamic_module_on_bootstrap_extension_listener_removal(
     _bcm: *const c_void,
     _name: Buffer,
 ) {
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    const MS: Duration = Duration::from_millis(1);
-
-    fn counts(active: i64, started: u64) -> Counts {
-        Counts {
-            active,
-            last_start: 0,
-            started,
-        }
-    }
-
-    fn timing(t0: Instant, filter_loaded: bool) -> DrainTiming {
-        DrainTiming {
-            started: t0,
-            earliest_completion: t0 + 5000 * MS,
-            filter_loaded,
-        }
-    }
-
-    fn envoy(active: u64, total: u64) -> EnvoyRequestStats {
-        EnvoyRequestStats { active, total }
-    }
-
-    #[test]
-    fn scans_take_a_bounded_share_of_the_main_thread() {
-        assert_eq!(
-            scan_interval(Duration::from_micros(50), 3),
-            IN_FLIGHT_RECHECK
-        );
-        assert_eq!(
-            scan_interval(1000 * MS, 3),
-            32_333 * MS + Duration::from_nanos(333_333)
-        );
-        assert_eq!(scan_interval(1000 * MS, 20), 4000 * MS);
-        for cost_ms in [1u32, 10, 100, 1000, 5000] {
-            let cost = cost_ms * MS;
-            let share = cost.as_secs_f64() / (cost + scan_interval(cost, 3)).as_secs_f64();
-            assert!(share <= 0.0301, "{cost_ms} ms: {share}");
-        }
-    }
-
-    #[test]
-    fn filtered_requests_are_not_excess_and_the_view_follows_the_live_count() {
-        let t0 = Instant::now();
-        let d = timing(t0, true);
-        let mut c = EnvoyStatsCache::default();
-        assert!(
-            c.due(t0, d),
-            "small configuration: first scan at drain start"
-        );
-        assert_eq!(c.view(counts(1, 10)), None, "nothing before the first scan");
-        // Envoy sees the module's one request, plus 2 requests counted before the filter loaded.
-        let cheap = Duration::from_micros(100);
-        c.record(
-            envoy(1, 12),
-            counts(1, 10),
-            counts(1, 10),
-            t0 + MS,
-            cheap,
-            d,
-        );
-        assert_eq!(c.view(counts(1, 10)), Some(envoy(1, 2)));
-        // The filtered request ends: the view drops at once, without a scan.
-        assert_eq!(c.view(counts(0, 10)), Some(envoy(0, 2)));
-        assert!(!c.due(t0 + 2 * MS, d));
-        assert!(c.due(t0 + MS + IN_FLIGHT_RECHECK, d));
-    }
-
-    #[test]
-    fn a_request_starting_or_ending_during_the_scan_is_not_taken_for_an_unfiltered_one() {
-        let t0 = Instant::now();
-        let d = timing(t0, true);
-        let mut c = EnvoyStatsCache::default();
-        // Ended during the scan after Envoy's gauge was read: Envoy 1, own 1 then 0.
-        c.record(envoy(1, 5), counts(1, 5), counts(0, 5), t0, MS, d);
-        assert_eq!(c.view(counts(0, 5)), Some(envoy(0, 0)));
-        // Started during the scan: Envoy 1, own 0 then 1.
-        c.record(envoy(1, 6), counts(0, 5), counts(1, 6), t0, MS, d);
-        assert_eq!(c.view(counts(1, 6)), Some(envoy(1, 0)));
-    }
-
-    #[test]
-    fn unfiltered_requests_hold_the_view_until_a_scan_sees_them_end() {
-        let t0 = Instant::now();
-        let d = timing(t0, false);
-        let mut c = EnvoyStatsCache::default();
-        let cost = 1000 * MS;
-        // Bootstrap-only: Envoy sees 2 requests, the module none.
-        let next = c.record(envoy(2, 7), counts(0, 0), counts(0, 0), t0 + cost, cost, d);
-        assert_eq!(c.view(counts(0, 0)), Some(envoy(2, 7)));
-        // Busy: the next scan is timed to end when the drain could first complete (5 s).
-        assert_eq!(next, 3000 * MS);
-        assert!(!c.due(t0 + 3999 * MS, d));
-        assert!(c.due(t0 + 4000 * MS, d));
-        c.record(
-            envoy(0, 7),
-            counts(0, 0),
-            counts(0, 0),
-            t0 + 5000 * MS,
-            cost,
-            d,
-        );
-        assert_eq!(c.view(counts(0, 0)), Some(envoy(0, 7)));
-    }
-
-    #[test]
-    fn with_the_filter_a_large_configuration_is_first_scanned_after_its_share() {
-        let t0 = Instant::now();
-        let d = timing(t0, true);
-        let mut c = EnvoyStatsCache {
-            calibration: Some(400 * MS),
-            ..EnvoyStatsCache::default()
-        };
-        let wait = scan_interval(400 * MS, SCAN_SHARE_PERCENT);
-        assert!(!c.due(t0, d));
-        assert!(!c.due(t0 + wait - MS, d));
-        assert!(c.due(t0 + wait, d));
-        // Without the filter the stats are the only signal: scanned at drain start.
-        let mut c = EnvoyStatsCache {
-            calibration: Some(400 * MS),
-            ..EnvoyStatsCache::default()
-        };
-        assert!(c.due(t0, timing(t0, false)));
-        // With the filter and a cheap scan, as before: at drain start.
-        let mut c = EnvoyStatsCache {
-            calibration: Some(Duration::from_micros(100)),
-            ..EnvoyStatsCache::default()
-        };
-        assert!(c.due(t0, d));
-    }
-
-    #[test]
-    fn new_requests_without_the_filter_move_the_total_the_engine_watches() {
-        let t0 = Instant::now();
-        let d = timing(t0, true);
-        let mut c = EnvoyStatsCache::default();
-        c.record(envoy(0, 100), counts(0, 100), counts(0, 100), t0, MS, d);
-        let first = c.view(counts(0, 100)).unwrap().total;
-        // 5 filtered requests since: the excess total does not move.
-        c.record(envoy(0, 105), counts(0, 105), counts(0, 105), t0, MS, d);
-        assert_eq!(c.view(counts(0, 105)).unwrap().total, first);
-        // 1 unfiltered one: it moves, and the scans get the busy share.
-        let next = c.record(envoy(0, 106), counts(0, 105), counts(0, 105), t0, MS, d);
-        assert_ne!(c.view(counts(0, 105)).unwrap().total, first);
-        assert_eq!(next, IN_FLIGHT_RECHECK);
-    }
 }
