@@ -13,8 +13,7 @@ fn read(rel: &str) -> String {
     std::fs::read_to_string(repo_root().join(rel)).unwrap()
 }
 
-const MANIFESTS: [&str; 7] = [
-    "envoy-config/kourier/gateway-deployment.k8s.yaml",
+const MANIFESTS: [&str; 6] = [
     "k8s/deployment.yaml",
     "k8s/deployment-prestop.yaml",
     "k8s/service.yaml",
