@@ -40,9 +40,14 @@ async fn start_drain(envoy: &Envoy) -> Instant {
 
 // ---- a raw HTTP/2 client: sees every frame, sends nothing it is not told to -------------------
 
+/// A byte stream the raw client runs over: plain TCP or TLS.
+trait Transport: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send {}
+impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send> Transport for T {}
+
 struct RawH2 {
-    tcp: TcpStream,
+    tcp: Box<dyn Transport>,
     buf: Vec<u8>,
+    tls: bool,
 }
 
 #[derive(Debug)]
@@ -51,17 +56,47 @@ enum Frame {
     Other { kind: u8, flags: u8, stream: u32 },
 }
 
-/// HPACK, no Huffman: `:method GET`, `:scheme http`, `:path /` (static indexes) and a literal
-/// `:authority` (name index 1, without indexing).
-fn get_headers_block(authority: &str) -> Vec<u8> {
-    let mut b = vec![0x82, 0x86, 0x84, 0x01, authority.len() as u8];
+/// HPACK, no Huffman: `:method GET`, `:scheme http` or `https`, `:path /` (static indexes) and a
+/// literal `:authority` (name index 1, without indexing).
+fn get_headers_block(authority: &str, tls: bool) -> Vec<u8> {
+    let scheme = if tls { 0x87 } else { 0x86 };
+    let mut b = vec![0x82, scheme, 0x84, 0x01, authority.len() as u8];
     b.extend_from_slice(authority.as_bytes());
     b
 }
 
 impl RawH2 {
     async fn connect(port: u16) -> RawH2 {
-        let mut tcp = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+        let tcp = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+        RawH2::over(Box::new(tcp), false).await
+    }
+
+    /// Over TLS (ALPN h2), trusting only `cert`, the listener's self-signed certificate.
+    async fn connect_tls(
+        port: u16,
+        cert: tokio_rustls::rustls::pki_types::CertificateDer<'static>,
+    ) -> RawH2 {
+        use tokio_rustls::rustls::{self, pki_types};
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(cert).unwrap();
+        let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+        let mut config = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        config.alpn_protocols = vec![b"h2".to_vec()];
+        let tcp = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+        let name = pki_types::ServerName::IpAddress(std::net::Ipv4Addr::LOCALHOST.into());
+        let tls = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config))
+            .connect(name, tcp)
+            .await
+            .expect("TLS handshake with the gateway");
+        assert_eq!(tls.get_ref().1.alpn_protocol(), Some(&b"h2"[..]), "ALPN h2");
+        RawH2::over(Box::new(tls), true).await
+    }
+
+    async fn over(mut tcp: Box<dyn Transport>, tls: bool) -> RawH2 {
         tcp.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
             .await
             .unwrap();
@@ -69,6 +104,7 @@ impl RawH2 {
         RawH2 {
             tcp,
             buf: Vec::new(),
+            tls,
         }
     }
 
@@ -124,7 +160,7 @@ impl RawH2 {
 
     /// One GET on stream `id`; returns once its END_STREAM arrived.
     async fn get(&mut self, id: u32, authority: &str) {
-        self.send_frame(1, 0x4 | 0x1, id, &get_headers_block(authority))
+        self.send_frame(1, 0x4 | 0x1, id, &get_headers_block(authority, self.tls))
             .await;
         loop {
             match self.next_frame(Duration::from_secs(5)).await {
@@ -146,11 +182,51 @@ async fn idle_http2_gets_goaway_no_error_then_a_clean_close() {
         ..Options::default()
     })
     .await;
-    let mut raw = RawH2::connect(envoy.data).await;
+    let raw = RawH2::connect(envoy.data).await;
+    idle_http2_is_told_and_closed(&envoy, raw).await;
+}
+
+/// The same over downstream TLS: the injected GOAWAY goes through the transport socket, so the
+/// client reads it as a valid frame of the encrypted stream, then a clean TLS close.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn idle_http2_over_tls_gets_goaway_then_a_clean_close() {
+    let dir = common::envoy::TempDir::new("tls");
+    let (cert, key) = (dir.0.join("cert.pem"), dir.0.join("key.pem"));
+    let made = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_string()])
+        .expect("a self-signed certificate for 127.0.0.1");
+    std::fs::write(&cert, made.cert.pem()).unwrap();
+    std::fs::write(&key, made.key_pair.serialize_pem()).unwrap();
+    let p = common::free_ports(3);
+    let o = Options {
+        settings: LONG,
+        ..Options::default()
+    };
+    let yaml = common::envoy::render_gateway(p[0], p[1], p[2], &o);
+    let (head, data) = yaml.split_at(yaml.find("  - name: data\n").expect("data listener"));
+    let tls = format!(
+        "    filter_chains:\n    - transport_socket:\n        name: envoy.transport_sockets.tls\n        \
+         typed_config:\n          \"@type\": type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.DownstreamTlsContext\n          \
+         common_tls_context:\n            alpn_protocols: [\"h2\", \"http/1.1\"]\n            \
+         tls_certificates:\n            - certificate_chain: {{ filename: \"{}\" }}\n              \
+         private_key: {{ filename: \"{}\" }}\n      filters:\n",
+        cert.display(),
+        key.display()
+    );
+    let data = data.replacen("    filter_chains:\n    - filters:\n", &tls, 1);
+    assert!(
+        data.contains("DownstreamTlsContext"),
+        "TLS put on the data listener"
+    );
+    let envoy = Envoy::start_yaml(&(head.to_string() + &data), p[0], p[1], p[2], &o).await;
+    let raw = RawH2::connect_tls(envoy.data, made.cert.der().clone()).await;
+    idle_http2_is_told_and_closed(&envoy, raw).await;
+}
+
+async fn idle_http2_is_told_and_closed(envoy: &Envoy, mut raw: RawH2) {
     raw.get(1, &format!("127.0.0.1:{}", envoy.data)).await;
     // Now idle: read whatever else the server sends in a short moment (nothing is expected).
 
-    let t0 = start_drain(&envoy).await;
+    let t0 = start_drain(envoy).await;
     let goaway_at;
     loop {
         match raw.next_frame(Duration::from_secs(3)).await {
