@@ -266,24 +266,58 @@ def callgrind_run(binary, module, h1, n, draining=False, one_per_connection=Fals
         for line in open(dump):
             if line.startswith("summary:"):
                 total = int(line.split()[1])
-        ours = module_own_instructions(dump) if module else 0
-        return total / n, ours / n
+        ours, by_hook = hook_instructions(dump, n) if module else (0, {})
+        return total / n, ours, by_hook
     finally:
         e.close()
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def module_own_instructions(dump):
-    """Inclusive instructions of the module's exported HTTP hooks (our code plus the Envoy
-    callbacks it makes); the rest of the module's overhead is Envoy hosting a dynamic module."""
-    out = subprocess.run(["callgrind_annotate", "--inclusive=yes", "--threshold=100", dump],
-                         capture_output=True, text=True).stdout
-    total = 0
-    for line in out.splitlines():
-        m = re.match(r"\s*([\d,]+) \(.*\)\s+\S*:envoy_dynamic_module_on_http_filter_\w+ \[.*libgraceful_drain\.so\]", line)
-        if m:
-            total += int(m.group(1).replace(",", ""))
-    return total
+def callgrind_functions(dump):
+    """Per-function exclusive and inclusive instructions from a callgrind dump, read directly
+    (names merged across the source files of inlined code). `callgrind_annotate` splits a function
+    by the file of each inlined line, and which part it prints with the object name depends on the
+    working directory: summing its lines undercounted our hooks about threefold."""
+    names, self_cost, call_cost = {}, {}, {}
+    fn = cfn = None
+    pending = False
+
+    def name(rest):
+        m = re.match(r"\((\d+)\)(?:\s+(.*))?", rest)
+        if not m:
+            return rest
+        if m.group(2) is not None:
+            names[m.group(1)] = m.group(2)
+        return names.get(m.group(1), rest)
+
+    for line in open(dump):
+        if line.startswith("fn="):
+            fn = name(line[3:].strip())
+        elif line.startswith("cfn="):
+            cfn = name(line[4:].strip())
+        elif line.startswith("calls="):
+            pending = True
+        elif line[:1].isdigit() or line[:1] in "+-*":
+            parts = line.split()
+            cost = int(parts[1]) if len(parts) > 1 else 0
+            if pending:
+                pending = False
+                if cfn != fn:  # a recursive call's cost is already in the caller's
+                    call_cost[fn] = call_cost.get(fn, 0) + cost
+            elif fn is not None:
+                self_cost[fn] = self_cost.get(fn, 0) + cost
+    return {f: (self_cost.get(f, 0), self_cost.get(f, 0) + call_cost.get(f, 0))
+            for f in set(self_cost) | set(call_cost)}
+
+
+def hook_instructions(dump, n):
+    """Inclusive instructions per request of each exported per-connection and per-request hook
+    (HTTP and network filter) of whatever module is loaded: its own code plus the Envoy callbacks
+    it makes. The rest of a module's overhead is Envoy hosting a dynamic module."""
+    hooks = {f[len("envoy_dynamic_module_on_"):]: incl / n for f, (_, incl) in callgrind_functions(dump).items()
+             if re.fullmatch(r"envoy_dynamic_module_on_(http|network)_filter_\w+", f)
+             and "config" not in f and incl}
+    return sum(hooks.values()), hooks
 
 
 def bench_instructions(binary, smoke):
@@ -292,20 +326,21 @@ def bench_instructions(binary, smoke):
     cases = [("HTTP/1.1", True)] if smoke else [("HTTP/1.1", True), ("HTTP/2", False)]
     for name, h1 in cases:
         log(f"callgrind {name}: bare Envoy, {n} requests")
-        bare, _ = callgrind_run(binary, False, h1, n)
+        bare, _, _ = callgrind_run(binary, False, h1, n)
         log(f"callgrind {name}: with the module")
-        mod, ours = callgrind_run(binary, True, h1, n)
-        rows.append({"case": f"{name} keep-alive, serving", "bare": bare, "module": mod, "module_own": ours})
+        mod, ours, by_hook = callgrind_run(binary, True, h1, n)
+        rows.append({"case": f"{name} keep-alive, serving", "bare": bare, "module": mod, "module_own": ours,
+                     "hooks": by_hook})
     if not smoke:
         m = 1000
         for name, h1 in cases:
             log(f"callgrind {name}: one request per connection, bare / serving / draining")
-            bare, _ = callgrind_run(binary, False, h1, m, one_per_connection=True)
-            serving, _ = callgrind_run(binary, True, h1, m, one_per_connection=True)
+            bare, _, _ = callgrind_run(binary, False, h1, m, one_per_connection=True)
+            serving, _, _ = callgrind_run(binary, True, h1, m, one_per_connection=True)
             # While draining, the hooks' inclusive cost includes work Envoy does on their behalf
             # (the go-away itself, and the rest of the filter chain run by continue_decoding), so
             # no split is reported for those rows.
-            draining, _ = callgrind_run(binary, True, h1, m, draining=True, one_per_connection=True)
+            draining, _, _ = callgrind_run(binary, True, h1, m, draining=True, one_per_connection=True)
             rows.append({"case": f"{name} one request per connection, serving", "bare": bare, "module": serving, "module_own": None})
             rows.append({"case": f"{name} one request per connection, draining (go-away path on every request)",
                          "bare": bare, "module": draining, "module_own": None})
@@ -323,13 +358,13 @@ def bench_connections(binary, smoke):
             kinds.append(("keep-alive request", False, 5000))
         for kind, per_conn, n in kinds:
             log(f"callgrind {name} {kind}: module without / with the network filter")
-            without, _ = callgrind_run(binary, True, h1, n, one_per_connection=per_conn, network_filter=False)
-            with_nf, _ = callgrind_run(binary, True, h1, n, one_per_connection=per_conn, network_filter=True)
+            without, _, _ = callgrind_run(binary, True, h1, n, one_per_connection=per_conn, network_filter=False)
+            with_nf, _, _ = callgrind_run(binary, True, h1, n, one_per_connection=per_conn, network_filter=True)
             row = {"case": f"{name}, {kind}", "without": without, "with": with_nf}
             if not smoke:
                 log(f"callgrind {name} {kind}: bare Envoy / connection mode (no HTTP filter)")
-                row["bare"], _ = callgrind_run(binary, False, h1, n, one_per_connection=per_conn)
-                row["connection_mode"], _ = callgrind_run(binary, True, h1, n, one_per_connection=per_conn,
+                row["bare"], _, _ = callgrind_run(binary, False, h1, n, one_per_connection=per_conn)
+                row["connection_mode"], _, _ = callgrind_run(binary, True, h1, n, one_per_connection=per_conn,
                                                           http_filter=False)
             rows.append(row)
     return rows
@@ -341,7 +376,8 @@ def bench_connections(binary, smoke):
 #     empty dynamic-module filter (the floor: what Envoy charges for hosting any module filter)
 #     and the graceful_drain filter.
 
-# Every hook Envoy 1.40 requires of an HTTP filter module, each doing nothing.
+# Every hook Envoy 1.40 requires of an HTTP filter and of a network filter module, each doing
+# nothing: the floor.
 EMPTY_FILTER_C = r"""
 #include <stddef.h>
 #include <stdint.h>
@@ -370,6 +406,16 @@ void envoy_dynamic_module_on_http_filter_http_stream_reset(void* fe, const void*
 void envoy_dynamic_module_on_http_filter_scheduled(void* fe, const void* fm, uint64_t id) {}
 void envoy_dynamic_module_on_http_filter_downstream_above_write_buffer_high_watermark(void* fe, const void* fm) {}
 void envoy_dynamic_module_on_http_filter_downstream_below_write_buffer_low_watermark(void* fe, const void* fm) {}
+/* Every hook Envoy 1.40 requires of a network filter module (the ones graceful_drain exports). */
+const void* envoy_dynamic_module_on_network_filter_config_new(void* ce, buf name, buf config) { return &object; }
+void envoy_dynamic_module_on_network_filter_config_destroy(const void* cm) {}
+const void* envoy_dynamic_module_on_network_filter_new(const void* cm, void* fe) { return &object; }
+uint32_t envoy_dynamic_module_on_network_filter_new_connection(void* fe, const void* fm) { return 0; }
+uint32_t envoy_dynamic_module_on_network_filter_read(void* fe, const void* fm, size_t len, bool eos) { return 0; }
+uint32_t envoy_dynamic_module_on_network_filter_write(void* fe, const void* fm, size_t len, bool eos) { return 0; }
+void envoy_dynamic_module_on_network_filter_event(void* fe, const void* fm, uint32_t event) {}
+void envoy_dynamic_module_on_network_filter_scheduled(void* fe, const void* fm, uint64_t id) {}
+void envoy_dynamic_module_on_network_filter_destroy(const void* fm) {}
 """
 
 
@@ -421,14 +467,18 @@ static_resources:
 """
 
 
-PROXY_VARIANTS = ["bare", "bootstrap-only", "empty module filter", "graceful_drain"]
+PROXY_VARIANTS = ["bare", "bootstrap-only", "empty module filter", "graceful_drain",
+                  "empty HTTP + network filters", "graceful_drain HTTP + network filters"]
+# The variants whose module is the empty C one (the floor), and those with a network filter.
+FLOOR_VARIANTS = ("empty module filter", "empty HTTP + network filters")
+NETWORK_VARIANTS = ("empty HTTP + network filters", "graceful_drain HTTP + network filters")
 GD_MODULE = "dynamic_module_config: { name: graceful_drain, do_not_close: true, metrics_namespace: graceful_drain }"
 
 
 def proxy_yaml(admin, listen, upstream, variant, tls=None):
     """A gateway proxying every request to `upstream` (HTTP/1.1 keep-alive pool)."""
     boot = ""
-    if variant in ("bootstrap-only", "graceful_drain"):
+    if variant == "bootstrap-only" or variant.startswith("graceful_drain"):
         settings = json.dumps({"min_drain_duration": "5s", "quiet_period": "1s", "drain_timeout": "25s"})
         boot = f"""bootstrap_extensions:
 - name: envoy.bootstrap.dynamic_modules
@@ -441,7 +491,7 @@ def proxy_yaml(admin, listen, upstream, variant, tls=None):
       value: '{settings}'
 """
     filt = ""
-    if variant == "graceful_drain":
+    if variant.startswith("graceful_drain"):
         filt = f"""          - name: envoy.filters.http.dynamic_modules
             typed_config:
               "@type": type.googleapis.com/envoy.extensions.filters.http.dynamic_modules.v3.DynamicModuleFilter
@@ -449,12 +499,25 @@ def proxy_yaml(admin, listen, upstream, variant, tls=None):
               filter_name: graceful_drain
               filter_config: {{ "@type": type.googleapis.com/google.protobuf.StringValue, value: '{{"role": "data"}}' }}
 """
-    elif variant == "empty module filter":
+    elif variant in FLOOR_VARIANTS:
         filt = """          - name: envoy.filters.http.dynamic_modules
             typed_config:
               "@type": type.googleapis.com/envoy.extensions.filters.http.dynamic_modules.v3.DynamicModuleFilter
               dynamic_module_config: { name: empty_filter, do_not_close: true }
               filter_name: empty
+"""
+    net = ""
+    if variant in NETWORK_VARIANTS:
+        # As in envoy-config/gateway.yaml: the network filter first, before the connection manager.
+        module = GD_MODULE if variant.startswith("graceful_drain") else \
+            "dynamic_module_config: { name: empty_filter, do_not_close: true }"
+        name = "graceful_drain" if variant.startswith("graceful_drain") else "empty"
+        net = f"""      - name: envoy.filters.network.dynamic_modules
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.filters.network.dynamic_modules.v3.DynamicModuleNetworkFilter
+          {module}
+          filter_name: {name}
+          filter_config: {{ "@type": type.googleapis.com/google.protobuf.StringValue, value: '{{"idle_close_grace": "2s", "idle_after": "1s"}}' }}
 """
     ts = ""
     if tls:
@@ -476,7 +539,7 @@ def proxy_yaml(admin, listen, upstream, variant, tls=None):
     address: {{ socket_address: {{ address: 127.0.0.1, port_value: {listen} }} }}
     filter_chains:
     - filters:
-      - name: envoy.filters.network.http_connection_manager
+{net}      - name: envoy.filters.network.http_connection_manager
         typed_config:
           "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
           stat_prefix: data
@@ -519,7 +582,7 @@ def callgrind_proxy(binary, variant, h1, tls, n, upstream_port, floor_dir, smoke
     yaml = proxy_yaml(ports[0], ports[1], upstream_port, variant, tls)
     tmp = tempfile.mkdtemp(prefix="gd-cgp-")
     out_file = os.path.join(tmp, "cg.out")
-    mdir = floor_dir if variant == "empty module filter" else MODULE_DIR
+    mdir = floor_dir if variant in FLOOR_VARIANTS else MODULE_DIR
     wrapper = [] if smoke else ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out_file}"]
     e = Envoy(binary, yaml, ports[0], wrapper=wrapper, module_dir=mdir)
     try:
@@ -544,8 +607,9 @@ def callgrind_proxy(binary, variant, h1, tls, n, upstream_port, floor_dir, smoke
         for line in open(dump):
             if line.startswith("summary:"):
                 total = int(line.split()[1])
-        ours = module_own_instructions(dump) if variant == "graceful_drain" else None
-        return total / n, (ours / n if ours is not None else None)
+        hooks = hook_instructions(dump, n) if variant in FLOOR_VARIANTS or variant.startswith("graceful_drain") \
+            else None
+        return total / n, hooks
     finally:
         e.close()
         shutil.rmtree(tmp, ignore_errors=True)
@@ -564,13 +628,16 @@ def bench_proxy_instructions(binary, smoke):
         rows = []
         try:
             for name, h1, with_tls in paths:
-                row = {"path": name + " proxying", "n": n}
+                row = {"path": name + " proxying", "n": n, "hooks": {}}
                 for variant in PROXY_VARIANTS:
                     log(f"callgrind proxy {name}: {variant}, {n} requests")
-                    per_req, own = callgrind_proxy(binary, variant, h1, tls if with_tls else None, n, up[1], floor_dir, smoke)
+                    per_req, hooks = callgrind_proxy(binary, variant, h1, tls if with_tls else None, n, up[1],
+                                                     floor_dir, smoke)
                     row[variant] = per_req
-                    if own is not None:
-                        row["module_own"] = own
+                    if hooks is not None:
+                        row["hooks"][variant] = {"total": hooks[0], "by_hook": hooks[1]}
+                if "graceful_drain" in row["hooks"]:
+                    row["module_own"] = row["hooks"]["graceful_drain"]["total"]
                 rows.append(row)
         finally:
             upstream.close()
@@ -1076,8 +1143,14 @@ def write_report(data):
         host = (r["module"] - r["bare"] - own) if own is not None else None
         L.append(f"| {r['case']} | {r['bare']:.0f} | {r['module']:.0f} | {ratio(r['module'], r['bare']):.4f} | "
                  f"{'%.0f' % own if own is not None else '-'} | {'%.0f' % host if host is not None else '-'} |")
-    L += ["", "'module's own hooks' is the inclusive cost of the exported `on_http_filter_*` hooks (our code and the "
-          "Envoy callbacks it makes); the rest of the difference is Envoy's dynamic-module filter machinery, paid by any module.", ""]
+    L += ["", "'module's own hooks' is the inclusive cost of the exported `on_http_filter_*` and `on_network_filter_*` "
+          "hooks (our code and the Envoy callbacks it makes); the rest of the difference is Envoy's dynamic-module "
+          "filter machinery, paid by any module.", ""]
+    for r in data["instructions"]:
+        if r.get("hooks"):
+            L.append(f"- {r['case']}, hooks per request: " +
+                     ", ".join(f"{k} {v:.0f}" for k, v in sorted(r["hooks"].items(), key=lambda kv: -kv[1])))
+    L.append("")
     if data.get("connections"):
         L += ["## Network filter for idle connections (callgrind, Envoy --concurrency 1)", "",
               "| case | module without network filter | with it | added instructions | ratio |", "|---|---|---|---|---|"]
@@ -1097,18 +1170,54 @@ def write_report(data):
             L += [""]
     if data.get("proxy"):
         L += ["## Instructions per request proxying to an upstream over keep-alive (callgrind, --concurrency 1)", "",
-              "| path | bare Envoy | bootstrap-only | empty module filter (the floor) | graceful_drain filter | module's own cost above the floor | module's own hooks |",
-              "|---|---|---|---|---|---|---|"]
+              "HTTP filter only: graceful_drain's HTTP filter against an empty module HTTP filter (the floor).", "",
+              "| path | bare Envoy | bootstrap-only | empty module filter (the floor) | graceful_drain filter | "
+              "difference to the floor | graceful_drain's hooks | the floor's hooks | own cost above the floor |",
+              "|---|---|---|---|---|---|---|---|---|"]
+
+        def hooks(r, v):
+            return r.get("hooks", {}).get(v, {}).get("total")
+
+        def own_cols(r, b, floor, gd):
+            f, g = r.get(floor), r.get(gd)
+            hf, hg = hooks(r, floor), hooks(r, gd)
+            cols = [f"{100 * (g - f) / b:+.2f} %" if f and g else "-",
+                    f"{hg:.0f}" if hg is not None else "-", f"{hf:.0f}" if hf is not None else "-",
+                    f"{hg - hf:.0f} ({100 * (hg - hf) / b:.2f} %)" if hg is not None and hf is not None else "-"]
+            return cols
+
         for r in data["proxy"]:
             if r.get("bare") is None:
-                L.append(f"| {r['path']} | (smoke run: path checked, not measured) | | | | | |")
+                L.append(f"| {r['path']} | (smoke run: path checked, not measured) | | | | | | | |")
                 continue
             b, f, g = r["bare"], r["empty module filter"], r["graceful_drain"]
             L.append(f"| {r['path']} | {b / 1000:.1f} k | {ratio(r['bootstrap-only'], b):.4f}× | {ratio(f, b):.4f}× | "
-                     f"{ratio(g, b):.4f}× | {100 * (g - f) / b:+.2f} % | {r.get('module_own', 0):.0f} |")
+                     f"{ratio(g, b):.4f}× | " + " | ".join(own_cols(r, b, "empty module filter", "graceful_drain")) + " |")
+        if any(r.get("graceful_drain HTTP + network filters") for r in data["proxy"]):
+            L += ["", "HTTP and network filter (as in envoy-config/gateway.yaml): graceful_drain's two filters against "
+                  "an empty module HTTP filter plus an empty module network filter (the floor).", "",
+                  "| path | bare Envoy | empty HTTP + network filters (the floor) | graceful_drain HTTP + network filters | "
+                  "difference to the floor | graceful_drain's hooks | the floor's hooks | own cost above the floor |",
+                  "|---|---|---|---|---|---|---|---|"]
+            for r in data["proxy"]:
+                if r.get("graceful_drain HTTP + network filters") is None:
+                    continue
+                b = r["bare"]
+                fl, gd = "empty HTTP + network filters", "graceful_drain HTTP + network filters"
+                L.append(f"| {r['path']} | {b / 1000:.1f} k | {ratio(r[fl], b):.4f}× | {ratio(r[gd], b):.4f}× | "
+                         + " | ".join(own_cols(r, b, fl, gd)) + " |")
         L += ["", "Ratios are to bare Envoy. The floor is a C module whose hooks all return Continue (built by the "
-              "benchmark): what Envoy charges for hosting any dynamic-module HTTP filter. 'Above the floor' is "
-              "(graceful_drain - floor) / bare; 'own hooks' is the inclusive cost of our exported hooks per request.", ""]
+              "benchmark): what Envoy charges for hosting any dynamic-module filter. 'Difference to the floor' is "
+              "(graceful_drain - floor) / bare from the process totals, which move by a few tenths of a percent "
+              "from run to run on these paths; 'hooks' is the inclusive cost per request of the exported filter "
+              "hooks (the module's code and the Envoy callbacks it makes), deterministic; 'own cost above the "
+              "floor' is graceful_drain's hooks minus the floor's, and its share of bare Envoy's cost.", ""]
+        for r in data["proxy"]:
+            by = r.get("hooks", {}).get("graceful_drain HTTP + network filters", {}).get("by_hook")
+            if by:
+                L.append(f"- {r['path']}, graceful_drain's hooks per request: " +
+                         ", ".join(f"{k} {v:.0f}" for k, v in sorted(by.items(), key=lambda kv: -kv[1])))
+        L.append("")
     L += ["## Throughput and latency (interleaved rounds, min / median / max)", "",
           "| protocol | concurrency | bare req/s | module req/s | median ratio | latency bare | latency module |", "|---|---|---|---|---|---|---|"]
     for r in data["throughput"]:

@@ -20,9 +20,9 @@
 //! but not always its teardown: Envoy 1.40's `network_filter_scheduler_commit` takes a strong
 //! reference to the filter on the committing thread, so when the drain side commits just as the
 //! worker closes the connection, the filter's destroy hook runs on the drain side's thread, inside
-//! the commit. Hence per-connection state is atomics behind an `Arc` ([`Conn`], found by id in a
-//! sharded index), and the drain side never holds a lock while it commits: it takes counted
-//! references to the wakers ([`Wakers`]) and commits after releasing the lock.
+//! the commit. Hence per-connection state is atomics behind an `Arc` ([`Conn`], found by id in its
+//! worker's own map, without a lock), and the drain side never holds a lock while it commits: it
+//! takes counted references to the wakers ([`Wakers`]) and commits after releasing the lock.
 
 use serde::Serialize;
 use std::cell::Cell;
@@ -116,6 +116,8 @@ pub struct Conn {
     /// Marked idle by a check; closed by the confirmation if still idle with the same
     /// `idle_since` (0 = not marked).
     candidate_since: AtomicU64,
+    /// Its network filter was destroyed ([`unregister`]).
+    gone: AtomicBool,
 }
 
 const WIRE_UNKNOWN: u8 = 0;
@@ -143,6 +145,7 @@ impl Conn {
             closed_by_us: AtomicBool::new(false),
             idle_since: AtomicU64::new(0),
             candidate_since: AtomicU64::new(0),
+            gone: AtomicBool::new(false),
         }
     }
 
@@ -350,39 +353,60 @@ impl Hasher for IdHasher {
 
 type ConnMap = HashMap<u64, Arc<Conn>, BuildHasherDefault<IdHasher>>;
 
-/// Live connections by id, sharded by id so workers rarely meet on a lock.
-struct Index {
-    shards: Box<[Mutex<ConnMap>]>,
+/// Live connections of this worker thread by id. A connection's network filter and every HTTP
+/// stream on it run on one worker, so the HTTP filter finds its connection here without a lock.
+/// A connection torn down on another thread (module doc) cannot be removed from its worker's
+/// map from there: it is only marked `gone`, and the worker sweeps such entries out as its map
+/// grows (amortised: at most about twice the live connections stay in it).
+struct Local {
+    map: ConnMap,
+    sweep_at: usize,
 }
 
-impl Index {
-    fn global() -> &'static Index {
-        static GLOBAL: OnceLock<Index> = OnceLock::new();
-        GLOBAL.get_or_init(|| Index {
-            shards: (0..SHARDS)
-                .map(|_| Mutex::new(ConnMap::default()))
-                .collect(),
-        })
-    }
+const LOCAL_SWEEP_MIN: usize = 64;
 
-    fn shard(&self, id: u64) -> MutexGuard<'_, ConnMap> {
-        lock(&self.shards[(id % SHARDS as u64) as usize])
-    }
+thread_local! {
+    static LOCAL: std::cell::RefCell<Local> = std::cell::RefCell::new(Local {
+        map: ConnMap::default(),
+        sweep_at: LOCAL_SWEEP_MIN,
+    });
 }
 
-/// Make a connection findable by id (network filter, new connection).
+/// Make a connection findable by id from its worker (network filter, new connection).
 pub fn register(conn: &Arc<Conn>) {
-    Index::global().shard(conn.id).insert(conn.id, conn.clone());
+    let _ = LOCAL.try_with(|l| {
+        let Ok(mut l) = l.try_borrow_mut() else {
+            return;
+        };
+        if l.map.len() >= l.sweep_at {
+            l.map.retain(|_, c| !get(&c.gone));
+            l.sweep_at = (2 * l.map.len()).max(LOCAL_SWEEP_MIN);
+        }
+        l.map.insert(conn.id, conn.clone());
+    });
 }
 
-/// Forget a connection (network filter destroyed; any thread).
-pub fn unregister(id: u64) {
-    Index::global().shard(id).remove(&id);
+/// Forget a connection (network filter destroyed; any thread: on another one it is only marked,
+/// and its worker sweeps it out later).
+pub fn unregister(conn: &Conn) {
+    set(&conn.gone, true);
+    let _ = LOCAL.try_with(|l| {
+        if let Ok(mut l) = l.try_borrow_mut() {
+            if l.map
+                .get(&conn.id)
+                .is_some_and(|c| std::ptr::eq(&**c, conn))
+            {
+                l.map.remove(&conn.id);
+            }
+        }
+    });
 }
 
 /// A stream counted against a connection; hand it back to [`stream_ended`]. `Default` is "none".
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct StreamMark(Option<u64>);
+/// It holds the connection itself, so the end of the stream takes no lock and no lookup (the
+/// connection's state outlives its network filter while a stream still holds it: harmless).
+#[derive(Debug, Default)]
+pub struct StreamMark(Option<Arc<Conn>>);
 
 impl StreamMark {
     pub fn is_set(&self) -> bool {
@@ -400,19 +424,22 @@ pub fn stream_started(id: impl FnOnce() -> Option<u64>) -> StreamMark {
     let Some(id) = id() else {
         return StreamMark(None);
     };
-    match Index::global().shard(id).get(&id) {
-        Some(c) => {
-            c.stream_started();
-            StreamMark(Some(id))
-        }
-        None => StreamMark(None),
+    let conn = LOCAL
+        .try_with(|l| {
+            let l = l.try_borrow().ok()?;
+            l.map.get(&id).filter(|c| !get(&c.gone)).cloned()
+        })
+        .ok()
+        .flatten();
+    if let Some(c) = &conn {
+        c.stream_started();
     }
+    StreamMark(conn)
 }
 
 /// The stream behind `mark` ended (idempotent for a default mark).
 pub fn stream_ended(mark: StreamMark) {
-    let Some(id) = mark.0 else { return };
-    if let Some(c) = Index::global().shard(id).get(&id) {
+    if let Some(c) = mark.0 {
         c.stream_ended(now_nanos());
     }
 }
@@ -948,7 +975,7 @@ mod tests {
     fn streams_are_counted_through_the_index() {
         Connections::global().install_commit(|_, _| {});
         let c = Arc::new(Conn::new(77));
-        assert_eq!(stream_started(|| Some(77)), StreamMark(None), "unknown id");
+        assert!(!stream_started(|| Some(77)).is_set(), "unknown id");
         register(&c);
         let m1 = stream_started(|| Some(77));
         let m2 = stream_started(|| Some(77));
@@ -958,10 +985,61 @@ mod tests {
         stream_ended(m1);
         stream_ended(StreamMark::default());
         assert_eq!(c.streams(), 1);
-        // Another thread (a teardown elsewhere) can unregister it.
-        std::thread::spawn(|| unregister(77)).join().unwrap();
-        stream_ended(m2); // connection gone: harmless
-        assert_eq!(c.streams(), 1);
+        // Another thread (a teardown elsewhere) can unregister it; the mark still holds the
+        // connection's state, so its stream ends without a lookup and without harm.
+        let c2 = c.clone();
+        std::thread::spawn(move || unregister(&c2)).join().unwrap();
+        assert!(!stream_started(|| Some(77)).is_set(), "unregistered");
+        stream_ended(m2);
+        assert_eq!(c.streams(), 0);
+        // Found only on the thread that registered it (a connection's worker).
+        let d = Arc::new(Conn::new(78));
+        register(&d);
+        let elsewhere = std::thread::spawn(|| stream_started(|| Some(78)).is_set());
+        assert!(!elsewhere.join().unwrap());
+        assert!(stream_started(|| Some(78)).is_set());
+        unregister(&d);
+        assert!(!stream_started(|| Some(78)).is_set());
+    }
+
+    #[test]
+    fn connections_torn_down_elsewhere_are_swept_out_of_their_workers_map() {
+        Connections::global().install_commit(|_, _| {});
+        let conns: Vec<_> = (1000..1000 + 3 * LOCAL_SWEEP_MIN as u64)
+            .map(|id| Arc::new(Conn::new(id)))
+            .collect();
+        for c in &conns {
+            register(c);
+        }
+        let elsewhere = conns.clone();
+        std::thread::spawn(move || elsewhere.iter().for_each(|c| unregister(c)))
+            .join()
+            .unwrap();
+        // Still in this thread's map (marked gone) until registrations here sweep them out.
+        assert!(
+            !stream_started(|| Some(1000)).is_set(),
+            "gone connections are not found"
+        );
+        let all_live = || LOCAL.with(|l| l.borrow().map.values().all(|c| !get(&c.gone)));
+        let mut fresh = vec![];
+        for id in 5000..5000 + 6 * LOCAL_SWEEP_MIN as u64 {
+            let c = Arc::new(Conn::new(id));
+            register(&c);
+            fresh.push(c);
+            if all_live() {
+                break;
+            }
+        }
+        assert!(all_live(), "gone entries were never swept out");
+        assert!(
+            fresh.len() <= conns.len() + 1,
+            "swept only after {} registrations",
+            fresh.len()
+        );
+        for c in &fresh {
+            unregister(c);
+        }
+        assert_eq!(LOCAL.with(|l| l.borrow().map.len()), 0);
     }
 
     static DESTROYED: AtomicUsize = AtomicUsize::new(0);

@@ -202,52 +202,59 @@ pub extern "C" fn envoy_dynamic_module_on_network_filter_read(
         };
         if !conn.sniffing() {
             conn.on_read(data_len, &[]);
-            return STATUS_CONTINUE;
-        }
-        // Only while the protocol is unknown (the first read): the first bytes of the buffer.
-        // SAFETY: live filter inside its read hook, where the read buffer is current.
-        let n = unsafe {
-            abi::envoy_dynamic_module_callback_network_filter_get_read_buffer_chunks_size(fe)
-        };
-        // Usually one slice: a stack array avoids an allocation per connection.
-        const EMPTY: Buffer = Buffer {
-            ptr: ptr::null(),
-            len: 0,
-        };
-        let mut stack = [EMPTY; 4];
-        let mut heap = Vec::new();
-        let chunks: &mut [Buffer] = if n <= stack.len() {
-            &mut stack[..n]
         } else {
-            heap.resize(n, EMPTY);
-            &mut heap
-        };
-        // SAFETY: `chunks` has room for the `n` slices Envoy reported for this same buffer.
-        let ok = n > 0
-            && unsafe {
-                abi::envoy_dynamic_module_callback_network_filter_get_read_buffer_chunks(
-                    fe,
-                    chunks.as_mut_ptr(),
-                )
-            };
-        let mut head = [0u8; connections::H2_MAGIC_PREFIX.len()];
-        let mut have = 0;
-        if ok {
-            for c in chunks.iter() {
-                // SAFETY: Envoy filled the slices; valid during this hook; null/empty handled.
-                let bytes = unsafe { envoy_bytes(*c) };
-                let take = bytes.len().min(head.len() - have);
-                head[have..have + take].copy_from_slice(&bytes[..take]);
-                have += take;
-                if have == head.len() {
-                    break;
-                }
-            }
+            sniff(fe, conn, data_len);
         }
-        let first = &head[..have];
-        conn.on_read(data_len, first);
         STATUS_CONTINUE
     })
+}
+
+/// The first read of a connection (its protocol still unknown): look at the first bytes of the
+/// read buffer. Kept out of the read hook, which runs on every read, so that its stack buffers
+/// and calls do not weigh on the common path.
+#[cold]
+#[inline(never)]
+fn sniff(fe: EnvoyPtr, conn: &Conn, data_len: usize) {
+    // SAFETY: live filter inside its read hook, where the read buffer is current.
+    let n = unsafe {
+        abi::envoy_dynamic_module_callback_network_filter_get_read_buffer_chunks_size(fe)
+    };
+    // Usually one slice: a stack array avoids an allocation per connection.
+    const EMPTY: Buffer = Buffer {
+        ptr: ptr::null(),
+        len: 0,
+    };
+    let mut stack = [EMPTY; 4];
+    let mut heap = Vec::new();
+    let chunks: &mut [Buffer] = if n <= stack.len() {
+        &mut stack[..n]
+    } else {
+        heap.resize(n, EMPTY);
+        &mut heap
+    };
+    // SAFETY: `chunks` has room for the `n` slices Envoy reported for this same buffer.
+    let ok = n > 0
+        && unsafe {
+            abi::envoy_dynamic_module_callback_network_filter_get_read_buffer_chunks(
+                fe,
+                chunks.as_mut_ptr(),
+            )
+        };
+    let mut head = [0u8; connections::H2_MAGIC_PREFIX.len()];
+    let mut have = 0;
+    if ok {
+        for c in chunks.iter() {
+            // SAFETY: Envoy filled the slices; valid during this hook; null/empty handled.
+            let bytes = unsafe { envoy_bytes(*c) };
+            let take = bytes.len().min(head.len() - have);
+            head[have..have + take].copy_from_slice(&bytes[..take]);
+            have += take;
+            if have == head.len() {
+                break;
+            }
+        }
+    }
+    conn.on_read(data_len, &head[..have]);
 }
 
 #[no_mangle]
@@ -365,7 +372,7 @@ pub extern "C" fn envoy_dynamic_module_on_network_filter_destroy(fm: *const c_vo
             drop(Connections::global().wakers.remove(slot));
         }
         if let Some(conn) = &f.conn {
-            connections::unregister(conn.id);
+            connections::unregister(conn);
         }
     })
 }
