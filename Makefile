@@ -66,6 +66,8 @@ bench-deps:
 	command -v h2load >/dev/null && command -v wrk >/dev/null && command -v valgrind >/dev/null && \
 	  command -v openssl >/dev/null && command -v cc >/dev/null || \
 	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq valgrind nghttp2-client wrk openssl gcc; }
+	# perf (the CPU profile section) is optional: that section is skipped where it is missing.
+	command -v perf >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq linux-perf || true
 
 lint:
 	cargo fmt --check

@@ -700,6 +700,78 @@ def bench_throughput(binary, smoke):
     return results
 
 
+def dso_group(dso):
+    if dso == "envoy":
+        return "envoy"
+    if dso.startswith("[kernel"):
+        return "kernel"
+    if "graceful_drain" in dso or "empty_filter" in dso:
+        return "module"
+    return "libc, vdso, loader"
+
+
+PROFILE_GROUPS = ["envoy", "kernel", "libc, vdso, loader", "module"]
+
+
+def profile_round(binary, module, n):
+    """CPU time per request of the gateway (every thread, by shared object) under h2load, from a
+    `perf record -e cpu-clock` sampling profile: software clock sampling needs no hardware
+    counters, and unlike callgrind it sees the kernel and the real cost of each instruction."""
+    ports = free_ports(3)
+    e = Envoy(binary, render_gateway(ports, module=module), ports[0], concurrency=1, cpus="0")
+    tmp = tempfile.mkdtemp(prefix="gd-perf-")
+    try:
+        url = f"http://127.0.0.1:{ports[1]}/"
+        subprocess.run(["taskset", "-c", "1", "h2load", "-c4", "-m4", "-n", str(min(n, 20000)), url],
+                       capture_output=True, timeout=300)
+        data = os.path.join(tmp, "perf.data")
+        freq = 4999
+        rec = subprocess.Popen(["perf", "record", "-e", "cpu-clock", "-F", str(freq), "-p", str(e.proc.pid),
+                                "-o", data], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        time.sleep(0.3)  # perf attaches to every thread
+        out = subprocess.run(["taskset", "-c", "1", "h2load", "-c4", "-m4", "-n", str(n), url],
+                             capture_output=True, text=True, timeout=600).stdout
+        rec.send_signal(signal.SIGINT)
+        _, err = rec.communicate(timeout=60)
+        m = re.search(r"finished in [\d.]+\w+, ([\d.]+) req/s", out)
+        done = re.search(r"requests: \d+ total, \d+ started, \d+ done, (\d+) succeeded", out)
+        if not m or not done or int(done.group(1)) != n:
+            raise RuntimeError(f"h2load did not complete {n} requests:\n{out}")
+        rep = subprocess.run(["perf", "report", "-i", data, "--stdio", "-n", "--sort", "dso", "--no-children",
+                              "-g", "none"], capture_output=True, text=True, timeout=300)
+        us = {g: 0.0 for g in PROFILE_GROUPS}
+        for line in rep.stdout.splitlines():
+            f = line.split()
+            if len(f) >= 3 and f[0].endswith("%") and f[1].isdigit():
+                us[dso_group(f[2])] += int(f[1]) / freq / n * 1e6
+        if sum(us.values()) == 0:
+            raise RuntimeError(f"perf recorded nothing: {err.decode(errors='replace')[-500:]} {rep.stderr[-500:]}")
+        return {"rps": float(m.group(1)), "us_per_request": us}
+    finally:
+        e.close()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def bench_profile(binary, smoke):
+    """Where the HTTP/2 throughput ratio comes from: CPU per request by shared object, bare Envoy
+    and the module, interleaved rounds (gateway.yaml, direct_response, --concurrency 1, Envoy and
+    h2load pinned to separate CPUs, as in the throughput section)."""
+    if not shutil.which("perf"):
+        log("profile: perf not installed (make bench-deps installs linux-perf): skipped")
+        return {"skipped": "perf not installed"}
+    rounds, n = (1, 2000) if smoke else (3, 100000)
+    samples = {False: [], True: []}
+    try:
+        for r in range(rounds):
+            for module in ((False, True) if r % 2 == 0 else (True, False)):
+                samples[module].append(profile_round(binary, module, n))
+    except (RuntimeError, OSError, subprocess.SubprocessError) as err:
+        log(f"profile: perf could not profile Envoy here ({err}): skipped")
+        return {"skipped": str(err)[:300]}
+    log("profile: done")
+    return {"n": n, "rounds": rounds, "bare": samples[False], "module": samples[True]}
+
+
 # ---------------------------------------------------------------------------------------------
 # 3. Shutdown cost
 
@@ -1227,6 +1299,26 @@ def write_report(data):
         lat = "p99" if key == "p99_ms" else "mean"
         L.append(f"| {r['proto']} | {r['concurrency']}{' (pinned)' if r['pinned'] else ''} | {b[0]:.0f} / {b[1]:.0f} / {b[2]:.0f} | "
                  f"{m[0]:.0f} / {m[1]:.0f} / {m[2]:.0f} | {ratio(m[1], b[1]):.3f} | {lat} {lb[1]:.2f} ms | {lat} {lm[1]:.2f} ms |")
+    prof = data.get("profile") or {}
+    if prof.get("bare"):
+        L += ["", f"## CPU per request by shared object (perf cpu-clock profile, HTTP/2 h2load -c4 -m4, "
+              f"{prof['n']} requests, {prof['rounds']} interleaved rounds, median µs per request)", "",
+              "| | " + " | ".join(PROFILE_GROUPS) + " | total | req/s |", "|---|" + "---|" * (len(PROFILE_GROUPS) + 2)]
+        med = {}
+        for k in ("bare", "module"):
+            rows = prof[k]
+            med[k] = {g: statistics.median(r["us_per_request"][g] for r in rows) for g in PROFILE_GROUPS}
+            med[k]["total"] = statistics.median(sum(r["us_per_request"].values()) for r in rows)
+            rps = statistics.median(r["rps"] for r in rows)
+            L.append(f"| {k} | " + " | ".join(f"{med[k][g]:.2f}" for g in PROFILE_GROUPS) +
+                     f" | {med[k]['total']:.2f} | {rps:.0f} |")
+        L.append("| module − bare | " + " | ".join(f"{med['module'][g] - med['bare'][g]:+.2f}" for g in PROFILE_GROUPS) +
+                 f" | {med['module']['total'] - med['bare']['total']:+.2f} | |")
+        L += ["", "Every thread of the gateway is sampled (the worker does nearly all of it). 'module' is the "
+              "module's own code; what Envoy runs to host it is in 'envoy'. Callgrind counts user-space "
+              "instructions only; this profile also sees the kernel and each instruction's real cost.", ""]
+    elif prof.get("skipped"):
+        L += ["", f"## CPU profile: skipped ({prof['skipped']})", ""]
     L += ["", "## Shutdown cost (one of two gateways behind a health-checking front Envoy, under load)", "",
           "| strategy | termination start → exit | failed / sent | SIGKILL |", "|---|---|---|---|"]
     for r in data["shutdown"]:
@@ -1273,7 +1365,7 @@ def write_report(data):
     print("\n".join(L))
 
 
-SECTIONS = ["instructions", "connections", "proxy", "throughput", "shutdown", "memory", "scale", "streams"]
+SECTIONS = ["instructions", "connections", "proxy", "throughput", "profile", "shutdown", "memory", "scale", "streams"]
 
 
 def main():
@@ -1293,7 +1385,7 @@ def main():
     cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), platform.machine())
     data = {"machine": f"{os.cpu_count()} CPUs ({cpu}), {platform.system()} {platform.release()}",
             "envoy": envoy_version(binary), "smoke": args.smoke,
-            "instructions": [], "connections": [], "proxy": [], "throughput": [], "shutdown": [], "memory": {},
+            "instructions": [], "connections": [], "proxy": [], "throughput": [], "profile": {}, "shutdown": [], "memory": {},
             "scale": [], "streams": []}
     only = args.only or SECTIONS
     previous = os.path.join(OUT, "report.json")
@@ -1311,6 +1403,8 @@ def main():
         data["proxy"] = bench_proxy_instructions(binary, args.smoke)
     if "throughput" in only:
         data["throughput"] = bench_throughput(binary, args.smoke)
+    if "profile" in only:
+        data["profile"] = bench_profile(binary, args.smoke)
     if "shutdown" in only:
         data["shutdown"] = bench_shutdown(binary, args.smoke)
     if "memory" in only:
