@@ -713,15 +713,14 @@ def dso_group(dso):
 PROFILE_GROUPS = ["envoy", "kernel", "libc, vdso, loader", "module"]
 
 
-def profile_round(binary, module, n):
-    """CPU time per request of the gateway (every thread, by shared object) under h2load, from a
+def profile_round(binary, yaml, admin, data_port, n, module_dir=MODULE_DIR):
+    """CPU time per request of one gateway (every thread, by shared object) under h2load, from a
     `perf record -e cpu-clock` sampling profile: software clock sampling needs no hardware
     counters, and unlike callgrind it sees the kernel and the real cost of each instruction."""
-    ports = free_ports(3)
-    e = Envoy(binary, render_gateway(ports, module=module), ports[0], concurrency=1, cpus="0")
+    e = Envoy(binary, yaml, admin, concurrency=1, cpus="0", module_dir=module_dir)
     tmp = tempfile.mkdtemp(prefix="gd-perf-")
     try:
-        url = f"http://127.0.0.1:{ports[1]}/"
+        url = f"http://127.0.0.1:{data_port}/"
         subprocess.run(["taskset", "-c", "1", "h2load", "-c4", "-m4", "-n", str(min(n, 20000)), url],
                        capture_output=True, timeout=300)
         data = os.path.join(tmp, "perf.data")
@@ -753,23 +752,46 @@ def profile_round(binary, module, n):
 
 
 def bench_profile(binary, smoke):
-    """Where the HTTP/2 throughput ratio comes from: CPU per request by shared object, bare Envoy
-    and the module, interleaved rounds (gateway.yaml, direct_response, --concurrency 1, Envoy and
-    h2load pinned to separate CPUs, as in the throughput section)."""
+    """Where the HTTP/2 throughput ratio comes from: CPU per request by shared object, in
+    interleaved rounds, Envoy --concurrency 1 and h2load pinned to separate CPUs. Two setups:
+    gateway.yaml's direct_response (the throughput section's), bare and with the module; and
+    proxying to an upstream, bare, the empty C module's HTTP + network filters (the floor), and
+    graceful_drain's, which tells Envoy's cost of hosting any module from the module's own."""
     if not shutil.which("perf"):
         log("profile: perf not installed (make bench-deps installs linux-perf): skipped")
         return {"skipped": "perf not installed"}
     rounds, n = (1, 2000) if smoke else (3, 100000)
-    samples = {False: [], True: []}
+    tmp = tempfile.mkdtemp(prefix="gd-prof-")
+    setups = {"direct_response": ["bare", "graceful_drain"],
+              "proxying": ["bare", "empty HTTP + network filters", "graceful_drain HTTP + network filters"]}
+    result = {"n": n, "rounds": rounds, "setups": {}}
+    upstream = None
     try:
-        for r in range(rounds):
-            for module in ((False, True) if r % 2 == 0 else (True, False)):
-                samples[module].append(profile_round(binary, module, n))
+        floor_dir = build_empty_filter(tmp)
+        up = free_ports(2)
+        upstream = Envoy(binary, upstream_yaml(up[0], up[1]), up[0], concurrency=1, cpus="1")
+        for setup, variants in setups.items():
+            samples = {v: [] for v in variants}
+            for r in range(rounds):
+                for v in (variants if r % 2 == 0 else list(reversed(variants))):
+                    if setup == "direct_response":
+                        ports = free_ports(3)
+                        yaml, admin, port, mdir = render_gateway(ports, module=v != "bare"), ports[0], ports[1], MODULE_DIR
+                    else:
+                        ports = free_ports(2)
+                        yaml, admin, port = proxy_yaml(ports[0], ports[1], up[1], v), ports[0], ports[1]
+                        mdir = floor_dir if v in FLOOR_VARIANTS else MODULE_DIR
+                    samples[v].append(profile_round(binary, yaml, admin, port, n, mdir))
+            result["setups"][setup] = samples
+            log(f"profile {setup}: done")
     except (RuntimeError, OSError, subprocess.SubprocessError) as err:
         log(f"profile: perf could not profile Envoy here ({err}): skipped")
         return {"skipped": str(err)[:300]}
-    log("profile: done")
-    return {"n": n, "rounds": rounds, "bare": samples[False], "module": samples[True]}
+    finally:
+        if upstream:
+            upstream.close()
+        shutil.rmtree(tmp, ignore_errors=True)
+    return result
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1300,23 +1322,28 @@ def write_report(data):
         L.append(f"| {r['proto']} | {r['concurrency']}{' (pinned)' if r['pinned'] else ''} | {b[0]:.0f} / {b[1]:.0f} / {b[2]:.0f} | "
                  f"{m[0]:.0f} / {m[1]:.0f} / {m[2]:.0f} | {ratio(m[1], b[1]):.3f} | {lat} {lb[1]:.2f} ms | {lat} {lm[1]:.2f} ms |")
     prof = data.get("profile") or {}
-    if prof.get("bare"):
+    if prof.get("setups"):
         L += ["", f"## CPU per request by shared object (perf cpu-clock profile, HTTP/2 h2load -c4 -m4, "
-              f"{prof['n']} requests, {prof['rounds']} interleaved rounds, median µs per request)", "",
-              "| | " + " | ".join(PROFILE_GROUPS) + " | total | req/s |", "|---|" + "---|" * (len(PROFILE_GROUPS) + 2)]
-        med = {}
-        for k in ("bare", "module"):
-            rows = prof[k]
-            med[k] = {g: statistics.median(r["us_per_request"][g] for r in rows) for g in PROFILE_GROUPS}
-            med[k]["total"] = statistics.median(sum(r["us_per_request"].values()) for r in rows)
-            rps = statistics.median(r["rps"] for r in rows)
-            L.append(f"| {k} | " + " | ".join(f"{med[k][g]:.2f}" for g in PROFILE_GROUPS) +
-                     f" | {med[k]['total']:.2f} | {rps:.0f} |")
-        L.append("| module − bare | " + " | ".join(f"{med['module'][g] - med['bare'][g]:+.2f}" for g in PROFILE_GROUPS) +
-                 f" | {med['module']['total'] - med['bare']['total']:+.2f} | |")
-        L += ["", "Every thread of the gateway is sampled (the worker does nearly all of it). 'module' is the "
-              "module's own code; what Envoy runs to host it is in 'envoy'. Callgrind counts user-space "
-              "instructions only; this profile also sees the kernel and each instruction's real cost.", ""]
+              f"{prof['n']} requests, {prof['rounds']} interleaved rounds, median µs per request)", ""]
+        for setup, samples in prof["setups"].items():
+            L += [f"{setup}:", "", "| | " + " | ".join(PROFILE_GROUPS) + " | total | req/s |",
+                  "|---|" + "---|" * (len(PROFILE_GROUPS) + 2)]
+            med = {}
+            for v, rows in samples.items():
+                med[v] = {g: statistics.median(r["us_per_request"][g] for r in rows) for g in PROFILE_GROUPS}
+                med[v]["total"] = statistics.median(sum(r["us_per_request"].values()) for r in rows)
+                rps = statistics.median(r["rps"] for r in rows)
+                L.append(f"| {v} | " + " | ".join(f"{med[v][g]:.2f}" for g in PROFILE_GROUPS) +
+                         f" | {med[v]['total']:.2f} | {rps:.0f} |")
+            names = list(samples)
+            for a_, b_ in zip(names[1:], names[:-1]):
+                L.append(f"| {a_} − {b_} | " + " | ".join(f"{med[a_][g] - med[b_][g]:+.2f}" for g in PROFILE_GROUPS) +
+                         f" | {med[a_]['total'] - med[b_]['total']:+.2f} | |")
+            L.append("")
+        L += ["Every thread of the gateway is sampled (the worker does nearly all of it). 'module' is the loaded "
+              "module's own code (graceful_drain, or the empty floor); what Envoy runs to host it is in 'envoy'. "
+              "Callgrind counts user-space instructions only; this profile also sees the kernel and each "
+              "instruction's real cost.", ""]
     elif prof.get("skipped"):
         L += ["", f"## CPU profile: skipped ({prof['skipped']})", ""]
     L += ["", "## Shutdown cost (one of two gateways behind a health-checking front Envoy, under load)", "",

@@ -122,9 +122,11 @@ impl EnvoyStatsCache {
             SCAN_SHARE_PERCENT
         };
         let mut next = ended + scan_interval(cost, share);
-        // Without the filter, a fresh scan matters most when the drain could first complete.
+        // Without the filter, a fresh scan matters most when the drain could first complete: time
+        // one to end then, with an eighth of its cost to spare (scan costs vary from one to the
+        // next; a scan that ends late makes the exit late by as much).
         if busy || !d.filter_loaded {
-            if let Some(t) = d.earliest_completion.checked_sub(cost) {
+            if let Some(t) = d.earliest_completion.checked_sub(cost + cost / 8) {
                 if t > ended {
                     next = next.min(t.max(ended + IN_FLIGHT_RECHECK));
                 }
@@ -398,9 +400,10 @@ mod tests {
         // Bootstrap-only: Envoy sees 2 requests, the module none.
         let next = c.record(envoy(2, 7), counts(0, 0), counts(0, 0), t0 + cost, cost, d);
         assert_eq!(c.view(counts(0, 0)), Some(envoy(2, 7)));
-        // Busy: the next scan is timed to end when the drain could first complete (5 s).
-        assert_eq!(next, 3000 * MS);
-        assert_eq!(c.due_at(d), t0 + 4000 * MS);
+        // Busy: the next scan is timed to end when the drain could first complete (5 s), with an
+        // eighth of its cost to spare.
+        assert_eq!(next, 2875 * MS);
+        assert_eq!(c.due_at(d), t0 + 3875 * MS);
         c.record(
             envoy(0, 7),
             counts(0, 0),
