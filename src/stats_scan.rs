@@ -75,6 +75,8 @@ pub struct EnvoyStatsCache {
     next_scan_at: Option<Instant>,
     /// Cost of the scan taken when the server finished starting.
     calibration: Option<Duration>,
+    /// The dearest scan seen (the calibration scan included).
+    max_cost: Duration,
 }
 
 impl EnvoyStatsCache {
@@ -123,10 +125,13 @@ impl EnvoyStatsCache {
         };
         let mut next = ended + scan_interval(cost, share);
         // Without the filter, a fresh scan matters most when the drain could first complete: time
-        // one to end then, with an eighth of its cost to spare (scan costs vary from one to the
-        // next; a scan that ends late makes the exit late by as much).
+        // one to end then. Scan costs vary (a scan waits for Envoy's own stats flush, which holds
+        // the same lock), and a scan that ends late makes the exit late by as much: plan with the
+        // dearest scan seen so far, and half of it again to spare.
+        self.max_cost = self.max_cost.max(cost);
         if busy || !d.filter_loaded {
-            if let Some(t) = d.earliest_completion.checked_sub(cost + cost / 8) {
+            let plan = self.max_cost + self.max_cost / 2;
+            if let Some(t) = d.earliest_completion.checked_sub(plan) {
                 if t > ended {
                     next = next.min(t.max(ended + IN_FLIGHT_RECHECK));
                 }
@@ -258,7 +263,11 @@ fn run(inner: &Inner, source: &dyn ScanSource) {
     let Some((_, _, _, _, cost)) = timed_scan(source) else {
         return;
     };
-    lock(&inner.state).cache.calibration = Some(cost);
+    {
+        let mut st = lock(&inner.state);
+        st.cache.calibration = Some(cost);
+        st.cache.max_cost = cost;
+    }
     let interval = scan_interval(cost, SCAN_SHARE_PERCENT);
     if interval > IN_FLIGHT_RECHECK {
         log::info!(
@@ -400,10 +409,17 @@ mod tests {
         // Bootstrap-only: Envoy sees 2 requests, the module none.
         let next = c.record(envoy(2, 7), counts(0, 0), counts(0, 0), t0 + cost, cost, d);
         assert_eq!(c.view(counts(0, 0)), Some(envoy(2, 7)));
-        // Busy: the next scan is timed to end when the drain could first complete (5 s), with an
-        // eighth of its cost to spare.
-        assert_eq!(next, 2875 * MS);
-        assert_eq!(c.due_at(d), t0 + 3875 * MS);
+        // Busy: the next scan is timed to end when the drain could first complete (5 s), planned
+        // with the dearest scan so far and half of it to spare.
+        assert_eq!(next, 2500 * MS);
+        assert_eq!(c.due_at(d), t0 + 3500 * MS);
+        // A dearer scan seen once (the calibration, say) plans the later ones.
+        let mut c = EnvoyStatsCache {
+            max_cost: 2000 * MS,
+            ..EnvoyStatsCache::default()
+        };
+        c.record(envoy(2, 7), counts(0, 0), counts(0, 0), t0 + cost, cost, d);
+        assert_eq!(c.due_at(d), t0 + 2000 * MS);
         c.record(
             envoy(0, 7),
             counts(0, 0),
