@@ -75,7 +75,7 @@ pub struct EnvoyStatsCache {
     next_scan_at: Option<Instant>,
     /// Cost of the scan taken when the server finished starting.
     calibration: Option<Duration>,
-    /// The dearest scan seen (the calibration scan included).
+    /// The dearest scan of this drain.
     max_cost: Duration,
 }
 
@@ -127,15 +127,15 @@ impl EnvoyStatsCache {
         // Without the filter, a fresh scan matters most when the drain could first complete: time
         // one to end then. Scan costs vary (a scan waits for Envoy's own stats flush, which holds
         // the same lock), and a scan that ends late makes the exit late by as much: plan with the
-        // dearest scan seen so far, and half of it again to spare.
+        // dearest scan of this drain and a quarter of it to spare, and if that start has passed
+        // while the drain cannot complete yet, scan again at once (a scan that ended too early is
+        // followed by one that ends at or just after the earliest completion, never by a wait of
+        // the busy share's interval).
         self.max_cost = self.max_cost.max(cost);
-        if busy || !d.filter_loaded {
-            let plan = self.max_cost + self.max_cost / 2;
-            if let Some(t) = d.earliest_completion.checked_sub(plan) {
-                if t > ended {
-                    next = next.min(t.max(ended + IN_FLIGHT_RECHECK));
-                }
-            }
+        if (busy || !d.filter_loaded) && ended < d.earliest_completion {
+            let plan = self.max_cost + self.max_cost / 4;
+            let start = d.earliest_completion.checked_sub(plan).unwrap_or(ended);
+            next = next.min(start.max(ended + IN_FLIGHT_RECHECK));
         }
         self.next_scan_at = Some(next);
         next - ended
@@ -263,11 +263,7 @@ fn run(inner: &Inner, source: &dyn ScanSource) {
     let Some((_, _, _, _, cost)) = timed_scan(source) else {
         return;
     };
-    {
-        let mut st = lock(&inner.state);
-        st.cache.calibration = Some(cost);
-        st.cache.max_cost = cost;
-    }
+    lock(&inner.state).cache.calibration = Some(cost);
     let interval = scan_interval(cost, SCAN_SHARE_PERCENT);
     if interval > IN_FLIGHT_RECHECK {
         log::info!(
@@ -410,16 +406,26 @@ mod tests {
         let next = c.record(envoy(2, 7), counts(0, 0), counts(0, 0), t0 + cost, cost, d);
         assert_eq!(c.view(counts(0, 0)), Some(envoy(2, 7)));
         // Busy: the next scan is timed to end when the drain could first complete (5 s), planned
-        // with the dearest scan so far and half of it to spare.
-        assert_eq!(next, 2500 * MS);
-        assert_eq!(c.due_at(d), t0 + 3500 * MS);
-        // A dearer scan seen once (the calibration, say) plans the later ones.
-        let mut c = EnvoyStatsCache {
+        // with the dearest scan so far and a quarter of it to spare.
+        assert_eq!(next, 2750 * MS);
+        assert_eq!(c.due_at(d), t0 + 3750 * MS);
+        // A dearer scan seen before plans the later ones.
+        let mut c2 = EnvoyStatsCache {
             max_cost: 2000 * MS,
             ..EnvoyStatsCache::default()
         };
-        c.record(envoy(2, 7), counts(0, 0), counts(0, 0), t0 + cost, cost, d);
-        assert_eq!(c.due_at(d), t0 + 2000 * MS);
+        c2.record(envoy(2, 7), counts(0, 0), counts(0, 0), t0 + cost, cost, d);
+        assert_eq!(c2.due_at(d), t0 + 2500 * MS);
+        // The planned start has passed and the drain cannot complete yet: again at once, not
+        // after the busy share's interval (4 s here).
+        let mut c3 = EnvoyStatsCache::default();
+        let late = t0 + 4000 * MS;
+        c3.record(envoy(1, 7), counts(0, 0), counts(0, 0), late, 2000 * MS, d);
+        assert_eq!(c3.due_at(d), late + IN_FLIGHT_RECHECK);
+        // Past the earliest completion, still busy: the busy share again.
+        let after = t0 + 6000 * MS;
+        c3.record(envoy(1, 7), counts(0, 0), counts(0, 0), after, 1000 * MS, d);
+        assert_eq!(c3.due_at(d), after + 4000 * MS);
         c.record(
             envoy(0, 7),
             counts(0, 0),
