@@ -272,21 +272,18 @@ impl Engine {
     /// takes out what is not work (health checks, control-listener requests such as a waiting
     /// `/drain`), whatever the listeners are called.
     fn observe_envoy(&mut self, host: &impl EngineHost, now: Instant) -> EnvoyObservation {
-        let s = match host.envoy_request_stats() {
-            EnvoyView::NotNeeded => return EnvoyObservation::Unused,
-            EnvoyView::Pending => return EnvoyObservation::Pending,
-            EnvoyView::Seen(s) => s,
-        };
-        let total = s.total as i64;
-        // Only an increase is a request start: the two sides are read at slightly different
-        // moments, so the difference may dip when a not-work request is seen by us first.
-        if self.last_total.is_some_and(|t| total > t) {
-            self.last_change = Some(now);
-        }
-        self.last_total = Some(total);
-        EnvoyObservation::Seen(Observation {
-            active_requests: s.active,
-            last_request_start: self.last_change,
+        host.envoy_request_stats().map(|s| {
+            let total = s.total as i64;
+            // Only an increase is a request start: the two sides are read at slightly different
+            // moments, so the difference may dip when a not-work request is seen by us first.
+            if self.last_total.is_some_and(|t| total > t) {
+                self.last_change = Some(now);
+            }
+            self.last_total = Some(total);
+            Observation {
+                active_requests: s.active,
+                last_request_start: self.last_change,
+            }
         })
     }
 }

@@ -169,16 +169,31 @@ impl Counters {
     }
 }
 
-/// What Envoy's own stats add to the module's exact counts, for one poll of the drain.
+/// What Envoy's own stats add to the module's exact counts: the scanner's raw figures
+/// ([`crate::stats_scan::EnvoyView`]) and the drain's observation made of them
+/// ([`EnvoyObservation`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum EnvoyObservation {
+pub enum EnvoyReading<T> {
     /// Not used: no drain, or the filter counts every request that matters.
     Unused,
     /// Needed (no filter on the listeners) but not read yet: hold the drain (its timeout still
     /// bounds it).
     Pending,
-    Seen(Observation),
+    Seen(T),
 }
+
+impl<T> EnvoyReading<T> {
+    pub fn map<U>(self, f: impl FnOnce(T) -> U) -> EnvoyReading<U> {
+        match self {
+            EnvoyReading::Unused => EnvoyReading::Unused,
+            EnvoyReading::Pending => EnvoyReading::Pending,
+            EnvoyReading::Seen(t) => EnvoyReading::Seen(f(t)),
+        }
+    }
+}
+
+/// Envoy's figures as the drain state machine sees them, for one poll.
+pub type EnvoyObservation = EnvoyReading<Observation>;
 
 pub struct Shared {
     pub clock: Box<dyn Clock>,

@@ -20,6 +20,7 @@
 use crate::bootstrap::EnvoyRequestStats;
 use crate::drain::IN_FLIGHT_RECHECK;
 use crate::registry::Counts;
+use crate::state::EnvoyReading;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -45,17 +46,11 @@ pub trait ScanSource: Send + Sync + 'static {
     fn scanned(&self);
 }
 
-/// What the drain needs from the scans.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum EnvoyView {
-    /// Not needed: the filter counts every request that matters (filter mode, before the first
-    /// scan of a large configuration), or no drain.
-    NotNeeded,
-    /// Needed but not seen yet (bootstrap-only mode, first scan under way): hold the drain.
-    Pending,
-    /// Envoy's figures beyond the module's own, plus the module's live count.
-    Seen(EnvoyRequestStats),
-}
+/// What the drain gets from the scans: `Unused` while the filter counts every request that
+/// matters (filter mode, before the first scan of a large configuration) or with no drain;
+/// `Pending` while needed but not seen yet (bootstrap-only mode, first scan under way: hold the
+/// drain); `Seen`: Envoy's figures beyond the module's own, plus the module's live count.
+pub type EnvoyView = EnvoyReading<EnvoyRequestStats>;
 
 /// What the pacing needs to know about the drain.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -214,10 +209,10 @@ impl Scanner {
         }
         match st.cache.view(own_now) {
             Some(v) => EnvoyView::Seen(v),
-            None if d.filter_loaded => EnvoyView::NotNeeded,
+            None if d.filter_loaded => EnvoyView::Unused,
             // The store can no longer be read: nothing will come; the filter's counts are all
             // there is (Envoy is tearing down anyway).
-            None if st.ended => EnvoyView::NotNeeded,
+            None if st.ended => EnvoyView::Unused,
             None => EnvoyView::Pending,
         }
     }
@@ -567,7 +562,7 @@ mod tests {
         eventually("the calibration scan", || scanner.calibration().is_some());
         let d = timing(Instant::now() + Duration::from_secs(3600), true);
         s.draining.store(true, Ordering::SeqCst);
-        assert_eq!(scanner.view(d, counts(1, 1)), EnvoyView::NotNeeded);
+        assert_eq!(scanner.view(d, counts(1, 1)), EnvoyView::Unused);
     }
 
     #[test]
@@ -578,7 +573,7 @@ mod tests {
         s.draining.store(true, Ordering::SeqCst);
         let d = timing(Instant::now(), false);
         eventually("the thread to end", || {
-            scanner.view(d, counts(0, 0)) == EnvoyView::NotNeeded
+            scanner.view(d, counts(0, 0)) == EnvoyView::Unused
         });
         assert_eq!(s.scans.load(Ordering::SeqCst), 0);
     }

@@ -119,6 +119,15 @@ struct StatsStore {
 }
 
 impl StatsStore {
+    fn extension(&self) -> std::sync::MutexGuard<'_, usize> {
+        self.extension.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Set (or, with null, forget) Envoy's extension pointer; waits for a scan under way.
+    fn set_extension(&self, be: EnvoyPtr) {
+        *self.extension() = be as usize;
+    }
+
     fn sum_stats(&self, be: EnvoyPtr, gauges: bool, suffixes: &[&str]) -> [u64; 2] {
         let mut acc = StatSum {
             suffixes,
@@ -150,7 +159,7 @@ impl StatsStore {
 
 impl ScanSource for Arc<StatsStore> {
     fn scan(&self) -> Option<EnvoyRequestStats> {
-        let be = self.extension.lock().unwrap_or_else(|p| p.into_inner());
+        let be = self.extension();
         if *be == 0 {
             return None;
         }
@@ -209,7 +218,7 @@ impl Extension {
     fn envoy_view(&self) -> EnvoyView {
         let shared = super::shared();
         let Phase::Draining { started_at, .. } = shared.phase() else {
-            return EnvoyView::NotNeeded;
+            return EnvoyView::Unused;
         };
         let settings = shared.settings().unwrap_or_default();
         let d = DrainTiming {
@@ -220,7 +229,7 @@ impl Extension {
         };
         match self.scanner() {
             Some(s) => s.view(d, shared.requests.counts()),
-            None if d.filter_loaded => EnvoyView::NotNeeded,
+            None if d.filter_loaded => EnvoyView::Unused,
             None => EnvoyView::Pending,
         }
     }
@@ -555,10 +564,6 @@ pub extern "C" fn envoy_dynamic_module_on_bootstrap_extension_config_destroy(bcm
         if let Some(Some(scanner)) = ext.scanner.get() {
             scanner.stop();
         }
-        *ext.store
-            .extension
-            .lock()
-            .unwrap_or_else(|p| p.into_inner()) = 0;
         // SAFETY: main thread (timer_delete asserts it); each deleted once.
         unsafe {
             if !ext.timer.is_null() {
@@ -582,10 +587,7 @@ pub extern "C" fn envoy_dynamic_module_on_bootstrap_extension_new(
     guard("bootstrap_extension_new", (), || {
         // SAFETY: `bcm` is our config from config_new.
         if let Some(ext) = unsafe { extension(bcm) } {
-            *ext.store
-                .extension
-                .lock()
-                .unwrap_or_else(|p| p.into_inner()) = be as usize;
+            ext.store.set_extension(be);
         }
     });
     bcm
@@ -631,10 +633,7 @@ pub extern "C" fn envoy_dynamic_module_on_bootstrap_extension_destroy(bm: *const
     guard("bootstrap_extension_destroy", (), || {
         // SAFETY: `bm` is our object, alive until config_destroy.
         if let Some(ext) = unsafe { extension(bm) } {
-            *ext.store
-                .extension
-                .lock()
-                .unwrap_or_else(|p| p.into_inner()) = 0;
+            ext.store.set_extension(ptr::null_mut());
         }
     })
 }
