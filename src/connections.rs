@@ -11,7 +11,13 @@
 //!   at drain start, close once the client had `idle_close_grace` to act on it and no request
 //!   was in flight for `idle_after`;
 //! - idle HTTP/1.1 (no request in flight for `idle_after`, nothing read since): close cleanly;
-//! - busy connections: nothing here; the HTTP filter sends them away as before.
+//! - busy connections: the HTTP filter sends them away (GOAWAY / `connection: close` through the
+//!   connection manager). Its requests register with their connection ([`StreamMark::attach`])
+//!   instead of each making a scheduler of its own: at drain start this module hands the
+//!   connection's latest request back to the HTTP filter ([`Action::WakeStream`]), which sends
+//!   the connection away from there, on the worker, as from its own scheduled hook. An HTTP/2
+//!   connection whose latest request already ended while older ones go on gets the GOAWAY frame
+//!   from here ([`Action::GoAwayBusy`]) and is closed once idle, like an idle one.
 //!
 //! Without the HTTP filter (connection mode) streams are unknown: every HTTP/2 connection gets
 //! the GOAWAY (safe on busy ones) and nothing is closed.
@@ -89,6 +95,10 @@ pub enum Action {
     Nothing,
     /// Write [`GOAWAY_NO_ERROR`] into the connection (towards the client).
     GoAway,
+    /// As `GoAway`, on a connection with requests in flight: counted as sent away (not idle).
+    GoAwayBusy,
+    /// Send the connection away through this request of the HTTP filter (the word it attached).
+    WakeStream(usize),
     /// Close after flushing what is already written.
     Close,
 }
@@ -118,6 +128,11 @@ pub struct Conn {
     candidate_since: AtomicU64,
     /// Its network filter was destroyed ([`unregister`]).
     gone: AtomicBool,
+    /// The network filter has a scheduler: a drain start reaches this connection's requests.
+    wakeable: AtomicBool,
+    /// The HTTP filter's latest request on it still in flight, as the word it attached (0: none).
+    /// Written and read on the connection's worker only.
+    stream: AtomicUsize,
 }
 
 const WIRE_UNKNOWN: u8 = 0;
@@ -146,7 +161,14 @@ impl Conn {
             idle_since: AtomicU64::new(0),
             candidate_since: AtomicU64::new(0),
             gone: AtomicBool::new(false),
+            wakeable: AtomicBool::new(false),
+            stream: AtomicUsize::new(0),
         }
+    }
+
+    /// Its network filter can be woken at drain start (it has a scheduler).
+    pub fn set_wakeable(&self) {
+        set(&self.wakeable, true);
     }
 
     pub fn wire(&self) -> Wire {
@@ -234,10 +256,23 @@ impl Conn {
         if get(&self.told) {
             return Action::Nothing;
         }
+        if self.streams() > 0 {
+            // Busy: its latest request sends it away through the connection manager.
+            let stream = self.stream.load(Ordering::Relaxed);
+            if stream != 0 {
+                return Action::WakeStream(stream);
+            }
+            // HTTP/2 whose latest request ended before older ones: GOAWAY from here (after the
+            // server preface); closed once idle, like an idle one.
+            if self.wire() == Wire::Http2 && get(&self.server_wrote) {
+                set(&self.told, true);
+                return Action::GoAwayBusy;
+            }
+            return Action::Nothing;
+        }
         match self.wire() {
-            // GOAWAY only after the server preface, and not on a busy connection (the HTTP filter
-            // already sends that one away, through the connection manager's own GOAWAY).
-            Wire::Http2 if get(&self.server_wrote) && self.streams() == 0 => {
+            // GOAWAY only after the server preface.
+            Wire::Http2 if get(&self.server_wrote) => {
                 set(&self.told, true);
                 counts.http2.fetch_add(1, Ordering::Relaxed);
                 Action::GoAway
@@ -406,11 +441,30 @@ pub fn unregister(conn: &Conn) {
 /// It holds the connection itself, so the end of the stream takes no lock and no lookup (the
 /// connection's state outlives its network filter while a stream still holds it: harmless).
 #[derive(Debug, Default)]
-pub struct StreamMark(Option<Arc<Conn>>);
+pub struct StreamMark {
+    conn: Option<Arc<Conn>>,
+    /// The word attached to the connection (0: none).
+    attached: usize,
+}
 
 impl StreamMark {
     pub fn is_set(&self) -> bool {
-        self.0.is_some()
+        self.conn.is_some()
+    }
+
+    /// Whether a drain start reaches this stream through its connection (a network filter with
+    /// a scheduler in front): the stream then needs no scheduler of its own.
+    pub fn reached_by_connection(&self) -> bool {
+        self.conn.as_ref().is_some_and(|c| get(&c.wakeable))
+    }
+
+    /// Make this stream the one its connection hands back at drain start ([`Action::WakeStream`])
+    /// until it ends. `word` identifies the stream to the glue (non-zero). On the stream's worker.
+    pub fn attach(&mut self, word: usize) {
+        if let Some(c) = &self.conn {
+            c.stream.store(word, Ordering::Relaxed);
+            self.attached = word;
+        }
     }
 }
 
@@ -419,10 +473,10 @@ impl StreamMark {
 /// [`stream_ended`]; none if the connection has no network filter.
 pub fn stream_started(id: impl FnOnce() -> Option<u64>) -> StreamMark {
     if Connections::global().commit.get().is_none() {
-        return StreamMark(None); // no network filter in this process: nothing to count
+        return StreamMark::default(); // no network filter in this process: nothing to count
     }
     let Some(id) = id() else {
-        return StreamMark(None);
+        return StreamMark::default();
     };
     let conn = LOCAL
         .try_with(|l| {
@@ -434,12 +488,19 @@ pub fn stream_started(id: impl FnOnce() -> Option<u64>) -> StreamMark {
     if let Some(c) = &conn {
         c.stream_started();
     }
-    StreamMark(conn)
+    StreamMark { conn, attached: 0 }
 }
 
-/// The stream behind `mark` ended (idempotent for a default mark).
+/// The stream behind `mark` ended (idempotent for a default mark). After this its connection no
+/// longer hands it back.
 pub fn stream_ended(mark: StreamMark) {
-    if let Some(c) = mark.0 {
+    if let Some(c) = mark.conn {
+        if mark.attached != 0 {
+            // A later stream may have attached itself since: only take back our own word.
+            let _ =
+                c.stream
+                    .compare_exchange(mark.attached, 0, Ordering::Relaxed, Ordering::Relaxed);
+        }
         c.stream_ended(now_nanos());
     }
 }
@@ -830,14 +891,79 @@ mod tests {
     }
 
     #[test]
-    fn busy_http2_is_left_to_the_http_filter() {
+    fn busy_connection_hands_back_its_latest_request() {
+        Connections::global().install_commit(|_, _| {});
         let counts = Counts::default();
-        let c = h2_conn(1);
+        let c = Arc::new(h2_conn(91));
         c.on_write(9);
+        register(&c);
+        let mut first = stream_started(|| Some(91));
+        assert!(
+            !first.reached_by_connection(),
+            "no scheduler on the network filter"
+        );
+        c.set_wakeable();
+        assert!(first.reached_by_connection());
+        first.attach(0x1000);
+        let mut second = stream_started(|| Some(91));
+        second.attach(0x2000);
+        assert_eq!(
+            c.on_drain_started(&counts, LATER, IDLE),
+            Action::WakeStream(0x2000),
+            "the latest request"
+        );
+        // The older one ending does not take the latest one's place away.
+        stream_ended(first);
+        assert_eq!(
+            c.on_drain_started(&counts, LATER, IDLE),
+            Action::WakeStream(0x2000)
+        );
+        assert_eq!(counts.snapshot(), IdleTold::default(), "busy: not idle");
+        unregister(&c);
+        stream_ended(second);
+    }
+
+    #[test]
+    fn busy_http2_whose_latest_request_ended_gets_goaway_from_here() {
+        Connections::global().install_commit(|_, _| {});
+        let counts = Counts::default();
+        let c = Arc::new(h2_conn(92));
+        c.set_wakeable();
+        register(&c);
+        let mut older = stream_started(|| Some(92));
+        older.attach(0x1000);
+        let mut latest = stream_started(|| Some(92));
+        latest.attach(0x2000);
+        stream_ended(latest);
+        assert_eq!(
+            c.on_drain_started(&counts, LATER, IDLE),
+            Action::Nothing,
+            "no GOAWAY before the server preface"
+        );
+        c.on_write(9);
+        assert_eq!(c.on_drain_started(&counts, LATER, IDLE), Action::GoAwayBusy);
+        assert_eq!(
+            c.on_drain_started(&counts, LATER, IDLE),
+            Action::Nothing,
+            "once"
+        );
+        assert_eq!(counts.snapshot(), IdleTold::default(), "busy: not idle");
+        // Closed once idle, like an idle one told at drain start (ended on the test's clock).
+        c.stream_ended(T0);
+        drop(older);
+        assert_eq!(check_then_confirm(&c, &counts, false), Action::Close);
+        unregister(&c);
+    }
+
+    #[test]
+    fn busy_http1_without_an_attached_request_is_left_to_its_own_waker() {
+        let counts = Counts::default();
+        let c = Conn::new(1);
+        c.on_read(40, b"GET / HTTP/1.1\r\n");
         c.stream_started();
         assert_eq!(c.on_drain_started(&counts, LATER, IDLE), Action::Nothing);
         assert_eq!(c.on_grace_over(&counts, LATER, IDLE), Action::Nothing);
-        assert_eq!(counts.snapshot(), IdleTold { http1: 0, http2: 0 });
+        assert_eq!(counts.snapshot(), IdleTold::default());
     }
 
     #[test]

@@ -51,6 +51,9 @@ pub trait StreamHost: StreamSink {
     fn go_away_gracefully(&self);
     /// Resume a request whose headers hook returned [`HeadersAction::Stop`].
     fn continue_decoding(&self);
+    /// Identifies this stream to its connection (non-zero), for the connection to hand it back
+    /// at drain start ([`crate::connections::StreamMark::attach`]).
+    fn stream_word(&self) -> usize;
     /// A waker for this stream (an Envoy scheduler), or `None` if Envoy cannot make one.
     fn new_waker(&self) -> Option<Waker>;
     /// Commit an event to a waker (any thread).
@@ -136,6 +139,8 @@ pub struct DataStream {
     /// Present from the request headers until the stream ends.
     ticket: Option<Ticket>,
     waker: Option<Waker>,
+    /// The waker was handed to the in-flight table (so a scan may hold it at the stream's end).
+    waker_in_table: bool,
     sent_away: bool,
     paused: bool,
 }
@@ -166,15 +171,35 @@ impl DataStream {
             shared.counters.health_check();
             return HeadersAction::Continue;
         }
-        self.waker = host.new_waker();
+        // With the network filter in front, the drain start reaches the request through its
+        // connection's scheduler (`connections::Action::WakeStream`): no scheduler per request,
+        // the largest part of the module's own cost per request. Without it, or once the drain
+        // has started (the request is then woken at once, below), it makes one of its own.
+        let by_connection = self.conn.reached_by_connection() && !shared.is_draining();
+        self.waker = if by_connection {
+            None
+        } else {
+            host.new_waker()
+        };
+        self.waker_in_table = self.waker.is_some();
         // Registers the waker, then reads the drain flag: either this request sees the drain, or
         // the drain's scan sees its waker (registry module comment).
         let (ticket, draining) = shared.request_started(self.waker);
         self.ticket = Some(ticket);
         host.metric(Metric::RequestStarted);
+        if by_connection && !draining {
+            // Either the connection's drain wake-up runs after this hook on this worker and finds
+            // the stream attached, or it ran before, and then this hook saw the drain flag (set
+            // before the wake-up was posted to the worker).
+            self.conn.attach(host.stream_word());
+        }
         if draining {
             shared.counters.served_while_draining();
             host.metric(Metric::ServedWhileDraining);
+            if self.waker.is_none() {
+                // The drain started between the two reads of the flag above.
+                self.waker = host.new_waker();
+            }
             // A request that arrives during the drain on a connection not yet sent away is held
             // for one dispatcher turn: the go-away must happen while the stream is still in
             // flight (a direct or fast response would otherwise complete first, and Envoy only
@@ -229,11 +254,14 @@ impl DataStream {
     }
 
     fn finish(&mut self, sink: &impl StreamSink, shared: &Shared) {
+        // First of all: the connection no longer hands this stream back (its filter may be freed
+        // after this).
+        crate::connections::stream_ended(std::mem::take(&mut self.conn));
         if let Some(ticket) = self.ticket.take() {
             // First out of the table (after this no scan can use the waker), then destroyed;
             // unless the scan using it is up this very stack: it is then left to the scan.
             let slotted = ticket.has_slot();
-            if shared.request_ended(ticket).is_none() && slotted {
+            if shared.request_ended(ticket).is_none() && slotted && self.waker_in_table {
                 self.waker = None;
             }
             sink.metric(Metric::RequestEnded);
@@ -241,7 +269,6 @@ impl DataStream {
         if let Some(w) = self.waker.take() {
             sink.drop_waker(w);
         }
-        crate::connections::stream_ended(std::mem::take(&mut self.conn));
     }
 }
 
@@ -498,6 +525,9 @@ mod tests {
         fn continue_decoding(&self) {
             self.continued.set(self.continued.get() + 1);
         }
+        fn stream_word(&self) -> usize {
+            self as *const FakeHost as usize
+        }
         fn new_waker(&self) -> Option<Waker> {
             if self.no_wakers {
                 return None;
@@ -602,6 +632,61 @@ mod tests {
         );
         next.finish(&host, &shared);
         assert_eq!(shared.status().active_requests, 0);
+    }
+
+    #[test]
+    fn behind_the_network_filter_a_request_is_reached_through_its_connection() {
+        use crate::connections::{self, Action, Conn, Connections};
+        let Fixture { shared, .. } = fixture(Some(fast()));
+        Connections::global().install_commit(|_, _| {});
+        let conn = Arc::new(Conn::new(41));
+        conn.set_wakeable();
+        connections::register(&conn);
+        let host = FakeHost::get("/").on_connection(41);
+        let first_waker = host.next_waker.get();
+        let mut s = data();
+        assert_eq!(
+            s.on_request_headers(&host, &shared),
+            HeadersAction::Continue
+        );
+        assert_eq!(
+            host.next_waker.get(),
+            first_waker,
+            "no scheduler of its own"
+        );
+        assert_eq!(shared.status().active_requests, 1);
+        shared.start_drain(Trigger::Sigterm);
+        assert!(commits().is_empty(), "nothing for the table's scan to wake");
+        // The connection's wake-up hands the stream back; the glue runs its scheduled logic.
+        let counts = connections::Counts::default();
+        let action = conn.on_drain_started(&counts, connections::now_nanos(), Duration::ZERO);
+        assert_eq!(action, Action::WakeStream(host.stream_word()));
+        s.on_scheduled(&host, &shared, EVENT_GO_AWAY);
+        assert_eq!(host.go_aways.get(), 1);
+        assert_eq!(shared.status().connections_sent_away.http2, 1);
+        // A request arriving during the drain makes its own waker and is held for its go-away
+        // (here the connection was already sent away: it goes straight through).
+        let mut late = data();
+        assert_eq!(
+            late.on_request_headers(&host, &shared),
+            HeadersAction::Continue
+        );
+        assert_ne!(host.next_waker.get(), first_waker, "a waker of its own");
+        late.finish(&host, &shared);
+        s.finish(&host, &shared);
+        assert_eq!(shared.status().active_requests, 0);
+        assert_eq!(
+            host.dropped.borrow().len(),
+            1,
+            "only the late request's waker"
+        );
+        assert_eq!(conn.streams(), 0);
+        assert_eq!(
+            conn.on_drain_started(&counts, connections::now_nanos(), Duration::from_secs(60)),
+            Action::Nothing,
+            "ended: no longer handed back"
+        );
+        connections::unregister(&conn);
     }
 
     #[test]

@@ -28,6 +28,10 @@ const MAX_SEGMENTS: usize = 24;
 pub const MAX_WORKERS: usize = 512;
 
 const BUSY: usize = 1;
+/// The waker word of a request that holds a slot (it is counted and aged) but is reached through
+/// its connection rather than a waker of its own: scans pass it by. Non-zero with the low bits
+/// clear, and never a real waker (those are aligned pointers well above it).
+const NO_WAKER: usize = 4;
 /// Set on a busy slot whose request ended on the scanning thread itself (Envoy destroyed the
 /// filter from inside the scan's own commit): the scan frees the slot when it is done with it.
 const ABANDONED: usize = 2;
@@ -51,7 +55,7 @@ impl Ticket {
         }
     }
 
-    /// Whether the request got a slot (and so is reached by a drain's wake-up scan).
+    /// Whether the request got a slot (and so, if it has a waker, is reached by a drain's scan).
     pub fn has_slot(&self) -> bool {
         self.slot != NO_SLOT
     }
@@ -295,22 +299,23 @@ impl Registry {
         o.free.pop()
     }
 
-    /// A data-plane request started at `now` (non-zero). With a waker (non-zero, low bit clear:
-    /// any aligned pointer) it is reached by a drain's scan. Returns its ticket and whether a
-    /// drain had started: if so the caller sends the connection away itself.
+    /// A data-plane request started at `now` (non-zero). With a waker (an aligned pointer) it is
+    /// reached by a drain's scan; without one it is only counted and aged (its connection is
+    /// woken instead). Returns its ticket and whether a drain had started: if so the caller sends
+    /// the connection away itself.
     pub fn start(&self, waker: Option<usize>, now: u64) -> (Ticket, bool) {
-        debug_assert!(waker.is_none_or(|w| w != 0 && w & BUSY == 0));
+        debug_assert!(waker.is_none_or(|w| w > NO_WAKER && w & (BUSY | ABANDONED) == 0));
         let ticket = self
             .with_owner(|o, slab| {
                 slab.started.fetch_add(1, Ordering::Relaxed);
                 slab.last_start.fetch_max(now, Ordering::Relaxed);
-                let slot = waker
-                    .and_then(|w| {
-                        let idx = self.free_slot(o, slab)?;
+                let slot = self
+                    .free_slot(o, slab)
+                    .and_then(|idx| {
                         let s = self.slot(slab, idx)?;
                         s.started.store(now, Ordering::Relaxed);
                         // Release: a scan that sees the waker (Acquire) sees its start time.
-                        s.waker.store(w, Ordering::Release);
+                        s.waker.store(waker.unwrap_or(NO_WAKER), Ordering::Release);
                         Some(idx)
                     })
                     .unwrap_or(NO_SLOT);
@@ -328,8 +333,8 @@ impl Registry {
         (ticket, self.draining.load(Ordering::Relaxed))
     }
 
-    /// The request ended. Returns its waker, which the caller may now destroy: no scan is using
-    /// it and none can start using it.
+    /// The request ended. Returns its waker (if it had one), which the caller may now destroy: no
+    /// scan is using it and none can start using it.
     pub fn end(&self, ticket: Ticket) -> Option<usize> {
         let Some(slab) = self.slab(ticket.slab) else {
             self.overflow_ended.fetch_add(1, Ordering::Release);
@@ -375,7 +380,7 @@ impl Registry {
             }
         }
         slab.ended.fetch_add(1, Ordering::Release);
-        waker
+        waker.filter(|&w| w != NO_WAKER)
     }
 
     /// Set the drain flag, then call `f` with every registered waker, holding each busy so it
@@ -403,7 +408,7 @@ impl Registry {
         for slab in self.slabs_in_use() {
             for slot in slab.slots() {
                 let v = slot.waker.load(Ordering::Acquire);
-                if v == 0 || v & BUSY != 0 {
+                if v == 0 || v == NO_WAKER || v & BUSY != 0 {
                     continue;
                 }
                 // Acquire: pairs with the owner's Release store of this waker.
@@ -482,6 +487,14 @@ impl Registry {
         b
     }
 
+    /// Requests holding slots with a waker of their own (diagnostics).
+    pub fn own_wakers(&self) -> usize {
+        self.slabs_in_use()
+            .flat_map(|s| s.slots())
+            .filter(|s| !matches!(s.waker.load(Ordering::Relaxed), 0 | NO_WAKER))
+            .count()
+    }
+
     /// Number of requests holding slots (diagnostics; [`Registry::counts`] is authoritative).
     pub fn occupied(&self) -> usize {
         self.starts().count()
@@ -553,8 +566,9 @@ mod tests {
         let (a, d) = r.start(Some(0x10), 5);
         assert!(!d);
         let (b, _) = r.start(Some(0x20), 3);
+        // Reached through its connection: counted and aged like the others, but no waker.
         let (c, _) = r.start(None, 9);
-        assert!(a.has_slot() && b.has_slot() && !c.has_slot());
+        assert!(a.has_slot() && b.has_slot() && c.has_slot());
         assert_eq!(
             r.counts(),
             Counts {
@@ -563,14 +577,14 @@ mod tests {
                 started: 3
             }
         );
-        assert_eq!(r.occupied(), 2);
+        assert_eq!(r.occupied(), 3);
         assert_eq!(r.oldest_start(), Some(3));
-        assert_eq!(r.age_buckets(3 + 500_000_000), [2, 0, 0]);
-        assert_eq!(r.age_buckets(5 + 2_000_000_000), [0, 2, 0]);
-        assert_eq!(r.age_buckets(4 + 10_000_000_000), [0, 1, 1]);
+        assert_eq!(r.age_buckets(9 + 500_000_000), [3, 0, 0]);
+        assert_eq!(r.age_buckets(5 + 2_000_000_000), [0, 3, 0]);
+        assert_eq!(r.age_buckets(4 + 10_000_000_000), [0, 2, 1]);
         assert_eq!(r.end(b), Some(0x20));
         assert_eq!(r.oldest_start(), Some(5));
-        assert_eq!(r.end(c), None);
+        assert_eq!(r.end(c), None, "no waker to destroy");
         assert_eq!(r.end(a), Some(0x10));
         assert_eq!(
             r.counts(),
@@ -582,6 +596,30 @@ mod tests {
         );
         assert_eq!(r.occupied(), 0);
         assert_eq!(r.oldest_start(), None);
+    }
+
+    #[test]
+    fn a_drain_scan_passes_by_requests_without_a_waker() {
+        let r = Registry::with_limits(2, 4);
+        let (a, _) = r.start(None, 1);
+        let (b, _) = r.start(Some(0x40), 2);
+        let (c, _) = r.start(None, 3);
+        let mut seen = vec![];
+        assert_eq!(r.begin_drain(|w| seen.push(w)), 1);
+        assert_eq!(seen, vec![0x40]);
+        assert_eq!((r.occupied(), r.own_wakers()), (3, 1));
+        for t in [a, c] {
+            assert_eq!(r.end(t), None);
+        }
+        assert_eq!(r.end(b), Some(0x40));
+        // Their slots were freed: reused without growing.
+        let before = r.footprint().slots;
+        let again: Vec<_> = (0..3).map(|i| r.start(None, 4 + i).0).collect();
+        assert_eq!(r.footprint().slots, before);
+        assert_eq!(r.counts().active, 3);
+        for t in again {
+            assert_eq!(r.end(t), None);
+        }
     }
 
     #[test]

@@ -457,6 +457,7 @@ impl Shared {
                 workers: table.workers as u64,
                 slots: table.slots as u64,
                 bytes: table.bytes as u64,
+                own_wakers: self.requests.own_wakers() as u64,
             },
             idle_connections_told: (self.hooks.idle_told)(),
             outcome: outcome.map(OutcomeReport::from),
@@ -471,6 +472,9 @@ pub struct TableReport {
     pub workers: u64,
     pub slots: u64,
     pub bytes: u64,
+    /// Requests in flight with a scheduler of their own; the others are reached through their
+    /// connection's (the network filter in front).
+    pub own_wakers: u64,
 }
 
 #[derive(Debug, Serialize, PartialEq, Eq)]

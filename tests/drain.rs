@@ -182,6 +182,60 @@ async fn http2_gets_goaway_at_drain_start_while_streams_complete() {
     h2.wait_closed(Duration::from_secs(10)).await.unwrap();
 }
 
+/// The connection hands its latest request back to the HTTP filter at drain start; when that one
+/// already ended while an older one goes on, the network filter sends the GOAWAY itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn http2_whose_latest_stream_ended_still_gets_goaway_at_drain_start() {
+    let envoy = Envoy::start(Options {
+        // Envoy's own drain-close off: only the module can send the GOAWAY early.
+        bootstrap_extra: Some(r#""admin_cluster": """#),
+        ..Options::default()
+    })
+    .await;
+    let mut h2 = H2Conn::connect(envoy.data).await.unwrap();
+    let s = slow(1500);
+    let older = tokio::spawn(h2.start("/slow", &hdrs(&s)).await.unwrap());
+    envoy.wait_active(1).await;
+    let latest = h2.start("/", &[]).await.unwrap().await.unwrap();
+    assert_eq!(latest.status, 200);
+    envoy.wait_active(1).await;
+    let t0 = Instant::now();
+    let r = clients::request(envoy.control, "POST", "/drain?wait=false", &[])
+        .await
+        .unwrap();
+    assert_eq!(r.status, 202);
+    let e = h2.wait_goaway(Duration::from_secs(2)).await;
+    let goaway_after = t0.elapsed();
+    assert!(
+        goaway_after < Duration::from_millis(700),
+        "GOAWAY only after {goaway_after:?}"
+    );
+    assert_eq!(e.reason(), Some(h2::Reason::NO_ERROR));
+    let r = older
+        .await
+        .unwrap()
+        .expect("the stream in flight at GOAWAY completes");
+    assert_eq!(r.status, 200);
+    let st = envoy.drain_status().await;
+    assert_eq!(
+        st["connections_sent_away"]["http2"], 1,
+        "counted as sent away, once: {st}"
+    );
+    assert_eq!(
+        st["idle_connections_told"]["http2"], 0,
+        "busy, not idle: {st}"
+    );
+    assert_eq!(
+        envoy
+            .stat("graceful_drain.connections_sent_away_http2")
+            .await,
+        Some(1),
+        "Envoy's counter agrees"
+    );
+    // Closed once idle (the network filter's idle close; the exit would close it too).
+    h2.wait_closed(Duration::from_secs(10)).await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn drain_endpoint_answers_when_work_is_done_and_sigterm_then_exits_at_once() {
     let mut envoy = Envoy::start(Options::default()).await;

@@ -504,12 +504,22 @@ struct RaceReport {
     sent_away_http2: u64,
 }
 
+/// How the drain start reaches the requests in flight.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Wake {
+    /// The network filter in front: through each connection's scheduler (the shipped config).
+    ByConnection,
+    /// The HTTP filter alone: each request has a scheduler of its own.
+    PerRequest,
+}
+
 /// The drain start racing request starts, with requests in flight on every worker and Envoy's
 /// own drain-close off (`admin_cluster: ""`), so only the module's wake-up can tell an in-flight
 /// connection to go away. `faults` runs the test-fault build (to prove the checks can fail).
-async fn race_drain_start(concurrency: u32, faults: Option<&str>) -> RaceReport {
+async fn race_drain_start(concurrency: u32, wake: Wake, faults: Option<&str>) -> RaceReport {
     let envoy = Envoy::start(Options {
         concurrency,
+        network_filter: wake == Wake::ByConnection,
         bootstrap_extra: Some(r#""admin_cluster": """#),
         panic_test_module: faults.is_some(),
         env: faults
@@ -537,6 +547,18 @@ async fn race_drain_start(concurrency: u32, faults: Option<&str>) -> RaceReport 
         h2_slow.push((c, tokio::spawn(f)));
     }
     envoy.wait_active(2 * per_proto as u64).await;
+    // The path under test is the one taken: no scheduler per request behind the network filter.
+    let own = envoy.drain_status().await["request_table"]["own_wakers"]
+        .as_u64()
+        .unwrap();
+    let expected = match wake {
+        Wake::ByConnection => 0,
+        Wake::PerRequest => 2 * per_proto as u64,
+    };
+    assert_eq!(
+        own, expected,
+        "requests with a scheduler of their own ({wake:?})"
+    );
     // Racing keep-alive loops: requests start while the drain starts.
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let mut racers = Vec::new();
@@ -599,8 +621,8 @@ async fn race_drain_start(concurrency: u32, faults: Option<&str>) -> RaceReport 
     report
 }
 
-async fn drain_races_request_starts(concurrency: u32) {
-    let r = race_drain_start(concurrency, None).await;
+async fn drain_races_request_starts(concurrency: u32, wake: Wake) {
+    let r = race_drain_start(concurrency, wake, None).await;
     assert_eq!(r.h1_in_flight_not_told, 0, "{r:?}");
     assert_eq!(
         r.sent_away_http1, r.h1_connections,
@@ -614,27 +636,34 @@ async fn drain_races_request_starts(concurrency: u32) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn drain_race_concurrency_1() {
-    drain_races_request_starts(1).await
+    drain_races_request_starts(1, Wake::ByConnection).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn drain_race_concurrency_2() {
-    drain_races_request_starts(2).await
+    drain_races_request_starts(2, Wake::ByConnection).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn drain_race_concurrency_4() {
-    drain_races_request_starts(4).await
+    drain_races_request_starts(4, Wake::ByConnection).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn drain_race_per_request_wakers_concurrency_2() {
+    drain_races_request_starts(2, Wake::PerRequest).await
 }
 
 /// The race test can fail: with the drain's wake-up deliberately broken (test-fault build),
 /// in-flight connections are not told at drain start, and the checks above see it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_race_test_catches_a_lost_wake_up() {
-    let r = race_drain_start(2, Some("skip_wakeup")).await;
-    assert_eq!(r.h1_in_flight_not_told, 6, "{r:?}");
-    assert_eq!(r.sent_away_http2, 0, "{r:?}");
-    assert!(r.sent_away_http1 < r.h1_connections, "{r:?}");
+    for wake in [Wake::ByConnection, Wake::PerRequest] {
+        let r = race_drain_start(2, wake, Some("skip_wakeup")).await;
+        assert_eq!(r.h1_in_flight_not_told, 6, "{wake:?}: {r:?}");
+        assert_eq!(r.sent_away_http2, 0, "{wake:?}: {r:?}");
+        assert!(r.sent_away_http1 < r.h1_connections, "{wake:?}: {r:?}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

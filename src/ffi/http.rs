@@ -81,6 +81,8 @@ impl Config {
 
 struct Filter {
     config: *const Config,
+    /// Envoy's side of the stream (for [`wake_stream`], which gets only our pointer).
+    fe: EnvoyPtr,
     /// A `RefCell`, not `&mut` through the raw pointer: a hook can re-enter the same filter (a
     /// local reply runs the response hooks from inside `send_response`; `continue_decoding` can
     /// run the whole rest of the stream, its end and Envoy's destroy of the filter included); the
@@ -126,6 +128,7 @@ fn free_filter(b: Box<Filter>) {
 /// [`StreamHost`] over one Envoy stream, valid for the duration of one hook.
 struct EnvoyStream<'a> {
     fe: EnvoyPtr,
+    fm: *const c_void,
     config: &'a Config,
 }
 
@@ -243,6 +246,10 @@ impl StreamHost for EnvoyStream<'_> {
         unsafe { abi::envoy_dynamic_module_callback_http_filter_continue_decoding(self.fe) }
     }
 
+    fn stream_word(&self) -> usize {
+        self.fm as usize
+    }
+
     fn new_waker(&self) -> Option<usize> {
         // SAFETY: live stream, on its worker thread.
         let s = unsafe { abi::envoy_dynamic_module_callback_http_filter_scheduler_new(self.fe) };
@@ -299,7 +306,7 @@ fn with_stream<R>(
             return Some(Ran::Busy);
         };
         outermost = true;
-        let host = EnvoyStream { fe, config };
+        let host = EnvoyStream { fe, fm, config };
         let shared = super::shared();
         let r = f(&mut stream, &host, shared);
         // Envoy may have ended the stream inside the hook (its inner stream_complete found the
@@ -397,7 +404,7 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_config_destroy(cm: *const 
 #[no_mangle]
 pub extern "C" fn envoy_dynamic_module_on_http_filter_new(
     cm: *const c_void,
-    _fe: EnvoyPtr,
+    fe: EnvoyPtr,
 ) -> *const c_void {
     guard("http_filter_new", ptr::null(), || {
         // SAFETY: `cm` is our config, alive while Envoy creates filters from it.
@@ -406,6 +413,7 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_new(
         };
         alloc_filter(Filter {
             config: cm as *const Config,
+            fe,
             stream: RefCell::new(Stream::new(config.role, config.token.as_ref())),
             finish_pending: Cell::new(false),
             destroy_pending: Cell::new(false),
@@ -583,6 +591,25 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_scheduled(
 ) {
     let _ = with_stream("scheduled", fe, fm, |s, host, shared| {
         s.on_scheduled(host, shared, event_id)
+    });
+}
+
+/// Run the scheduled hook's logic for the stream whose word its connection handed back at drain
+/// start ([`crate::connections::Action::WakeStream`]): the network filter's scheduled hook, on
+/// the same worker and in the same kind of dispatcher callback as the HTTP filter's own, so the
+/// go-away is as safe here as there (facts §5), without a scheduler per request.
+///
+/// `word` is the pointer of a live filter of ours: a stream attaches it to its connection in its
+/// request headers hook and takes it back when it ends (`DataStream::finish`, from
+/// stream_complete or the destroy hook), all on this worker, before the filter is freed.
+pub(crate) fn wake_stream(word: usize, event: u64) {
+    let fm = word as *const c_void;
+    // SAFETY: per the contract above, `fm` is a live filter of ours on this thread.
+    let Some(fe) = (unsafe { filter(fm) }).map(|f| f.fe) else {
+        return;
+    };
+    let _ = with_stream("connection_wake", fe, fm, |s, host, shared| {
+        s.on_scheduled(host, shared, event)
     });
 }
 

@@ -9,6 +9,7 @@ use crate::connections::{
     self, Action, Conn, Connections, Waker, WakerSlot, EVENT_CONFIRM_CLOSE, EVENT_DRAIN_STARTED,
     EVENT_GRACE_OVER, GOAWAY_NO_ERROR,
 };
+use crate::state::{Protocol, EVENT_GO_AWAY};
 use serde::Deserialize;
 use std::os::raw::c_void;
 use std::ptr;
@@ -56,6 +57,9 @@ fn parse_config(raw: &[u8]) -> Result<(Duration, Duration), String> {
 struct NetConfig {
     told_http1: Option<usize>,
     told_http2: Option<usize>,
+    /// The HTTP filter's counter of the same name (Envoy keeps one stat per name): busy HTTP/2
+    /// connections this filter sent the GOAWAY to itself.
+    sent_away_http2: Option<usize>,
 }
 
 struct NetFilter {
@@ -122,6 +126,7 @@ pub extern "C" fn envoy_dynamic_module_on_network_filter_config_new(
                 Box::into_raw(Box::new(NetConfig {
                     told_http1: define_counter(ce, "idle_connections_told_http1"),
                     told_http2: define_counter(ce, "idle_connections_told_http2"),
+                    sent_away_http2: define_counter(ce, "connections_sent_away_http2"),
                 })) as *const c_void
             }
             Err(e) => {
@@ -183,6 +188,9 @@ pub extern "C" fn envoy_dynamic_module_on_network_filter_new_connection(
         if !s.is_null() {
             let waker = Waker::new(s as usize, delete_scheduler);
             f.slot = Some(Connections::global().wakers.insert(waker));
+            if let Some(conn) = &f.conn {
+                conn.set_wakeable();
+            }
         }
         STATUS_CONTINUE
     })
@@ -310,11 +318,22 @@ pub extern "C" fn envoy_dynamic_module_on_network_filter_scheduled(
             _ => Action::Nothing,
         };
         let after = counts.snapshot();
+        // A busy HTTP/2 connection told here counts as sent away, once per connection whoever
+        // sends it (this filter or the HTTP filter).
+        let busy_told = action == Action::GoAwayBusy && {
+            let shared = super::shared();
+            let first = shared.requests.mark_sent_away(Some(conn.id));
+            if first {
+                shared.counters.sent_away(Protocol::Http2);
+            }
+            first
+        };
         // SAFETY: the config outlives its filters.
         if let Some(cfg) = unsafe { f.config.as_ref() } {
             for (id, grew) in [
                 (cfg.told_http1, after.http1 > before.http1),
                 (cfg.told_http2, after.http2 > before.http2),
+                (cfg.sent_away_http2, busy_told),
             ] {
                 if let (Some(id), true) = (id, grew) {
                     // SAFETY: live filter; id defined in config_new.
@@ -328,9 +347,15 @@ pub extern "C" fn envoy_dynamic_module_on_network_filter_scheduled(
         }
         match action {
             Action::Nothing => {}
-            Action::GoAway => {
+            Action::WakeStream(word) => crate::ffi::http::wake_stream(word, EVENT_GO_AWAY),
+            Action::GoAway | Action::GoAwayBusy => {
                 log::debug!(
-                    "graceful_drain: GOAWAY to idle HTTP/2 connection {}",
+                    "graceful_drain: GOAWAY to {} HTTP/2 connection {}",
+                    if action == Action::GoAway {
+                        "idle"
+                    } else {
+                        "busy"
+                    },
                     conn.id
                 );
                 // SAFETY: live filter; the frame is a static; Envoy copies it.

@@ -196,6 +196,9 @@ pub struct Options {
     /// Keep the module's HTTP filter (false: connection mode, the network filter and the
     /// bootstrap extension only; `/ready` then comes from Envoy's health_check filter).
     pub http_filter: bool,
+    /// Keep the module's network filter (false: the HTTP filter reaches each request with a
+    /// scheduler of its own, and idle connections are not told).
+    pub network_filter: bool,
 }
 
 impl Default for Options {
@@ -211,6 +214,7 @@ impl Default for Options {
             bootstrap_extra: None,
             base_args: None,
             http_filter: true,
+            network_filter: true,
         }
     }
 }
@@ -291,6 +295,9 @@ pub fn render_gateway(admin: u16, data: u16, control: u16, o: &Options) -> Strin
     }
     if !o.http_filter {
         y = remove_list_items(&y, "envoy.filters.http.dynamic_modules");
+    }
+    if !o.network_filter {
+        y = remove_list_items(&y, "envoy.filters.network.dynamic_modules");
     }
     if !o.with_module {
         y = remove_list_items(&y, "envoy.bootstrap.dynamic_modules");
