@@ -111,7 +111,7 @@ async fn counts_are_exact_under_load(concurrency: u32) {
         slow_tasks.push(tokio::spawn(f));
     }
     envoy.wait_active(8).await;
-    assert_eq!(envoy.stat("graceful_drain.active_requests").await, Some(8));
+    envoy.wait_stat("graceful_drain.active_requests", 8).await;
 
     // Meanwhile a burst of fast requests over 8 keep-alive HTTP/1.1 connections and 2 HTTP/2 ones.
     let mut burst = Vec::new();
@@ -157,7 +157,7 @@ async fn counts_are_exact_under_load(concurrency: u32) {
         assert_eq!(t.await.unwrap().unwrap().status, 200);
     }
     envoy.wait_active(0).await;
-    assert_eq!(envoy.stat("graceful_drain.active_requests").await, Some(0));
+    envoy.wait_stat("graceful_drain.active_requests", 0).await;
 }
 
 async fn futures_start(
@@ -208,7 +208,7 @@ async fn client_aborts_mid_request_do_not_leak() {
     // The aborted tasks dropped their connections/streams: Envoy sees resets and closes.
     envoy.wait_active(0).await;
     drop(h2);
-    assert_eq!(envoy.stat("graceful_drain.active_requests").await, Some(0));
+    envoy.wait_stat("graceful_drain.active_requests", 0).await;
     // Still serving normally afterwards.
     assert_eq!(clients::get(envoy.data, "/").await.unwrap().status, 200);
 }

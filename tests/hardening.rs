@@ -5,8 +5,8 @@ mod common;
 
 use common::clients::{self, H1Conn, H2Conn};
 use common::envoy::{Envoy, Options, Settings, FAST};
+use common::free_ports;
 use common::upstream::Upstream;
-use common::{eventually, free_ports};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -149,7 +149,7 @@ async fn count_survives_every_way_a_stream_can_end() {
     envoy.wait_active(0).await;
     let st = envoy.drain_status().await;
     assert_eq!(st["active_requests"], 0, "{st}");
-    assert_eq!(envoy.stat("graceful_drain.active_requests").await, Some(0));
+    envoy.wait_stat("graceful_drain.active_requests", 0).await;
     // Nothing in flight: the drain completes as soon as min_drain (300 ms) allows.
     let t = Instant::now();
     let r = clients::get(envoy.control, "/drain").await.unwrap();
@@ -681,10 +681,7 @@ async fn concurrency_4_counts_in_flight_exactly() {
         }));
     }
     envoy.wait_active(12).await;
-    let _ = eventually("stat follows", Duration::from_secs(5), || async {
-        (envoy.stat("graceful_drain.active_requests").await == Some(12)).then_some(())
-    })
-    .await;
+    envoy.wait_stat("graceful_drain.active_requests", 12).await;
     for t in tasks {
         assert_eq!(t.await.unwrap().unwrap().status, 200);
     }

@@ -396,6 +396,14 @@ envoy_callbacks! {
         value: u64,
     ) -> u32;
     #[cfg(not(feature = "envoy-1-38"))]
+    fn envoy_dynamic_module_callback_http_filter_config_set_gauge(
+        config: EnvoyPtr,
+        id: usize,
+        label_values: *mut Buffer,
+        label_values_len: usize,
+        value: u64,
+    ) -> u32;
+    #[cfg(not(feature = "envoy-1-38"))]
     fn envoy_dynamic_module_callback_http_filter_config_decrement_gauge(
         config: EnvoyPtr,
         id: usize,

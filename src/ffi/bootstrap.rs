@@ -416,6 +416,8 @@ fn with_engine(
         r
     });
     if let Some(release) = release {
+        // Envoy exits next: no gauge update may race its teardown.
+        super::http::stop_gauge_publisher();
         guard("shutdown release", (), || release.release());
     }
     !panicked

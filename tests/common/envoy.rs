@@ -484,6 +484,17 @@ impl Envoy {
     }
 
     /// Wait until the module reports this many in-flight data requests.
+    /// Wait until Envoy's stat `name` reads `want` (gauges the module sets periodically follow
+    /// the in-flight count within `GAUGE_PERIOD`, 500 ms).
+    pub async fn wait_stat(&self, name: &str, want: i64) {
+        eventually(
+            &format!("{name} == {want}"),
+            Duration::from_secs(5),
+            || async { (self.stat(name).await == Some(want)).then_some(()) },
+        )
+        .await
+    }
+
     pub async fn wait_active(&self, n: u64) {
         eventually(
             &format!("active_requests == {n}"),
