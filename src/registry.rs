@@ -84,7 +84,7 @@ struct Slab {
     /// so a reader that loads it first (`Acquire`) then `started` never sees more ends than starts.
     started: AtomicU64,
     ended: AtomicU64,
-    /// Latest request start (`fetch_max`: never regresses, whatever the interleaving).
+    /// Latest request start. Written by the owner only, and only upwards: never regresses.
     last_start: AtomicU64,
     /// Slots released by a thread other than the owner (not on the owner's free list).
     orphans: AtomicU64,
@@ -194,8 +194,10 @@ pub struct Footprint {
     pub bytes: usize,
 }
 
+/// `base` is a power of two (a shift, not a division, on every request).
 fn segment_of(base: usize, idx: usize) -> (usize, usize) {
-    let q = idx / base + 1;
+    debug_assert!(base.is_power_of_two());
+    let q = (idx >> base.trailing_zeros()) + 1;
     let k = (usize::BITS - 1 - q.leading_zeros()) as usize;
     (k, idx - base * ((1 << k) - 1))
 }
@@ -209,7 +211,7 @@ impl Registry {
     pub fn with_limits(segment_base: usize, max_workers: usize) -> Self {
         let r = Registry {
             id: NEXT_REGISTRY_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
-            base: segment_base.max(1),
+            base: segment_base.max(1).next_power_of_two(),
             slabs: (0..max_workers.max(1)).map(|_| OnceLock::new()).collect(),
             next_slab: AtomicUsize::new(0),
             draining: AtomicBool::new(false),
@@ -307,8 +309,13 @@ impl Registry {
         debug_assert!(waker.is_none_or(|w| w > NO_WAKER && w & (BUSY | ABANDONED) == 0));
         let ticket = self
             .with_owner(|o, slab| {
-                slab.started.fetch_add(1, Ordering::Relaxed);
-                slab.last_start.fetch_max(now, Ordering::Relaxed);
+                // Only the owner writes these two: a plain store, no locked read-modify-write.
+                let started = slab.started.load(Ordering::Relaxed);
+                slab.started
+                    .store(started.wrapping_add(1), Ordering::Relaxed);
+                if now > slab.last_start.load(Ordering::Relaxed) {
+                    slab.last_start.store(now, Ordering::Relaxed);
+                }
                 let slot = self
                     .free_slot(o, slab)
                     .and_then(|idx| {
