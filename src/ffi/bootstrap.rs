@@ -6,15 +6,14 @@
 use super::abi::{self, Buffer, EnvoyPtr, HttpHeader};
 use super::{define_metric, envoy_bytes, guard, module_buffer, module_headers, DefineMetric};
 use crate::bootstrap::{
-    Engine, EngineHost, EngineMetric, EnvoyRequestStats, ShutdownRelease, ADMIN_DRAIN_PATH,
-    ADMIN_STATUS_PATH,
+    Engine, EngineHost, EngineMetric, ShutdownRelease, ADMIN_DRAIN_PATH, ADMIN_STATUS_PATH,
 };
 use crate::config::BootstrapConfig;
 use crate::drain::{Phase, IN_FLIGHT_RECHECK};
 use crate::http_filter::ADMIN_KEY_HEADER;
 use crate::registry::Counts;
 use crate::state::Shared;
-use crate::stats_scan::{DrainTiming, EnvoyView, ScanSource, Scanner};
+use crate::stats_scan::{DrainTiming, EnvoyView, Pass, ScanSource, Scanner};
 use std::cell::RefCell;
 use std::os::raw::c_void;
 use std::ptr;
@@ -158,27 +157,29 @@ impl StatsStore {
 }
 
 impl ScanSource for Arc<StatsStore> {
-    fn scan(&self) -> Option<EnvoyRequestStats> {
+    fn scan(&self, pass: Pass) -> Option<u64> {
         let be = self.extension();
         if *be == 0 {
             return None;
         }
         let be_ptr = *be as EnvoyPtr;
-        let [active, _] = self.sum_stats(be_ptr, true, &["downstream_rq_active"]);
-        // Requests answered by Envoy's own health_check filter are not work.
-        let [total, health_checks] = self.sum_stats(
-            be_ptr,
-            false,
-            &["downstream_rq_total", "health_check.request_total"],
-        );
+        let sums = match pass {
+            Pass::Gauges => self.sum_stats(be_ptr, true, &["downstream_rq_active"]),
+            // Requests answered by Envoy's own health_check filter are not work.
+            Pass::Counters => self.sum_stats(
+                be_ptr,
+                false,
+                &["downstream_rq_total", "health_check.request_total"],
+            ),
+        };
         drop(be);
         // Nor what the module knows is not work (health checks it recognised, requests to its
-        // control listeners such as a waiting /drain), taken out at the same moment as the scan.
+        // control listeners such as a waiting /drain), taken out at the same moment as the pass.
         let (not_work_started, not_work_active) = super::shared().counters.not_work();
-        Some(EnvoyRequestStats {
-            active: active.saturating_sub(not_work_active),
-            total: total
-                .saturating_sub(health_checks)
+        Some(match pass {
+            Pass::Gauges => sums[0].saturating_sub(not_work_active),
+            Pass::Counters => sums[0]
+                .saturating_sub(sums[1])
                 .saturating_sub(not_work_started),
         })
     }
@@ -225,6 +226,7 @@ impl Extension {
             started: started_at,
             earliest_completion: started_at
                 + settings.min_drain_duration.max(settings.quiet_period),
+            quiet_period: settings.quiet_period,
             filter_loaded: DATA_FILTER_LOADED.load(Ordering::Relaxed),
         };
         match self.scanner() {
