@@ -143,6 +143,22 @@ async fn http1_keepalive_gets_connection_close_then_socket_closes() {
     );
 }
 
+/// Start a drain through the control endpoint; the HTTP/2 client gets GOAWAY(NO_ERROR) at once.
+async fn drain_and_expect_goaway_at_once(envoy: &Envoy, h2: &mut H2Conn) {
+    let t0 = Instant::now();
+    let r = clients::request(envoy.control, "POST", "/drain?wait=false", &[])
+        .await
+        .unwrap();
+    assert_eq!(r.status, 202);
+    let e = h2.wait_goaway(Duration::from_secs(2)).await;
+    let goaway_after = t0.elapsed();
+    assert!(
+        goaway_after < Duration::from_millis(700),
+        "GOAWAY only after {goaway_after:?}"
+    );
+    assert_eq!(e.reason(), Some(h2::Reason::NO_ERROR));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn http2_gets_goaway_at_drain_start_while_streams_complete() {
     let envoy = Envoy::start(Options::default()).await;
@@ -153,19 +169,8 @@ async fn http2_gets_goaway_at_drain_start_while_streams_complete() {
         streams.push(tokio::spawn(h2.start("/slow", &hdrs(&s)).await.unwrap()));
     }
     envoy.wait_active(3).await;
-    let t0 = Instant::now();
-    let r = clients::request(envoy.control, "POST", "/drain?wait=false", &[])
-        .await
-        .unwrap();
-    assert_eq!(r.status, 202);
     // GOAWAY arrives at the drain start, not with the next response (streams take 1.5 s).
-    let e = h2.wait_goaway(Duration::from_secs(2)).await;
-    let goaway_after = t0.elapsed();
-    assert!(
-        goaway_after < Duration::from_millis(700),
-        "GOAWAY only after {goaway_after:?}"
-    );
-    assert_eq!(e.reason(), Some(h2::Reason::NO_ERROR));
+    drain_and_expect_goaway_at_once(&envoy, &mut h2).await;
     for st in streams {
         let r = st
             .await
@@ -199,18 +204,7 @@ async fn http2_whose_latest_stream_ended_still_gets_goaway_at_drain_start() {
     let latest = h2.start("/", &[]).await.unwrap().await.unwrap();
     assert_eq!(latest.status, 200);
     envoy.wait_active(1).await;
-    let t0 = Instant::now();
-    let r = clients::request(envoy.control, "POST", "/drain?wait=false", &[])
-        .await
-        .unwrap();
-    assert_eq!(r.status, 202);
-    let e = h2.wait_goaway(Duration::from_secs(2)).await;
-    let goaway_after = t0.elapsed();
-    assert!(
-        goaway_after < Duration::from_millis(700),
-        "GOAWAY only after {goaway_after:?}"
-    );
-    assert_eq!(e.reason(), Some(h2::Reason::NO_ERROR));
+    drain_and_expect_goaway_at_once(&envoy, &mut h2).await;
     let r = older
         .await
         .unwrap()
