@@ -241,9 +241,8 @@ impl DataStream {
         }
         if !self.sent_away {
             self.sent_away = true;
-            if shared.requests.mark_sent_away(host.connection_id()) {
-                let protocol = host.protocol();
-                shared.counters.sent_away(protocol);
+            if let Some(protocol) = shared.send_away_once(host.connection_id(), || host.protocol())
+            {
                 host.metric(Metric::SentAway(protocol));
                 host.go_away_gracefully();
             }

@@ -294,6 +294,22 @@ impl Shared {
         self.requests.start(waker, self.clock.nanos())
     }
 
+    /// Record that `connection` is being sent away, once per connection whoever sends it (the
+    /// HTTP filter, or the network filter for a busy HTTP/2 connection): counts it under
+    /// `protocol()` (asked only then) and returns that protocol; `None` if it already was.
+    pub fn send_away_once(
+        &self,
+        connection: Option<u64>,
+        protocol: impl FnOnce() -> Protocol,
+    ) -> Option<Protocol> {
+        if !self.requests.mark_sent_away(connection) {
+            return None;
+        }
+        let p = protocol();
+        self.counters.sent_away(p);
+        Some(p)
+    }
+
     /// The request ended; returns its waker for the caller to destroy.
     #[inline]
     pub fn request_ended(&self, ticket: Ticket) -> Option<Waker> {

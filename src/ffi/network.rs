@@ -320,14 +320,10 @@ pub extern "C" fn envoy_dynamic_module_on_network_filter_scheduled(
         let after = counts.snapshot();
         // A busy HTTP/2 connection told here counts as sent away, once per connection whoever
         // sends it (this filter or the HTTP filter).
-        let busy_told = action == Action::GoAwayBusy && {
-            let shared = super::shared();
-            let first = shared.requests.mark_sent_away(Some(conn.id));
-            if first {
-                shared.counters.sent_away(Protocol::Http2);
-            }
-            first
-        };
+        let busy_told = action == Action::GoAwayBusy
+            && super::shared()
+                .send_away_once(Some(conn.id), || Protocol::Http2)
+                .is_some();
         // SAFETY: the config outlives its filters.
         if let Some(cfg) = unsafe { f.config.as_ref() } {
             for (id, grew) in [
