@@ -30,6 +30,7 @@
 //! worker's own map, without a lock), and the drain side never holds a lock while it commits: it
 //! takes counted references to the wakers ([`Wakers`]) and commits after releasing the lock.
 
+use crate::registry::Lane;
 use serde::Serialize;
 use std::cell::Cell;
 use std::collections::HashMap;
@@ -133,6 +134,8 @@ pub struct Conn {
     /// The HTTP filter's latest request on it still in flight, as the word it attached (0: none).
     /// Written and read on the connection's worker only.
     stream: AtomicUsize,
+    /// Its worker's lane of the in-flight table: requests on it start there without a lookup.
+    lane: Option<Lane>,
 }
 
 const WIRE_UNKNOWN: u8 = 0;
@@ -149,6 +152,11 @@ fn set(b: &AtomicBool, v: bool) {
 
 impl Conn {
     pub fn new(id: u64) -> Conn {
+        Conn::on_lane(id, None)
+    }
+
+    /// A connection of the worker whose in-flight table lane is `lane`.
+    pub fn on_lane(id: u64, lane: Option<Lane>) -> Conn {
         Conn {
             id,
             wire: AtomicU8::new(WIRE_UNKNOWN),
@@ -163,6 +171,7 @@ impl Conn {
             gone: AtomicBool::new(false),
             wakeable: AtomicBool::new(false),
             stream: AtomicUsize::new(0),
+            lane,
         }
     }
 
@@ -456,6 +465,11 @@ impl StreamMark {
     /// a scheduler in front): the stream then needs no scheduler of its own.
     pub fn reached_by_connection(&self) -> bool {
         self.conn.as_ref().is_some_and(|c| get(&c.wakeable))
+    }
+
+    /// The in-flight table lane of the connection's worker, if known.
+    pub fn lane(&self) -> Option<Lane> {
+        self.conn.as_ref().and_then(|c| c.lane)
     }
 
     /// Make this stream the one its connection hands back at drain start ([`Action::WakeStream`])

@@ -184,7 +184,12 @@ impl DataStream {
         self.waker_in_table = self.waker.is_some();
         // Registers the waker, then reads the drain flag: either this request sees the drain, or
         // the drain's scan sees its waker (registry module comment).
-        let (ticket, draining) = shared.request_started(self.waker);
+        let lane = if by_connection {
+            self.conn.lane()
+        } else {
+            None
+        };
+        let (ticket, draining) = shared.request_started(self.waker, lane);
         self.ticket = Some(ticket);
         host.metric(Metric::RequestStarted);
         if by_connection && !draining {

@@ -3,10 +3,15 @@
 //! worker thread. Pure Rust with atomics; must not call FFI, and the request path must not lock
 //! nor allocate (except when a worker's table grows past its peak, once per doubling).
 //!
-//! Layout: one *slab* per worker thread. A slab is owned by its worker for claims and releases
-//! (a free list in a thread-local, so a claim is O(1) with no compare-and-swap), and read by any
-//! thread for scans (drain wake-up, status). Slabs grow by segments of doubling size, so there is
-//! no capacity cliff: memory follows the peak number of concurrent requests of each worker.
+//! Layout: one *slab* (a *lane*) per worker thread. A request claims a slot of its worker's slab
+//! from the slab's free stack and gives it back to it (a tagged compare-and-swap each way: O(1),
+//! correct from any thread, no thread-local on the way). Any thread reads the slabs for scans
+//! (drain wake-up, status). Slabs grow by segments of doubling size, so there is no capacity
+//! cliff: memory follows the peak number of concurrent requests of each worker.
+//!
+//! A caller that already knows its lane (the connection a request arrives on remembers its
+//! worker's, [`Registry::lane`]) starts requests with [`Registry::start_in`]: no thread-local
+//! lookup at all on the request path.
 //!
 //! The drain protocol (model-checked by `tests/loom.rs`-style tests in this file under `--cfg loom`):
 //! a request stores its waker, then a `SeqCst` fence, then reads the drain flag; a drain sets the
@@ -15,7 +20,7 @@
 //! A slot being used by a scan is marked busy (low bit), so its owner cannot free the waker while
 //! the scan commits an event to it.
 
-use crate::sync::{backoff, fence, AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use crate::sync::{backoff, fence, AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::cell::RefCell;
 use std::collections::HashSet;
 use std::sync::OnceLock;
@@ -66,6 +71,8 @@ struct Slot {
     waker: AtomicUsize,
     /// Start time (the clock's nanoseconds) of the request holding the slot.
     started: AtomicU64,
+    /// While the slot is free: the next free slot of its slab's free stack.
+    next: AtomicU32,
 }
 
 fn new_segment(len: usize) -> Box<[Slot]> {
@@ -73,8 +80,15 @@ fn new_segment(len: usize) -> Box<[Slot]> {
         .map(|_| Slot {
             waker: AtomicUsize::new(0),
             started: AtomicU64::new(0),
+            next: AtomicU32::new(NO_SLOT),
         })
         .collect()
+}
+
+/// A free-stack head: the top slot's index, tagged with a count of changes so that a pop that
+/// read a stale `next` cannot succeed (the ABA problem of lock-free stacks).
+fn head(tag: u64, slot: u32) -> u64 {
+    tag << 32 | slot as u64
 }
 
 struct Slab {
@@ -84,10 +98,13 @@ struct Slab {
     /// so a reader that loads it first (`Acquire`) then `started` never sees more ends than starts.
     started: AtomicU64,
     ended: AtomicU64,
-    /// Latest request start. Written by the owner only, and only upwards: never regresses.
+    /// Latest request start. Only ever raised: never regresses.
     last_start: AtomicU64,
-    /// Slots released by a thread other than the owner (not on the owner's free list).
-    orphans: AtomicU64,
+    /// Free stack of slots ([`head`]).
+    free: AtomicU64,
+    /// Segments taken into use: raised by compare-and-swap, so one thread adds each segment's
+    /// slots to the free stack.
+    grown: AtomicUsize,
 }
 
 impl Slab {
@@ -97,7 +114,8 @@ impl Slab {
             started: AtomicU64::new(0),
             ended: AtomicU64::new(0),
             last_start: AtomicU64::new(0),
-            orphans: AtomicU64::new(0),
+            free: AtomicU64::new(head(0, NO_SLOT)),
+            grown: AtomicUsize::new(0),
         }
     }
 
@@ -113,13 +131,13 @@ impl Slab {
 struct Owner {
     registry: u64,
     slab: u32,
-    free: Vec<u32>,
-    /// Segments this owner has taken into use, and their slot count.
-    segments: usize,
-    capacity: usize,
     /// Connections this worker already sent away (a connection never leaves its worker).
     sent_away: HashSet<u64>,
 }
+
+/// A worker's slab, for [`Registry::start_in`]. Only meaningful for the registry that gave it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Lane(u32);
 
 // Not `const`-initialised: loom's `thread_local!` does not take that form.
 #[allow(clippy::missing_const_for_thread_local)]
@@ -256,9 +274,6 @@ impl Registry {
                         owners.push(Owner {
                             registry: self.id,
                             slab: i as u32,
-                            free: Vec::new(),
-                            segments: 0,
-                            capacity: 0,
                             sent_away: HashSet::new(),
                         });
                         owners.len() - 1
@@ -272,52 +287,112 @@ impl Registry {
             .flatten()
     }
 
-    /// A free slot index for the owner: its free list, else orphans reclaimed, else a new segment.
-    fn free_slot(&self, o: &mut Owner, slab: &Slab) -> Option<u32> {
-        if let Some(i) = o.free.pop() {
-            return Some(i);
-        }
-        if slab.orphans.swap(0, Ordering::Relaxed) > 0 {
-            // Only the owner claims, so every slot with no waker is free: rebuild the list.
-            o.free = slab
-                .slots()
-                .enumerate()
-                .filter(|(_, s)| s.waker.load(Ordering::Relaxed) == 0)
-                .map(|(i, _)| i as u32)
-                .collect();
-            o.free.reverse();
-            if let Some(i) = o.free.pop() {
-                return Some(i);
+    /// Take a free slot of `slab`: the top of its free stack, else a new segment's.
+    fn pop(&self, slab: &Slab) -> Option<u32> {
+        let mut h = slab.free.load(Ordering::Acquire);
+        loop {
+            let top = h as u32;
+            if top == NO_SLOT {
+                return self.grow(slab);
+            }
+            let next = self.slot(slab, top)?.next.load(Ordering::Relaxed);
+            // Acquire: the `next` read above was published by the push of `top` (Release).
+            match slab.free.compare_exchange_weak(
+                h,
+                head((h >> 32).wrapping_add(1), next),
+                Ordering::Acquire,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => return Some(top),
+                Err(now) => h = now,
             }
         }
-        let k = o.segments;
-        let len = self.base << k;
-        let seg = slab.segments.get(k)?;
-        seg.get_or_init(|| new_segment(len));
-        o.segments += 1;
-        let first = o.capacity;
-        o.capacity += len;
-        o.free.extend((first..o.capacity).rev().map(|i| i as u32));
-        o.free.pop()
     }
 
-    /// A data-plane request started at `now` (non-zero). With a waker (an aligned pointer) it is
-    /// reached by a drain's scan; without one it is only counted and aged (its connection is
-    /// woken instead). Returns its ticket and whether a drain had started: if so the caller sends
-    /// the connection away itself.
+    /// Put the chain of free slots `first..=last` (linked through `next`) on the free stack.
+    fn push_chain(&self, slab: &Slab, first: u32, last: &Slot) {
+        let mut h = slab.free.load(Ordering::Relaxed);
+        loop {
+            last.next.store(h as u32, Ordering::Relaxed);
+            // Release: a pop that sees this head sees the `next` links stored before it.
+            match slab.free.compare_exchange_weak(
+                h,
+                head((h >> 32).wrapping_add(1), first),
+                Ordering::Release,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return,
+                Err(now) => h = now,
+            }
+        }
+    }
+
+    fn push(&self, slab: &Slab, idx: u32) {
+        if let Some(s) = self.slot(slab, idx) {
+            self.push_chain(slab, idx, s);
+        }
+    }
+
+    /// The free stack was empty: take the next segment into use, keep its first slot and put
+    /// the others on the stack. `None` only when every segment is in use (far beyond any load).
+    fn grow(&self, slab: &Slab) -> Option<u32> {
+        loop {
+            let k = slab.grown.load(Ordering::Acquire);
+            let len = self.base << k;
+            let seg = slab.segments.get(k)?.get_or_init(|| new_segment(len));
+            if slab
+                .grown
+                .compare_exchange(k, k + 1, Ordering::AcqRel, Ordering::Acquire)
+                .is_err()
+            {
+                // Another thread grew it meanwhile: its slots may be on the stack now.
+                let h = slab.free.load(Ordering::Acquire);
+                if h as u32 != NO_SLOT {
+                    return self.pop(slab);
+                }
+                continue;
+            }
+            let first = (self.base * ((1 << k) - 1)) as u32;
+            if len > 1 {
+                for (i, s) in seg[1..len - 1].iter().enumerate() {
+                    s.next.store(first + 2 + i as u32, Ordering::Relaxed);
+                }
+                self.push_chain(slab, first + 1, &seg[len - 1]);
+            }
+            return Some(first);
+        }
+    }
+
+    /// This thread's lane (its slab, made on first use), for [`Registry::start_in`]; `None` if
+    /// the thread cannot have one (worker limit reached, thread exiting).
+    pub fn lane(&self) -> Option<Lane> {
+        self.with_owner(|o, _| Lane(o.slab))
+    }
+
+    /// A data-plane request started at `now` (non-zero) on this thread. With a waker (an aligned
+    /// pointer) it is reached by a drain's scan; without one it is only counted and aged (its
+    /// connection is woken instead). Returns its ticket and whether a drain had started: if so
+    /// the caller sends the connection away itself.
     pub fn start(&self, waker: Option<usize>, now: u64) -> (Ticket, bool) {
+        self.start_in(self.lane(), waker, now)
+    }
+
+    /// As [`Registry::start`], on a lane known beforehand (no thread-local lookup). Call it on
+    /// the lane's own thread: the latest start is raised without a locked instruction.
+    ///
+    /// A request with a waker follows the drain protocol (module comment: a `SeqCst` fence
+    /// before the drain flag is read). One without is reached through its connection, whose
+    /// wake-up is posted to this thread after the flag is set: the plain read suffices there.
+    pub fn start_in(&self, lane: Option<Lane>, waker: Option<usize>, now: u64) -> (Ticket, bool) {
         debug_assert!(waker.is_none_or(|w| w > NO_WAKER && w & (BUSY | ABANDONED) == 0));
-        let ticket = self
-            .with_owner(|o, slab| {
-                // Only the owner writes these two: a plain store, no locked read-modify-write.
-                let started = slab.started.load(Ordering::Relaxed);
-                slab.started
-                    .store(started.wrapping_add(1), Ordering::Relaxed);
+        let ticket = match lane.and_then(|l| Some((l.0, self.slab(l.0)?))) {
+            Some((i, slab)) => {
+                slab.started.fetch_add(1, Ordering::Relaxed);
                 if now > slab.last_start.load(Ordering::Relaxed) {
-                    slab.last_start.store(now, Ordering::Relaxed);
+                    slab.last_start.fetch_max(now, Ordering::Relaxed);
                 }
                 let slot = self
-                    .free_slot(o, slab)
+                    .pop(slab)
                     .and_then(|idx| {
                         let s = self.slot(slab, idx)?;
                         s.started.store(now, Ordering::Relaxed);
@@ -326,68 +401,95 @@ impl Registry {
                         Some(idx)
                     })
                     .unwrap_or(NO_SLOT);
-                Ticket { slab: o.slab, slot }
-            })
-            .unwrap_or_else(|| {
+                Ticket { slab: i, slot }
+            }
+            None => {
                 self.overflow_started.fetch_add(1, Ordering::Relaxed);
                 Ticket {
                     slab: NO_SLAB,
                     slot: NO_SLOT,
                 }
-            });
-        // The request half of the drain protocol (module comment).
-        fence(Ordering::SeqCst);
+            }
+        };
+        if waker.is_some() {
+            // The request half of the drain protocol (module comment).
+            fence(Ordering::SeqCst);
+        }
         (ticket, self.draining.load(Ordering::Relaxed))
     }
 
-    /// The request ended. Returns its waker (if it had one), which the caller may now destroy: no
-    /// scan is using it and none can start using it.
+    /// The request ended (on any thread). Returns its waker (if it had one), which the caller
+    /// may now destroy: no scan is using it and none can start using it.
     pub fn end(&self, ticket: Ticket) -> Option<usize> {
         let Some(slab) = self.slab(ticket.slab) else {
             self.overflow_ended.fetch_add(1, Ordering::Release);
             return None;
         };
-        let waker = self.slot(slab, ticket.slot).and_then(|s| {
-            let mut round = 0;
-            loop {
-                let v = s.waker.load(Ordering::Acquire);
-                if v & BUSY == 0 {
-                    // Acquire on success: the scan's use of the waker happened before we free it.
-                    if s.waker
+        let mut waker = None;
+        if let Some(s) = self.slot(slab, ticket.slot) {
+            let v = s.waker.load(Ordering::Acquire);
+            let freed = if v == NO_WAKER {
+                // No scan ever holds a slot without a waker.
+                s.waker.store(0, Ordering::Release);
+                true
+            } else {
+                // Acquire on success: the scan's use of the waker happened before we free it.
+                (v & BUSY == 0
+                    && s.waker
                         .compare_exchange(v, 0, Ordering::Acquire, Ordering::Relaxed)
-                        .is_ok()
-                    {
-                        break Some(v);
-                    }
-                } else if scanning_here() {
-                    // The scan holding this slot is up our own stack (waiting for it would never
-                    // end): leave the slot and its waker to the scan, which frees the slot after.
-                    if s.waker
-                        .compare_exchange(v, v | ABANDONED, Ordering::Relaxed, Ordering::Relaxed)
-                        .is_ok()
-                    {
-                        return None;
-                    }
-                    continue;
-                }
-                backoff(&mut round);
-            }
-        });
-        if waker.is_some() {
-            let mine = self.with_owner(|o, _| {
-                if o.slab == ticket.slab {
-                    o.free.push(ticket.slot);
-                    true
-                } else {
-                    false
-                }
-            });
-            if mine != Some(true) {
-                slab.orphans.fetch_add(1, Ordering::Relaxed);
+                        .is_ok())
+                    || Self::free_busy_waker(s)
+            };
+            if freed {
+                self.push_chain(slab, ticket.slot, s);
+                waker = (v != NO_WAKER).then_some(v & !BUSY);
             }
         }
         slab.ended.fetch_add(1, Ordering::Release);
-        waker.filter(|&w| w != NO_WAKER)
+        waker
+    }
+
+    /// Take a waker out of its slot while a scan may be using it: waits for the scan, unless it
+    /// is up this thread's own stack (then the slot and its waker are left to it, and false is
+    /// returned). Out of line: the thread-local it reads would otherwise be looked up on every
+    /// end.
+    #[inline(never)]
+    fn free_busy_waker(s: &Slot) -> bool {
+        let mut round = 0;
+        let mut v = s.waker.load(Ordering::Acquire);
+        loop {
+            if v & BUSY == 0 {
+                // Acquire on success: the scan's use of the waker happened before we free it.
+                match s
+                    .waker
+                    .compare_exchange(v, 0, Ordering::Acquire, Ordering::Acquire)
+                {
+                    Ok(_) => return true,
+                    Err(now) => {
+                        v = now;
+                        continue;
+                    }
+                }
+            }
+            if scanning_here() {
+                // The scan holding this slot is up our own stack (waiting for it would never
+                // end): leave the slot and its waker to the scan, which frees the slot after.
+                match s.waker.compare_exchange(
+                    v,
+                    v | ABANDONED,
+                    Ordering::Relaxed,
+                    Ordering::Relaxed,
+                ) {
+                    Ok(_) => return false,
+                    Err(now) => {
+                        v = now;
+                        continue;
+                    }
+                }
+            }
+            backoff(&mut round);
+            v = s.waker.load(Ordering::Acquire);
+        }
     }
 
     /// Set the drain flag, then call `f` with every registered waker, holding each busy so it
@@ -413,7 +515,7 @@ impl Registry {
         let mut visited = 0;
         let _scanning = ScanMark::enter();
         for slab in self.slabs_in_use() {
-            for slot in slab.slots() {
+            for (idx, slot) in slab.slots().enumerate() {
                 let v = slot.waker.load(Ordering::Acquire);
                 if v == 0 || v == NO_WAKER || v & BUSY != 0 {
                     continue;
@@ -434,7 +536,7 @@ impl Registry {
                     {
                         // Its request ended inside `f` on this thread (see `end`): free it now.
                         slot.waker.store(0, Ordering::Release);
-                        slab.orphans.fetch_add(1, Ordering::Relaxed);
+                        self.push(slab, idx as u32);
                     }
                 }
             }
@@ -520,7 +622,7 @@ impl Registry {
             f.slots += slots;
             f.bytes += std::mem::size_of::<Slab>()
                 + MAX_SEGMENTS * std::mem::size_of::<OnceLock<Box<[Slot]>>>()
-                + slots * (std::mem::size_of::<Slot>() + std::mem::size_of::<u32>());
+                + slots * std::mem::size_of::<Slot>();
         }
         f
     }
@@ -706,6 +808,91 @@ mod tests {
         assert_eq!(r.counts().active, 0);
     }
 
+    /// A request on a lane known beforehand (its connection's worker) is counted and aged as
+    /// any, without this thread's own slab; its slot goes back to that lane's free stack.
+    #[test]
+    fn a_known_lane_is_used_without_a_slab_of_this_thread() {
+        let r = Arc::new(Registry::with_limits(2, 4));
+        let lane = r.lane().expect("a lane for this thread");
+        let r2 = r.clone();
+        let (t, draining) = std::thread::spawn(move || r2.start_in(Some(lane), None, 7))
+            .join()
+            .unwrap();
+        assert!(!draining && t.has_slot());
+        assert_eq!(r.footprint().workers, 1, "the other thread made no slab");
+        assert_eq!(
+            r.counts(),
+            Counts {
+                active: 1,
+                last_start: 7,
+                started: 1
+            }
+        );
+        assert_eq!(r.oldest_start(), Some(7));
+        assert_eq!(r.end(t), None);
+        let slots = r.footprint().slots;
+        let (again, _) = r.start_in(Some(lane), Some(0x40), 8);
+        assert_eq!(r.footprint().slots, slots, "the freed slot is reused");
+        assert_eq!(r.end(again), Some(0x40));
+        assert_eq!(r.counts().active, 0);
+        // An unknown lane is still counted exactly (without a slot).
+        let (lost, _) = r.start_in(Some(Lane(3)), None, 9);
+        assert!(!lost.has_slot());
+        assert_eq!(r.counts().active, 1);
+        r.end(lost);
+        assert_eq!(r.counts().active, 0);
+    }
+
+    /// The free stack is lock-free and safe from any thread: four threads claiming and freeing
+    /// slots of one lane at once never hold the same slot twice, and every slot comes back.
+    #[test]
+    fn one_lane_shared_by_racing_threads_never_hands_out_a_slot_twice() {
+        let r = Arc::new(Registry::with_limits(4, 2));
+        let lane = r.lane().unwrap();
+        let held: Arc<Vec<AtomicBool>> =
+            Arc::new((0..4096).map(|_| AtomicBool::new(false)).collect());
+        let threads: Vec<_> = (0..4)
+            .map(|_| {
+                let (r, held) = (r.clone(), held.clone());
+                std::thread::spawn(move || {
+                    for round in 0..2000u64 {
+                        let mut mine = vec![];
+                        for _ in 0..(round % 7 + 1) {
+                            let (t, _) = r.start_in(Some(lane), None, round + 1);
+                            assert!(t.has_slot());
+                            assert!(
+                                !held[t.slot as usize].swap(true, Ordering::SeqCst),
+                                "slot {} handed out twice",
+                                t.slot
+                            );
+                            mine.push(t);
+                        }
+                        for t in mine {
+                            held[t.slot as usize].store(false, Ordering::SeqCst);
+                            r.end(t);
+                        }
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        assert_eq!(r.counts().active, 0);
+        assert_eq!(r.occupied(), 0);
+        // At most 4 threads × 7 held at once: the lane grew to fit that, not more.
+        assert!(r.footprint().slots <= 64, "{:?}", r.footprint());
+        // Every slot is back on the stack: as many claims as slots, without growth.
+        let slots = r.footprint().slots;
+        let all: Vec<_> = (0..slots)
+            .map(|_| r.start_in(Some(lane), None, 1).0)
+            .collect();
+        assert_eq!(r.footprint().slots, slots);
+        for t in all {
+            r.end(t);
+        }
+    }
+
     /// Envoy may destroy a filter from inside the scan's own commit (its last reference dropped
     /// there): the request ends on the scanning thread while the scan holds its slot. That must
     /// neither deadlock nor free the waker under the scan; the slot is freed after, and reused.
@@ -882,6 +1069,28 @@ mod loom_tests {
                 }
             });
             owner.join().unwrap();
+            assert_eq!(r.counts().active, 0);
+        });
+    }
+
+    /// A slot freed on one thread while another claims on the same lane: the free stack never
+    /// hands one slot to two requests, and the freed slot is found again.
+    #[test]
+    fn a_free_racing_a_claim_on_one_lane_never_shares_a_slot() {
+        model(|| {
+            let r = Arc::new(Registry::with_limits(2, 2));
+            let lane = r.lane();
+            let (first, _) = r.start_in(lane, None, 1);
+            let r2 = r.clone();
+            let claimer = loom::thread::spawn(move || r2.start_in(lane, None, 2).0);
+            r.end(first);
+            let second = claimer.join().unwrap();
+            let (third, _) = r.start_in(lane, None, 3);
+            assert!(second.has_slot() && third.has_slot());
+            assert_ne!(second.slot, third.slot, "one slot held by two requests");
+            assert_eq!(r.counts().active, 2);
+            r.end(second);
+            r.end(third);
             assert_eq!(r.counts().active, 0);
         });
     }

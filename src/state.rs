@@ -10,7 +10,7 @@
 use crate::clock::Clock;
 use crate::config::{format_duration, DrainSettings, RequestPolicy};
 use crate::drain::{Decision, Drain, Observation, Outcome, Phase, Trigger};
-use crate::registry::{Registry, Ticket};
+use crate::registry::{Lane, Registry, Ticket};
 use serde::Serialize;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, OnceLock};
@@ -290,8 +290,13 @@ impl Shared {
     /// A data-plane request started. Returns its ticket and whether a drain is under way (the
     /// caller must then send the connection away itself; otherwise the drain's scan reaches it).
     #[inline]
-    pub fn request_started(&self, waker: Option<Waker>) -> (Ticket, bool) {
-        self.requests.start(waker, self.clock.nanos())
+    /// A request started; `lane`: its worker's lane of the table if the caller knows it.
+    pub fn request_started(&self, waker: Option<Waker>, lane: Option<Lane>) -> (Ticket, bool) {
+        let now = self.clock.nanos();
+        match lane {
+            Some(_) => self.requests.start_in(lane, waker, now),
+            None => self.requests.start(waker, now),
+        }
     }
 
     /// Record that `connection` is being sent away, once per connection whoever sends it (the
@@ -669,7 +674,7 @@ pub(crate) mod tests {
             !s.install_engine(DrainSettings::default()),
             "first install wins"
         );
-        let (t, draining) = s.request_started(Some(0x80));
+        let (t, draining) = s.request_started(Some(0x80), None);
         assert!(!draining);
         assert_eq!(s.start_drain(Trigger::Sigterm), StartResult::Started);
         assert_eq!(s.start_drain(Trigger::Admin), StartResult::AlreadyStarted);
@@ -698,7 +703,7 @@ pub(crate) mod tests {
     fn a_negative_count_holds_the_drain_until_the_timeout() {
         let f = fixture(Some(fast()));
         let s = &f.shared;
-        let (t, _) = s.request_started(None);
+        let (t, _) = s.request_started(None, None);
         s.request_ended(t);
         // A forged second end of the same request (the ticket type forbids it in real code).
         s.requests.end(Ticket::forged_for_tests());
@@ -747,7 +752,7 @@ pub(crate) mod tests {
     fn envoy_observations_merge_by_maximum() {
         let f = fixture(Some(fast()));
         let s = &f.shared;
-        let (t, _) = s.request_started(None);
+        let (t, _) = s.request_started(None, None);
         s.start_drain(Trigger::Admin);
         f.clock.advance(Duration::from_millis(100));
         let envoy = Observation {
@@ -847,7 +852,8 @@ pub(crate) mod tests {
                 let n = &n;
                 sc.spawn(move || {
                     for i in 0..2000usize {
-                        let (tk, _) = shared.request_started(Some(((t << 16) | (i + 1)) << 4));
+                        let (tk, _) =
+                            shared.request_started(Some(((t << 16) | (i + 1)) << 4), None);
                         n.fetch_add(1, Ordering::Relaxed);
                         shared.request_ended(tk);
                     }

@@ -2,12 +2,16 @@
 //! under `RUSTFLAGS="--cfg loom"` (see `make loom`). Pure Rust; nothing else belongs here.
 
 #[cfg(loom)]
-pub(crate) use loom::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicUsize, Ordering};
+pub(crate) use loom::sync::atomic::{
+    fence, AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering,
+};
 #[cfg(loom)]
 pub(crate) use loom::thread_local;
 
 #[cfg(not(loom))]
-pub(crate) use std::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicUsize, Ordering};
+pub(crate) use std::sync::atomic::{
+    fence, AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering,
+};
 #[cfg(not(loom))]
 pub(crate) use std::thread_local;
 

@@ -94,8 +94,6 @@ struct Filter {
     /// run the whole rest of the stream, its end and Envoy's destroy of the filter included); the
     /// inner call then finds the stream borrowed and does not make a second `&mut`.
     stream: RefCell<Stream>,
-    /// The stream ended (`stream_complete`) inside one of its own hooks: that hook finishes it.
-    finish_pending: Cell<bool>,
     /// Envoy destroyed the filter inside one of its own hooks: that hook frees it on return.
     destroy_pending: Cell<bool>,
 }
@@ -315,11 +313,6 @@ fn with_stream<R>(
         let host = EnvoyStream { fe, fm, config };
         let shared = super::shared();
         let r = f(&mut stream, &host, shared);
-        // Envoy may have ended the stream inside the hook (its inner stream_complete found the
-        // stream borrowed): finish it now. After a destroy, the stream is finished on free.
-        if filter.finish_pending.replace(false) && !filter.destroy_pending.get() {
-            stream.finish(&host, shared);
-        }
         Some(Ran::Done(r))
     });
     if outermost {
@@ -496,7 +489,6 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_new(
             config: cm as *const Config,
             fe,
             stream: RefCell::new(Stream::new(config.role, config.token.as_ref())),
-            finish_pending: Cell::new(false),
             destroy_pending: Cell::new(false),
         }) as *const c_void
     })
@@ -617,57 +609,52 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_response_trailers(
     abi::TRAILERS_CONTINUE
 }
 
+/// Nothing here: the connection manager's stream teardown calls this hook and then, in the same
+/// call, the destroy hook, which finishes the stream (and is called for every filter, also one
+/// whose stream never completed). One hook entry fewer per request.
 #[no_mangle]
 pub extern "C" fn envoy_dynamic_module_on_http_filter_stream_complete(
-    fe: EnvoyPtr,
-    fm: *const c_void,
+    _fe: EnvoyPtr,
+    _fm: *const c_void,
 ) {
-    let ran = with_stream("stream_complete", fe, fm, |s, host, shared| {
-        s.finish(host, shared)
-    });
-    if let Ran::Busy = ran {
-        // Inside another hook of this filter: that hook finishes the stream when it returns.
-        // SAFETY: alive (its outer hook is running).
-        if let Some(f) = unsafe { filter(fm) } {
-            f.finish_pending.set(true);
-        }
-    }
 }
 
 /// Finish the stream (if not already) and free the filter.
 fn destroy_filter(fm: *const c_void) {
-    guard("http_filter_destroy", (), || {
-        // SAFETY: `fm` came from Box::into_raw in filter_new; it is freed exactly once, here,
-        // when no hook of it is running (the destroy hook defers to a running one).
-        let filter = unsafe { Box::from_raw(fm as *mut Filter) };
-        // SAFETY: the config outlives its filters.
-        if let Some(config) = unsafe { filter.config.as_ref() } {
-            if let Ok(mut stream) = filter.stream.try_borrow_mut() {
-                stream.finish(&ConfigSink(config), super::shared());
-            }
-        }
-        free_filter(filter);
-    })
+    guard("http_filter_destroy", (), || finish_and_free(fm))
 }
 
+/// # Panics
+/// Only through the glue it runs; call it inside a guard.
+fn finish_and_free(fm: *const c_void) {
+    // SAFETY: `fm` came from Box::into_raw in filter_new; it is freed exactly once, here, when
+    // no hook of it is running (the destroy hook defers to a running one).
+    let filter = unsafe { Box::from_raw(fm as *mut Filter) };
+    // SAFETY: the config outlives its filters.
+    if let Some(config) = unsafe { filter.config.as_ref() } {
+        if let Ok(mut stream) = filter.stream.try_borrow_mut() {
+            stream.finish(&ConfigSink(config), super::shared());
+        }
+    }
+    free_filter(filter);
+}
+
+/// The stream ends here (see the stream-complete hook), and the filter is freed.
 #[no_mangle]
 pub extern "C" fn envoy_dynamic_module_on_http_filter_destroy(fm: *const c_void) {
-    let deferred = guard("http_filter_destroy", true, || {
+    guard("http_filter_destroy", (), || {
         // SAFETY: the filter is alive until this hook (or the hook it defers to) frees it.
         let Some(f) = (unsafe { filter(fm) }) else {
-            return true;
+            return;
         };
         if f.stream.try_borrow().is_err() {
             // Destroyed from inside one of its own hooks (e.g. continue_decoding ran the stream to
             // its end): the running hook frees it when it returns.
             f.destroy_pending.set(true);
-            return true;
+            return;
         }
-        false
-    });
-    if !deferred {
-        destroy_filter(fm);
-    }
+        finish_and_free(fm)
+    })
 }
 
 #[no_mangle]
