@@ -675,7 +675,7 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_scheduled(
 ///
 /// `word` is the pointer of a live filter of ours: a stream attaches it to its connection in its
 /// request headers hook and takes it back when it ends (`DataStream::finish`, from
-/// stream_complete or the destroy hook), all on this worker, before the filter is freed.
+/// the destroy hook), all on this worker, before the filter is freed.
 pub(crate) fn wake_stream(word: usize, event: u64) {
     let fm = word as *const c_void;
     // SAFETY: per the contract above, `fm` is a live filter of ours on this thread.
