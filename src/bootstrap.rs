@@ -419,7 +419,7 @@ mod tests {
         }));
         let host = FakeHost::default();
         let mut engine = Engine::default();
-        let (t, _) = f.shared.request_started(None, None);
+        let (t, _) = f.shared.request_started(None);
         assert!(engine.on_envoy_drain_started(&host, &f.shared).is_none());
         assert_eq!(
             host.failed_health_checks.get(),

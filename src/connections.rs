@@ -30,7 +30,7 @@
 //! worker's own map, without a lock), and the drain side never holds a lock while it commits: it
 //! takes counted references to the wakers ([`Wakers`]) and commits after releasing the lock.
 
-use crate::registry::Lane;
+use crate::registry::{Lane, ReservedSlot};
 use serde::Serialize;
 use std::cell::Cell;
 use std::collections::HashMap;
@@ -136,6 +136,8 @@ pub struct Conn {
     stream: AtomicUsize,
     /// Its worker's lane of the in-flight table: requests on it start there without a lookup.
     lane: Option<Lane>,
+    /// Its own slot of the in-flight table, for the requests it carries one at a time.
+    reserved: Option<ReservedSlot>,
 }
 
 const WIRE_UNKNOWN: u8 = 0;
@@ -152,11 +154,11 @@ fn set(b: &AtomicBool, v: bool) {
 
 impl Conn {
     pub fn new(id: u64) -> Conn {
-        Conn::on_lane(id, None)
+        Conn::on_lane(id, None, None)
     }
 
-    /// A connection of the worker whose in-flight table lane is `lane`.
-    pub fn on_lane(id: u64, lane: Option<Lane>) -> Conn {
+    /// A connection of the worker whose in-flight table lane is `lane`, with its own slot there.
+    pub fn on_lane(id: u64, lane: Option<Lane>, reserved: Option<ReservedSlot>) -> Conn {
         Conn {
             id,
             wire: AtomicU8::new(WIRE_UNKNOWN),
@@ -172,6 +174,7 @@ impl Conn {
             wakeable: AtomicBool::new(false),
             stream: AtomicUsize::new(0),
             lane,
+            reserved,
         }
     }
 
@@ -470,6 +473,11 @@ impl StreamMark {
     /// The in-flight table lane of the connection's worker, if known.
     pub fn lane(&self) -> Option<Lane> {
         self.conn.as_ref().and_then(|c| c.lane)
+    }
+
+    /// The connection's own slot of the in-flight table, if it has one.
+    pub fn reserved(&self) -> Option<&ReservedSlot> {
+        self.conn.as_ref().and_then(|c| c.reserved.as_ref())
     }
 
     /// Make this stream the one its connection hands back at drain start ([`Action::WakeStream`])

@@ -184,12 +184,11 @@ impl DataStream {
         self.waker_in_table = self.waker.is_some();
         // Registers the waker, then reads the drain flag: either this request sees the drain, or
         // the drain's scan sees its waker (registry module comment).
-        let lane = if by_connection {
-            self.conn.lane()
+        let (ticket, draining) = if by_connection {
+            shared.request_started_on(&self.conn)
         } else {
-            None
+            shared.request_started(self.waker)
         };
-        let (ticket, draining) = shared.request_started(self.waker, lane);
         self.ticket = Some(ticket);
         host.metric(Metric::RequestStarted);
         if by_connection && !draining {
@@ -258,21 +257,30 @@ impl DataStream {
     }
 
     fn finish(&mut self, sink: &impl StreamSink, shared: &Shared) {
-        // First of all: the connection no longer hands this stream back (its filter may be freed
-        // after this).
-        crate::connections::stream_ended(std::mem::take(&mut self.conn));
         if let Some(ticket) = self.ticket.take() {
-            // First out of the table (after this no scan can use the waker), then destroyed;
-            // unless the scan using it is up this very stack: it is then left to the scan.
-            let slotted = ticket.has_slot();
-            if shared.request_ended(ticket).is_none() && slotted && self.waker_in_table {
-                self.waker = None;
+            if ticket.is_reserved() {
+                // Its connection's own slot: ended there (the connection is still held here).
+                shared.request_ended_on(&self.conn, ticket);
+                sink.metric(Metric::RequestEnded);
+            } else {
+                self.end_in_table(ticket, sink, shared);
             }
-            sink.metric(Metric::RequestEnded);
         }
+        // The connection no longer hands this stream back (its filter may be freed after this).
+        crate::connections::stream_ended(std::mem::take(&mut self.conn));
         if let Some(w) = self.waker.take() {
             sink.drop_waker(w);
         }
+    }
+
+    fn end_in_table(&mut self, ticket: Ticket, sink: &impl StreamSink, shared: &Shared) {
+        // First out of the table (after this no scan can use the waker), then destroyed (by
+        // `finish`); unless the scan using it is up this very stack: it is then left to the scan.
+        let slotted = ticket.has_slot();
+        if shared.request_ended(ticket).is_none() && slotted && self.waker_in_table {
+            self.waker = None;
+        }
+        sink.metric(Metric::RequestEnded);
     }
 }
 

@@ -48,6 +48,8 @@ const NO_SLOT: u32 = u32::MAX;
 pub struct Ticket {
     slab: u32,
     slot: u32,
+    /// The slot is a connection's [`ReservedSlot`]: ended there, and not freed.
+    reserved: bool,
 }
 
 impl Ticket {
@@ -57,7 +59,13 @@ impl Ticket {
         Ticket {
             slab: NO_SLAB,
             slot: NO_SLOT,
+            reserved: false,
         }
+    }
+
+    /// Whether the request holds its connection's reserved slot (end it there).
+    pub fn is_reserved(&self) -> bool {
+        self.reserved
     }
 
     /// Whether the request got a slot (and so, if it has a waker, is reached by a drain's scan).
@@ -369,6 +377,27 @@ impl Registry {
         self.with_owner(|o, _| Lane(o.slab))
     }
 
+    /// A slot of `lane` kept by a connection for the requests it carries one at a time (every
+    /// HTTP/1.1 request, the first HTTP/2 stream in flight): such a request takes and leaves it
+    /// with two stores, no free-stack operation, no lookup. The slot goes back to the lane's free
+    /// stack when the [`ReservedSlot`] is dropped (the connection's last reference: after its
+    /// last request ended, whichever thread that is on).
+    pub fn reserve(&'static self, lane: Lane) -> Option<ReservedSlot> {
+        let slab = self.slab(lane.0)?;
+        let idx = self.pop(slab)?;
+        let Some(slot) = self.slot(slab, idx) else {
+            self.push(slab, idx);
+            return None;
+        };
+        Some(ReservedSlot {
+            registry: self,
+            slab,
+            slot,
+            lane: lane.0,
+            idx,
+        })
+    }
+
     /// A data-plane request started at `now` (non-zero) on this thread. With a waker (an aligned
     /// pointer) it is reached by a drain's scan; without one it is only counted and aged (its
     /// connection is woken instead). Returns its ticket and whether a drain had started: if so
@@ -401,13 +430,18 @@ impl Registry {
                         Some(idx)
                     })
                     .unwrap_or(NO_SLOT);
-                Ticket { slab: i, slot }
+                Ticket {
+                    slab: i,
+                    slot,
+                    reserved: false,
+                }
             }
             None => {
                 self.overflow_started.fetch_add(1, Ordering::Relaxed);
                 Ticket {
                     slab: NO_SLAB,
                     slot: NO_SLOT,
+                    reserved: false,
                 }
             }
         };
@@ -426,7 +460,12 @@ impl Registry {
             return None;
         };
         let mut waker = None;
-        if let Some(s) = self.slot(slab, ticket.slot) {
+        if ticket.reserved {
+            // Its connection's slot: left to the connection (see `ReservedSlot::end`).
+            if let Some(s) = self.slot(slab, ticket.slot) {
+                s.waker.store(0, Ordering::Release);
+            }
+        } else if let Some(s) = self.slot(slab, ticket.slot) {
             let v = s.waker.load(Ordering::Acquire);
             let freed = if v == NO_WAKER {
                 // No scan ever holds a slot without a waker.
@@ -644,6 +683,66 @@ impl Registry {
     }
 }
 
+/// A connection's own slot of the in-flight table ([`Registry::reserve`]). Its requests start
+/// and end on the connection's worker; a scan sees one in flight as any request without a waker
+/// (counted, aged, passed by). Idle, the slot looks free to scans but is not on the free stack.
+pub struct ReservedSlot {
+    registry: &'static Registry,
+    slab: &'static Slab,
+    slot: &'static Slot,
+    lane: u32,
+    idx: u32,
+}
+
+impl std::fmt::Debug for ReservedSlot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ReservedSlot({}:{})", self.lane, self.idx)
+    }
+}
+
+impl ReservedSlot {
+    /// A request started at `now` on the slot's worker, if the slot is free (else `None`: take a
+    /// slot of the lane with [`Registry::start_in`]). Counted like any start; returns whether a
+    /// drain had started. No fence: the request is reached through its connection (see
+    /// [`Registry::start_in`]).
+    pub fn start(&self, now: u64) -> Option<(Ticket, bool)> {
+        if self.slot.waker.load(Ordering::Relaxed) != 0 {
+            return None;
+        }
+        self.slab.started.fetch_add(1, Ordering::Relaxed);
+        if now > self.slab.last_start.load(Ordering::Relaxed) {
+            self.slab.last_start.fetch_max(now, Ordering::Relaxed);
+        }
+        self.slot.started.store(now, Ordering::Relaxed);
+        // Release: a reader that sees the request (Acquire) sees its start time.
+        self.slot.waker.store(NO_WAKER, Ordering::Release);
+        let ticket = Ticket {
+            slab: self.lane,
+            slot: self.idx,
+            reserved: true,
+        };
+        Some((ticket, self.registry.draining.load(Ordering::Relaxed)))
+    }
+
+    /// The request holding the slot ended. A ticket of another slot is ended in the table.
+    pub fn end(&self, ticket: Ticket) {
+        if !(ticket.reserved && ticket.slab == self.lane && ticket.slot == self.idx) {
+            self.registry.end(ticket);
+            return;
+        }
+        self.slot.waker.store(0, Ordering::Release);
+        self.slab.ended.fetch_add(1, Ordering::Release);
+    }
+}
+
+impl Drop for ReservedSlot {
+    fn drop(&mut self) {
+        // Only the connection's requests used it, and they all ended (each held the connection).
+        self.slot.waker.store(0, Ordering::Release);
+        self.registry.push_chain(self.slab, self.idx, self.slot);
+    }
+}
+
 impl Default for Registry {
     fn default() -> Self {
         Self::new()
@@ -844,6 +943,46 @@ mod tests {
         assert!(!lost.has_slot());
         assert_eq!(r.counts().active, 1);
         r.end(lost);
+        assert_eq!(r.counts().active, 0);
+    }
+
+    /// A connection's own slot: its requests are counted and aged like any, one at a time; a
+    /// second concurrent request falls back to the lane; the slot returns to the free stack when
+    /// the connection lets it go, and is reused.
+    #[test]
+    fn a_reserved_slot_serves_one_request_at_a_time_and_returns_when_dropped() {
+        let r: &'static Registry = Box::leak(Box::new(Registry::with_limits(2, 2)));
+        let lane = r.lane().unwrap();
+        let conn = r.reserve(lane).expect("a slot for the connection");
+        let slots = r.footprint().slots;
+        assert_eq!(r.occupied(), 0, "an idle reserved slot holds no request");
+        let (a, draining) = conn.start(5).expect("the slot is free");
+        assert!(a.is_reserved() && a.has_slot() && !draining);
+        assert!(conn.start(6).is_none(), "one request at a time");
+        let (b, _) = r.start_in(Some(lane), None, 6);
+        assert!(!b.is_reserved());
+        assert_eq!(
+            r.counts(),
+            Counts {
+                active: 2,
+                last_start: 6,
+                started: 2
+            }
+        );
+        assert_eq!((r.occupied(), r.oldest_start()), (2, Some(5)));
+        assert_eq!(r.begin_drain(|_| panic!("no waker to visit")), 0);
+        conn.end(a);
+        conn.end(b); // not its slot: ended in the table
+        assert_eq!((r.counts().active, r.occupied()), (0, 0));
+        let (c, draining) = conn.start(7).expect("free again");
+        assert!(draining, "a start after the drain sees it");
+        conn.end(c);
+        assert_eq!(r.footprint().slots, slots, "no growth");
+        drop(conn);
+        // Back on the free stack: the next connection gets a slot without growth.
+        let again = r.reserve(lane).unwrap();
+        assert_eq!(r.footprint().slots, slots);
+        drop(again);
         assert_eq!(r.counts().active, 0);
     }
 

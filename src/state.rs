@@ -9,8 +9,9 @@
 
 use crate::clock::Clock;
 use crate::config::{format_duration, DrainSettings, RequestPolicy};
+use crate::connections::StreamMark;
 use crate::drain::{Decision, Drain, Observation, Outcome, Phase, Trigger};
-use crate::registry::{Lane, Registry, Ticket};
+use crate::registry::{Registry, Ticket};
 use serde::Serialize;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, OnceLock};
@@ -290,12 +291,31 @@ impl Shared {
     /// A data-plane request started. Returns its ticket and whether a drain is under way (the
     /// caller must then send the connection away itself; otherwise the drain's scan reaches it).
     #[inline]
-    /// A request started; `lane`: its worker's lane of the table if the caller knows it.
-    pub fn request_started(&self, waker: Option<Waker>, lane: Option<Lane>) -> (Ticket, bool) {
+    /// A request started, with a waker of its own (or none at all: it is then only counted).
+    pub fn request_started(&self, waker: Option<Waker>) -> (Ticket, bool) {
+        self.requests.start(waker, self.clock.nanos())
+    }
+
+    /// A request started that its connection reaches at drain start (no waker of its own): in
+    /// the connection's own slot if free, else in its worker's lane.
+    pub fn request_started_on(&self, conn: &StreamMark) -> (Ticket, bool) {
         let now = self.clock.nanos();
-        match lane {
-            Some(_) => self.requests.start_in(lane, waker, now),
-            None => self.requests.start(waker, now),
+        if let Some(started) = conn.reserved().and_then(|r| r.start(now)) {
+            return started;
+        }
+        match conn.lane() {
+            Some(lane) => self.requests.start_in(Some(lane), None, now),
+            None => self.requests.start(None, now),
+        }
+    }
+
+    /// The request started by [`Shared::request_started_on`] ended.
+    pub fn request_ended_on(&self, conn: &StreamMark, ticket: Ticket) {
+        match conn.reserved() {
+            Some(r) => r.end(ticket),
+            None => {
+                self.requests.end(ticket);
+            }
         }
     }
 
@@ -674,7 +694,7 @@ pub(crate) mod tests {
             !s.install_engine(DrainSettings::default()),
             "first install wins"
         );
-        let (t, draining) = s.request_started(Some(0x80), None);
+        let (t, draining) = s.request_started(Some(0x80));
         assert!(!draining);
         assert_eq!(s.start_drain(Trigger::Sigterm), StartResult::Started);
         assert_eq!(s.start_drain(Trigger::Admin), StartResult::AlreadyStarted);
@@ -703,7 +723,7 @@ pub(crate) mod tests {
     fn a_negative_count_holds_the_drain_until_the_timeout() {
         let f = fixture(Some(fast()));
         let s = &f.shared;
-        let (t, _) = s.request_started(None, None);
+        let (t, _) = s.request_started(None);
         s.request_ended(t);
         // A forged second end of the same request (the ticket type forbids it in real code).
         s.requests.end(Ticket::forged_for_tests());
@@ -752,7 +772,7 @@ pub(crate) mod tests {
     fn envoy_observations_merge_by_maximum() {
         let f = fixture(Some(fast()));
         let s = &f.shared;
-        let (t, _) = s.request_started(None, None);
+        let (t, _) = s.request_started(None);
         s.start_drain(Trigger::Admin);
         f.clock.advance(Duration::from_millis(100));
         let envoy = Observation {
@@ -852,8 +872,7 @@ pub(crate) mod tests {
                 let n = &n;
                 sc.spawn(move || {
                     for i in 0..2000usize {
-                        let (tk, _) =
-                            shared.request_started(Some(((t << 16) | (i + 1)) << 4), None);
+                        let (tk, _) = shared.request_started(Some(((t << 16) | (i + 1)) << 4));
                         n.fetch_add(1, Ordering::Relaxed);
                         shared.request_ended(tk);
                     }

@@ -180,7 +180,13 @@ pub extern "C" fn envoy_dynamic_module_on_network_filter_new_connection(
         };
         // SAFETY: live filter, inside a hook on its worker; callbacks are set by now.
         let id = unsafe { abi::envoy_dynamic_module_callback_network_filter_get_connection_id(fe) };
-        let conn = Arc::new(Conn::on_lane(id, super::shared().requests.lane()));
+        let requests = &super::shared().requests;
+        let lane = requests.lane();
+        let conn = Arc::new(Conn::on_lane(
+            id,
+            lane,
+            lane.and_then(|l| requests.reserve(l)),
+        ));
         connections::register(&conn);
         f.conn = Some(conn);
         // SAFETY: live filter on its worker.
