@@ -182,8 +182,9 @@ impl DataStream {
             host.new_waker()
         };
         self.waker_in_table = self.waker.is_some();
-        // Registers the waker, then reads the drain flag: either this request sees the drain, or
-        // the drain's scan sees its waker (registry module comment).
+        // Registers the request (with its waker, if any), then reads the drain flag: either this
+        // request sees the drain, or the drain reaches it (its waker by the table's scan, under
+        // the registry's fence protocol; otherwise through its connection, below).
         let (ticket, draining) = if by_connection {
             shared.request_started_on(&self.conn)
         } else {

@@ -288,10 +288,10 @@ impl Shared {
 
     // ---- request path ---------------------------------------------------------------------
 
-    /// A data-plane request started. Returns its ticket and whether a drain is under way (the
-    /// caller must then send the connection away itself; otherwise the drain's scan reaches it).
+    /// A data-plane request started, with a waker of its own (or none: it is then only counted
+    /// and aged). Returns its ticket and whether a drain is under way (the caller must then send
+    /// the connection away itself; otherwise the drain's scan reaches it).
     #[inline]
-    /// A request started, with a waker of its own (or none at all: it is then only counted).
     pub fn request_started(&self, waker: Option<Waker>) -> (Ticket, bool) {
         self.requests.start(waker, self.clock.nanos())
     }
