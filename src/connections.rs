@@ -243,7 +243,7 @@ impl Conn {
     fn stream_ended(&self, now: u64) {
         let before = self
             .streams
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
+            .try_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
         if before == Ok(1) {
             set(&self.read_since_idle, false);
             self.idle_since.store(now, Ordering::Relaxed);
