@@ -368,8 +368,76 @@ async fn http1_request_half_read_at_drain_start_gets_its_response() {
     );
 }
 
+/// A request written in the moment between the idle check that marks its connection and the
+/// close that would follow: the close is called off (the bytes were read), the request is served.
+/// The moment is pinned by an idle HTTP/2 witness on the same (single) worker, told by the same
+/// check: its GOAWAY arrives, then the request is written at once. A run where the client was too
+/// slow to land in the window (on a loaded machine) proves nothing and is repeated.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn http1_request_arriving_between_the_idle_check_and_the_close_is_served() {
+    // Well inside connections::CONFIRM_DELAY (50 ms) after the check.
+    const IN_WINDOW: Duration = Duration::from_millis(25);
+    for attempt in 1..=3 {
+        let envoy = Envoy::start(Options {
+            settings: LONG,
+            concurrency: 1,
+            ..Options::default()
+        })
+        .await;
+        let host = format!("127.0.0.1:{}", envoy.data);
+        let mut witness = RawH2::connect(envoy.data).await;
+        witness.get(1, &host).await;
+        let mut tcp = TcpStream::connect(("127.0.0.1", envoy.data)).await.unwrap();
+        // One full request first, so the connection is known to the HTTP filter.
+        let req = format!("GET /one HTTP/1.1\r\nhost: {host}\r\n\r\n");
+        tcp.write_all(req.as_bytes()).await.unwrap();
+        let first = read_http1_response(&mut tcp).await;
+        assert!(first.starts_with("HTTP/1.1 200"), "{first}");
+        stay_idle().await;
+
+        start_drain(&envoy).await;
+        loop {
+            match witness.next_frame(Duration::from_secs(3)).await {
+                Some(Frame::GoAway { .. }) => break,
+                Some(Frame::Other { .. }) => {}
+                None => panic!("witness closed without GOAWAY"),
+            }
+        }
+        let told = Instant::now();
+        let req = format!("GET /two HTTP/1.1\r\nhost: {host}\r\n\r\n");
+        let written = tcp.write_all(req.as_bytes()).await;
+        let late = told.elapsed();
+        let second = match written {
+            Ok(()) => try_read_http1_response(&mut tcp).await,
+            Err(e) => Err(format!("write: {e}")),
+        };
+        if late > IN_WINDOW {
+            eprintln!("attempt {attempt}: request written {late:?} after the check, too late");
+            continue;
+        }
+        let second = second.unwrap_or_else(|e| {
+            panic!("the request written {late:?} after the idle check was cut: {e}")
+        });
+        assert!(second.starts_with("HTTP/1.1 200"), "{second}");
+        assert!(
+            second.to_ascii_lowercase().contains("connection: close"),
+            "{second}"
+        );
+        let st = envoy.drain_status().await;
+        assert_eq!(st["idle_connections_told"]["http1"], 0, "{st}");
+        return;
+    }
+    panic!("the client never wrote within {IN_WINDOW:?} of the check in 3 attempts");
+}
+
 /// Read one HTTP/1.1 response with a content-length body (bounded).
 async fn read_http1_response(tcp: &mut TcpStream) -> String {
+    try_read_http1_response(tcp).await.unwrap()
+}
+
+/// Read one HTTP/1.1 response with a content-length body (bounded); an error if the connection
+/// ends first.
+async fn try_read_http1_response(tcp: &mut TcpStream) -> Result<String, String> {
     let mut buf = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
@@ -384,16 +452,18 @@ async fn read_http1_response(tcp: &mut TcpStream) -> String {
                 })
                 .unwrap_or(0);
             if buf.len() >= end + 4 + len {
-                return text;
+                return Ok(text);
             }
         }
         let mut chunk = [0u8; 4096];
         let left = deadline.saturating_duration_since(Instant::now());
         let n = tokio::time::timeout(left, tcp.read(&mut chunk))
             .await
-            .expect("response within 5s")
-            .expect("read");
-        assert!(n > 0, "closed before a full response: {text:?}");
+            .map_err(|_| format!("no full response within 5s: {text:?}"))?
+            .map_err(|e| format!("read: {e} after {text:?}"))?;
+        if n == 0 {
+            return Err(format!("closed before a full response: {text:?}"));
+        }
         buf.extend_from_slice(&chunk[..n]);
     }
 }
@@ -841,6 +911,13 @@ async fn h2load_connections_stay_valid_across_the_injected_goaway() {
 /// the drain start and the re-checks: a connection the filter finds idle may get the client's next
 /// request in that very moment. The close waits CONFIRM_DELAY and is dropped if a request came
 /// (measured before that: 1-2 of 150 such clients lost a request at the drain start).
+///
+/// What remains is the race every server-side keep-alive close has: a request the client writes
+/// while the close is under way, before Envoy has read a byte of it. RFC 9112 section 9.3.1.1 lets
+/// clients retry it (idempotent, reused connection, no response byte), and they do (curl, Go,
+/// browsers). So the clients here do that too, and the test counts those retries: at most one
+/// per run (seen in about one run of twenty), never a request Envoy had read (Envoy's own
+/// `downstream_cx_destroy_local_active_rq` stays 0), never a failure after the retry.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn clients_pausing_about_idle_after_lose_nothing() {
     let envoy = Envoy::start(Options {
@@ -859,7 +936,9 @@ async fn clients_pausing_about_idle_after_lose_nothing() {
     for i in 0..120u64 {
         tasks.push(tokio::spawn(async move {
             let mut c = H1Conn::connect(port).await.unwrap();
-            let (mut ok, mut failures) = (0u64, Vec::new());
+            let (mut ok, mut failures, mut retried) = (0u64, Vec::new(), Vec::new());
+            // Requests answered on the current connection (a retry needs a reused one).
+            let mut answered_here = 0u32;
             let mut x = i * 7919 + 13;
             for _ in 0..20 {
                 if start.elapsed() >= run_for {
@@ -872,34 +951,66 @@ async fn clients_pausing_about_idle_after_lose_nothing() {
                 tokio::time::sleep(Duration::from_millis(pause)).await;
                 if !c.is_open() {
                     c = H1Conn::connect(port).await.unwrap();
+                    answered_here = 0;
                 }
-                match c.send("GET", "/", &[]).await {
-                    Ok(r) if r.status == 200 => ok += 1,
+                let mut r = c.send("GET", "/", &[]).await;
+                if let Err(e) = &r {
+                    // No status at all (closed under the request) on a reused connection: the
+                    // retry RFC 9112 allows, once, on a new connection.
+                    if answered_here > 0 {
+                        retried.push(format!("{e} at {:?}", start.elapsed()));
+                        c = H1Conn::connect(port).await.unwrap();
+                        answered_here = 0;
+                        r = c.send("GET", "/", &[]).await;
+                    }
+                }
+                match r {
+                    Ok(r) if r.status == 200 => {
+                        ok += 1;
+                        answered_here += 1;
+                    }
                     other => {
                         failures.push(format!("{other:?} at {:?}", start.elapsed()));
                         c = H1Conn::connect(port).await.unwrap();
+                        answered_here = 0;
                     }
                 }
             }
-            (ok, failures)
+            (ok, failures, retried)
         }));
     }
     tokio::time::sleep(Duration::from_secs(3)).await;
     start_drain(&envoy).await;
-    let (mut ok, mut failures) = (0, Vec::new());
+    let (mut ok, mut failures, mut retried) = (0, Vec::new(), Vec::new());
     for t in tasks {
-        let (o, f) = t.await.unwrap();
+        let (o, f, r) = t.await.unwrap();
         ok += o;
         failures.extend(f);
+        retried.extend(r);
     }
     let st = envoy.drain_status().await;
+    let cut = envoy
+        .stat("http.data.downstream_cx_destroy_local_active_rq")
+        .await;
     eprintln!(
-        "pausing clients: {ok} requests ok, {} failed; idle told {}",
+        "pausing clients: {ok} requests ok, {} failed, {} retried {retried:?}; idle told {}; \
+         connections Envoy closed with a request in flight: {cut:?}",
         failures.len(),
+        retried.len(),
         st["idle_connections_told"]
     );
     assert!(ok > 500, "too little load: {ok}");
     assert!(failures.is_empty(), "lost requests: {failures:?}");
+    assert_eq!(
+        cut,
+        Some(0),
+        "Envoy closed a connection with a request it had read"
+    );
+    assert!(
+        retried.len() <= 1,
+        "more than the close race's rare retry (no request must be in the socket at the close): \
+         {retried:?}"
+    );
     assert!(
         st["idle_connections_told"]["http1"].as_u64().unwrap() >= 1,
         "some connections were idle at a check: {st}"
