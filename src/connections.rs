@@ -1,7 +1,8 @@
 //! Downstream connections as the network filter sees them, and what to tell the idle ones when a
-//! drain starts. Pure Rust, no FFI: the network-filter glue (`ffi::network`) feeds bytes and events
-//! in and applies the returned [`Action`]; the HTTP filter reports the streams it sees per
-//! connection id ([`stream_started`], [`stream_ended`]).
+//! drain starts. No call into Envoy (the only outside call is the coarse clock, through
+//! [`now_nanos`]): the network-filter glue (`ffi::network`) feeds bytes and events in and applies
+//! the returned [`Action`]; the HTTP filter reports the streams it sees per connection id
+//! ([`stream_started`], [`stream_ended`]).
 //!
 //! Why: at drain start the HTTP filter reaches every connection that carries a request. An idle
 //! keep-alive connection carries none, so nobody told its client until the process exited and the
