@@ -332,13 +332,7 @@ async fn http1_request_half_read_at_drain_start_gets_its_response() {
     let mut witness = H1Conn::connect(envoy.data).await.unwrap();
     assert_eq!(witness.send("GET", "/", &[]).await.unwrap().status, 200);
     stay_idle().await;
-    let mut tcp = TcpStream::connect(("127.0.0.1", envoy.data)).await.unwrap();
-    let host = format!("127.0.0.1:{}", envoy.data);
-    // One full request first, so the connection is known to the HTTP filter.
-    let req = format!("GET /one HTTP/1.1\r\nhost: {host}\r\n\r\n");
-    tcp.write_all(req.as_bytes()).await.unwrap();
-    let first = read_http1_response(&mut tcp).await;
-    assert!(first.starts_with("HTTP/1.1 200"), "{first}");
+    let (mut tcp, host, req) = http1_after_one_request(envoy.data).await;
     // Half of the next request: read by Envoy, but no stream yet (headers incomplete).
     tcp.write_all(b"GET /two HTTP/1.1\r\nho").await.unwrap();
     eventually("the half request read", Duration::from_secs(5), || async {
@@ -387,12 +381,7 @@ async fn http1_request_arriving_between_the_idle_check_and_the_close_is_served()
         let host = format!("127.0.0.1:{}", envoy.data);
         let mut witness = RawH2::connect(envoy.data).await;
         witness.get(1, &host).await;
-        let mut tcp = TcpStream::connect(("127.0.0.1", envoy.data)).await.unwrap();
-        // One full request first, so the connection is known to the HTTP filter.
-        let req = format!("GET /one HTTP/1.1\r\nhost: {host}\r\n\r\n");
-        tcp.write_all(req.as_bytes()).await.unwrap();
-        let first = read_http1_response(&mut tcp).await;
-        assert!(first.starts_with("HTTP/1.1 200"), "{first}");
+        let (mut tcp, _, _) = http1_after_one_request(envoy.data).await;
         stay_idle().await;
 
         start_drain(&envoy).await;
@@ -428,6 +417,18 @@ async fn http1_request_arriving_between_the_idle_check_and_the_close_is_served()
         return;
     }
     panic!("the client never wrote within {IN_WINDOW:?} of the check in 3 attempts");
+}
+
+/// A raw HTTP/1.1 connection that has had one full request answered, so the HTTP filter knows it.
+/// Returns it, its `host` and that request's bytes.
+async fn http1_after_one_request(port: u16) -> (TcpStream, String, String) {
+    let mut tcp = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    let host = format!("127.0.0.1:{port}");
+    let req = format!("GET /one HTTP/1.1\r\nhost: {host}\r\n\r\n");
+    tcp.write_all(req.as_bytes()).await.unwrap();
+    let first = read_http1_response(&mut tcp).await;
+    assert!(first.starts_with("HTTP/1.1 200"), "{first}");
+    (tcp, host, req)
 }
 
 /// Read one HTTP/1.1 response with a content-length body (bounded).
