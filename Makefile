@@ -72,6 +72,7 @@ bench-deps:
 lint:
 	cargo fmt --check
 	cargo clippy --all-targets -- -D warnings
+	RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --quiet
 
 # The in-flight table's drain protocol under the loom model checker (its own target dir: the cfg
 # changes every dependency's build).

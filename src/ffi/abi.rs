@@ -4,10 +4,10 @@
 //! `source/extensions/dynamic_modules/abi/abi.h` and checked against the symbols (and, where the
 //! header changed, the disassembly) of the official 1.38.3, 1.39.3 and 1.40.0 binaries.
 //!
-//! Every difference between Envoy versions lives here and in [`super::compat`]; the rest of the
+//! Every difference between Envoy versions lives here and in `ffi::compat`; the rest of the
 //! module calls the same Rust functions whatever Envoy it runs in.
 //!
-//! Callbacks are not linked as imports: [`init`] looks each one up in the running Envoy (`dlsym`)
+//! Callbacks are not linked as imports: `init` looks each one up in the running Envoy (`dlsym`)
 //! from `on_program_init`, after checking that this Envoy is the one the build is for. So a
 //! module loaded into the wrong Envoy says which build to use, instead of dying in the dynamic
 //! linker with `undefined symbol`, or, worse, loading and calling a callback whose shape differs.

@@ -1,5 +1,5 @@
 //! Exported bootstrap-extension hooks (all 17 are required by Envoy 1.40) and the [`EngineHost`]
-//! implementation. Everything here runs on Envoy's main thread, except [`kick_engine`], which any
+//! implementation. Everything here runs on Envoy's main thread, except `kick_engine`, which any
 //! thread may call, and the stats scans, which run on the module's scanner thread
 //! ([`crate::stats_scan`]).
 
