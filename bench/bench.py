@@ -69,7 +69,7 @@ def free_ports(n):
 # ---------------------------------------------------------------------------------------------
 # Config rendering: the same transformations the integration tests apply to the example.
 
-EXAMPLE_SETTINGS = '\'{"min_drain_duration": "5s", "quiet_period": "1s", "drain_timeout": "25s"}\''
+EXAMPLE_SETTINGS = '\'{"min_drain_duration": "5s", "quiet_period": "1s", "drain_timeout": "25s", "admin_address": "127.0.0.1:9901"}\''
 
 
 def remove_list_items(text, name):
@@ -90,12 +90,15 @@ def remove_list_items(text, name):
 def render_gateway(ports, module=True, settings=None, network_filter=True, http_filter=True):
     admin, data, control = ports
     y = open(os.path.join(ROOT, "envoy-config/gateway.yaml")).read()
-    for old, new, n in (("port_value: 9901", admin, 2), ("port_value: 10000", data, 1), ("port_value: 10001", control, 1)):
+    for old, new, n in (("port_value: 9901", admin, 1), ("port_value: 10000", data, 1), ("port_value: 10001", control, 1)):
         assert y.count(old) == n, old
         y = y.replace(old, f"port_value: {new}")
-    if settings:
-        assert y.count(EXAMPLE_SETTINGS) == 1
-        y = y.replace(EXAMPLE_SETTINGS, "'" + json.dumps(settings) + "'")
+    # The drain engine reaches the admin at its address.
+    assert y.count(EXAMPLE_SETTINGS) == 1
+    settings = dict(json.loads(EXAMPLE_SETTINGS.strip("'")), **(settings or {}))
+    settings.setdefault("admin_address", "127.0.0.1:9901")
+    settings["admin_address"] = settings["admin_address"].replace(":9901", f":{admin}")
+    y = y.replace(EXAMPLE_SETTINGS, "'" + json.dumps(settings) + "'")
     if not module:
         y = remove_list_items(y, "envoy.bootstrap.dynamic_modules")
         y = y.replace("bootstrap_extensions:\n", "")
@@ -479,7 +482,8 @@ def proxy_yaml(admin, listen, upstream, variant, tls=None):
     """A gateway proxying every request to `upstream` (HTTP/1.1 keep-alive pool)."""
     boot = ""
     if variant == "bootstrap-only" or variant.startswith("graceful_drain"):
-        settings = json.dumps({"min_drain_duration": "5s", "quiet_period": "1s", "drain_timeout": "25s"})
+        settings = json.dumps({"min_drain_duration": "5s", "quiet_period": "1s", "drain_timeout": "25s",
+                               "admin_address": f"127.0.0.1:{admin}"})
         boot = f"""bootstrap_extensions:
 - name: envoy.bootstrap.dynamic_modules
   typed_config:
@@ -564,14 +568,6 @@ def proxy_yaml(admin, listen, upstream, variant, tls=None):
       endpoints:
       - lb_endpoints:
         - endpoint: {{ address: {{ socket_address: {{ address: 127.0.0.1, port_value: {upstream} }} }} }}
-  - name: graceful_drain_admin
-    type: STATIC
-    connect_timeout: 1s
-    load_assignment:
-      cluster_name: graceful_drain_admin
-      endpoints:
-      - lb_endpoints:
-        - endpoint: {{ address: {{ socket_address: {{ address: 127.0.0.1, port_value: {admin} }} }} }}
 """
 
 

@@ -2,6 +2,7 @@
 //! Pure Rust; must not touch FFI. Every error names the field it is about, because the message ends
 //! up in Envoy's startup log and is all an operator has to fix the bootstrap.
 
+use crate::admin::AdminAddress;
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use std::fmt;
@@ -122,9 +123,6 @@ pub enum Role {
     Data,
     /// Control listener: answer `/ready`, `/drain/status` and `/drain`; nothing is counted.
     Control,
-    /// Upstream filter on the admin cluster: lets through only the drain engine's own calls
-    /// (they carry a per-process secret), so no route can reach Envoy's admin through it.
-    AdminGuard,
 }
 
 /// Byte comparison whose time does not depend on where the inputs differ (secrets).
@@ -225,20 +223,25 @@ impl FilterConfig {
             panic!("test panic requested in filter config");
         }
         let r: RawFilterConfig = parse_json("filter", raw)?;
-        let role = match r.role.as_deref() {
-            None | Some("data") => Role::Data,
-            Some("control") => Role::Control,
-            Some("admin_guard") => Role::AdminGuard,
-            Some(other) => {
-                return Err(error(
+        let role =
+            match r.role.as_deref() {
+                None | Some("data") => Role::Data,
+                Some("control") => Role::Control,
+                Some("admin_guard") => return Err(error(
                     "filter",
                     "role",
-                    format!(
-                        "unknown role {other:?}: expected \"data\", \"control\" or \"admin_guard\""
-                    ),
-                ))
-            }
-        };
+                    "role \"admin_guard\" was removed: the drain engine now calls Envoy's admin \
+                     itself (bootstrap field admin_address); delete the graceful_drain_admin \
+                     cluster and this filter",
+                )),
+                Some(other) => {
+                    return Err(error(
+                        "filter",
+                        "role",
+                        format!("unknown role {other:?}: expected \"data\" or \"control\""),
+                    ))
+                }
+            };
         let token = match (r.drain_token_file, r.drain_token_env) {
             (Some(_), Some(_)) => {
                 return Err(error(
@@ -314,23 +317,22 @@ struct RawBootstrapConfig {
     min_drain_duration: Option<String>,
     quiet_period: Option<String>,
     drain_timeout: Option<String>,
-    admin_cluster: Option<String>,
+    admin_address: Option<String>,
+    /// Removed; kept to refuse it with a message that says what replaced it.
+    admin_cluster: Option<serde::de::IgnoredAny>,
     ignored_stat_prefixes: Option<Vec<String>>,
     readiness_failure_delay: Option<String>,
     health_check_user_agents: Option<Vec<String>>,
     health_check_paths: Option<Vec<String>>,
 }
 
-/// Cluster (pointing at Envoy's own admin address) through which a drain fails Envoy's health
-/// checks, which makes every listener close HTTP/1.1 connections and send HTTP/2 GOAWAY with its
-/// next response: the drain of listeners that do not run the filter.
-pub const DEFAULT_ADMIN_CLUSTER: &str = "graceful_drain_admin";
-
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BootstrapConfig {
     pub drain: DrainSettings,
-    /// Empty: do not touch Envoy's health-check state.
-    pub admin_cluster: String,
+    /// Envoy's admin, which a drain start calls to fail Envoy's health checks and start Envoy's
+    /// drain, so listeners without the filter also close HTTP/1.1 connections and send HTTP/2
+    /// GOAWAY with their next response. `None`: Envoy's health-check state is left alone.
+    pub admin_address: Option<AdminAddress>,
     /// HTTP connection manager stat prefixes whose requests do not hold the drain (Envoy's admin:
     /// metrics scrapes and our own calls). Control listeners need no entry: the module subtracts
     /// the requests it answers itself, whatever the listener is called.
@@ -396,7 +398,7 @@ impl Default for BootstrapConfig {
     fn default() -> Self {
         BootstrapConfig {
             drain: DrainSettings::default(),
-            admin_cluster: DEFAULT_ADMIN_CLUSTER.to_string(),
+            admin_address: None,
             ignored_stat_prefixes: vec!["admin".to_string()],
             requests: RequestPolicy::default(),
         }
@@ -407,6 +409,22 @@ impl BootstrapConfig {
     pub fn parse(raw: &[u8]) -> Result<Self, ConfigError> {
         const S: &str = "bootstrap";
         let r: RawBootstrapConfig = parse_json(S, raw)?;
+        if r.admin_cluster.is_some() {
+            return Err(error(
+                S,
+                "admin_cluster",
+                "admin_cluster was removed: the drain engine now calls Envoy's admin itself; set \
+                 admin_address to the address of the bootstrap's `admin:` section (e.g. \
+                 \"127.0.0.1:9901\" or \"/tmp/envoy.admin\"), and delete the graceful_drain_admin \
+                 cluster and its admin_guard filter",
+            ));
+        }
+        let admin_address = match r.admin_address.as_deref() {
+            None | Some("") => None,
+            Some(text) => {
+                Some(AdminAddress::parse(text).map_err(|why| error(S, "admin_address", why))?)
+            }
+        };
         let d = DrainSettings::default();
         let field = |name: &str, v: Option<String>, default: Duration| match v {
             None => Ok(default),
@@ -501,7 +519,7 @@ impl BootstrapConfig {
         }
         Ok(BootstrapConfig {
             drain,
-            admin_cluster: r.admin_cluster.unwrap_or(d.admin_cluster),
+            admin_address,
             ignored_stat_prefixes: ignored,
             requests,
         })
@@ -629,15 +647,35 @@ mod tests {
     #[test]
     fn bootstrap_only_fields() {
         let d = BootstrapConfig::parse(b"").unwrap();
-        assert_eq!(d.admin_cluster, "graceful_drain_admin");
+        assert_eq!(d.admin_address, None);
         assert_eq!(d.ignored_stat_prefixes, ["admin"]);
         assert_eq!(d.requests, RequestPolicy::default());
         let c = BootstrapConfig::parse(
-            br#"{"admin_cluster":"","ignored_stat_prefixes":["admin","ops"]}"#,
+            br#"{"admin_address":"","ignored_stat_prefixes":["admin","ops"]}"#,
         )
         .unwrap();
-        assert_eq!(c.admin_cluster, "");
+        assert_eq!(c.admin_address, None);
         assert_eq!(c.ignored_stat_prefixes, ["admin", "ops"]);
+        let c = BootstrapConfig::parse(br#"{"admin_address":"127.0.0.1:9901"}"#).unwrap();
+        assert_eq!(c.admin_address, AdminAddress::parse("127.0.0.1:9901").ok());
+        let c = BootstrapConfig::parse(br#"{"admin_address":"/tmp/envoy.admin"}"#).unwrap();
+        assert_eq!(
+            c.admin_address,
+            AdminAddress::parse("/tmp/envoy.admin").ok()
+        );
+        let e = BootstrapConfig::parse(br#"{"admin_address":"localhost:9901"}"#).unwrap_err();
+        assert_eq!(e.field, "admin_address");
+        assert!(e.problem.contains("\"localhost:9901\""), "{e}");
+        // Configs written for the releases that called the admin through a cluster are refused
+        // with what to do instead, whatever the value.
+        for old in [
+            &br#"{"admin_cluster":"graceful_drain_admin"}"#[..],
+            br#"{"admin_cluster":""}"#,
+        ] {
+            let e = BootstrapConfig::parse(old).unwrap_err();
+            assert_eq!(e.field, "admin_cluster");
+            assert!(e.problem.contains("admin_address"), "{e}");
+        }
         let e = BootstrapConfig::parse(br#"{"ignored_stat_prefixes":["http.admin"]}"#).unwrap_err();
         assert_eq!(e.field, "ignored_stat_prefixes");
     }
@@ -786,6 +824,9 @@ mod tests {
         let e = FilterConfig::parse(br#"{"role":"admin"}"#).unwrap_err();
         assert_eq!(e.field, "role");
         assert!(e.problem.contains("\"admin\""), "{e}");
+        let e = FilterConfig::parse(br#"{"role":"admin_guard"}"#).unwrap_err();
+        assert_eq!(e.field, "role");
+        assert!(e.problem.contains("admin_address"), "{e}");
         let e = FilterConfig::parse(br#"{"rol":"data"}"#).unwrap_err();
         assert_eq!(e.field, "rol");
         let e = FilterConfig::parse(&[0xff, 0xfe]).unwrap_err();

@@ -71,11 +71,7 @@ pub enum HeadersAction {
 pub enum Stream {
     Data(DataStream),
     Control(ControlStream),
-    AdminGuard,
 }
-
-/// The header carrying the drain engine's per-process secret on its calls to Envoy's admin.
-pub const ADMIN_KEY_HEADER: &str = "x-graceful-drain-admin-key";
 
 impl Stream {
     /// Called when Envoy creates the filter for a new stream. Nothing is counted yet: the request
@@ -87,7 +83,6 @@ impl Stream {
                 token: token.cloned(),
                 ..ControlStream::default()
             }),
-            Role::AdminGuard => Stream::AdminGuard,
         }
     }
 
@@ -95,7 +90,6 @@ impl Stream {
         match self {
             Stream::Data(s) => s.on_request_headers(host, shared),
             Stream::Control(s) => s.on_request_headers(host, shared),
-            Stream::AdminGuard => guard_admin(host, shared),
         }
     }
 
@@ -115,7 +109,6 @@ impl Stream {
         match self {
             Stream::Data(s) => s.on_scheduled(host, shared, event),
             Stream::Control(s) => s.on_scheduled(host, shared, event),
-            Stream::AdminGuard => {}
         }
     }
 
@@ -124,7 +117,6 @@ impl Stream {
         match self {
             Stream::Data(s) => s.finish(sink, shared),
             Stream::Control(s) => s.finish(sink, shared),
-            Stream::AdminGuard => {}
         }
     }
 }
@@ -283,26 +275,6 @@ impl DataStream {
         }
         sink.metric(Metric::RequestEnded);
     }
-}
-
-/// The admin cluster's gate: only requests carrying this process's admin key pass; anything else
-/// (a client whose route picks the cluster from a header, say) gets 403 and never reaches admin.
-fn guard_admin(host: &impl StreamHost, shared: &Shared) -> HeadersAction {
-    let allowed = host.with_request_header(ADMIN_KEY_HEADER, |v| {
-        matches!((v, shared.admin_key()), (Some(v), Some(k)) if crate::config::constant_time_eq(v, k.as_bytes()))
-    });
-    if allowed {
-        return HeadersAction::Continue;
-    }
-    log::warn!(
-        "graceful_drain: a request to the admin cluster without the engine's key was refused"
-    );
-    host.send_response(
-        403,
-        &[TEXT],
-        b"graceful_drain: this cluster only carries the drain engine's calls to Envoy's admin\n",
-    );
-    HeadersAction::Stop
 }
 
 /// Whether the request is a health check by the configured policy (User-Agent prefix or path).
@@ -993,30 +965,5 @@ mod tests {
         control(None).on_request_headers(&ready, &shared);
         assert_eq!(ready.status(), Some(503));
         s.finish(&h, &shared);
-    }
-
-    #[test]
-    fn the_admin_guard_lets_only_the_engines_calls_through() {
-        let Fixture { shared, .. } = fixture(Some(fast()));
-        let guard = || Stream::new(Role::AdminGuard, None);
-        let outsider = FakeHost::request("POST", "/quitquitquit");
-        assert_eq!(
-            guard().on_request_headers(&outsider, &shared),
-            HeadersAction::Stop
-        );
-        assert_eq!(outsider.status(), Some(403));
-        shared.set_admin_key("k3y".into());
-        let wrong = FakeHost::request("POST", "/quitquitquit").with_header(ADMIN_KEY_HEADER, "k3z");
-        assert_eq!(
-            guard().on_request_headers(&wrong, &shared),
-            HeadersAction::Stop
-        );
-        let engine =
-            FakeHost::request("POST", "/healthcheck/fail").with_header(ADMIN_KEY_HEADER, "k3y");
-        assert_eq!(
-            guard().on_request_headers(&engine, &shared),
-            HeadersAction::Continue
-        );
-        assert!(engine.responses.borrow().is_empty());
     }
 }

@@ -16,6 +16,7 @@
 //! - [`control`]: routing and bodies of the control endpoints (pure).
 #![deny(unsafe_code)]
 
+pub mod admin;
 pub mod bootstrap;
 pub mod clock;
 pub mod config;

@@ -205,8 +205,6 @@ pub struct Shared {
     policy: OnceLock<RequestPolicy>,
     /// When readiness fails (clock nanos), set at drain start; 0 while serving.
     readiness_fails_at: AtomicU64,
-    /// The secret the engine's admin calls carry (checked by the admin cluster's guard).
-    admin_key: OnceLock<String>,
     hooks: Hooks,
 }
 
@@ -224,7 +222,6 @@ impl Shared {
             drain: Mutex::new(None),
             policy: OnceLock::new(),
             readiness_fails_at: AtomicU64::new(0),
-            admin_key: OnceLock::new(),
             hooks,
         }
     }
@@ -246,15 +243,6 @@ impl Shared {
 
     pub fn settings(&self) -> Option<DrainSettings> {
         lock(&self.drain).as_ref().map(|d| d.settings())
-    }
-
-    /// Set the per-process admin key (once; later calls change nothing).
-    pub fn set_admin_key(&self, key: String) {
-        let _ = self.admin_key.set(key);
-    }
-
-    pub fn admin_key(&self) -> Option<&str> {
-        self.admin_key.get().map(String::as_str)
     }
 
     /// Install the request policy (bootstrap config); the first install wins.

@@ -56,8 +56,8 @@ fn data_listener(name: &str, port: u16, with_filter: bool) -> serde_json::Value 
     })
 }
 
-/// A Kourier-like gateway: listeners from a file-based LDS source, the graceful_drain bootstrap
-/// extension (unless `with_module` is false) and the admin cluster it drains through.
+/// A Kourier-like gateway: listeners from a file-based LDS source and the graceful_drain bootstrap
+/// extension (unless `with_module` is false), which drains through the admin's address.
 /// `filter_listener`: also serve a second LDS listener with the filter on it (mixed mode).
 fn xds_gateway(
     dir: &std::path::Path,
@@ -73,18 +73,20 @@ fn xds_gateway(
     let lds = dir.join("lds.json");
     std::fs::write(&lds, json!({ "resources": resources }).to_string()).unwrap();
     let ext = if with_module {
-        r#"bootstrap_extensions:
+        format!(
+            r#"bootstrap_extensions:
 - name: envoy.bootstrap.dynamic_modules
   typed_config:
     "@type": type.googleapis.com/envoy.extensions.bootstrap.dynamic_modules.v3.DynamicModuleBootstrapExtension
-    dynamic_module_config: { name: graceful_drain, do_not_close: true, metrics_namespace: graceful_drain }
+    dynamic_module_config: {{ name: graceful_drain, do_not_close: true, metrics_namespace: graceful_drain }}
     extension_name: graceful_drain
     extension_config:
       "@type": type.googleapis.com/google.protobuf.StringValue
-      value: '{"min_drain_duration": "300ms", "quiet_period": "200ms", "drain_timeout": "10s"}'
+      value: '{{"min_drain_duration": "300ms", "quiet_period": "200ms", "drain_timeout": "10s", "admin_address": "127.0.0.1:{admin}"}}'
 "#
+        )
     } else {
-        ""
+        String::new()
     };
     format!(
         r#"node: {{ id: gateway, cluster: gateway }}
@@ -94,16 +96,6 @@ admin:
   lds_config:
     resource_api_version: V3
     path_config_source: {{ path: {lds} }}
-static_resources:
-  clusters:
-  - name: graceful_drain_admin
-    type: STATIC
-    connect_timeout: 1s
-    load_assignment:
-      cluster_name: graceful_drain_admin
-      endpoints:
-      - lb_endpoints:
-        - endpoint: {{ address: {{ socket_address: {{ address: 127.0.0.1, port_value: {admin} }} }} }}
 "#,
         lds = lds.display()
     )

@@ -193,7 +193,7 @@ async fn http2_gets_goaway_at_drain_start_while_streams_complete() {
 async fn http2_whose_latest_stream_ended_still_gets_goaway_at_drain_start() {
     let envoy = Envoy::start(Options {
         // Envoy's own drain-close off: only the module can send the GOAWAY early.
-        bootstrap_extra: Some(r#""admin_cluster": """#),
+        bootstrap_extra: Some(r#""admin_address": """#),
         ..Options::default()
     })
     .await;

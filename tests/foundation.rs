@@ -292,6 +292,25 @@ async fn bad_config_makes_envoy_refuse_to_start_naming_the_field() {
             good.replace(r#"'{"role": "control"}'"#, r#"'{"role": "control", "x": 1}'"#),
             "invalid graceful_drain filter config: field `x`: unknown field",
         ),
+        (
+            good.replace(
+                &format!(r#""admin_address": "127.0.0.1:{}""#, p[0]),
+                &format!(r#""admin_address": "localhost:{}""#, p[0]),
+            ),
+            "invalid graceful_drain bootstrap config: field `admin_address`: \"localhost:",
+        ),
+        // Configs written for the releases that reached the admin through a cluster.
+        (
+            good.replace(
+                &format!(r#""admin_address": "127.0.0.1:{}""#, p[0]),
+                r#""admin_cluster": "graceful_drain_admin""#,
+            ),
+            "field `admin_cluster`: admin_cluster was removed",
+        ),
+        (
+            good.replace(r#"'{"role": "data"}'"#, r#"'{"role": "admin_guard"}'"#),
+            "field `role`: role \"admin_guard\" was removed",
+        ),
     ];
     for (yaml, expected) in cases {
         assert_ne!(yaml, good, "case did not change the config: {expected}");

@@ -514,13 +514,13 @@ enum Wake {
 }
 
 /// The drain start racing request starts, with requests in flight on every worker and Envoy's
-/// own drain-close off (`admin_cluster: ""`), so only the module's wake-up can tell an in-flight
+/// own drain-close off (`admin_address: ""`), so only the module's wake-up can tell an in-flight
 /// connection to go away. `faults` runs the test-fault build (to prove the checks can fail).
 async fn race_drain_start(concurrency: u32, wake: Wake, faults: Option<&str>) -> RaceReport {
     let envoy = Envoy::start(Options {
         concurrency,
         network_filter: wake == Wake::ByConnection,
-        bootstrap_extra: Some(r#""admin_cluster": """#),
+        bootstrap_extra: Some(r#""admin_address": """#),
         panic_test_module: faults.is_some(),
         env: faults
             .map(|f| vec![("GRACEFUL_DRAIN_TEST_FAULTS".to_string(), f.to_string())])

@@ -359,27 +359,21 @@ fn rendered_bootstrap_keeps_what_kourier_relies_on() {
         })
         .map(|c| &c["name"])
         .collect();
-    assert_eq!(added_clusters, [&json!("graceful_drain_admin")]);
+    assert!(
+        added_clusters.is_empty(),
+        "clusters added: {added_clusters:?}"
+    );
     let mut keys: Vec<&String> = b.as_object().unwrap().keys().collect();
     keys.retain(|k| s.get(k.as_str()).is_none());
     assert_eq!(keys, ["bootstrap_extensions"], "new top-level sections");
     assert_eq!(b.as_object().unwrap().len(), s.as_object().unwrap().len());
 
-    // Bootstrap-only mode: the drain fails Envoy's health checks through its own admin cluster,
-    // which reaches the admin socket behind the guard; Kourier's xDS listeners get no filter.
+    // Bootstrap-only mode: the drain fails Envoy's health checks through the admin's unix
+    // socket; Kourier's xDS listeners get no filter.
     let settings = module_settings(&b);
-    let admin_cluster = settings["admin_cluster"].as_str().expect("admin_cluster");
-    let cluster = named(&b["static_resources"]["clusters"], admin_cluster).expect("admin cluster");
     assert_eq!(
-        cluster["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"]["address"],
-        b["admin"]["address"],
-        "{admin_cluster} must reach the admin"
-    );
-    assert!(
-        cluster
-            .to_string()
-            .contains(r#"{\"role\": \"admin_guard\"}"#),
-        "{admin_cluster} must be guarded: {cluster}"
+        settings["admin_address"], b["admin"]["address"]["pipe"]["path"],
+        "admin_address must be the admin's socket"
     );
     // Requests on the stats listener do not hold a drain (the control listener's are taken out
     // by the module itself, whatever its name).
@@ -548,7 +542,7 @@ async fn start_gateway(mut b: Value, upstream: u16) -> Gateway {
         let name = c["name"].as_str().unwrap().to_string();
         let endpoint = &mut c["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"];
         match name.as_str() {
-            "service_stats" | "graceful_drain_admin" => {
+            "service_stats" => {
                 assert_eq!(endpoint["address"]["pipe"]["path"], "/tmp/envoy.admin");
                 endpoint["address"]["pipe"]["path"] = json!(socket);
             }
@@ -567,6 +561,8 @@ async fn start_gateway(mut b: Value, upstream: u16) -> Gateway {
         settings["min_drain_duration"] = json!(format!("{}ms", MIN_DRAIN.as_millis()));
         settings["quiet_period"] = json!(format!("{}ms", QUIET.as_millis()));
         settings["drain_timeout"] = json!("10s");
+        assert_eq!(settings["admin_address"], "/tmp/envoy.admin");
+        settings["admin_address"] = json!(socket);
         b["bootstrap_extensions"][0]["typed_config"]["extension_config"]["value"] =
             json!(settings.to_string());
     }
@@ -675,7 +671,7 @@ async fn rendered_bootstrap_drains_kourier_listeners_without_losing_a_request() 
     let t0 = Instant::now();
     envoy.sigterm();
     // The module's readiness turns 503, and so does Kourier's /ready on 9000 (the drain failed
-    // Envoy's health checks through graceful_drain_admin, over the admin socket).
+    // Envoy's health checks through the admin socket).
     eventually("readiness probe 503", Duration::from_secs(3), || async {
         (status(control, "/ready", &[]).await == Some(503)).then_some(())
     })

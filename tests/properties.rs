@@ -19,10 +19,11 @@ fn cfg() -> ProptestConfig {
 const FIELDS: [&str; 3] = ["min_drain_duration", "quiet_period", "drain_timeout"];
 
 /// Every field either config accepts, plus the Envoy fields that carry the JSON documents.
-const ALL_BOOTSTRAP_FIELDS: [&str; 7] = [
+const ALL_BOOTSTRAP_FIELDS: [&str; 8] = [
     "min_drain_duration",
     "quiet_period",
     "drain_timeout",
+    "admin_address",
     "admin_cluster",
     "ignored_stat_prefixes",
     "readiness_failure_delay",

@@ -505,16 +505,6 @@ envoy_callbacks! {
         iterator: StatIterator,
         user_data: *mut c_void,
     );
-    /// HTTP request to a cluster; the answer arrives in `on_bootstrap_extension_http_callout_done`.
-    fn envoy_dynamic_module_callback_bootstrap_extension_http_callout(
-        config: EnvoyPtr,
-        callout_id: *mut u64,
-        cluster: Buffer,
-        headers: *mut HttpHeader,
-        headers_len: usize,
-        body: Buffer,
-        timeout_ms: u64,
-    ) -> u32;
     fn envoy_dynamic_module_callback_bootstrap_extension_config_set_gauge(
         config: EnvoyPtr,
         id: usize,

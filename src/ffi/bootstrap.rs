@@ -4,20 +4,20 @@
 //! ([`crate::stats_scan`]).
 
 use super::abi::{self, Buffer, EnvoyPtr, HttpHeader};
-use super::{define_metric, envoy_bytes, guard, module_buffer, module_headers, DefineMetric};
+use super::{define_metric, envoy_bytes, guard, module_buffer, DefineMetric};
+use crate::admin::{self, AdminAddress};
 use crate::bootstrap::{
     Engine, EngineHost, EngineMetric, ShutdownRelease, ADMIN_DRAIN_PATH, ADMIN_STATUS_PATH,
 };
 use crate::config::BootstrapConfig;
 use crate::drain::{Phase, IN_FLIGHT_RECHECK};
-use crate::http_filter::ADMIN_KEY_HEADER;
 use crate::registry::Counts;
 use crate::state::Shared;
 use crate::stats_scan::{DrainTiming, EnvoyView, Pass, ScanSource, Scanner};
 use std::cell::RefCell;
 use std::os::raw::c_void;
 use std::ptr;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -60,7 +60,7 @@ struct Extension {
     /// The stats store as the scanner reads it; its extension pointer (`be`) is set in
     /// `bootstrap_extension_new`.
     store: Arc<StatsStore>,
-    admin_cluster: String,
+    admin_address: Option<AdminAddress>,
     timer: *mut c_void,
     scheduler: *mut c_void,
     metrics: Option<Metrics>,
@@ -243,14 +243,35 @@ impl EngineHost for Extension {
     }
 
     fn fail_health_checks(&self) {
-        if self.admin_cluster.is_empty() {
+        let Some(addr) = self.admin_address.clone() else {
             return;
-        }
+        };
         // Envoy's health checks fail (every listener then drain-closes with its next response),
         // and Envoy's own drain state starts too, so its `/ready` says DRAINING like ours.
         // `skip_exit`: the listeners keep accepting; the exit stays the engine's decision.
-        for path in ["/healthcheck/fail", "/drain_listeners?graceful&skip_exit"] {
-            self.admin_call(path);
+        // On a thread of its own: the main thread never waits for the admin.
+        log::info!(
+            "graceful_drain: admin POST /healthcheck/fail and /drain_listeners?graceful&skip_exit \
+             to {addr} (every listener now sends its connections away)"
+        );
+        let spawned = std::thread::Builder::new()
+            .name("graceful_admin".into())
+            .spawn(move || {
+                for (path, meaning) in admin::DRAIN_START_CALLS {
+                    match admin::post(&addr, path, ADMIN_CALL_TIMEOUT) {
+                        Ok(200) => log::info!("graceful_drain: {meaning} (admin answered 200)"),
+                        Ok(status) => log::warn!(
+                            "graceful_drain: admin POST {path} to {addr} answered {status}"
+                        ),
+                        Err(e) => log::warn!("graceful_drain: admin POST {path} failed: {e}"),
+                    }
+                }
+            });
+        if let Err(e) = spawned {
+            log::warn!(
+                "graceful_drain: no thread for the admin calls ({e}); Envoy's health checks \
+                 stay as they are"
+            );
         }
     }
 
@@ -301,60 +322,8 @@ impl EngineHost for Extension {
     }
 }
 
-impl Extension {
-    /// POST to Envoy's admin through the admin cluster, with this process's admin key (the
-    /// cluster's guard lets nothing else through). The answer is logged by `http_callout_done`.
-    fn admin_call(&self, path: &str) {
-        let key = super::shared().admin_key().unwrap_or("");
-        let headers = [
-            (":method", "POST"),
-            (":path", path),
-            ("host", "envoy-admin"),
-            (ADMIN_KEY_HEADER, key),
-        ];
-        let mut raw = module_headers(&headers);
-        let mut id = 0u64;
-        // SAFETY: main thread, live config pointer; every buffer outlives the call (Envoy copies).
-        let r = unsafe {
-            abi::envoy_dynamic_module_callback_bootstrap_extension_http_callout(
-                self.envoy,
-                &mut id,
-                module_buffer(self.admin_cluster.as_bytes()),
-                raw.as_mut_ptr(),
-                raw.len(),
-                module_buffer(b""),
-                2000,
-            )
-        };
-        match r {
-            0 => log::info!(
-                "graceful_drain: admin POST {path} through cluster {} (every listener now sends \
-                 its connections away)",
-                self.admin_cluster
-            ),
-            2 => log::warn!(
-                "graceful_drain: no cluster {:?}: listeners without the graceful_drain filter will \
-                 not be told to close connections (add the admin cluster of the README, or set \
-                 admin_cluster to \"\" to silence this)",
-                self.admin_cluster
-            ),
-            other => log::warn!("graceful_drain: admin call {path} not started (result {other})"),
-        }
-    }
-}
-
-/// Admin guard filters configured (upstream filters with role `admin_guard`).
-pub(crate) static ADMIN_GUARDS: AtomicUsize = AtomicUsize::new(0);
-
-/// A per-process secret for the engine's admin calls, from the kernel's random source.
-fn new_admin_key() -> Option<String> {
-    use std::io::Read;
-    let mut b = [0u8; 16];
-    std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| f.read_exact(&mut b))
-        .ok()?;
-    Some(b.iter().map(|x| format!("{x:02x}")).collect())
-}
+/// Bounds the connect and each read and write of an admin call.
+const ADMIN_CALL_TIMEOUT: Duration = Duration::from_secs(2);
 
 fn define_metrics(bce: EnvoyPtr) -> Option<Metrics> {
     let gauge =
@@ -465,16 +434,8 @@ pub extern "C" fn envoy_dynamic_module_on_bootstrap_extension_config_new(
             }
         };
         let shared = super::shared();
-        if let Some(key) = new_admin_key() {
-            shared.set_admin_key(key);
-        } else {
-            log::error!(
-                "graceful_drain: no random source for the admin key; admin calls will be refused"
-            );
-        }
         shared.install_policy(cfg.requests.clone());
-        if !cfg.admin_cluster.is_empty() && !cfg.ignored_stat_prefixes.iter().any(|p| p == "admin")
-        {
+        if cfg.admin_address.is_some() && !cfg.ignored_stat_prefixes.iter().any(|p| p == "admin") {
             log::warn!(
                 "graceful_drain: ignored_stat_prefixes does not contain \"admin\": every request to \
                  Envoy's admin (metrics scrapes) will count as traffic and can hold drains until \
@@ -513,7 +474,7 @@ pub extern "C" fn envoy_dynamic_module_on_bootstrap_extension_config_new(
                 extension: Mutex::new(0),
                 ignored_stat_prefixes: cfg.ignored_stat_prefixes.clone(),
             }),
-            admin_cluster: cfg.admin_cluster.clone(),
+            admin_address: cfg.admin_address.clone(),
             timer,
             scheduler,
             metrics: define_metrics(bce),
@@ -597,7 +558,7 @@ pub extern "C" fn envoy_dynamic_module_on_bootstrap_extension_new(
     bcm
 }
 
-/// Every static resource exists now: check that the admin cluster is guarded.
+/// Every static resource exists now: say what a drain cannot do without the admin.
 #[no_mangle]
 pub extern "C" fn envoy_dynamic_module_on_bootstrap_extension_server_initialized(
     _be: EnvoyPtr,
@@ -608,14 +569,16 @@ pub extern "C" fn envoy_dynamic_module_on_bootstrap_extension_server_initialized
         let Some(ext) = (unsafe { extension(bm) }) else {
             return;
         };
-        if !ext.admin_cluster.is_empty() && ADMIN_GUARDS.load(Ordering::Relaxed) == 0 {
-            log::error!(
-                "graceful_drain: admin cluster {:?} has no admin_guard filter: any route that picks \
-                 its cluster from a request (cluster_header, a cluster specifier plugin) could \
-                 reach Envoy's admin through it; add the guard of the README's example to the \
-                 cluster, or set admin_cluster to \"\"",
-                ext.admin_cluster
-            );
+        if ext.admin_address.is_none() {
+            let why = "admin_address is not set: a drain will not fail Envoy's health checks, so \
+                       listeners without the graceful_drain filter send no connection away \
+                       before the exit; set admin_address to the address of the bootstrap's \
+                       `admin:` section";
+            if DATA_FILTER_LOADED.load(Ordering::Relaxed) {
+                log::info!("graceful_drain: {why}");
+            } else {
+                log::warn!("graceful_drain: {why} (no graceful_drain filter is loaded)");
+            }
         }
         // Off the main thread from here on: the first scan measures what one costs.
         ext.scanner();
@@ -744,45 +707,12 @@ pub extern "C" fn envoy_dynamic_module_on_bootstrap_extension_http_callout_done(
     _bce: EnvoyPtr,
     _bcm: *const c_void,
     _callout_id: u64,
-    result: u32,
-    headers: *const HttpHeader,
-    headers_len: usize,
+    _result: u32,
+    _headers: *const HttpHeader,
+    _headers_len: usize,
     _body: *const Buffer,
     _body_len: usize,
 ) {
-    guard("http_callout_done", (), || {
-        let mut status: &[u8] = b"?";
-        if !headers.is_null() && headers_len > 0 && headers_len < 1024 {
-            // SAFETY: Envoy passes `headers_len` valid headers, alive for this call.
-            let hs = unsafe { std::slice::from_raw_parts(headers, headers_len) };
-            for h in hs {
-                // SAFETY: each header's buffers are valid for this call.
-                let (k, v) = unsafe {
-                    (
-                        envoy_bytes(Buffer {
-                            ptr: h.key_ptr,
-                            len: h.key_len,
-                        }),
-                        envoy_bytes(Buffer {
-                            ptr: h.value_ptr,
-                            len: h.value_len,
-                        }),
-                    )
-                };
-                if k == b":status" {
-                    status = v;
-                }
-            }
-        }
-        let status = String::from_utf8_lossy(status);
-        if result == 0 && status == "200" {
-            log::info!("graceful_drain: Envoy's health checks now fail (admin answered 200)");
-        } else {
-            log::warn!(
-                "graceful_drain: /healthcheck/fail callout: result {result}, status {status}"
-            );
-        }
-    })
 }
 
 #[no_mangle]

@@ -409,11 +409,6 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_config_new(
                         DataMetrics::define(ce)
                     }
                     Role::Control => None,
-                    Role::AdminGuard => {
-                        super::bootstrap::ADMIN_GUARDS
-                            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                        None
-                    }
                 };
                 log::info!(
                     "graceful_drain: filter config loaded (role={:?}{})",

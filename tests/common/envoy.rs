@@ -189,7 +189,8 @@ pub struct Options {
     pub panic_test_module: bool,
     /// Route `/upstream/...` on the data listener to a test server on this port.
     pub test_upstream: Option<u16>,
-    /// Extra fields for the bootstrap extension's JSON, e.g. `"admin_cluster": ""`.
+    /// Extra fields for the bootstrap extension's JSON, e.g. `"admin_address": ""` (which
+    /// replaces the example's admin address).
     pub bootstrap_extra: Option<&'static str>,
     /// Replaces `--use-dynamic-base-id` (e.g. `--base-id N --restart-epoch E` for hot restart).
     pub base_args: Option<Vec<String>>,
@@ -219,8 +220,7 @@ impl Default for Options {
     }
 }
 
-const EXAMPLE_SETTINGS: &str =
-    r#"'{"min_drain_duration": "5s", "quiet_period": "1s", "drain_timeout": "25s"}'"#;
+const EXAMPLE_SETTINGS: &str = r#"'{"min_drain_duration": "5s", "quiet_period": "1s", "drain_timeout": "25s", "admin_address": "127.0.0.1:9901"}'"#;
 
 fn replace_once(text: &str, from: &str, to: &str) -> String {
     assert_eq!(
@@ -255,27 +255,22 @@ pub fn remove_list_items(text: &str, name: &str) -> String {
 /// Render the example gateway with the given ports and options.
 pub fn render_gateway(admin: u16, data: u16, control: u16, o: &Options) -> String {
     let src = std::fs::read_to_string(repo_root().join("envoy-config/gateway.yaml")).unwrap();
-    // The admin port appears twice: the admin listener and the drain engine's admin cluster.
-    assert_eq!(
-        src.matches("port_value: 9901").count(),
-        2,
-        "admin port in gateway.yaml"
-    );
-    let mut y = src.replace("port_value: 9901", &format!("port_value: {admin}"));
+    let mut y = replace_once(&src, "port_value: 9901", &format!("port_value: {admin}"));
     y = replace_once(&y, "port_value: 10000", &format!("port_value: {data}"));
     y = replace_once(&y, "port_value: 10001", &format!("port_value: {control}"));
     let s = &o.settings;
+    // The drain engine reaches the admin at its address (unless the test sets its own).
+    let extra = match o.bootstrap_extra {
+        Some(e) if e.contains("\"admin_address\"") => format!(", {e}"),
+        Some(e) => format!(r#", "admin_address": "127.0.0.1:{admin}", {e}"#),
+        None => format!(r#", "admin_address": "127.0.0.1:{admin}""#),
+    };
     y = replace_once(
         &y,
         EXAMPLE_SETTINGS,
         &format!(
-            r#"'{{"min_drain_duration": "{}", "quiet_period": "{}", "drain_timeout": "{}"{}}}'"#,
-            s.min_drain,
-            s.quiet,
-            s.timeout,
-            o.bootstrap_extra
-                .map(|e| format!(", {e}"))
-                .unwrap_or_default()
+            r#"'{{"min_drain_duration": "{}", "quiet_period": "{}", "drain_timeout": "{}"{extra}}}'"#,
+            s.min_drain, s.quiet, s.timeout,
         ),
     );
     if let Some(c) = &o.control_config {
@@ -283,12 +278,15 @@ pub fn render_gateway(admin: u16, data: u16, control: u16, o: &Options) -> Strin
     }
     if let Some(port) = o.test_upstream {
         // A route to a test server (with a short timeout) ahead of the embedded backend, and its
-        // cluster appended to static_resources (the control listener is the file's last item).
+        // cluster appended to static_resources (the listeners are the file's last section).
         y = replace_once(
             &y,
             "              - match: { prefix: \"/\" }\n                direct_response:\n                  status: 200",
             "              - match: { prefix: \"/upstream/\" }\n                route: { cluster: test_upstream, timeout: 0.5s }\n              - match: { prefix: \"/upstream-streaming/\" }\n                route: { cluster: test_upstream, timeout: 0s }\n              - match: { prefix: \"/\" }\n                direct_response:\n                  status: 200",
         );
+        if !y.contains("\n  clusters:\n") {
+            y.push_str("  clusters:\n");
+        }
         y.push_str(&format!(
             "  - name: test_upstream\n    type: STATIC\n    connect_timeout: 1s\n    load_assignment:\n      cluster_name: test_upstream\n      endpoints:\n      - lb_endpoints:\n        - endpoint: {{ address: {{ socket_address: {{ address: 127.0.0.1, port_value: {port} }} }} }}\n"
         ));

@@ -1,0 +1,310 @@
+//! Envoy's admin interface, as the drain engine calls it when a drain starts: `POST
+//! /healthcheck/fail` (Envoy's health checks and `/ready` fail, and every listener drain-closes
+//! with its next response) and `POST /drain_listeners?graceful&skip_exit` (Envoy's own drain
+//! state starts; the listeners keep accepting). Plain HTTP/1.1 over TCP or over the admin's unix
+//! socket, on a thread of the module's own, so a slow or absent admin never blocks Envoy's main
+//! thread. No FFI.
+//!
+//! Why not Envoy's `http_callout` through a cluster that points at the admin, as earlier
+//! releases did: a callout is made on Envoy's main thread, and a dynamic-module upstream filter
+//! on that cluster (the guard that kept routes from reaching the admin through it) makes Envoy
+//! 1.38-1.40 log an `envoy_bug` ("failed to parse worker index from name", with a stack trace)
+//! and count `server.envoy_bug_failures` on every call; without the guard, any route that picks
+//! its cluster from the request could reach the admin. Calling the admin directly needs neither
+//! the cluster nor the guard.
+
+use std::fmt;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::os::unix::net::UnixStream;
+use std::time::Duration;
+
+/// Where Envoy's admin listens: the `admin.address` of the bootstrap.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AdminAddress {
+    /// `socket_address`: an IP address and a port.
+    Tcp(SocketAddr),
+    /// `pipe.path`: a file system path, or an abstract socket name written `@name` (as Envoy
+    /// writes it).
+    Unix(String),
+}
+
+impl AdminAddress {
+    /// `"127.0.0.1:9901"`, `"[::1]:9901"`, `"/tmp/envoy.admin"` or `"@envoy-admin"`.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        if text.starts_with('/') || text.starts_with('@') {
+            if text.len() < 2 || text.contains('\0') {
+                return Err(format!("{text:?} is not a unix socket path"));
+            }
+            return Ok(AdminAddress::Unix(text.to_string()));
+        }
+        text.parse::<SocketAddr>()
+            .map(AdminAddress::Tcp)
+            .map_err(|_| {
+                format!(
+                    "{text:?} is neither an IP address with a port (\"127.0.0.1:9901\", \
+                     \"[::1]:9901\") nor the path of Envoy's admin unix socket \
+                     (\"/tmp/envoy.admin\", \"@envoy-admin\"); write the address of the \
+                     bootstrap's `admin:` section"
+                )
+            })
+    }
+}
+
+impl fmt::Display for AdminAddress {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            AdminAddress::Tcp(a) => write!(f, "{a}"),
+            AdminAddress::Unix(p) => write!(f, "{p}"),
+        }
+    }
+}
+
+/// The admin calls of a drain start, in order, each with what it means once answered 200.
+pub const DRAIN_START_CALLS: [(&str, &str); 2] = [
+    ("/healthcheck/fail", "Envoy's health checks now fail"),
+    (
+        "/drain_listeners?graceful&skip_exit",
+        "Envoy's listeners now drain-close",
+    ),
+];
+
+/// `POST path` with an empty body; the status code of the answer. `timeout` bounds the connect
+/// and each read and write.
+pub fn post(addr: &AdminAddress, path: &str, timeout: Duration) -> Result<u16, String> {
+    let request = format!(
+        "POST {path} HTTP/1.1\r\nhost: envoy-admin\r\nuser-agent: graceful-drain\r\n\
+         content-length: 0\r\nconnection: close\r\n\r\n"
+    );
+    let io = |e: std::io::Error| format!("{addr}: {e}");
+    match addr {
+        AdminAddress::Tcp(a) => {
+            let s = TcpStream::connect_timeout(a, timeout).map_err(io)?;
+            s.set_read_timeout(Some(timeout)).map_err(io)?;
+            s.set_write_timeout(Some(timeout)).map_err(io)?;
+            exchange(s, &request).map_err(|e| format!("{addr}: {e}"))
+        }
+        AdminAddress::Unix(p) => {
+            let s = connect_unix(p).map_err(io)?;
+            s.set_read_timeout(Some(timeout)).map_err(io)?;
+            s.set_write_timeout(Some(timeout)).map_err(io)?;
+            exchange(s, &request).map_err(|e| format!("{addr}: {e}"))
+        }
+    }
+}
+
+fn connect_unix(path: &str) -> std::io::Result<UnixStream> {
+    match path.strip_prefix('@') {
+        Some(name) => {
+            use std::os::linux::net::SocketAddrExt;
+            let a = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes())?;
+            UnixStream::connect_addr(&a)
+        }
+        None => UnixStream::connect(path),
+    }
+}
+
+/// Send the request, read up to the end of the status line, and parse its code.
+fn exchange(mut s: impl Read + Write, request: &str) -> Result<u16, String> {
+    s.write_all(request.as_bytes()).map_err(|e| e.to_string())?;
+    let mut head = [0u8; 256];
+    let mut have = 0;
+    while have < head.len() && !head[..have].contains(&b'\n') {
+        match s.read(&mut head[have..]) {
+            Ok(0) => break,
+            Ok(n) => have += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e.to_string()),
+        }
+    }
+    parse_status(&head[..have])
+}
+
+/// The code of an HTTP/1.x status line (`HTTP/1.1 200 OK`).
+pub fn parse_status(head: &[u8]) -> Result<u16, String> {
+    let bad = || {
+        format!(
+            "not an HTTP/1 answer: {:?}",
+            String::from_utf8_lossy(&head[..head.len().min(40)])
+        )
+    };
+    let rest = head.strip_prefix(b"HTTP/1.").ok_or_else(bad)?;
+    match rest {
+        [minor, b' ', a, b, c, ..]
+            if [minor, a, b, c].iter().all(|d| d.is_ascii_digit())
+                && matches!(rest.get(5), None | Some(b' ' | b'\r')) =>
+        {
+            Ok(u16::from(a - b'0') * 100 + u16::from(b - b'0') * 10 + u16::from(c - b'0'))
+        }
+        _ => Err(bad()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::TcpListener;
+    use std::os::unix::net::UnixListener;
+    use std::thread;
+
+    /// A one-connection server: reads the request head, answers `answer`, returns the request.
+    fn serve_once(mut s: impl Read + Write, answer: &'static [u8]) -> String {
+        let mut req = Vec::new();
+        let mut buf = [0u8; 512];
+        while !req.windows(4).any(|w| w == b"\r\n\r\n") {
+            let n = s.read(&mut buf).unwrap();
+            assert!(n > 0, "client closed before the end of its request");
+            req.extend_from_slice(&buf[..n]);
+        }
+        s.write_all(answer).unwrap();
+        String::from_utf8(req).unwrap()
+    }
+
+    #[test]
+    fn addresses_are_parsed_as_envoy_writes_them() {
+        assert_eq!(
+            AdminAddress::parse("127.0.0.1:9901"),
+            Ok(AdminAddress::Tcp("127.0.0.1:9901".parse().unwrap()))
+        );
+        assert_eq!(
+            AdminAddress::parse("[::1]:9901"),
+            Ok(AdminAddress::Tcp("[::1]:9901".parse().unwrap()))
+        );
+        assert_eq!(
+            AdminAddress::parse("/tmp/envoy.admin"),
+            Ok(AdminAddress::Unix("/tmp/envoy.admin".into()))
+        );
+        assert_eq!(
+            AdminAddress::parse("@envoy-admin"),
+            Ok(AdminAddress::Unix("@envoy-admin".into()))
+        );
+        for bad in [
+            "localhost:9901",
+            "127.0.0.1",
+            "9901",
+            "",
+            "/",
+            "@",
+            "tmp/envoy.admin",
+        ] {
+            assert!(AdminAddress::parse(bad).is_err(), "{bad:?} accepted");
+        }
+    }
+
+    #[test]
+    fn status_lines_are_parsed_and_anything_else_is_refused() {
+        assert_eq!(parse_status(b"HTTP/1.1 200 OK\r\n"), Ok(200));
+        assert_eq!(
+            parse_status(b"HTTP/1.0 503 Service Unavailable\r\n"),
+            Ok(503)
+        );
+        assert_eq!(parse_status(b"HTTP/1.1 404\r\n"), Ok(404));
+        for bad in [
+            &b""[..],
+            b"HTTP/1.1",
+            b"HTTP/1.1 20",
+            b"HTTP/1.1 2000 OK\r\n",
+            b"HTTP/2 200\r\n",
+            b"SSH-2.0-OpenSSH\r\n",
+            b"HTTP/1.1 2x0 OK\r\n",
+        ] {
+            assert!(parse_status(bad).is_err(), "{bad:?} accepted");
+        }
+    }
+
+    #[test]
+    fn a_post_over_tcp_sends_one_empty_request_and_reads_the_status() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = AdminAddress::Tcp(l.local_addr().unwrap());
+        let server = thread::spawn(move || {
+            serve_once(
+                l.accept().unwrap().0,
+                b"HTTP/1.1 200 OK\r\ncontent-length: 3\r\n\r\nOK\n",
+            )
+        });
+        assert_eq!(
+            post(&addr, "/healthcheck/fail", Duration::from_secs(5)),
+            Ok(200)
+        );
+        let req = server.join().unwrap();
+        assert!(
+            req.starts_with("POST /healthcheck/fail HTTP/1.1\r\n"),
+            "{req}"
+        );
+        assert!(req.contains("content-length: 0\r\n"), "{req}");
+        assert!(req.contains("connection: close\r\n"), "{req}");
+    }
+
+    #[test]
+    fn a_post_over_a_unix_socket_and_an_abstract_one() {
+        let dir = std::env::temp_dir().join(format!("gd-admin-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("admin.sock");
+        let _ = std::fs::remove_file(&path);
+        let l = UnixListener::bind(&path).unwrap();
+        let server = thread::spawn(move || {
+            serve_once(
+                l.accept().unwrap().0,
+                b"HTTP/1.1 503 Service Unavailable\r\n\r\n",
+            )
+        });
+        let addr = AdminAddress::parse(path.to_str().unwrap()).unwrap();
+        let r = post(
+            &addr,
+            "/drain_listeners?graceful&skip_exit",
+            Duration::from_secs(5),
+        );
+        assert_eq!(r, Ok(503));
+        assert!(server
+            .join()
+            .unwrap()
+            .starts_with("POST /drain_listeners?graceful&skip_exit "));
+        std::fs::remove_dir_all(&dir).unwrap();
+
+        use std::os::linux::net::SocketAddrExt;
+        let name = format!("gd-admin-test-{}", std::process::id());
+        let a = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes()).unwrap();
+        let l = UnixListener::bind_addr(&a).unwrap();
+        let server =
+            thread::spawn(move || serve_once(l.accept().unwrap().0, b"HTTP/1.1 200 OK\r\n\r\n"));
+        let addr = AdminAddress::parse(&format!("@{name}")).unwrap();
+        assert_eq!(
+            post(&addr, "/healthcheck/fail", Duration::from_secs(5)),
+            Ok(200)
+        );
+        server.join().unwrap();
+    }
+
+    #[test]
+    fn an_absent_or_silent_admin_is_an_error_within_the_timeout() {
+        // Nothing listens on a port just released.
+        let port = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap();
+        let err = post(
+            &AdminAddress::Tcp(port),
+            "/healthcheck/fail",
+            Duration::from_secs(2),
+        );
+        assert!(
+            err.as_ref().is_err_and(|e| e.contains(&port.to_string())),
+            "{err:?}"
+        );
+        let missing = AdminAddress::Unix("/nonexistent/graceful-drain/admin.sock".into());
+        assert!(post(&missing, "/healthcheck/fail", Duration::from_secs(2)).is_err());
+
+        // A peer that accepts and never answers: the read timeout ends the call.
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = AdminAddress::Tcp(l.local_addr().unwrap());
+        let t0 = std::time::Instant::now();
+        let err = post(&addr, "/healthcheck/fail", Duration::from_millis(300));
+        assert!(err.is_err(), "{err:?}");
+        assert!(
+            t0.elapsed() < Duration::from_secs(5),
+            "took {:?}",
+            t0.elapsed()
+        );
+        drop(l);
+    }
+}
