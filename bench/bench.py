@@ -963,6 +963,8 @@ def render_scale(ports, clusters, module=True, filter_on_data=True, settings=Non
         f"    load_assignment:\n      cluster_name: scale_{i}\n      endpoints:\n"
         f"      - lb_endpoints:\n        - endpoint: {{ address: {{ socket_address: {{ address: 127.0.0.1, port_value: {ports[0]} }} }} }}\n"
         for i in range(clusters))
+    if "\n  clusters:\n" not in y:
+        extra = "  clusters:\n" + extra
     return y.rstrip("\n") + "\n" + extra
 
 

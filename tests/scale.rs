@@ -30,6 +30,9 @@ fn large_gateway(p: &[u16], filter_on_data: bool) -> String {
         let (data, rest) = y.split_at(at);
         y = remove_list_items(data, "envoy.filters.http.dynamic_modules") + rest;
     }
+    if !y.contains("\n  clusters:\n") {
+        y.push_str("  clusters:\n");
+    }
     for i in 0..CLUSTERS {
         y.push_str(&format!(
             "  - name: scale_{i}\n    type: STATIC\n    connect_timeout: 1s\n    load_assignment:\n      cluster_name: scale_{i}\n      endpoints:\n      - lb_endpoints:\n        - endpoint: {{ address: {{ socket_address: {{ address: 127.0.0.1, port_value: {} }} }} }}\n",
