@@ -722,6 +722,9 @@ async fn stock_kourier_bootstrap_loses_in_flight_requests_on_sigterm() {
         internal,
         ..
     } = start_gateway(stock().bootstrap(), upstream.port).await;
+    // Kourier's runtime layer sets a guard Envoy has removed, which Envoy reports as a bug (the
+    // overlay leaves that layer out).
+    envoy.expect_envoy_bug("override_request_timeout_by_gateway_timeout");
     let mut tasks = Vec::new();
     for port in [external, external, internal] {
         tasks.push(tokio::spawn(async move {

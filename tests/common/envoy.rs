@@ -315,6 +315,9 @@ pub struct Envoy {
     log_path: PathBuf,
     exit: Option<(ExitStatus, Instant)>,
     kept: Vec<TempDir>,
+    /// Envoy bugs this test expects (a substring of each `envoy bug failure` line), from a
+    /// configuration that is not ours; any other one fails the test.
+    expected_bugs: Vec<&'static str>,
 }
 
 impl Envoy {
@@ -372,6 +375,7 @@ impl Envoy {
             log_path,
             exit: None,
             kept: Vec::new(),
+            expected_bugs: Vec::new(),
         };
         e.wait_ready().await;
         e
@@ -457,6 +461,11 @@ impl Envoy {
         None
     }
 
+    /// Accept an Envoy bug report containing `substring` (a configuration that is not ours).
+    pub fn expect_envoy_bug(&mut self, substring: &'static str) {
+        self.expected_bugs.push(substring);
+    }
+
     pub fn log(&self) -> String {
         std::fs::read_to_string(&self.log_path).unwrap_or_default()
     }
@@ -509,14 +518,29 @@ impl Drop for Envoy {
             let _ = self.child.kill();
             let _ = self.child.wait();
         }
+        let log = self.log();
         if std::thread::panicking() {
-            let log = self.log();
             let tail: Vec<&str> = log.lines().rev().take(80).collect();
             eprintln!(
                 "---- envoy log (last {} lines) ----\n{}",
                 tail.len(),
                 tail.into_iter().rev().collect::<Vec<_>>().join("\n")
             );
+            return;
         }
+        // Whatever the test asserted, Envoy must not have flagged a bug of its own
+        // (`ENVOY_BUG`: logged, counted in `server.envoy_bug_failures`, fatal in debug builds).
+        // Each report is an `envoy bug failure` line followed by its stack trace.
+        let bugs: Vec<&str> = log
+            .lines()
+            .filter(|l| l.contains("][envoy_bug]") && l.contains("envoy bug failure"))
+            .filter(|l| !self.expected_bugs.iter().any(|e| l.contains(e)))
+            .take(20)
+            .collect();
+        assert!(
+            bugs.is_empty(),
+            "Envoy reported a bug during this test:\n{}",
+            bugs.join("\n")
+        );
     }
 }
