@@ -17,7 +17,7 @@ use std::fmt;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::os::unix::net::UnixStream;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Where Envoy's admin listens: the `admin.address` of the bootstrap.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -30,26 +30,38 @@ pub enum AdminAddress {
 }
 
 impl AdminAddress {
-    /// `"127.0.0.1:9901"`, `"[::1]:9901"`, `"/tmp/envoy.admin"` or `"@envoy-admin"`.
+    /// `"127.0.0.1:9901"`, `"[::1]:9901"`, `"/tmp/envoy.admin"` or `"@envoy-admin"`. What a
+    /// connect would refuse later is refused here, so a mistake stops Envoy at start rather than
+    /// showing at the first drain.
     pub fn parse(text: &str) -> Result<Self, String> {
         if text.starts_with('/') || text.starts_with('@') {
-            if text.len() < 2 || text.contains('\0') {
-                return Err(format!("{text:?} is not a unix socket path"));
+            if text.len() < 2
+                || text.len() > MAX_UNIX_PATH
+                || text.contains('\0')
+                || text.trim_end() != text
+            {
+                return Err(format!(
+                    "{text:?} is not a unix socket path (2 to {MAX_UNIX_PATH} bytes, no NUL, \
+                     no trailing space)"
+                ));
             }
             return Ok(AdminAddress::Unix(text.to_string()));
         }
-        text.parse::<SocketAddr>()
-            .map(AdminAddress::Tcp)
-            .map_err(|_| {
-                format!(
-                    "{text:?} is neither an IP address with a port (\"127.0.0.1:9901\", \
-                     \"[::1]:9901\") nor the path of Envoy's admin unix socket \
-                     (\"/tmp/envoy.admin\", \"@envoy-admin\"); write the address of the \
-                     bootstrap's `admin:` section"
-                )
-            })
+        match text.parse::<SocketAddr>() {
+            Ok(a) if a.port() == 0 => Err(format!("{text:?} has port 0")),
+            Ok(a) => Ok(AdminAddress::Tcp(a)),
+            Err(_) => Err(format!(
+                "{text:?} is neither an IP address with a port (\"127.0.0.1:9901\", \
+                 \"[::1]:9901\") nor the path of Envoy's admin unix socket \
+                 (\"/tmp/envoy.admin\", \"@envoy-admin\"); write the address of the \
+                 bootstrap's `admin:` section"
+            )),
+        }
     }
 }
+
+/// Longest unix socket path a `sockaddr_un` holds (108 bytes with the final NUL).
+const MAX_UNIX_PATH: usize = 107;
 
 impl fmt::Display for AdminAddress {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -69,27 +81,42 @@ pub const DRAIN_START_CALLS: [(&str, &str); 2] = [
     ),
 ];
 
-/// `POST path` with an empty body; the status code of the answer. `timeout` bounds the connect
-/// and each read and write.
+/// `POST path` with an empty body; the status code of the answer. `timeout` bounds the whole
+/// call: the connect (a unix connect only waits when the admin's accept queue is full), the
+/// write, and every read up to the status line.
 pub fn post(addr: &AdminAddress, path: &str, timeout: Duration) -> Result<u16, String> {
+    let deadline = Instant::now() + timeout;
     let request = format!(
         "POST {path} HTTP/1.1\r\nhost: envoy-admin\r\nuser-agent: graceful-drain\r\n\
          content-length: 0\r\nconnection: close\r\n\r\n"
     );
-    let io = |e: std::io::Error| format!("{addr}: {e}");
-    match addr {
+    let io = |e: std::io::Error| format!("{addr}: {}", describe(&e, timeout));
+    let answer = match addr {
         AdminAddress::Tcp(a) => {
             let s = TcpStream::connect_timeout(a, timeout).map_err(io)?;
-            s.set_read_timeout(Some(timeout)).map_err(io)?;
-            s.set_write_timeout(Some(timeout)).map_err(io)?;
-            exchange(s, &request).map_err(|e| format!("{addr}: {e}"))
+            exchange(s, &request, deadline, timeout, |s, t| {
+                s.set_read_timeout(t)?;
+                s.set_write_timeout(t)
+            })
         }
         AdminAddress::Unix(p) => {
             let s = connect_unix(p).map_err(io)?;
-            s.set_read_timeout(Some(timeout)).map_err(io)?;
-            s.set_write_timeout(Some(timeout)).map_err(io)?;
-            exchange(s, &request).map_err(|e| format!("{addr}: {e}"))
+            exchange(s, &request, deadline, timeout, |s, t| {
+                s.set_read_timeout(t)?;
+                s.set_write_timeout(t)
+            })
         }
+    };
+    answer.map_err(|e| format!("{addr}: {e}"))
+}
+
+/// An I/O error in words an operator reads: a timeout says so.
+fn describe(e: &std::io::Error, timeout: Duration) -> String {
+    match e.kind() {
+        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => {
+            format!("no answer within {timeout:?}")
+        }
+        _ => e.to_string(),
     }
 }
 
@@ -104,17 +131,36 @@ fn connect_unix(path: &str) -> std::io::Result<UnixStream> {
     }
 }
 
-/// Send the request, read up to the end of the status line, and parse its code.
-fn exchange(mut s: impl Read + Write, request: &str) -> Result<u16, String> {
-    s.write_all(request.as_bytes()).map_err(|e| e.to_string())?;
+/// Send the request, read up to the end of the status line, and parse its code, all before
+/// `deadline`: `set_timeouts` gives the socket what is left of it before each step.
+fn exchange<S: Read + Write>(
+    mut s: S,
+    request: &str,
+    deadline: Instant,
+    timeout: Duration,
+    set_timeouts: impl Fn(&S, Option<Duration>) -> std::io::Result<()>,
+) -> Result<u16, String> {
+    let err = |e: std::io::Error| describe(&e, timeout);
+    let arm = |s: &S| {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            // A zero timeout would mean "none" to the socket.
+            return Err(err(std::io::ErrorKind::TimedOut.into()));
+        }
+        set_timeouts(s, Some(left)).map_err(err)
+    };
+    arm(&s)?;
+    s.write_all(request.as_bytes()).map_err(err)?;
     let mut head = [0u8; 256];
     let mut have = 0;
     while have < head.len() && !head[..have].contains(&b'\n') {
+        arm(&s)?;
         match s.read(&mut head[have..]) {
+            Ok(0) if have == 0 => return Err("closed the connection without answering".into()),
             Ok(0) => break,
             Ok(n) => have += n,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e.to_string()),
+            Err(e) => return Err(err(e)),
         }
     }
     parse_status(&head[..have])
@@ -178,17 +224,24 @@ mod tests {
             AdminAddress::parse("@envoy-admin"),
             Ok(AdminAddress::Unix("@envoy-admin".into()))
         );
+        let long = format!("/{}", "x".repeat(MAX_UNIX_PATH));
         for bad in [
             "localhost:9901",
             "127.0.0.1",
+            "127.0.0.1:0",
             "9901",
             "",
             "/",
             "@",
             "tmp/envoy.admin",
+            "/tmp/envoy.admin ",
+            " 127.0.0.1:9901",
+            "::1:9901",
+            &long,
         ] {
             assert!(AdminAddress::parse(bad).is_err(), "{bad:?} accepted");
         }
+        assert!(AdminAddress::parse(&long[..MAX_UNIX_PATH]).is_ok());
     }
 
     #[test]
@@ -294,17 +347,31 @@ mod tests {
         let missing = AdminAddress::Unix("/nonexistent/graceful-drain/admin.sock".into());
         assert!(post(&missing, "/healthcheck/fail", Duration::from_secs(2)).is_err());
 
-        // A peer that accepts and never answers: the read timeout ends the call.
+        // A peer that accepts and never answers: the deadline ends the call, and says so.
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = AdminAddress::Tcp(l.local_addr().unwrap());
         let t0 = std::time::Instant::now();
         let err = post(&addr, "/healthcheck/fail", Duration::from_millis(300));
-        assert!(err.is_err(), "{err:?}");
+        assert!(
+            err.as_ref().is_err_and(|e| e.contains("no answer within")),
+            "{err:?}"
+        );
         assert!(
             t0.elapsed() < Duration::from_secs(5),
             "took {:?}",
             t0.elapsed()
         );
         drop(l);
+
+        // A peer that reads the request and closes without a byte of answer.
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = AdminAddress::Tcp(l.local_addr().unwrap());
+        let server = thread::spawn(move || serve_once(l.accept().unwrap().0, b""));
+        let err = post(&addr, "/healthcheck/fail", Duration::from_secs(5));
+        assert!(
+            err.as_ref().is_err_and(|e| e.contains("without answering")),
+            "{err:?}"
+        );
+        server.join().unwrap();
     }
 }

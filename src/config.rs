@@ -311,6 +311,11 @@ impl Default for DrainSettings {
 /// Longest accepted duration: a drain longer than an hour is a configuration mistake.
 pub const MAX_DURATION: Duration = Duration::from_secs(3600);
 
+/// True for a field that is present, whatever its value (`null` included).
+fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<bool, D::Error> {
+    serde::de::IgnoredAny::deserialize(d).map(|_| true)
+}
+
 #[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields)]
 struct RawBootstrapConfig {
@@ -318,8 +323,10 @@ struct RawBootstrapConfig {
     quiet_period: Option<String>,
     drain_timeout: Option<String>,
     admin_address: Option<String>,
-    /// Removed; kept to refuse it with a message that says what replaced it.
-    admin_cluster: Option<serde::de::IgnoredAny>,
+    /// Removed; kept to refuse it (whatever its value, `null` included) with a message that
+    /// says what replaced it.
+    #[serde(default, deserialize_with = "present")]
+    admin_cluster: bool,
     ignored_stat_prefixes: Option<Vec<String>>,
     readiness_failure_delay: Option<String>,
     health_check_user_agents: Option<Vec<String>>,
@@ -409,7 +416,7 @@ impl BootstrapConfig {
     pub fn parse(raw: &[u8]) -> Result<Self, ConfigError> {
         const S: &str = "bootstrap";
         let r: RawBootstrapConfig = parse_json(S, raw)?;
-        if r.admin_cluster.is_some() {
+        if r.admin_cluster {
             return Err(error(
                 S,
                 "admin_cluster",
@@ -671,6 +678,7 @@ mod tests {
         for old in [
             &br#"{"admin_cluster":"graceful_drain_admin"}"#[..],
             br#"{"admin_cluster":""}"#,
+            br#"{"admin_cluster":null}"#,
         ] {
             let e = BootstrapConfig::parse(old).unwrap_err();
             assert_eq!(e.field, "admin_cluster");

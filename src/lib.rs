@@ -13,6 +13,7 @@
 //! - [`connections`]: downstream connections seen by the network filter; tells idle ones at drain start.
 //! - [`drain`]: the pure drain state machine; time is passed in.
 //! - [`config`]: configuration parsing and validation with messages that name the field.
+//! - [`admin`]: the drain start's calls to Envoy's admin, on a thread of the module's own.
 //! - [`control`]: routing and bodies of the control endpoints (pure).
 #![deny(unsafe_code)]
 

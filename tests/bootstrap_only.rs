@@ -163,7 +163,7 @@ async fn sigterm_drains_without_the_filter(mut envoy: Envoy) {
 
     let t0 = Instant::now();
     envoy.sigterm();
-    // The engine fails Envoy's health checks through the admin cluster.
+    // The engine fails Envoy's health checks through the admin's address.
     eventually("health checks failed", Duration::from_secs(3), || async {
         envoy
             .log()

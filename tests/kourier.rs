@@ -371,8 +371,9 @@ fn rendered_bootstrap_keeps_what_kourier_relies_on() {
     // Bootstrap-only mode: the drain fails Envoy's health checks through the admin's unix
     // socket; Kourier's xDS listeners get no filter.
     let settings = module_settings(&b);
+    assert_eq!(settings["admin_address"], "/tmp/envoy.admin");
     assert_eq!(
-        settings["admin_address"], b["admin"]["address"]["pipe"]["path"],
+        b["admin"]["address"]["pipe"]["path"], "/tmp/envoy.admin",
         "admin_address must be the admin's socket"
     );
     // Requests on the stats listener do not hold a drain (the control listener's are taken out

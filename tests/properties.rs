@@ -85,13 +85,13 @@ proptest! {
     /// always names one of the keys (never the document as a whole).
     #[test]
     fn wrong_types_and_duplicates_name_the_field(
-        entries in proptest::collection::vec((0usize..5, prop_oneof![
+        entries in proptest::collection::vec((0usize..6, prop_oneof![
             Just("1".to_string()), Just("true".to_string()), Just("null".to_string()),
             Just("[\"5s\"]".to_string()), Just("{}".to_string()), Just("\"5s\"".to_string()),
             Just("\"x\"".to_string()),
         ]), 1..5)
     ) {
-        let keys = &ALL_BOOTSTRAP_FIELDS[..5];
+        let keys = &ALL_BOOTSTRAP_FIELDS[..6];
         let body: Vec<String> = entries.iter().map(|(k, v)| format!("\"{}\": {}", keys[*k], v)).collect();
         let json = format!("{{{}}}", body.join(", "));
         if let Err(e) = BootstrapConfig::parse(json.as_bytes()) {

@@ -317,10 +317,12 @@ async fn the_drain_start_calls_the_admin_and_envoy_reports_no_bug() {
     assert_eq!(envoy.stat("server.envoy_bug_failures").await, Some(0));
     assert!(!envoy.log().contains("envoy_bug"), "{}", envoy.log());
 
-    // Nothing listens at the configured admin address.
-    let nobody = free_ports(1)[0];
+    // Nothing listens at the configured admin address (a socket path no process has: a free
+    // TCP port could be taken meanwhile by another test's Envoy, whose health this would fail).
+    let nobody = std::env::temp_dir().join(format!("gd-no-admin-{}.sock", std::process::id()));
+    assert!(!nobody.exists());
     let extra: &'static str =
-        Box::leak(format!(r#""admin_address": "127.0.0.1:{nobody}""#).into_boxed_str());
+        Box::leak(format!(r#""admin_address": "{}""#, nobody.display()).into_boxed_str());
     let lost = Envoy::start(Options {
         bootstrap_extra: Some(extra),
         ..options()

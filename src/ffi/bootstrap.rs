@@ -252,7 +252,7 @@ impl EngineHost for Extension {
         // On a thread of its own: the main thread never waits for the admin.
         log::info!(
             "graceful_drain: admin POST /healthcheck/fail and /drain_listeners?graceful&skip_exit \
-             to {addr} (every listener now sends its connections away)"
+             to {addr}"
         );
         let spawned = std::thread::Builder::new()
             .name("graceful_admin".into())
