@@ -96,7 +96,6 @@ def render_gateway(ports, module=True, settings=None, network_filter=True, http_
     # The drain engine reaches the admin at its address.
     assert y.count(EXAMPLE_SETTINGS) == 1
     settings = dict(json.loads(EXAMPLE_SETTINGS.strip("'")), **(settings or {}))
-    settings.setdefault("admin_address", "127.0.0.1:9901")
     settings["admin_address"] = settings["admin_address"].replace(":9901", f":{admin}")
     y = y.replace(EXAMPLE_SETTINGS, "'" + json.dumps(settings) + "'")
     if not module:

@@ -5,7 +5,9 @@
 mod common;
 
 use common::clients::{self, H1Conn};
-use common::envoy::{remove_list_items, render_gateway, Envoy, Options, Settings};
+use common::envoy::{
+    push_static_clusters, remove_list_items, render_gateway, Envoy, Options, Settings,
+};
 use common::{eventually, free_ports};
 use std::time::{Duration, Instant};
 
@@ -30,15 +32,7 @@ fn large_gateway(p: &[u16], filter_on_data: bool) -> String {
         let (data, rest) = y.split_at(at);
         y = remove_list_items(data, "envoy.filters.http.dynamic_modules") + rest;
     }
-    if !y.contains("\n  clusters:\n") {
-        y.push_str("  clusters:\n");
-    }
-    for i in 0..CLUSTERS {
-        y.push_str(&format!(
-            "  - name: scale_{i}\n    type: STATIC\n    connect_timeout: 1s\n    load_assignment:\n      cluster_name: scale_{i}\n      endpoints:\n      - lb_endpoints:\n        - endpoint: {{ address: {{ socket_address: {{ address: 127.0.0.1, port_value: {} }} }} }}\n",
-            p[0]
-        ));
-    }
+    push_static_clusters(&mut y, (0..CLUSTERS).map(|i| (format!("scale_{i}"), p[0])));
     y
 }
 

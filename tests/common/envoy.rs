@@ -252,6 +252,19 @@ pub fn remove_list_items(text: &str, name: &str) -> String {
     out.join("\n") + "\n"
 }
 
+/// Append static clusters, each `(name, port)` with one endpoint 127.0.0.1:`port`, to a rendered
+/// gateway (whose last section is static_resources), opening its `clusters:` list if it has none.
+pub fn push_static_clusters(y: &mut String, clusters: impl IntoIterator<Item = (String, u16)>) {
+    if !y.contains("\n  clusters:\n") {
+        y.push_str("  clusters:\n");
+    }
+    for (name, port) in clusters {
+        y.push_str(&format!(
+            "  - name: {name}\n    type: STATIC\n    connect_timeout: 1s\n    load_assignment:\n      cluster_name: {name}\n      endpoints:\n      - lb_endpoints:\n        - endpoint: {{ address: {{ socket_address: {{ address: 127.0.0.1, port_value: {port} }} }} }}\n"
+        ));
+    }
+}
+
 /// Render the example gateway with the given ports and options.
 pub fn render_gateway(admin: u16, data: u16, control: u16, o: &Options) -> String {
     let src = std::fs::read_to_string(repo_root().join("envoy-config/gateway.yaml")).unwrap();
@@ -284,12 +297,7 @@ pub fn render_gateway(admin: u16, data: u16, control: u16, o: &Options) -> Strin
             "              - match: { prefix: \"/\" }\n                direct_response:\n                  status: 200",
             "              - match: { prefix: \"/upstream/\" }\n                route: { cluster: test_upstream, timeout: 0.5s }\n              - match: { prefix: \"/upstream-streaming/\" }\n                route: { cluster: test_upstream, timeout: 0s }\n              - match: { prefix: \"/\" }\n                direct_response:\n                  status: 200",
         );
-        if !y.contains("\n  clusters:\n") {
-            y.push_str("  clusters:\n");
-        }
-        y.push_str(&format!(
-            "  - name: test_upstream\n    type: STATIC\n    connect_timeout: 1s\n    load_assignment:\n      cluster_name: test_upstream\n      endpoints:\n      - lb_endpoints:\n        - endpoint: {{ address: {{ socket_address: {{ address: 127.0.0.1, port_value: {port} }} }} }}\n"
-        ));
+        push_static_clusters(&mut y, [("test_upstream".to_string(), port)]);
     }
     if !o.http_filter {
         y = remove_list_items(&y, "envoy.filters.http.dynamic_modules");
