@@ -4,7 +4,7 @@
 //!
 //! Faults: `skip_wakeup` (a drain does not wake in-flight requests), `no_timer` (the engine's
 //! timer cannot be created), `shutdown_panic` (the SIGTERM hook panics after taking Envoy's
-//! completion callback).
+//! completion callback), `admin_panic` (the thread making the drain start's admin calls panics).
 
 use std::sync::OnceLock;
 

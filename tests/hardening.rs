@@ -5,8 +5,8 @@ mod common;
 
 use common::clients::{self, H1Conn, H2Conn};
 use common::envoy::{Envoy, Options, Settings, FAST};
-use common::free_ports;
 use common::upstream::Upstream;
+use common::{eventually, free_ports};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -736,4 +736,36 @@ async fn a_panic_in_the_sigterm_hook_never_hangs_envoy() {
     let log = envoy.log();
     assert!(log.contains("panic: test fault: shutdown_panic"), "{log}");
     assert!(log.contains("letting Envoy exit now"), "{log}");
+}
+
+/// A panic on the thread that makes the drain start's admin calls is contained: it is counted in
+/// the status's `module_errors` and logged, and the drain itself goes on (our `/ready` fails,
+/// requests are served and told to close, SIGTERM then exits at once).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_panic_in_the_admin_calls_is_counted_and_the_drain_goes_on() {
+    let mut envoy = Envoy::start(faults("admin_panic")).await;
+    assert_eq!(envoy.drain_status().await["module_errors"], 0);
+    let r = clients::request(envoy.control, "POST", "/drain?wait=false", &[])
+        .await
+        .unwrap();
+    assert_eq!(r.status, 202, "{}", r.text());
+    eventually("module_errors == 1", Duration::from_secs(5), || async {
+        (envoy.drain_status().await["module_errors"] == 1).then_some(())
+    })
+    .await;
+    let log = envoy.log();
+    assert!(log.contains("panic: test fault: admin_panic"), "{log}");
+    assert!(log.contains("panic contained in the admin calls"), "{log}");
+    assert_eq!(
+        clients::get(envoy.control, "/ready").await.unwrap().status,
+        503
+    );
+    let r = clients::get(envoy.data, "/").await.unwrap();
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("connection"), Some("close"));
+    let t0 = Instant::now();
+    envoy.sigterm();
+    let (status, at) = envoy.wait_exit(Duration::from_secs(10)).await;
+    assert!(status.success(), "{status:?}");
+    assert!(at - t0 < Duration::from_secs(2), "{:?}", at - t0);
 }

@@ -257,14 +257,27 @@ impl EngineHost for Extension {
         let spawned = std::thread::Builder::new()
             .name("graceful_admin".into())
             .spawn(move || {
-                for (path, meaning) in admin::DRAIN_START_CALLS {
-                    match admin::post(&addr, path, ADMIN_CALL_TIMEOUT) {
-                        Ok(200) => log::info!("graceful_drain: {meaning} (admin answered 200)"),
-                        Ok(status) => log::warn!(
-                            "graceful_drain: admin POST {path} to {addr} answered {status}"
-                        ),
-                        Err(e) => log::warn!("graceful_drain: admin POST {path} failed: {e}"),
+                // A panic here would only end this thread, silently: count and log it instead.
+                let done = super::guard("the admin calls", false, || {
+                    #[cfg(feature = "panic-test")]
+                    if crate::faults::active("admin_panic") {
+                        panic!("test fault: admin_panic");
                     }
+                    for (path, meaning) in admin::DRAIN_START_CALLS {
+                        match admin::post(&addr, path, ADMIN_CALL_TIMEOUT) {
+                            Ok(200) => {
+                                log::info!("graceful_drain: {meaning} (admin answered 200)")
+                            }
+                            Ok(status) => log::warn!(
+                                "graceful_drain: admin POST {path} to {addr} answered {status}"
+                            ),
+                            Err(e) => log::warn!("graceful_drain: admin POST {path} failed: {e}"),
+                        }
+                    }
+                    true
+                });
+                if !done {
+                    super::shared().counters.module_error();
                 }
             });
         if let Err(e) = spawned {

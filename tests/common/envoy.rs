@@ -498,7 +498,6 @@ impl Envoy {
         serde_json::from_slice(&r.body).expect("status is JSON")
     }
 
-    /// Wait until the module reports this many in-flight data requests.
     /// Wait until Envoy's stat `name` reads `want` (gauges the module sets periodically follow
     /// the in-flight count within `GAUGE_PERIOD`, 500 ms).
     pub async fn wait_stat(&self, name: &str, want: i64) {
@@ -510,6 +509,7 @@ impl Envoy {
         .await
     }
 
+    /// Wait until the module reports this many in-flight data requests.
     pub async fn wait_active(&self, n: u64) {
         eventually(
             &format!("active_requests == {n}"),
