@@ -20,6 +20,10 @@ version=${1:-$ENVOY_VERSION}
 root=$(cd "$(dirname "$0")/.." && pwd)
 venv="$root/.venv"
 [ "$version" = "$ENVOY_VERSION" ] || venv="$root/.venv-$version"
+# One installer at a time (test binaries and scripts may run this concurrently; two pips writing
+# one venv corrupt it). Held until the script exits.
+exec 9>"$root/.venv-install.lock"
+flock 9
 locate() {
   "$venv/bin/python" - <<'PY' 2>/dev/null
 import os, envoy
