@@ -94,17 +94,10 @@ pub fn post(addr: &AdminAddress, path: &str, timeout: Duration) -> Result<u16, S
     let answer = match addr {
         AdminAddress::Tcp(a) => {
             let s = TcpStream::connect_timeout(a, timeout).map_err(io)?;
-            exchange(s, &request, deadline, timeout, |s, t| {
-                s.set_read_timeout(t)?;
-                s.set_write_timeout(t)
-            })
+            exchange(s, &request, deadline, timeout)
         }
         AdminAddress::Unix(p) => {
-            let s = connect_unix(p).map_err(io)?;
-            exchange(s, &request, deadline, timeout, |s, t| {
-                s.set_read_timeout(t)?;
-                s.set_write_timeout(t)
-            })
+            exchange(connect_unix(p).map_err(io)?, &request, deadline, timeout)
         }
     };
     answer.map_err(|e| format!("{addr}: {e}"))
@@ -131,14 +124,32 @@ fn connect_unix(path: &str) -> std::io::Result<UnixStream> {
     }
 }
 
+/// A stream socket whose reads and writes can be bounded in time.
+trait Timed: Read + Write {
+    fn set_timeouts(&self, t: Option<Duration>) -> std::io::Result<()>;
+}
+
+impl Timed for TcpStream {
+    fn set_timeouts(&self, t: Option<Duration>) -> std::io::Result<()> {
+        self.set_read_timeout(t)?;
+        self.set_write_timeout(t)
+    }
+}
+
+impl Timed for UnixStream {
+    fn set_timeouts(&self, t: Option<Duration>) -> std::io::Result<()> {
+        self.set_read_timeout(t)?;
+        self.set_write_timeout(t)
+    }
+}
+
 /// Send the request, read up to the end of the status line, and parse its code, all before
-/// `deadline`: `set_timeouts` gives the socket what is left of it before each step.
-fn exchange<S: Read + Write>(
+/// `deadline`: the socket gets what is left of it before each step.
+fn exchange<S: Timed>(
     mut s: S,
     request: &str,
     deadline: Instant,
     timeout: Duration,
-    set_timeouts: impl Fn(&S, Option<Duration>) -> std::io::Result<()>,
 ) -> Result<u16, String> {
     let err = |e: std::io::Error| describe(&e, timeout);
     let arm = |s: &S| {
@@ -147,7 +158,7 @@ fn exchange<S: Read + Write>(
             // A zero timeout would mean "none" to the socket.
             return Err(err(std::io::ErrorKind::TimedOut.into()));
         }
-        set_timeouts(s, Some(left)).map_err(err)
+        s.set_timeouts(Some(left)).map_err(err)
     };
     arm(&s)?;
     s.write_all(request.as_bytes()).map_err(err)?;
