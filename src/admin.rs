@@ -85,23 +85,60 @@ pub const DRAIN_START_CALLS: [(&str, &str); 2] = [
 /// call: the connect (a unix connect only waits when the admin's accept queue is full), the
 /// write, and every read up to the status line.
 pub fn post(addr: &AdminAddress, path: &str, timeout: Duration) -> Result<u16, String> {
+    call(addr, "POST", path, timeout, false).map(|(status, _)| status)
+}
+
+/// The server states Envoy's admin `GET /ready` answers with (200 for `LIVE`, 503 otherwise).
+const ENVOY_STATES: [&str; 4] = ["LIVE", "DRAINING", "PRE_INITIALIZING", "INITIALIZING"];
+
+/// Whether `addr` is an Envoy admin: `GET /ready` answered with one of Envoy's server states
+/// (so not a data listener, the module's own control listener or another server). The state.
+pub fn check(addr: &AdminAddress, timeout: Duration) -> Result<String, String> {
+    let (status, body) = call(addr, "GET", "/ready", timeout, true)?;
+    let text = String::from_utf8_lossy(&body);
+    let state = text.trim_end();
+    if matches!(status, 200 | 503) && ENVOY_STATES.contains(&state) {
+        return Ok(state.to_string());
+    }
+    Err(format!(
+        "{addr}: GET /ready answered {status} {:?}, not as Envoy's admin (LIVE, DRAINING, ...)",
+        &state[..state.floor_char_boundary(40)]
+    ))
+}
+
+/// One request with an empty body, `connection: close`; the status code, and with `body` the
+/// start of the body (up to [`MAX_BODY`] bytes, read until the admin closes).
+fn call(
+    addr: &AdminAddress,
+    method: &str,
+    path: &str,
+    timeout: Duration,
+    body: bool,
+) -> Result<(u16, Vec<u8>), String> {
     let deadline = Instant::now() + timeout;
     let request = format!(
-        "POST {path} HTTP/1.1\r\nhost: envoy-admin\r\nuser-agent: graceful-drain\r\n\
+        "{method} {path} HTTP/1.1\r\nhost: envoy-admin\r\nuser-agent: graceful-drain\r\n\
          content-length: 0\r\nconnection: close\r\n\r\n"
     );
     let io = |e: std::io::Error| format!("{addr}: {}", describe(&e, timeout));
     let answer = match addr {
         AdminAddress::Tcp(a) => {
             let s = TcpStream::connect_timeout(a, timeout).map_err(io)?;
-            exchange(s, &request, deadline, timeout)
+            exchange(s, &request, deadline, timeout, body)
         }
-        AdminAddress::Unix(p) => {
-            exchange(connect_unix(p).map_err(io)?, &request, deadline, timeout)
-        }
+        AdminAddress::Unix(p) => exchange(
+            connect_unix(p).map_err(io)?,
+            &request,
+            deadline,
+            timeout,
+            body,
+        ),
     };
     answer.map_err(|e| format!("{addr}: {e}"))
 }
+
+/// The most of an answer's body [`check`] reads (Envoy's `/ready` body is one word).
+const MAX_BODY: usize = 256;
 
 /// An I/O error in words an operator reads: a timeout says so.
 fn describe(e: &std::io::Error, timeout: Duration) -> String {
@@ -143,14 +180,16 @@ impl Timed for UnixStream {
     }
 }
 
-/// Send the request, read up to the end of the status line, and parse its code, all before
-/// `deadline`: the socket gets what is left of it before each step.
+/// Send the request, read up to the end of the status line (with `body`: until the peer closes,
+/// or [`MAX_BODY`] bytes of body), and parse it, all before `deadline`: the socket gets what is
+/// left of it before each step.
 fn exchange<S: Timed>(
     mut s: S,
     request: &str,
     deadline: Instant,
     timeout: Duration,
-) -> Result<u16, String> {
+    body: bool,
+) -> Result<(u16, Vec<u8>), String> {
     let err = |e: std::io::Error| describe(&e, timeout);
     let arm = |s: &S| {
         let left = deadline.saturating_duration_since(Instant::now());
@@ -162,11 +201,15 @@ fn exchange<S: Timed>(
     };
     arm(&s)?;
     s.write_all(request.as_bytes()).map_err(err)?;
-    let mut head = [0u8; 256];
+    let mut answer = [0u8; 1024 + MAX_BODY];
     let mut have = 0;
-    while have < head.len() && !head[..have].contains(&b'\n') {
+    let done = |a: &[u8]| match body {
+        false => a.contains(&b'\n'),
+        true => head_end(a).is_some_and(|end| a.len() - end >= MAX_BODY),
+    };
+    while have < answer.len() && !done(&answer[..have]) {
         arm(&s)?;
-        match s.read(&mut head[have..]) {
+        match s.read(&mut answer[have..]) {
             Ok(0) if have == 0 => return Err("closed the connection without answering".into()),
             Ok(0) => break,
             Ok(n) => have += n,
@@ -174,7 +217,51 @@ fn exchange<S: Timed>(
             Err(e) => return Err(err(e)),
         }
     }
-    parse_status(&head[..have])
+    let answer = &answer[..have];
+    let status = parse_status(answer)?;
+    let body = match (body, head_end(answer)) {
+        (true, Some(end)) => {
+            let head = String::from_utf8_lossy(&answer[..end]).to_ascii_lowercase();
+            let raw = &answer[end..answer.len().min(end + MAX_BODY)];
+            if head.contains("\ntransfer-encoding: chunked\r\n") {
+                dechunk(raw)
+            } else {
+                raw.to_vec()
+            }
+        }
+        (true, None) => return Err("the answer's head did not end".into()),
+        (false, _) => Vec::new(),
+    };
+    Ok((status, body))
+}
+
+/// The data of a chunked body (RFC 9112 §7.1), as far as it is complete in `raw`; chunk
+/// extensions and trailers are ignored.
+pub fn dechunk(mut raw: &[u8]) -> Vec<u8> {
+    let mut data = Vec::new();
+    while let Some(eol) = raw.windows(2).position(|w| w == b"\r\n") {
+        let line = String::from_utf8_lossy(&raw[..eol]);
+        let size = line.split(';').next().unwrap_or("").trim();
+        let Ok(size) = usize::from_str_radix(size, 16) else {
+            break;
+        };
+        let rest = &raw[eol + 2..];
+        if size == 0 || size > rest.len() {
+            data.extend_from_slice(&rest[..size.min(rest.len())]);
+            break;
+        }
+        data.extend_from_slice(&rest[..size]);
+        raw = rest.get(size + 2..).unwrap_or(&[]);
+    }
+    data
+}
+
+/// Where an HTTP/1 answer's body starts (after the blank line), if its head is complete.
+fn head_end(answer: &[u8]) -> Option<usize> {
+    answer
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .map(|i| i + 4)
 }
 
 /// The code of an HTTP/1.x status line (`HTTP/1.1 200 OK`).
@@ -337,6 +424,65 @@ mod tests {
             Ok(200)
         );
         server.join().unwrap();
+    }
+
+    #[test]
+    fn chunked_bodies_are_decoded_as_far_as_they_go() {
+        assert_eq!(dechunk(b"5\r\nLIVE\n\r\n0\r\n\r\n"), b"LIVE\n");
+        assert_eq!(
+            dechunk(b"2;ext=1\r\nLI\r\n3\r\nVE\n\r\n0\r\n\r\n"),
+            b"LIVE\n"
+        );
+        assert_eq!(dechunk(b"a\r\nLIVE"), b"LIVE", "cut short");
+        for junk in [
+            &b""[..],
+            b"zz\r\nLIVE",
+            b"\r\n",
+            b"LIVE\n",
+            b"ffffffffffffffffff\r\nx",
+        ] {
+            assert!(dechunk(junk).len() <= junk.len(), "{junk:?}");
+        }
+    }
+
+    /// The admin check: Envoy's admin answers `/ready` with its server state (chunked, as 1.40
+    /// does, or not); anything else is not Envoy's admin.
+    #[test]
+    fn the_check_recognises_envoys_admin_and_nothing_else() {
+        let answer = |a: &'static [u8]| {
+            let l = TcpListener::bind("127.0.0.1:0").unwrap();
+            let addr = AdminAddress::Tcp(l.local_addr().unwrap());
+            let server = thread::spawn(move || serve_once(l.accept().unwrap().0, a));
+            let r = check(&addr, Duration::from_secs(5));
+            assert!(server
+                .join()
+                .unwrap()
+                .starts_with("GET /ready HTTP/1.1\r\n"));
+            r
+        };
+        assert_eq!(
+            answer(
+                b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n5\r\nLIVE\n\r\n0\r\n\r\n"
+            ),
+            Ok("LIVE".to_string())
+        );
+        assert_eq!(
+            answer(b"HTTP/1.1 503 Service Unavailable\r\ncontent-length: 9\r\n\r\nDRAINING\n"),
+            Ok("DRAINING".to_string())
+        );
+        for not_admin in [
+            &b"HTTP/1.1 200 OK\r\ncontent-length: 6\r\n\r\nready\n"[..],
+            b"HTTP/1.1 404 Not Found\r\ncontent-length: 5\r\n\r\nLIVE\n",
+            b"HTTP/1.1 200 OK\r\n\r\n",
+            b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n",
+        ] {
+            let r = answer(not_admin);
+            assert!(
+                r.is_err(),
+                "{r:?} for {:?}",
+                String::from_utf8_lossy(not_admin)
+            );
+        }
     }
 
     #[test]

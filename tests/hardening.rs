@@ -755,7 +755,10 @@ async fn a_panic_in_the_admin_calls_is_counted_and_the_drain_goes_on() {
     .await;
     let log = envoy.log();
     assert!(log.contains("panic: test fault: admin_panic"), "{log}");
-    assert!(log.contains("panic contained in the admin calls"), "{log}");
+    assert!(
+        log.contains("panic contained in the drain start's admin calls"),
+        "{log}"
+    );
     assert_eq!(
         clients::get(envoy.control, "/ready").await.unwrap().status,
         503

@@ -1,7 +1,8 @@
 //! Property tests (bounded: a fixed number of cases per property) over every parser that takes
-//! operator or network input: durations, both configs, control routing. None may panic, and what
+//! operator or network input: durations, both configs, control routing, the admin's answers. None may panic, and what
 //! they accept must satisfy the documented invariants.
 
+use graceful_drain::admin::{dechunk, parse_status};
 use graceful_drain::config::{
     format_duration, parse_duration, BootstrapConfig, FilterConfig, MAX_DURATION,
 };
@@ -143,5 +144,39 @@ proptest! {
         if let Route::Drain { .. } = r {
             prop_assert!(method == b"GET" || method == b"POST");
         }
+    }
+
+    #[test]
+    fn status_lines_never_panic_and_codes_are_three_digits(raw in proptest::collection::vec(any::<u8>(), 0..40)) {
+        if let Ok(code) = parse_status(&raw) {
+            prop_assert!(code <= 999);
+            prop_assert!(raw.starts_with(b"HTTP/1."));
+        }
+    }
+
+    #[test]
+    fn chunked_bodies_never_panic_and_never_grow(raw in proptest::collection::vec(any::<u8>(), 0..300)) {
+        prop_assert!(dechunk(&raw).len() <= raw.len());
+    }
+
+    #[test]
+    fn chunked_bodies_decode_to_their_data(
+        data in proptest::collection::vec(any::<u8>(), 0..200),
+        cuts in proptest::collection::vec(1usize..40, 0..10),
+    ) {
+        let mut wire = Vec::new();
+        let mut rest = &data[..];
+        for c in cuts.iter().chain(std::iter::repeat(&40)) {
+            if rest.is_empty() {
+                break;
+            }
+            let (chunk, tail) = rest.split_at((*c).min(rest.len()));
+            wire.extend_from_slice(format!("{:x}\r\n", chunk.len()).as_bytes());
+            wire.extend_from_slice(chunk);
+            wire.extend_from_slice(b"\r\n");
+            rest = tail;
+        }
+        wire.extend_from_slice(b"0\r\n\r\n");
+        prop_assert_eq!(dechunk(&wire), data);
     }
 }

@@ -347,6 +347,68 @@ async fn the_drain_start_calls_the_admin_and_envoy_reports_no_bug() {
     assert_eq!(lost.stat("server.live").await, Some(1), "health untouched");
 }
 
+/// Wait until Envoy's log has `line`.
+async fn logged(envoy: &Envoy, what: &str, line: String) {
+    eventually(what, Duration::from_secs(10), || async {
+        envoy.log().contains(&line).then_some(())
+    })
+    .await
+}
+
+/// `admin_address` is checked when the server is initialized, so a wrong one shows at deploy
+/// time and not at the first drain: Envoy's own admin is recognised (its `/ready` answers with a
+/// server state); a socket nobody listens on, and the module's control listener (which also
+/// serves `/ready`, but is not the admin), are reported with a warning that names the field.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_admin_address_is_checked_at_start() {
+    let right = Envoy::start(options()).await;
+    let line = format!(
+        "admin_address 127.0.0.1:{} is Envoy's admin (state LIVE)",
+        right.admin
+    );
+    logged(&right, "the admin recognised", line).await;
+    assert!(
+        !right.log().contains("admin_address is not"),
+        "{}",
+        right.log()
+    );
+    drop(right);
+
+    let nobody =
+        std::env::temp_dir().join(format!("gd-no-admin-check-{}.sock", std::process::id()));
+    assert!(!nobody.exists());
+    let extra: &'static str =
+        Box::leak(format!(r#""admin_address": "{}""#, nobody.display()).into_boxed_str());
+    let absent = Envoy::start(Options {
+        bootstrap_extra: Some(extra),
+        ..options()
+    })
+    .await;
+    let line = format!("admin_address is not Envoy's admin ({}: ", nobody.display());
+    logged(&absent, "the absent admin reported", line).await;
+    // Reported, not fatal: the gateway serves.
+    assert_eq!(clients::get(absent.data, "/").await.unwrap().status, 200);
+    drop(absent);
+
+    let p: [u16; 3] = free_ports(3).try_into().unwrap();
+    let extra: &'static str =
+        Box::leak(format!(r#""admin_address": "127.0.0.1:{}""#, p[2]).into_boxed_str());
+    let control = Envoy::start_on(
+        p,
+        Options {
+            bootstrap_extra: Some(extra),
+            ..options()
+        },
+    )
+    .await;
+    let line = format!(
+        "admin_address is not Envoy's admin (127.0.0.1:{}: GET /ready answered 200 \"ready\", \
+         not as Envoy's admin",
+        p[2]
+    );
+    logged(&control, "the control listener reported", line).await;
+}
+
 /// Hot restart: the new process serves normally (never put into a failed health state by the old
 /// one), while the old one drains its own connections and exits on time.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -395,6 +457,8 @@ async fn hot_restart_drains_the_old_process_and_leaves_the_new_one_serving() {
     )
     .await;
     assert!(info.contains("\"state\": \"LIVE\""), "{info}");
+    let line = format!("admin_address 127.0.0.1:{} is Envoy's admin", p[0]);
+    logged(&new, "the new epoch's admin checked", line).await;
     // The old process drained: its request completes, told to close its connection.
     let r = in_flight.await.unwrap().unwrap();
     assert_eq!(r.status, 200);

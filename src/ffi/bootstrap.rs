@@ -254,38 +254,21 @@ impl EngineHost for Extension {
             "graceful_drain: admin POST /healthcheck/fail and /drain_listeners?graceful&skip_exit \
              to {addr}"
         );
-        let spawned = std::thread::Builder::new()
-            .name("graceful_admin".into())
-            .spawn(move || {
-                // A panic here would only end this thread, silently: count and log it instead.
-                let done = super::guard("the admin calls", false, || {
-                    #[cfg(feature = "panic-test")]
-                    if crate::faults::active("admin_panic") {
-                        panic!("test fault: admin_panic");
+        on_admin_thread("the drain start's admin calls", move || {
+            #[cfg(feature = "panic-test")]
+            if crate::faults::active("admin_panic") {
+                panic!("test fault: admin_panic");
+            }
+            for (path, meaning) in admin::DRAIN_START_CALLS {
+                match admin::post(&addr, path, ADMIN_CALL_TIMEOUT) {
+                    Ok(200) => log::info!("graceful_drain: {meaning} (admin answered 200)"),
+                    Ok(status) => {
+                        log::warn!("graceful_drain: admin POST {path} to {addr} answered {status}")
                     }
-                    for (path, meaning) in admin::DRAIN_START_CALLS {
-                        match admin::post(&addr, path, ADMIN_CALL_TIMEOUT) {
-                            Ok(200) => {
-                                log::info!("graceful_drain: {meaning} (admin answered 200)")
-                            }
-                            Ok(status) => log::warn!(
-                                "graceful_drain: admin POST {path} to {addr} answered {status}"
-                            ),
-                            Err(e) => log::warn!("graceful_drain: admin POST {path} failed: {e}"),
-                        }
-                    }
-                    true
-                });
-                if !done {
-                    super::shared().counters.module_error();
+                    Err(e) => log::warn!("graceful_drain: admin POST {path} failed: {e}"),
                 }
-            });
-        if let Err(e) = spawned {
-            log::warn!(
-                "graceful_drain: no thread for the admin calls ({e}); Envoy's health checks \
-                 stay as they are"
-            );
-        }
+            }
+        });
     }
 
     fn arm_timer(&self, delay: Duration) {
@@ -571,7 +554,28 @@ pub extern "C" fn envoy_dynamic_module_on_bootstrap_extension_new(
     bcm
 }
 
-/// Every static resource exists now: say what a drain cannot do without the admin.
+/// Run `calls` on a thread of its own (Envoy's main thread never waits for the admin). A panic
+/// there is contained, counted in `module_errors` and logged; a thread that cannot be made is
+/// logged.
+fn on_admin_thread(what: &'static str, calls: impl FnOnce() + Send + 'static) {
+    let spawned = std::thread::Builder::new()
+        .name("graceful_admin".into())
+        .spawn(move || {
+            if super::guard(what, false, || {
+                calls();
+                true
+            }) {
+                return;
+            }
+            super::shared().counters.module_error();
+        });
+    if let Err(e) = spawned {
+        log::warn!("graceful_drain: no thread for {what} ({e}): they are not made");
+    }
+}
+
+/// Every static resource exists now: say what a drain cannot do without the admin, and check
+/// that `admin_address` is Envoy's admin (a wrong address would only show at the first drain).
 #[no_mangle]
 pub extern "C" fn envoy_dynamic_module_on_bootstrap_extension_server_initialized(
     _be: EnvoyPtr,
@@ -582,7 +586,9 @@ pub extern "C" fn envoy_dynamic_module_on_bootstrap_extension_server_initialized
         let Some(ext) = (unsafe { extension(bm) }) else {
             return;
         };
-        if ext.admin_address.is_none() {
+        if let Some(addr) = ext.admin_address.clone() {
+            on_admin_thread("the admin_address check", move || check_admin(&addr));
+        } else {
             let why = "admin_address is not set: a drain will not fail Envoy's health checks, so \
                        listeners without the graceful_drain filter send no connection away \
                        before the exit; set admin_address to the address of the bootstrap's \
@@ -596,6 +602,31 @@ pub extern "C" fn envoy_dynamic_module_on_bootstrap_extension_server_initialized
         // Off the main thread from here on: the first scan measures what one costs.
         ext.scanner();
     })
+}
+
+/// How many times, one second apart, the admin_address check tries before it warns (the admin
+/// may still be coming up when the server is initialized).
+const ADMIN_CHECK_ATTEMPTS: u32 = 3;
+
+fn check_admin(addr: &AdminAddress) {
+    let mut last = String::new();
+    for attempt in 0..ADMIN_CHECK_ATTEMPTS {
+        if attempt > 0 {
+            std::thread::sleep(Duration::from_secs(1));
+        }
+        match admin::check(addr, ADMIN_CALL_TIMEOUT) {
+            Ok(state) => {
+                log::info!("graceful_drain: admin_address {addr} is Envoy's admin (state {state})");
+                return;
+            }
+            Err(e) => last = e,
+        }
+    }
+    log::warn!(
+        "graceful_drain: admin_address is not Envoy's admin ({last}): a drain will not fail \
+         Envoy's health checks; set admin_address to the address of the bootstrap's `admin:` \
+         section"
+    );
 }
 
 #[no_mangle]
