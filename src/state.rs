@@ -262,8 +262,15 @@ impl Shared {
     pub fn is_ready(&self) -> bool {
         match self.readiness_fails_at.load(Ordering::Acquire) {
             0 => !self.is_draining(),
-            at => self.clock.nanos() < at,
+            at => self.precise_nanos() < at,
         }
+    }
+
+    /// As [`Clock::nanos`], from the precise clock: readiness is not on the request path, and the
+    /// coarse clock's ticks could end the delay up to one tick (about 4 ms) early.
+    fn precise_nanos(&self) -> u64 {
+        let since = self.clock.now().saturating_duration_since(self.clock.epoch());
+        (since.as_nanos() as u64).saturating_add(1)
     }
 
     /// When readiness fails (or failed), once a drain started.
@@ -353,7 +360,7 @@ impl Shared {
         }
         let delay = self.policy().readiness_failure_delay.as_nanos() as u64;
         self.readiness_fails_at
-            .store(self.clock.nanos().saturating_add(delay), Ordering::Release);
+            .store(self.precise_nanos().saturating_add(delay), Ordering::Release);
         #[cfg(feature = "panic-test")]
         if crate::faults::active("skip_wakeup") {
             // Test-only: prove the race test catches a lost wake-up.
