@@ -317,17 +317,9 @@ async fn the_drain_start_calls_the_admin_and_envoy_reports_no_bug() {
     assert_eq!(envoy.stat("server.envoy_bug_failures").await, Some(0));
     assert!(!envoy.log().contains("envoy_bug"), "{}", envoy.log());
 
-    // Nothing listens at the configured admin address (a socket path no process has: a free
-    // TCP port could be taken meanwhile by another test's Envoy, whose health this would fail).
-    let nobody = std::env::temp_dir().join(format!("gd-no-admin-{}.sock", std::process::id()));
-    assert!(!nobody.exists());
-    let extra: &'static str =
-        Box::leak(format!(r#""admin_address": "{}""#, nobody.display()).into_boxed_str());
-    let lost = Envoy::start(Options {
-        bootstrap_extra: Some(extra),
-        ..options()
-    })
-    .await;
+    // Nothing listens at the configured admin address.
+    let nobody = no_admin_socket("drain");
+    let lost = start_with_admin_address(&nobody.display().to_string(), free_ports(3)).await;
     let t0 = Instant::now();
     let r = clients::get(lost.control, "/drain?wait=false")
         .await
@@ -345,6 +337,25 @@ async fn the_drain_start_calls_the_admin_and_envoy_reports_no_bug() {
         lost.log()
     );
     assert_eq!(lost.stat("server.live").await, Some(1), "health untouched");
+}
+
+/// A unix socket path no process listens on (a free TCP port could be taken meanwhile by another
+/// test's Envoy, whose health a drain would then fail).
+fn no_admin_socket(tag: &str) -> std::path::PathBuf {
+    let path = std::env::temp_dir().join(format!("gd-no-admin-{tag}-{}.sock", std::process::id()));
+    assert!(!path.exists());
+    path
+}
+
+/// The gateway on ports `p` (admin, data, control) with `admin_address` set to `address`.
+async fn start_with_admin_address(address: &str, p: Vec<u16>) -> Envoy {
+    let extra: &'static str =
+        Box::leak(format!(r#""admin_address": "{address}""#).into_boxed_str());
+    let o = Options {
+        bootstrap_extra: Some(extra),
+        ..options()
+    };
+    Envoy::start_on([p[0], p[1], p[2]], o).await
 }
 
 /// Wait until Envoy's log has `line`.
@@ -374,33 +385,16 @@ async fn the_admin_address_is_checked_at_start() {
     );
     drop(right);
 
-    let nobody =
-        std::env::temp_dir().join(format!("gd-no-admin-check-{}.sock", std::process::id()));
-    assert!(!nobody.exists());
-    let extra: &'static str =
-        Box::leak(format!(r#""admin_address": "{}""#, nobody.display()).into_boxed_str());
-    let absent = Envoy::start(Options {
-        bootstrap_extra: Some(extra),
-        ..options()
-    })
-    .await;
+    let nobody = no_admin_socket("check");
+    let absent = start_with_admin_address(&nobody.display().to_string(), free_ports(3)).await;
     let line = format!("admin_address is not Envoy's admin ({}: ", nobody.display());
     logged(&absent, "the absent admin reported", line).await;
     // Reported, not fatal: the gateway serves.
     assert_eq!(clients::get(absent.data, "/").await.unwrap().status, 200);
     drop(absent);
 
-    let p: [u16; 3] = free_ports(3).try_into().unwrap();
-    let extra: &'static str =
-        Box::leak(format!(r#""admin_address": "127.0.0.1:{}""#, p[2]).into_boxed_str());
-    let control = Envoy::start_on(
-        p,
-        Options {
-            bootstrap_extra: Some(extra),
-            ..options()
-        },
-    )
-    .await;
+    let p = free_ports(3);
+    let control = start_with_admin_address(&format!("127.0.0.1:{}", p[2]), p.clone()).await;
     let line = format!(
         "admin_address is not Envoy's admin (127.0.0.1:{}: GET /ready answered 200 \"ready\", \
          not as Envoy's admin",
