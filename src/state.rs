@@ -269,7 +269,10 @@ impl Shared {
     /// As [`Clock::nanos`], from the precise clock: readiness is not on the request path, and the
     /// coarse clock's ticks could end the delay up to one tick (about 4 ms) early.
     fn precise_nanos(&self) -> u64 {
-        let since = self.clock.now().saturating_duration_since(self.clock.epoch());
+        let since = self
+            .clock
+            .now()
+            .saturating_duration_since(self.clock.epoch());
         (since.as_nanos() as u64).saturating_add(1)
     }
 
@@ -359,8 +362,10 @@ impl Shared {
             }
         }
         let delay = self.policy().readiness_failure_delay.as_nanos() as u64;
-        self.readiness_fails_at
-            .store(self.precise_nanos().saturating_add(delay), Ordering::Release);
+        self.readiness_fails_at.store(
+            self.precise_nanos().saturating_add(delay),
+            Ordering::Release,
+        );
         #[cfg(feature = "panic-test")]
         if crate::faults::active("skip_wakeup") {
             // Test-only: prove the race test catches a lost wake-up.

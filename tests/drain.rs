@@ -449,3 +449,67 @@ async fn drain_endpoint_reports_a_timeout_with_200() {
     );
     assert_eq!(envoy.stat("graceful_drain.drains_timed_out").await, Some(1));
 }
+
+/// HTTP/1.1 pipelining across a drain start: a client writes a slow request and a fast one in
+/// one go. The slow one is answered with `connection: close`; the connection then ends in order
+/// (this client never closes it, so Envoy does, at the connection manager's `drain_timeout` plus
+/// its delayed close: about 6 s). The pipelined request is either answered in full or never
+/// processed (Envoy's request counter says so), so the client may retry it (RFC 9112 §9.3.2);
+/// nothing is cut, and the count and the drain end as usual. (Envoy 1.40 answers both, each with
+/// `connection: close`.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn pipelined_requests_across_a_drain_start_are_answered_or_never_processed() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let envoy = Envoy::start(Options::default()).await;
+    let before = envoy
+        .stat("http.data.downstream_rq_total")
+        .await
+        .unwrap_or(0);
+    let mut sock = tokio::net::TcpStream::connect(("127.0.0.1", envoy.data))
+        .await
+        .unwrap();
+    sock.write_all(
+        b"GET /slow HTTP/1.1\r\nhost: x\r\nx-envoy-fault-delay-request: 600\r\n\r\n\
+          GET /pipelined HTTP/1.1\r\nhost: x\r\n\r\n",
+    )
+    .await
+    .unwrap();
+    envoy.wait_active(1).await;
+    let r = clients::request(envoy.control, "POST", "/drain?wait=false", &[])
+        .await
+        .unwrap();
+    assert_eq!(r.status, 202);
+    // Everything the server sends until it closes the connection.
+    let mut wire = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), sock.read_to_end(&mut wire))
+        .await
+        .expect("the server closes the connection")
+        .expect("a clean close, not a reset");
+    let text = String::from_utf8_lossy(&wire).to_string();
+    let answers = text.matches("HTTP/1.1 ").count();
+    assert!(
+        text.starts_with("HTTP/1.1 200 "),
+        "the slow request is answered:\n{text}"
+    );
+    assert_eq!(
+        text.matches("HTTP/1.1 200 ").count(),
+        answers,
+        "only 200s:\n{text}"
+    );
+    assert!(
+        text.to_ascii_lowercase().contains("connection: close\r\n"),
+        "told to close:\n{text}"
+    );
+    // Every complete answer is whole (the gateway's body ends with a newline).
+    assert!(text.ends_with('\n'), "a partial answer:\n{text}");
+    envoy.wait_active(0).await;
+    let processed = envoy.stat("http.data.downstream_rq_total").await.unwrap() - before;
+    assert_eq!(
+        processed, answers as i64,
+        "a request was processed but not answered:\n{text}"
+    );
+    eventually("drained", Duration::from_secs(5), || async {
+        (envoy.drain_status().await["state"] == "drained").then_some(())
+    })
+    .await;
+}
