@@ -205,7 +205,7 @@ fn exchange<S: Timed>(
     let mut have = 0;
     let done = |a: &[u8]| match body {
         false => a.contains(&b'\n'),
-        true => head_end(a).is_some_and(|end| a.len() - end >= MAX_BODY),
+        true => body_complete(a),
     };
     while have < answer.len() && !done(&answer[..have]) {
         arm(&s)?;
@@ -221,9 +221,8 @@ fn exchange<S: Timed>(
     let status = parse_status(answer)?;
     let body = match (body, head_end(answer)) {
         (true, Some(end)) => {
-            let head = String::from_utf8_lossy(&answer[..end]).to_ascii_lowercase();
             let raw = &answer[end..answer.len().min(end + MAX_BODY)];
-            if head.contains("\ntransfer-encoding: chunked\r\n") {
+            if chunked(&answer[..end]) {
                 dechunk(raw)
             } else {
                 raw.to_vec()
@@ -254,6 +253,41 @@ pub fn dechunk(mut raw: &[u8]) -> Vec<u8> {
         raw = rest.get(size + 2..).unwrap_or(&[]);
     }
     data
+}
+
+/// Whether the answer so far holds its whole body (by its length or its last chunk), or
+/// [`MAX_BODY`] bytes of it: the admin closes after answering, but a proxy on the way may not.
+fn body_complete(answer: &[u8]) -> bool {
+    let Some(end) = head_end(answer) else {
+        return false;
+    };
+    let (head, body) = answer.split_at(end);
+    if body.len() >= MAX_BODY {
+        return true;
+    }
+    if chunked(head) {
+        return body.starts_with(b"0\r\n\r\n") || body.windows(7).any(|w| w == b"\r\n0\r\n\r\n");
+    }
+    header(head, "content-length")
+        .and_then(|v| v.parse::<usize>().ok())
+        .is_some_and(|n| body.len() >= n)
+}
+
+fn chunked(head: &[u8]) -> bool {
+    header(head, "transfer-encoding").is_some_and(|v| v.eq_ignore_ascii_case("chunked"))
+}
+
+/// The value of the first header `name` (lower case) in an answer's head.
+fn header(head: &[u8], name: &str) -> Option<String> {
+    String::from_utf8_lossy(head)
+        .split("\r\n")
+        .skip(1)
+        .find_map(|line| {
+            let (k, v) = line.split_once(':')?;
+            k.trim()
+                .eq_ignore_ascii_case(name)
+                .then(|| v.trim().to_string())
+        })
 }
 
 /// Where an HTTP/1 answer's body starts (after the blank line), if its head is complete.
@@ -482,6 +516,31 @@ mod tests {
                 "{r:?} for {:?}",
                 String::from_utf8_lossy(not_admin)
             );
+        }
+    }
+
+    /// An answer whose connection stays open (a proxy that keeps it alive) is read to the end of
+    /// its body, by its length or its last chunk, not until the timeout.
+    #[test]
+    fn a_complete_answer_ends_the_read_even_if_the_connection_stays_open() {
+        for answer in [
+            &b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nLIVE\n"[..],
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nLIVE\n\r\n0\r\n\r\n",
+        ] {
+            let l = TcpListener::bind("127.0.0.1:0").unwrap();
+            let addr = AdminAddress::Tcp(l.local_addr().unwrap());
+            let (tx, rx) = std::sync::mpsc::channel::<()>();
+            let server = thread::spawn(move || {
+                let s = l.accept().unwrap().0;
+                serve_once(&s, answer);
+                // Hold the connection open until the client is done.
+                let _ = rx.recv_timeout(Duration::from_secs(10));
+            });
+            let t0 = std::time::Instant::now();
+            assert_eq!(check(&addr, Duration::from_secs(5)), Ok("LIVE".to_string()));
+            assert!(t0.elapsed() < Duration::from_secs(2), "{:?}", t0.elapsed());
+            tx.send(()).unwrap();
+            server.join().unwrap();
         }
     }
 

@@ -379,7 +379,7 @@ async fn the_admin_address_is_checked_at_start() {
     );
     logged(&right, "the admin recognised", line).await;
     assert!(
-        !right.log().contains("admin_address is not"),
+        !right.log().contains("admin_address did not"),
         "{}",
         right.log()
     );
@@ -387,7 +387,10 @@ async fn the_admin_address_is_checked_at_start() {
 
     let nobody = no_admin_socket("check");
     let absent = start_with_admin_address(&nobody.display().to_string(), free_ports(3)).await;
-    let line = format!("admin_address is not Envoy's admin ({}: ", nobody.display());
+    let line = format!(
+        "admin_address did not answer as Envoy's admin ({}: ",
+        nobody.display()
+    );
     logged(&absent, "the absent admin reported", line).await;
     // Reported, not fatal: the gateway serves.
     assert_eq!(clients::get(absent.data, "/").await.unwrap().status, 200);
@@ -396,7 +399,7 @@ async fn the_admin_address_is_checked_at_start() {
     let p = free_ports(3);
     let control = start_with_admin_address(&format!("127.0.0.1:{}", p[2]), p.clone()).await;
     let line = format!(
-        "admin_address is not Envoy's admin (127.0.0.1:{}: GET /ready answered 200 \"ready\", \
+        "admin_address did not answer as Envoy's admin (127.0.0.1:{}: GET /ready answered 200 \"ready\", \
          not as Envoy's admin",
         p[2]
     );

@@ -570,7 +570,7 @@ fn on_admin_thread(what: &'static str, calls: impl FnOnce() + Send + 'static) {
             super::shared().counters.module_error();
         });
     if let Err(e) = spawned {
-        log::warn!("graceful_drain: no thread for {what} ({e}): they are not made");
+        log::warn!("graceful_drain: no thread for {what} ({e}); skipped");
     }
 }
 
@@ -623,9 +623,9 @@ fn check_admin(addr: &AdminAddress) {
         }
     }
     log::warn!(
-        "graceful_drain: admin_address is not Envoy's admin ({last}): a drain will not fail \
-         Envoy's health checks; set admin_address to the address of the bootstrap's `admin:` \
-         section"
+        "graceful_drain: admin_address did not answer as Envoy's admin ({last}): a drain \
+         cannot fail Envoy's health checks through it; set admin_address to the address of \
+         the bootstrap's `admin:` section"
     );
 }
 
