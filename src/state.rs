@@ -13,7 +13,7 @@ use crate::connections::StreamMark;
 use crate::drain::{Decision, Drain, Observation, Outcome, Phase, Trigger};
 use crate::registry::{Registry, Ticket};
 use serde::Serialize;
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
@@ -137,6 +137,34 @@ pub struct Counters {
     health_checks: AtomicU64,
     control_started: AtomicU64,
     control_active: AtomicI64,
+    /// What the start-time check of `admin_address` found ([`AdminCheck`] as u8).
+    admin_check: AtomicU8,
+}
+
+/// Whether `admin_address` answered as Envoy's admin when the server was initialized.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum AdminCheck {
+    /// No `admin_address` configured (or no drain engine).
+    Unset = 0,
+    Checking = 1,
+    Recognised = 2,
+    /// No HTTP answer (nothing listens there, or no answer in time).
+    NotAnswering = 3,
+    /// An HTTP answer, not Envoy's admin's (a data or control listener, another server).
+    NotAdmin = 4,
+}
+
+impl AdminCheck {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AdminCheck::Unset => "unset",
+            AdminCheck::Checking => "checking",
+            AdminCheck::Recognised => "recognised",
+            AdminCheck::NotAnswering => "not_answering",
+            AdminCheck::NotAdmin => "not_admin",
+        }
+    }
 }
 
 impl Counters {
@@ -158,6 +186,18 @@ impl Counters {
     }
     pub fn control_ended(&self) {
         self.control_active.fetch_sub(1, Ordering::Relaxed);
+    }
+    pub fn set_admin_check(&self, c: AdminCheck) {
+        self.admin_check.store(c as u8, Ordering::Relaxed);
+    }
+    pub fn admin_check(&self) -> AdminCheck {
+        match self.admin_check.load(Ordering::Relaxed) {
+            1 => AdminCheck::Checking,
+            2 => AdminCheck::Recognised,
+            3 => AdminCheck::NotAnswering,
+            4 => AdminCheck::NotAdmin,
+            _ => AdminCheck::Unset,
+        }
     }
     /// Requests not work: (started so far, in flight now).
     pub fn not_work(&self) -> (u64, u64) {
@@ -492,6 +532,7 @@ impl Shared {
                 other: c.sent_away[Protocol::Other as usize].load(Ordering::Relaxed),
             },
             module_errors: c.module_errors.load(Ordering::Relaxed),
+            admin_address_check: c.admin_check().as_str(),
             health_checks_seen: c.health_checks.load(Ordering::Relaxed),
             not_work_requests: not_work_started,
             request_table: TableReport {
@@ -589,8 +630,12 @@ pub struct Status {
     pub oldest_request_age_ms: Option<u64>,
     pub requests_served_while_draining: u64,
     pub connections_sent_away: SentAway,
-    /// Failures contained on the data path (each request went through unharmed).
+    /// Failures contained on the data path (each request went through unharmed) and on the
+    /// admin-call thread.
     pub module_errors: u64,
+    /// Whether `admin_address` answered as Envoy's admin at start: `unset`, `checking`,
+    /// `recognised`, `not_answering`, `not_admin`.
+    pub admin_address_check: &'static str,
     /// Health checks recognised on data listeners (answered, never counted as work).
     pub health_checks_seen: u64,
     /// Requests not counted as work: those health checks plus control-listener requests.
@@ -635,13 +680,18 @@ pub(crate) mod tests {
         COMMITS.with(|c| c.borrow().clone())
     }
 
-    struct ArcClock(Arc<FakeClock>);
+    /// The fake clock; with a `tick`, `nanos` moves in steps of it, as the kernel's coarse clock
+    /// does (`now` stays exact).
+    struct ArcClock(Arc<FakeClock>, u64);
     impl Clock for ArcClock {
         fn now(&self) -> std::time::Instant {
             self.0.now()
         }
         fn nanos(&self) -> u64 {
-            self.0.nanos()
+            match self.1 {
+                0 => self.0.nanos(),
+                tick => (self.0.nanos() - 1) / tick * tick + 1,
+            }
         }
         fn epoch(&self) -> std::time::Instant {
             self.0.epoch()
@@ -649,11 +699,15 @@ pub(crate) mod tests {
     }
 
     pub(crate) fn fixture(settings: Option<DrainSettings>) -> Fixture {
+        fixture_ticking(settings, 0)
+    }
+
+    fn fixture_ticking(settings: Option<DrainSettings>, tick: u64) -> Fixture {
         COMMITS.with(|c| c.borrow_mut().clear());
         KICKS.with(|k| k.set(0));
         let clock = Arc::new(FakeClock::new());
         let shared = Shared::with_registry(
-            Box::new(ArcClock(clock.clone())),
+            Box::new(ArcClock(clock.clone(), tick)),
             Hooks {
                 commit: |w, e| COMMITS.with(|c| c.borrow_mut().push((w, e))),
                 kick_engine: || KICKS.with(|k| k.set(k.get() + 1)),
@@ -839,6 +893,24 @@ pub(crate) mod tests {
             assert!(v.get(key).is_some(), "missing {key} in {v}");
         }
         assert_eq!(v["settings"]["drain_timeout"], "25s");
+    }
+
+    /// The delay is measured on the precise clock: with the request path's coarse clock (4 ms
+    /// ticks) readiness failed up to one tick early (seen: 799.8 ms of an 800 ms delay).
+    #[test]
+    fn readiness_never_fails_early_on_a_coarse_tick() {
+        let f = fixture_ticking(Some(fast()), 4_000_000);
+        f.shared.install_policy(RequestPolicy {
+            readiness_failure_delay: Duration::from_millis(20),
+            ..RequestPolicy::default()
+        });
+        // The drain starts just before a tick; 16.6 ms later the coarse clock has moved 20 ms.
+        f.clock.advance(Duration::from_micros(3_900));
+        f.shared.start_drain(Trigger::Sigterm);
+        f.clock.advance(Duration::from_micros(16_600));
+        assert!(f.shared.is_ready(), "failed 3.4 ms early");
+        f.clock.advance(Duration::from_micros(3_400));
+        assert!(!f.shared.is_ready());
     }
 
     #[test]

@@ -580,12 +580,7 @@ async fn start_gateway(mut b: Value, upstream: u16) -> Gateway {
     if b.get("bootstrap_extensions").is_some() {
         // The module found Envoy's admin at its unix socket.
         let line = format!("admin_address {socket} is Envoy's admin");
-        eventually(
-            "the admin socket checked",
-            Duration::from_secs(10),
-            || async { envoy.log().contains(&line).then_some(()) },
-        )
-        .await;
+        envoy.wait_log("the admin socket checked", &line).await;
     }
     for port in [p[0], p[1], p[2]] {
         eventually(

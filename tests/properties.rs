@@ -1,6 +1,6 @@
 //! Property tests (bounded: a fixed number of cases per property) over every parser that takes
-//! operator or network input: durations, both configs, control routing, the admin's answers. None may panic, and what
-//! they accept must satisfy the documented invariants.
+//! operator or network input: durations, both configs, control routing, the admin's answers.
+//! None may panic, and what they accept must satisfy the documented invariants.
 
 use graceful_drain::admin::{dechunk, parse_status};
 use graceful_drain::config::{
@@ -147,16 +147,47 @@ proptest! {
     }
 
     #[test]
-    fn status_lines_never_panic_and_codes_are_three_digits(raw in proptest::collection::vec(any::<u8>(), 0..40)) {
-        if let Ok(code) = parse_status(&raw) {
-            prop_assert!(code <= 999);
-            prop_assert!(raw.starts_with(b"HTTP/1."));
+    fn status_lines_never_panic_and_are_read_exactly(
+        minor in any::<u8>(),
+        code in proptest::collection::vec(any::<u8>(), 3),
+        tail in proptest::collection::vec(any::<u8>(), 0..20),
+        raw in proptest::collection::vec(any::<u8>(), 0..40),
+    ) {
+        prop_assert!(parse_status(&raw).is_err() || raw.starts_with(b"HTTP/1."));
+        let mut line = b"HTTP/1.".to_vec();
+        line.push(minor);
+        line.push(b' ');
+        line.extend_from_slice(&code);
+        line.extend_from_slice(&tail);
+        let digits = minor.is_ascii_digit() && code.iter().all(u8::is_ascii_digit);
+        let ends = matches!(tail.first(), None | Some(b' ' | b'\r'));
+        match parse_status(&line) {
+            Ok(c) => {
+                prop_assert!(digits && ends);
+                let want = code.iter().fold(0u16, |n, d| n * 10 + u16::from(d - b'0'));
+                prop_assert_eq!(c, want);
+            }
+            Err(_) => prop_assert!(!(digits && ends)),
         }
     }
 
     #[test]
-    fn chunked_bodies_never_panic_and_never_grow(raw in proptest::collection::vec(any::<u8>(), 0..300)) {
-        prop_assert!(dechunk(&raw).len() <= raw.len());
+    fn chunked_bodies_never_panic_and_never_grow(
+        parts in proptest::collection::vec((0usize..64, proptest::collection::vec(any::<u8>(), 0..64)), 0..6),
+        junk in proptest::collection::vec(any::<u8>(), 0..64),
+    ) {
+        // Size lines that may lie about the data after them, then anything.
+        let mut wire = Vec::new();
+        for (size, data) in &parts {
+            wire.extend_from_slice(format!("{size:x}\r\n").as_bytes());
+            wire.extend_from_slice(data);
+            wire.extend_from_slice(b"\r\n");
+        }
+        wire.extend_from_slice(&junk);
+        for raw in [&wire[..], &junk[..]] {
+            let (data, _) = dechunk(raw);
+            prop_assert!(data.len() <= raw.len());
+        }
     }
 
     #[test]
@@ -177,6 +208,6 @@ proptest! {
             rest = tail;
         }
         wire.extend_from_slice(b"0\r\n\r\n");
-        prop_assert_eq!(dechunk(&wire), data);
+        prop_assert_eq!(dechunk(&wire), (data, true));
     }
 }

@@ -358,18 +358,12 @@ async fn start_with_admin_address(address: &str, p: Vec<u16>) -> Envoy {
     Envoy::start_on([p[0], p[1], p[2]], o).await
 }
 
-/// Wait until Envoy's log has `line`.
-async fn logged(envoy: &Envoy, what: &str, line: String) {
-    eventually(what, Duration::from_secs(10), || async {
-        envoy.log().contains(&line).then_some(())
-    })
-    .await
-}
-
 /// `admin_address` is checked when the server is initialized, so a wrong one shows at deploy
-/// time and not at the first drain: Envoy's own admin is recognised (its `/ready` answers with a
-/// server state); a socket nobody listens on, and the module's control listener (which also
-/// serves `/ready`, but is not the admin), are reported with a warning that names the field.
+/// time and not at the first drain, in the log, the status (`admin_address_check`) and the gauge
+/// `graceful_drain.admin_address_ok`: Envoy's own admin is recognised (its `/ready` answers with
+/// a server state); a socket nobody listens on (after three tries) and the module's control
+/// listener (which also serves `/ready`, but is not the admin) are reported with a warning that
+/// names the field.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_admin_address_is_checked_at_start() {
     let right = Envoy::start(options()).await;
@@ -377,7 +371,12 @@ async fn the_admin_address_is_checked_at_start() {
         "admin_address 127.0.0.1:{} is Envoy's admin (state LIVE)",
         right.admin
     );
-    logged(&right, "the admin recognised", line).await;
+    right.wait_log("the admin recognised", &line).await;
+    assert_eq!(
+        right.drain_status().await["admin_address_check"],
+        "recognised"
+    );
+    right.wait_stat("graceful_drain.admin_address_ok", 1).await;
     assert!(
         !right.log().contains("admin_address did not"),
         "{}",
@@ -387,11 +386,19 @@ async fn the_admin_address_is_checked_at_start() {
 
     let nobody = no_admin_socket("check");
     let absent = start_with_admin_address(&nobody.display().to_string(), free_ports(3)).await;
-    let line = format!(
-        "admin_address did not answer as Envoy's admin ({}: ",
-        nobody.display()
+    let line = format!("admin_address did not answer ({}: ", nobody.display());
+    absent.wait_log("the absent admin reported", &line).await;
+    assert!(absent
+        .log()
+        .contains("; 3 tries): unless Envoy's admin is only slow to start"));
+    assert_eq!(
+        absent.drain_status().await["admin_address_check"],
+        "not_answering"
     );
-    logged(&absent, "the absent admin reported", line).await;
+    assert_eq!(
+        absent.stat("graceful_drain.admin_address_ok").await,
+        Some(0)
+    );
     // Reported, not fatal: the gateway serves.
     assert_eq!(clients::get(absent.data, "/").await.unwrap().status, 200);
     drop(absent);
@@ -399,11 +406,19 @@ async fn the_admin_address_is_checked_at_start() {
     let p = free_ports(3);
     let control = start_with_admin_address(&format!("127.0.0.1:{}", p[2]), p.clone()).await;
     let line = format!(
-        "admin_address did not answer as Envoy's admin (127.0.0.1:{}: GET /ready answered 200 \"ready\", \
-         not as Envoy's admin",
+        "admin_address 127.0.0.1:{} is not Envoy's admin (GET /ready answered 200 \"ready\"): \
+         a drain cannot fail Envoy's health checks through it; set admin_address",
         p[2]
     );
-    logged(&control, "the control listener reported", line).await;
+    control
+        .wait_log("the control listener reported", &line)
+        .await;
+    assert_eq!(
+        control.drain_status().await["admin_address_check"],
+        "not_admin"
+    );
+    // One answer is enough to tell: no retry.
+    assert_eq!(control.log().matches("is not Envoy's admin").count(), 1);
 }
 
 /// Hot restart: the new process serves normally (never put into a failed health state by the old
@@ -455,7 +470,7 @@ async fn hot_restart_drains_the_old_process_and_leaves_the_new_one_serving() {
     .await;
     assert!(info.contains("\"state\": \"LIVE\""), "{info}");
     let line = format!("admin_address 127.0.0.1:{} is Envoy's admin", p[0]);
-    logged(&new, "the new epoch's admin checked", line).await;
+    new.wait_log("the new epoch's admin checked", &line).await;
     // The old process drained: its request completes, told to close its connection.
     let r = in_flight.await.unwrap().unwrap();
     assert_eq!(r.status, 200);

@@ -5,14 +5,14 @@
 
 use super::abi::{self, Buffer, EnvoyPtr, HttpHeader};
 use super::{define_metric, envoy_bytes, guard, module_buffer, DefineMetric};
-use crate::admin::{self, AdminAddress};
+use crate::admin::{self, AdminAddress, CheckError};
 use crate::bootstrap::{
     Engine, EngineHost, EngineMetric, ShutdownRelease, ADMIN_DRAIN_PATH, ADMIN_STATUS_PATH,
 };
 use crate::config::BootstrapConfig;
 use crate::drain::{Phase, IN_FLIGHT_RECHECK};
 use crate::registry::Counts;
-use crate::state::Shared;
+use crate::state::{AdminCheck, Shared};
 use crate::stats_scan::{DrainTiming, EnvoyView, Pass, ScanSource, Scanner};
 use std::cell::RefCell;
 use std::os::raw::c_void;
@@ -22,6 +22,8 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 const EVENT_KICK: u64 = 1;
+/// The admin_address check finished: publish its result (the gauge is set on the main thread).
+const EVENT_ADMIN_CHECKED: u64 = 2;
 
 /// The bootstrap scheduler used to hop onto the main thread; 0 when no engine is loaded. A lock,
 /// not an atomic: a kick (rare: drain start, fallback ticks) commits while holding it, and
@@ -35,6 +37,11 @@ fn kick_scheduler() -> std::sync::MutexGuard<'static, usize> {
 
 /// Ask the engine to evaluate the drain now, from any thread.
 pub(crate) fn kick_engine() {
+    to_main_thread(EVENT_KICK)
+}
+
+/// Run `config_scheduled` with `event` on Envoy's main thread, from any thread.
+fn to_main_thread(event: u64) {
     let s = kick_scheduler();
     if *s != 0 {
         // SAFETY: the scheduler is alive while it is stored here (cleared under this lock before
@@ -42,7 +49,7 @@ pub(crate) fn kick_engine() {
         unsafe {
             abi::envoy_dynamic_module_callback_bootstrap_extension_config_scheduler_commit(
                 *s as *mut c_void,
-                EVENT_KICK,
+                event,
             )
         }
     }
@@ -50,6 +57,7 @@ pub(crate) fn kick_engine() {
 
 struct Metrics {
     draining: usize,
+    admin_address_ok: usize,
     drains_started: usize,
     drains_completed: usize,
     drains_timed_out: usize,
@@ -237,6 +245,22 @@ impl Extension {
     }
 }
 
+impl Extension {
+    /// Main thread only (the config pointer is Envoy's, alive until config_destroy).
+    fn set_gauge(&self, id: usize, value: u64) {
+        // SAFETY: config pointer alive until config_destroy; stats are atomic.
+        unsafe {
+            abi::envoy_dynamic_module_callback_bootstrap_extension_config_set_gauge(
+                self.envoy,
+                id,
+                ptr::null_mut(),
+                0,
+                value,
+            );
+        }
+    }
+}
+
 impl EngineHost for Extension {
     fn envoy_request_stats(&self) -> EnvoyView {
         self.envoy_view()
@@ -254,7 +278,8 @@ impl EngineHost for Extension {
             "graceful_drain: admin POST /healthcheck/fail and /drain_listeners?graceful&skip_exit \
              to {addr}"
         );
-        on_admin_thread("the drain start's admin calls", move || {
+        let if_not = "Envoy's health checks stay as they are";
+        on_admin_thread("the drain start's admin calls", if_not, move || {
             #[cfg(feature = "panic-test")]
             if crate::faults::active("admin_panic") {
                 panic!("test fault: admin_panic");
@@ -284,16 +309,7 @@ impl EngineHost for Extension {
 
     fn set_draining_gauge(&self, value: u64) {
         if let Some(m) = &self.metrics {
-            // SAFETY: config pointer alive until config_destroy; stats are atomic.
-            unsafe {
-                abi::envoy_dynamic_module_callback_bootstrap_extension_config_set_gauge(
-                    self.envoy,
-                    m.draining,
-                    ptr::null_mut(),
-                    0,
-                    value,
-                );
-            }
+            self.set_gauge(m.draining, value);
         }
     }
 
@@ -318,7 +334,7 @@ impl EngineHost for Extension {
     }
 }
 
-/// Bounds the connect and each read and write of an admin call.
+/// Bounds each admin call as a whole (connect, write and reads).
 const ADMIN_CALL_TIMEOUT: Duration = Duration::from_secs(2);
 
 fn define_metrics(bce: EnvoyPtr) -> Option<Metrics> {
@@ -332,6 +348,7 @@ fn define_metrics(bce: EnvoyPtr) -> Option<Metrics> {
     };
     Some(Metrics {
         draining: define("draining", true)?,
+        admin_address_ok: define("admin_address_ok", true)?,
         drains_started: define("drains_started", false)?,
         drains_completed: define("drains_completed", false)?,
         drains_timed_out: define("drains_timed_out", false)?,
@@ -556,8 +573,12 @@ pub extern "C" fn envoy_dynamic_module_on_bootstrap_extension_new(
 
 /// Run `calls` on a thread of its own (Envoy's main thread never waits for the admin). A panic
 /// there is contained, counted in `module_errors` and logged; a thread that cannot be made is
-/// logged.
-fn on_admin_thread(what: &'static str, calls: impl FnOnce() + Send + 'static) {
+/// logged with `if_not`, what that means.
+fn on_admin_thread(
+    what: &'static str,
+    if_not: &'static str,
+    calls: impl FnOnce() + Send + 'static,
+) {
     let spawned = std::thread::Builder::new()
         .name("graceful_admin".into())
         .spawn(move || {
@@ -570,7 +591,7 @@ fn on_admin_thread(what: &'static str, calls: impl FnOnce() + Send + 'static) {
             super::shared().counters.module_error();
         });
     if let Err(e) = spawned {
-        log::warn!("graceful_drain: no thread for {what} ({e}); skipped");
+        log::warn!("graceful_drain: no thread for {what} ({e}); {if_not}");
     }
 }
 
@@ -587,7 +608,13 @@ pub extern "C" fn envoy_dynamic_module_on_bootstrap_extension_server_initialized
             return;
         };
         if let Some(addr) = ext.admin_address.clone() {
-            on_admin_thread("the admin_address check", move || check_admin(&addr));
+            super::shared()
+                .counters
+                .set_admin_check(AdminCheck::Checking);
+            let if_not = "admin_address is not checked";
+            on_admin_thread("the admin_address check", if_not, move || {
+                check_admin(&addr)
+            });
         } else {
             let why = "admin_address is not set: a drain will not fail Envoy's health checks, so \
                        listeners without the graceful_drain filter send no connection away \
@@ -604,29 +631,39 @@ pub extern "C" fn envoy_dynamic_module_on_bootstrap_extension_server_initialized
     })
 }
 
-/// How many times, one second apart, the admin_address check tries before it warns (the admin
-/// may still be coming up when the server is initialized).
+/// How many times, one second apart, the admin_address check tries to get an answer before it
+/// warns (the admin may still be coming up when the server is initialized).
 const ADMIN_CHECK_ATTEMPTS: u32 = 3;
 
 fn check_admin(addr: &AdminAddress) {
-    let mut last = String::new();
-    for attempt in 0..ADMIN_CHECK_ATTEMPTS {
-        if attempt > 0 {
-            std::thread::sleep(Duration::from_secs(1));
-        }
+    const FIX: &str = "a drain cannot fail Envoy's health checks through it; set admin_address \
+                       to the address of the bootstrap's `admin:` section";
+    let counters = &super::shared().counters;
+    for attempt in 1..=ADMIN_CHECK_ATTEMPTS {
         match admin::check(addr, ADMIN_CALL_TIMEOUT) {
             Ok(state) => {
                 log::info!("graceful_drain: admin_address {addr} is Envoy's admin (state {state})");
+                counters.set_admin_check(AdminCheck::Recognised);
+                to_main_thread(EVENT_ADMIN_CHECKED);
                 return;
             }
-            Err(e) => last = e,
+            Err(CheckError::NoAnswer(e)) if attempt == ADMIN_CHECK_ATTEMPTS => {
+                counters.set_admin_check(AdminCheck::NotAnswering);
+                log::warn!(
+                    "graceful_drain: admin_address did not answer ({e}; {attempt} tries): unless \
+                     Envoy's admin is only slow to start, {FIX}"
+                );
+            }
+            Err(CheckError::NoAnswer(_)) => std::thread::sleep(Duration::from_secs(1)),
+            Err(e @ CheckError::NotAdmin { .. }) => {
+                counters.set_admin_check(AdminCheck::NotAdmin);
+                log::warn!(
+                    "graceful_drain: admin_address {addr} is not Envoy's admin ({e}): {FIX}"
+                );
+                return;
+            }
         }
     }
-    log::warn!(
-        "graceful_drain: admin_address did not answer as Envoy's admin ({last}): a drain \
-         cannot fail Envoy's health checks through it; set admin_address to the address of \
-         the bootstrap's `admin:` section"
-    );
 }
 
 #[no_mangle]
@@ -700,9 +737,16 @@ pub extern "C" fn envoy_dynamic_module_on_bootstrap_extension_shutdown(
 pub extern "C" fn envoy_dynamic_module_on_bootstrap_extension_config_scheduled(
     _bce: EnvoyPtr,
     bcm: *const c_void,
-    _event_id: u64,
+    event_id: u64,
 ) {
     with_engine("config_scheduled", bcm, |engine, ext, shared| {
+        if event_id == EVENT_ADMIN_CHECKED {
+            if let Some(m) = &ext.metrics {
+                let ok = shared.counters.admin_check() == AdminCheck::Recognised;
+                ext.set_gauge(m.admin_address_ok, u64::from(ok));
+            }
+            return None;
+        }
         engine.evaluate(ext, shared)
     });
 }

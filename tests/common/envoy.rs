@@ -509,6 +509,14 @@ impl Envoy {
         .await
     }
 
+    /// Wait until Envoy's log has `line`.
+    pub async fn wait_log(&self, what: &str, line: &str) {
+        eventually(what, Duration::from_secs(10), || async {
+            self.log().contains(line).then_some(())
+        })
+        .await
+    }
+
     /// Wait until the module reports this many in-flight data requests.
     pub async fn wait_active(&self, n: u64) {
         eventually(
