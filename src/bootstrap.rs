@@ -102,8 +102,11 @@ impl Engine {
         shared: &Shared,
         release: ShutdownRelease,
     ) -> Option<ShutdownRelease> {
+        // Envoy's shutdown hook does not say why: SIGTERM, SIGINT and admin /quitquitquit all
+        // come here (trigger `sigterm`).
         log::info!(
-            "graceful_drain: SIGTERM received; holding Envoy's exit until the drain completes"
+            "graceful_drain: Envoy is shutting down (SIGTERM, SIGINT or /quitquitquit); holding \
+             its exit until the drain completes"
         );
         // Held first, so a failure below still finds it here (and the hook releases it).
         // Should Envoy ask twice, release both holds when the drain completes.

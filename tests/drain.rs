@@ -535,3 +535,47 @@ fn whole_answers(wire: &str) -> usize {
     }
     n
 }
+
+/// SIGINT (Ctrl-C) and the admin's `POST /quitquitquit` reach Envoy's shutdown as SIGTERM does:
+/// the exit is held until the request in flight is answered, then Envoy exits 0 by the rules.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sigint_and_quitquitquit_drain_like_sigterm() {
+    for how in ["SIGINT", "/quitquitquit"] {
+        let mut envoy = Envoy::start(Options::default()).await;
+        let port = envoy.data;
+        let in_flight =
+            tokio::spawn(
+                async move { clients::request(port, "GET", "/", &hdrs(&slow(800))).await },
+            );
+        envoy.wait_active(1).await;
+        let t0 = Instant::now();
+        if how == "SIGINT" {
+            envoy.signal(libc::SIGINT);
+        } else {
+            let r = clients::request(envoy.admin, "POST", "/quitquitquit", &[])
+                .await
+                .unwrap();
+            assert_eq!(r.status, 200, "{how}");
+        }
+        let (status, at) = envoy.wait_exit(Duration::from_secs(10)).await;
+        assert!(status.success(), "{how}: {status:?}");
+        let r = in_flight.await.unwrap().unwrap();
+        assert_eq!(r.status, 200, "{how}");
+        assert_eq!(r.header("connection"), Some("close"), "{how}");
+        let took = at - t0;
+        assert!(
+            took >= Duration::from_millis(700),
+            "{how}: exited before the request ended: {took:?}"
+        );
+        assert!(
+            took < Duration::from_secs(3),
+            "{how}: exited late: {took:?}"
+        );
+        assert!(
+            envoy
+                .log()
+                .contains("graceful_drain: Envoy is shutting down"),
+            "{how}"
+        );
+    }
+}
