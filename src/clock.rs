@@ -18,6 +18,12 @@ pub trait Clock: Send + Sync {
     fn instant_of(&self, nanos: u64) -> Instant {
         self.epoch() + Duration::from_nanos(nanos.saturating_sub(1))
     }
+
+    /// As [`Clock::nanos`], from [`Clock::now`]: exact where `nanos` may lag by a coarse tick.
+    fn precise_nanos(&self) -> u64 {
+        let since = self.now().saturating_duration_since(self.epoch());
+        (since.as_nanos() as u64).saturating_add(1)
+    }
 }
 
 /// A clock that moves only when told to.
@@ -71,5 +77,6 @@ mod tests {
         c.advance(Duration::from_millis(1500));
         assert_eq!(c.now() - a, Duration::from_millis(1500));
         assert_eq!(c.instant_of(c.nanos()), c.now());
+        assert_eq!(c.precise_nanos(), c.nanos());
     }
 }

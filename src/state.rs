@@ -302,18 +302,10 @@ impl Shared {
     pub fn is_ready(&self) -> bool {
         match self.readiness_fails_at.load(Ordering::Acquire) {
             0 => !self.is_draining(),
-            at => self.precise_nanos() < at,
+            // Precise: readiness is not on the request path, and the coarse clock's ticks could
+            // end the delay up to one tick (about 4 ms) early.
+            at => self.clock.precise_nanos() < at,
         }
-    }
-
-    /// As [`Clock::nanos`], from the precise clock: readiness is not on the request path, and the
-    /// coarse clock's ticks could end the delay up to one tick (about 4 ms) early.
-    fn precise_nanos(&self) -> u64 {
-        let since = self
-            .clock
-            .now()
-            .saturating_duration_since(self.clock.epoch());
-        (since.as_nanos() as u64).saturating_add(1)
     }
 
     /// When readiness fails (or failed), once a drain started.
@@ -403,7 +395,7 @@ impl Shared {
         }
         let delay = self.policy().readiness_failure_delay.as_nanos() as u64;
         self.readiness_fails_at.store(
-            self.precise_nanos().saturating_add(delay),
+            self.clock.precise_nanos().saturating_add(delay),
             Ordering::Release,
         );
         #[cfg(feature = "panic-test")]
@@ -631,7 +623,7 @@ pub struct Status {
     pub requests_served_while_draining: u64,
     pub connections_sent_away: SentAway,
     /// Failures contained on the data path (each request went through unharmed) and on the
-    /// admin-call thread.
+    /// admin-call threads.
     pub module_errors: u64,
     /// Whether `admin_address` answered as Envoy's admin at start: `unset`, `checking`,
     /// `recognised`, `not_answering`, `not_admin`.

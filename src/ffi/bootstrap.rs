@@ -243,9 +243,7 @@ impl Extension {
             None => EnvoyView::Pending,
         }
     }
-}
 
-impl Extension {
     /// Main thread only (the config pointer is Envoy's, alive until config_destroy).
     fn set_gauge(&self, id: usize, value: u64) {
         // SAFETY: config pointer alive until config_destroy; stats are atomic.
