@@ -21,7 +21,8 @@
 //!   from here ([`Action::GoAwayBusy`]) and is closed once idle, like an idle one.
 //!
 //! Without the HTTP filter (connection mode) streams are unknown: every HTTP/2 connection gets
-//! the GOAWAY (safe on busy ones) and nothing is closed.
+//! the GOAWAY (safe on busy ones) and nothing is closed, except an HTTP/2 connection whose client
+//! never opened a stream ([`FirstStream`] follows its frame headers until it does).
 //!
 //! Threading: a connection's network filter and every HTTP stream on it run on one worker thread,
 //! but not always its teardown: Envoy 1.40's `network_filter_scheduler_commit` takes a strong
@@ -91,6 +92,75 @@ pub enum Wire {
     Http2,
 }
 
+/// Follows what an HTTP/2 client sends until it opens its first stream (RFC 9113 §3.4, §4.1):
+/// the 24-byte preface, then 9-byte frame headers whose payloads it skips, across reads of any
+/// size and without copying payloads. A client that opened no stream has sent only SETTINGS,
+/// PING, WINDOW_UPDATE, PRIORITY or GOAWAY frames, none larger than the default maximum frame
+/// size; anything else (a HEADERS frame, or bytes that do not fit, such as a buffer fed twice)
+/// ends the watch, and the connection is then treated as one that may carry a stream.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FirstStream {
+    /// Bytes of the preface or of the current frame's payload still to skip.
+    skip: usize,
+    head: [u8; 9],
+    have: usize,
+}
+
+/// The client's connection preface (RFC 9113 §3.4).
+const H2_PREFACE_LEN: usize = 24;
+/// SETTINGS_MAX_FRAME_SIZE's initial value (RFC 9113 §6.5.2); Envoy does not raise it by default.
+const H2_DEFAULT_MAX_FRAME: usize = 1 << 14;
+
+impl Default for FirstStream {
+    fn default() -> Self {
+        FirstStream {
+            skip: H2_PREFACE_LEN,
+            head: [0; 9],
+            have: 0,
+        }
+    }
+}
+
+impl FirstStream {
+    /// Feed the next bytes the client sent. `false` once the client may have opened a stream
+    /// (stop feeding then); `true` while it has sent connection-level frames only.
+    pub fn feed(&mut self, mut bytes: &[u8]) -> bool {
+        while !bytes.is_empty() {
+            if self.skip > 0 {
+                let n = self.skip.min(bytes.len());
+                self.skip -= n;
+                bytes = &bytes[n..];
+                continue;
+            }
+            let n = (9 - self.have).min(bytes.len());
+            self.head[self.have..self.have + n].copy_from_slice(&bytes[..n]);
+            self.have += n;
+            bytes = &bytes[n..];
+            if self.have < 9 {
+                break;
+            }
+            self.have = 0;
+            let h = &self.head;
+            let len = u32::from_be_bytes([0, h[0], h[1], h[2]]) as usize;
+            let stream = u32::from_be_bytes([h[5], h[6], h[7], h[8]]) & 0x7fff_ffff;
+            let connection_level = match h[3] {
+                // PRIORITY may name any stream and opens none.
+                0x2 => true,
+                // SETTINGS, PING, GOAWAY, WINDOW_UPDATE on the connection itself.
+                0x4 | 0x6 | 0x7 | 0x8 => stream == 0,
+                // HEADERS opens a stream; DATA, RST_STREAM, CONTINUATION and anything unknown
+                // mean a stream or bytes this does not follow.
+                _ => false,
+            };
+            if !connection_level || len > H2_DEFAULT_MAX_FRAME {
+                return false;
+            }
+            self.skip = len;
+        }
+        true
+    }
+}
+
 /// What the glue must do to the connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Action {
@@ -115,6 +185,9 @@ pub struct Conn {
     server_wrote: AtomicBool,
     /// HTTP streams in flight, as reported by the HTTP filter.
     streams: AtomicU32,
+    /// HTTP/2 whose client has sent only connection-level frames so far (no HEADERS: it never
+    /// opened a stream), as [`FirstStream`] follows them. Idle whatever filters the listener has.
+    h2_streamless: AtomicBool,
     /// The HTTP filter reported at least one stream: it is in the chain, so `streams` is exact.
     tracked: AtomicBool,
     /// Bytes were read since the connection last had no stream (a request may be on its way
@@ -165,6 +238,7 @@ impl Conn {
             wire: AtomicU8::new(WIRE_UNKNOWN),
             server_wrote: AtomicBool::new(false),
             streams: AtomicU32::new(0),
+            h2_streamless: AtomicBool::new(false),
             tracked: AtomicBool::new(false),
             read_since_idle: AtomicBool::new(false),
             told: AtomicBool::new(false),
@@ -222,11 +296,20 @@ impl Conn {
         // Decided on the first bytes by the connection manager's own rule (`codec_type: AUTO`
         // creates its codec on the first data: HTTP/2 if it starts with the magic prefix, else
         // HTTP/1), so the filter never disagrees with the codec about the protocol.
-        self.set_wire(if first.starts_with(H2_MAGIC_PREFIX) {
-            Wire::Http2
-        } else {
-            Wire::Http1
-        });
+        let h2 = first.starts_with(H2_MAGIC_PREFIX);
+        self.set_wire(if h2 { Wire::Http2 } else { Wire::Http1 });
+        set(&self.h2_streamless, h2);
+    }
+
+    /// Whether the glue must still feed the client's bytes to its [`FirstStream`].
+    pub fn watching_first_stream(&self) -> bool {
+        get(&self.h2_streamless)
+    }
+
+    /// The client's HTTP/2 frames are no longer known to be connection-level only: it opened a
+    /// stream, or sent something [`FirstStream`] does not follow.
+    pub fn first_stream_seen(&self) {
+        set(&self.h2_streamless, false);
     }
 
     /// The server wrote `len` bytes towards the client.
@@ -237,6 +320,7 @@ impl Conn {
     }
 
     fn stream_started(&self) {
+        set(&self.h2_streamless, false);
         set(&self.tracked, true);
         self.streams.fetch_add(1, Ordering::Relaxed);
     }
@@ -254,8 +338,12 @@ impl Conn {
     /// Idle by what the HTTP filter reported: no stream in flight, none for `idle_after`, and
     /// for HTTP/1.1 nothing read since the last one (bytes of a next request). HTTP/2 clients
     /// send control frames (SETTINGS ack, WINDOW_UPDATE, PING) on idle connections, so there
-    /// only streams count.
+    /// only streams count; an HTTP/2 connection whose client never opened one is idle too.
     fn idle(&self, now: u64, idle_after: Duration) -> bool {
+        if self.wire() == Wire::Http2 && get(&self.h2_streamless) {
+            // Never opened a stream (a pool's pre-connected connection): nothing to wait for.
+            return true;
+        }
         get(&self.tracked)
             && self.streams() == 0
             && (self.wire() == Wire::Http2 || !get(&self.read_since_idle))
@@ -1001,12 +1089,98 @@ mod tests {
         assert_eq!(check_then_confirm(&c, &counts, false), Action::Nothing);
     }
 
+    /// A frame header and payload as a client sends them.
+    fn frame(kind: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+        let len = payload.len() as u32;
+        let mut f = vec![(len >> 16) as u8, (len >> 8) as u8, len as u8, kind, 0];
+        f.extend_from_slice(&stream.to_be_bytes());
+        f.extend_from_slice(payload);
+        f
+    }
+
+    /// What a connection pool that pre-connects sends: preface, SETTINGS, WINDOW_UPDATE, a
+    /// SETTINGS ack and a PING, no stream.
+    fn streamless_client_bytes() -> Vec<u8> {
+        let mut b = PREFACE.to_vec();
+        b.extend(frame(4, 0, &[0, 3, 0, 0, 0, 100]));
+        b.extend(frame(8, 0, &[0, 0xf, 0, 1]));
+        b.extend(frame(4, 0, &[]));
+        b.extend(frame(6, 0, &[0; 8]));
+        b.extend(frame(2, 3, &[0, 0, 0, 0, 16]));
+        b
+    }
+
     #[test]
-    fn untracked_http2_gets_goaway_but_no_close() {
-        // Never carried a stream through the HTTP filter (a pre-connected pool connection, or no
-        // HTTP filter at all): the GOAWAY is safe either way, a close is not.
+    fn first_stream_follows_control_frames_across_any_split() {
+        let control = streamless_client_bytes();
+        let mut opened = control.clone();
+        opened.extend(frame(1, 1, &[0x82, 0x86, 0x84]));
+        for step in [1, 2, 5, 9, 13, 100, control.len()] {
+            let mut w = FirstStream::default();
+            assert!(
+                control.chunks(step).all(|c| w.feed(c)),
+                "control frames only, fed {step} bytes at a time"
+            );
+            let mut w = FirstStream::default();
+            assert!(
+                !opened.chunks(step).all(|c| w.feed(c)),
+                "HEADERS seen, fed {step} bytes at a time"
+            );
+        }
+    }
+
+    #[test]
+    fn first_stream_ends_on_anything_it_does_not_follow() {
+        for bad in [
+            frame(0, 1, b"data"),      // DATA
+            frame(3, 1, &[0; 4]),      // RST_STREAM
+            frame(4, 1, &[]),          // SETTINGS on a stream
+            frame(0x42, 0, &[]),       // unknown type
+            frame(6, 0, &[0; 20_000]), // larger than the default maximum frame size
+        ] {
+            let mut b = PREFACE.to_vec();
+            b.extend(bad);
+            assert!(!FirstStream::default().feed(&b), "{:?}", &b[24..33]);
+        }
+        // The same buffer fed twice (a filter after this one left it undrained): the preface read
+        // as a frame header does not fit.
+        let mut w = FirstStream::default();
+        assert!(w.feed(PREFACE));
+        assert!(!w.feed(PREFACE));
+    }
+
+    #[test]
+    fn http2_that_never_opened_a_stream_is_closed_after_the_grace() {
         let counts = Counts::default();
         let c = h2_conn(1);
+        assert!(c.watching_first_stream());
+        c.on_write(9);
+        assert_eq!(c.on_drain_started(&counts, LATER, IDLE), Action::GoAway);
+        assert_eq!(check_then_confirm(&c, &counts, false), Action::Close);
+        assert_eq!(counts.snapshot(), IdleTold { http1: 0, http2: 1 });
+        // A stream opened between the check and its confirmation keeps the connection.
+        let c = h2_conn(2);
+        c.on_write(9);
+        assert_eq!(c.on_drain_started(&counts, LATER, IDLE), Action::GoAway);
+        assert_eq!(c.on_grace_over(&counts, LATER, IDLE), Action::Nothing);
+        c.first_stream_seen();
+        assert_eq!(
+            c.on_confirm_close(&counts, LATER + 50_000_000, IDLE),
+            Action::Nothing
+        );
+        // An HTTP/1.1 connection is never watched.
+        let h1 = Conn::new(3);
+        h1.on_read(16, b"GET / HTTP/1.1\r\n");
+        assert!(!h1.watching_first_stream());
+    }
+
+    #[test]
+    fn untracked_http2_gets_goaway_but_no_close() {
+        // It may have carried a stream that no HTTP filter saw (no HTTP filter on the listener):
+        // the GOAWAY is safe either way, a close is not.
+        let counts = Counts::default();
+        let c = h2_conn(1);
+        c.first_stream_seen();
         c.on_write(9);
         assert_eq!(c.on_drain_started(&counts, LATER, IDLE), Action::GoAway);
         assert_eq!(c.on_grace_over(&counts, LATER, IDLE), Action::Nothing);

@@ -182,8 +182,32 @@ async fn idle_http2_gets_goaway_no_error_then_a_clean_close() {
         ..Options::default()
     })
     .await;
-    let raw = RawH2::connect(envoy.data).await;
+    let mut raw = RawH2::connect(envoy.data).await;
+    raw.get(1, &format!("127.0.0.1:{}", envoy.data)).await;
     idle_http2_is_told_and_closed(&envoy, raw).await;
+}
+
+/// A connection that never carried a stream (the preface and SETTINGS only, as pools that
+/// pre-connect leave them): told and closed after the grace like one that served a request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn http2_that_never_carried_a_stream_gets_goaway_then_a_clean_close() {
+    let envoy = Envoy::start(Options {
+        settings: LONG,
+        ..Options::default()
+    })
+    .await;
+    let mut raw = RawH2::connect(envoy.data).await;
+    // The server's preface (SETTINGS) has been written: the GOAWAY may follow it.
+    match raw.next_frame(Duration::from_secs(5)).await {
+        Some(Frame::Other { kind: 4, .. }) => {}
+        other => panic!("expected the server's SETTINGS first, got {other:?}"),
+    }
+    idle_http2_is_told_and_closed(&envoy, raw).await;
+    assert_eq!(
+        envoy.stat("http.data.downstream_rq_total").await,
+        Some(0),
+        "the connection carried no request"
+    );
 }
 
 /// The same over downstream TLS: the injected GOAWAY goes through the transport socket, so the
@@ -218,13 +242,14 @@ async fn idle_http2_over_tls_gets_goaway_then_a_clean_close() {
         "TLS put on the data listener"
     );
     let envoy = Envoy::start_yaml(&(head.to_string() + &data), p[0], p[1], p[2], &o).await;
-    let raw = RawH2::connect_tls(envoy.data, made.cert.der().clone()).await;
+    let mut raw = RawH2::connect_tls(envoy.data, made.cert.der().clone()).await;
+    raw.get(1, &format!("127.0.0.1:{}", envoy.data)).await;
     idle_http2_is_told_and_closed(&envoy, raw).await;
 }
 
+/// `raw` is idle (no stream in flight): the drain start sends it GOAWAY(2^31-1, NO_ERROR) at
+/// once, and it is closed cleanly after the grace.
 async fn idle_http2_is_told_and_closed(envoy: &Envoy, mut raw: RawH2) {
-    raw.get(1, &format!("127.0.0.1:{}", envoy.data)).await;
-    // Now idle: read whatever else the server sends in a short moment (nothing is expected).
 
     let t0 = start_drain(envoy).await;
     let goaway_at;

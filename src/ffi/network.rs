@@ -6,8 +6,8 @@ use super::abi::{self, Buffer, EnvoyPtr};
 use super::{envoy_bytes, guard, module_buffer};
 use crate::config::parse_duration;
 use crate::connections::{
-    self, Action, Conn, Connections, Waker, WakerSlot, EVENT_CONFIRM_CLOSE, EVENT_DRAIN_STARTED,
-    EVENT_GRACE_OVER, GOAWAY_NO_ERROR,
+    self, Action, Conn, Connections, FirstStream, Waker, WakerSlot, EVENT_CONFIRM_CLOSE,
+    EVENT_DRAIN_STARTED, EVENT_GRACE_OVER, GOAWAY_NO_ERROR,
 };
 use crate::state::{Protocol, EVENT_GO_AWAY};
 use serde::Deserialize;
@@ -66,6 +66,8 @@ struct NetFilter {
     config: *const NetConfig,
     conn: Option<Arc<Conn>>,
     slot: Option<WakerSlot>,
+    /// An HTTP/2 client's frames until its first stream (while `conn` is watching for it).
+    first_stream: FirstStream,
 }
 
 fn commit(waker: usize, event: u64) {
@@ -157,6 +159,7 @@ pub extern "C" fn envoy_dynamic_module_on_network_filter_new(
             config: cm as *const NetConfig,
             conn: None,
             slot: None,
+            first_stream: FirstStream::default(),
         })) as *const c_void
     })
 }
@@ -211,24 +214,30 @@ pub extern "C" fn envoy_dynamic_module_on_network_filter_read(
 ) -> u32 {
     guard("network_filter_read", STATUS_CONTINUE, || {
         // SAFETY: our own filter pointer.
-        let Some(conn) = (unsafe { net_filter(fm) }).and_then(|f| f.conn.as_ref()) else {
+        let Some(f) = (unsafe { net_filter(fm) }) else {
             return STATUS_CONTINUE;
         };
-        if !conn.sniffing() {
-            conn.on_read(data_len, &[]);
+        let NetFilter {
+            conn, first_stream, ..
+        } = f;
+        let Some(conn) = conn.as_ref() else {
+            return STATUS_CONTINUE;
+        };
+        if conn.sniffing() || conn.watching_first_stream() {
+            follow_client_bytes(fe, conn, first_stream, data_len);
         } else {
-            sniff(fe, conn, data_len);
+            conn.on_read(data_len, &[]);
         }
         STATUS_CONTINUE
     })
 }
 
-/// The first read of a connection (its protocol still unknown): look at the first bytes of the
-/// read buffer. Kept out of the read hook, which runs on every read, so that its stack buffers
-/// and calls do not weigh on the common path.
+/// The first reads of a connection: its protocol from the first bytes of the read buffer, and for
+/// HTTP/2 the client's frames until it opens a stream. Kept out of the read hook, which runs on
+/// every read, so that its stack buffers and calls do not weigh on the common path.
 #[cold]
 #[inline(never)]
-fn sniff(fe: EnvoyPtr, conn: &Conn, data_len: usize) {
+fn follow_client_bytes(fe: EnvoyPtr, conn: &Conn, first_stream: &mut FirstStream, data_len: usize) {
     // SAFETY: live filter inside its read hook, where the read buffer is current.
     let n = unsafe {
         abi::envoy_dynamic_module_callback_network_filter_get_read_buffer_chunks_size(fe)
@@ -254,21 +263,30 @@ fn sniff(fe: EnvoyPtr, conn: &Conn, data_len: usize) {
                 chunks.as_mut_ptr(),
             )
         };
-    let mut head = [0u8; connections::H2_MAGIC_PREFIX.len()];
-    let mut have = 0;
-    if ok {
-        for c in chunks.iter() {
-            // SAFETY: Envoy filled the slices; valid during this hook; null/empty handled.
-            let bytes = unsafe { envoy_bytes(*c) };
-            let take = bytes.len().min(head.len() - have);
-            head[have..have + take].copy_from_slice(&bytes[..take]);
-            have += take;
-            if have == head.len() {
-                break;
+    // SAFETY: Envoy filled the slices; valid during this hook; null/empty handled.
+    let slices = || chunks.iter().map(|c| unsafe { envoy_bytes(*c) });
+    if conn.sniffing() {
+        let mut head = [0u8; connections::H2_MAGIC_PREFIX.len()];
+        let mut have = 0;
+        if ok {
+            for bytes in slices() {
+                let take = bytes.len().min(head.len() - have);
+                head[have..have + take].copy_from_slice(&bytes[..take]);
+                have += take;
+                if have == head.len() {
+                    break;
+                }
             }
         }
+        conn.on_read(data_len, &head[..have]);
+    } else {
+        conn.on_read(data_len, &[]);
     }
-    conn.on_read(data_len, &head[..have]);
+    if conn.watching_first_stream() && !(ok && slices().all(|b| first_stream.feed(b))) {
+        // A stream opened, or bytes this cannot follow (or could not read): from here on the
+        // connection may carry a stream.
+        conn.first_stream_seen();
+    }
 }
 
 #[no_mangle]
