@@ -53,6 +53,12 @@ impl ShutdownRelease {
         }
     }
 
+    /// Give up the release without calling it (Envoy is destroying the extension: its
+    /// completion must not be called from a destroy hook).
+    pub fn disarm(mut self) {
+        self.0 = None;
+    }
+
     /// One release that gives both.
     fn and(mut self, mut other: ShutdownRelease) -> Self {
         let (a, b) = (self.0.take(), other.0.take());

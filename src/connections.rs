@@ -25,14 +25,15 @@
 //! never opened a stream ([`FirstStream`] follows its frame headers until it does).
 //!
 //! Threading: a connection's network filter and every HTTP stream on it run on one worker thread,
-//! but not always its teardown: Envoy 1.40's `network_filter_scheduler_commit` takes a strong
-//! reference to the filter on the committing thread, so when the drain side commits just as the
-//! worker closes the connection, the filter's destroy hook runs on the drain side's thread, inside
-//! the commit. Hence per-connection state is atomics behind an `Arc` ([`Conn`], found by id in its
+//! but not always its teardown: `network_filter_scheduler_commit` takes a strong reference to
+//! the filter on the committing thread (Envoy 1.38-1.40; `src/ffi/ENVOY_FACTS.md` §1), so when
+//! the drain side commits just as the worker closes the connection, the filter's destroy hook
+//! runs on the drain side's thread, inside the commit. Hence per-connection state is atomics behind an `Arc` ([`Conn`], found by id in its
 //! worker's own map, without a lock), and the drain side never holds a lock while it commits: it
 //! takes counted references to the wakers ([`Wakers`]) and commits after releasing the lock.
 
 use crate::registry::{Lane, ReservedSlot};
+use crate::threads::Threads;
 use serde::Serialize;
 use std::cell::Cell;
 use std::collections::HashMap;
@@ -98,7 +99,7 @@ pub enum Wire {
 /// PING, WINDOW_UPDATE, PRIORITY or GOAWAY frames, none larger than the default maximum frame
 /// size; anything else (a HEADERS frame, or bytes that do not fit, such as a buffer fed twice)
 /// ends the watch, and the connection is then treated as one that may carry a stream.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FirstStream {
     /// Bytes of the preface or of the current frame's payload still to skip.
     skip: usize,
@@ -824,7 +825,13 @@ impl Connections {
 
 /// Integration point for the drain start (`Shared::start_drain`): wake every connection now so
 /// idle ones are told, and once more after the grace so they are closed. Any thread; idempotent.
-pub fn drain_started(drained: impl Fn() -> bool + Send + 'static) {
+/// The re-checks run on a thread owned by `threads`, whose gate keeps their commits out of Envoy
+/// once the exit is released; `drained` only ends them early.
+pub fn drain_started(
+    threads: &'static Threads,
+    on_panic: fn(),
+    drained: impl Fn() -> bool + Send + 'static,
+) {
     let c = Connections::global();
     if !c.mark_draining() || c.commit.get().is_none() {
         return; // already started, or no network filter loaded
@@ -838,28 +845,22 @@ pub fn drain_started(drained: impl Fn() -> bool + Send + 'static) {
     );
     let grace = c.grace().max(Duration::from_millis(10));
     // One timer thread per process: network filters have no timer of their own, and the
-    // scheduler commit is thread-safe. It ends after RECHECKS rounds (or with the process).
-    let spawned = std::thread::Builder::new()
-        .name("graceful_drain_idle_grace".into())
-        .spawn(move || {
-            let c = Connections::global();
-            for round in 0..=RECHECKS {
-                if round > 0 {
-                    std::thread::sleep(grace.saturating_sub(CONFIRM_DELAY));
-                    // Once the drain completed the exit follows: no commits into a tearing-down
-                    // Envoy.
-                    if drained() {
-                        return;
-                    }
-                    c.wake_all(EVENT_GRACE_OVER);
-                }
-                std::thread::sleep(CONFIRM_DELAY);
-                if drained() {
+    // scheduler commit is thread-safe. It ends after RECHECKS rounds, or when the module stops.
+    let spawned = threads.spawn("graceful_drain_idle_grace", on_panic, move || {
+        let c = Connections::global();
+        for round in 0..=RECHECKS {
+            if round > 0 {
+                if !threads.sleep(grace.saturating_sub(CONFIRM_DELAY)) || drained() {
                     return;
                 }
-                c.wake_all(EVENT_CONFIRM_CLOSE);
+                c.wake_all(EVENT_GRACE_OVER);
             }
-        });
+            if !threads.sleep(CONFIRM_DELAY) || drained() {
+                return;
+            }
+            c.wake_all(EVENT_CONFIRM_CLOSE);
+        }
+    });
     if let Err(e) = spawned {
         log::warn!("graceful_drain: no grace timer thread ({e}); idle HTTP/2 closed at exit");
     }

@@ -4,7 +4,10 @@
 //!
 //! Faults: `skip_wakeup` (a drain does not wake in-flight requests), `no_timer` (the engine's
 //! timer cannot be created), `shutdown_panic` (the SIGTERM hook panics after taking Envoy's
-//! completion callback), `admin_panic` (the thread making the drain start's admin calls panics).
+//! completion callback), `admin_panic` (the thread making the drain start's admin calls panics),
+//! `hold_thread_calls` (every call a module thread makes into Envoy waits until the exit was
+//! released: see `threads::GateFaults`), `no_gate` (with it, such calls pass the closed gate and
+//! are counted as late instead of refused).
 
 use std::sync::OnceLock;
 

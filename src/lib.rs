@@ -32,3 +32,4 @@ pub mod registry;
 pub mod state;
 pub mod stats_scan;
 mod sync;
+pub mod threads;

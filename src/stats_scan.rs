@@ -24,8 +24,8 @@ use crate::bootstrap::EnvoyRequestStats;
 use crate::drain::IN_FLIGHT_RECHECK;
 use crate::registry::Counts;
 use crate::state::EnvoyReading;
+use crate::threads::Threads;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 /// The share of one CPU the scans may take while a drain is under way, in percent.
@@ -307,28 +307,26 @@ fn lock(m: &Mutex<State>) -> MutexGuard<'_, State> {
 /// The scanner thread and the engine's window on its results.
 pub struct Scanner {
     inner: Arc<Inner>,
-    thread: Mutex<Option<JoinHandle<()>>>,
 }
 
 impl Scanner {
     /// Start the thread. Its first scan measures what a scan costs on this configuration (the
     /// pacing of filter-mode drains needs it before the drain starts).
-    pub fn start(source: impl ScanSource) -> std::io::Result<Scanner> {
+    pub fn start(threads: &Threads, source: impl ScanSource) -> std::io::Result<Scanner> {
         let inner = Arc::new(Inner {
             state: Mutex::new(State::default()),
             wake: Condvar::new(),
         });
         let for_thread = inner.clone();
-        let thread = std::thread::Builder::new()
-            .name("graceful_stats".into())
-            .spawn(move || {
+        threads.spawn(
+            "graceful_stats",
+            || {},
+            move || {
                 run(&for_thread, &source);
                 lock(&for_thread.state).ended = true;
-            })?;
-        Ok(Scanner {
-            inner,
-            thread: Mutex::new(Some(thread)),
-        })
+            },
+        )?;
+        Ok(Scanner { inner })
     }
 
     /// The engine's question, during a drain: what do Envoy's stats say now? Never blocks on a
@@ -354,17 +352,11 @@ impl Scanner {
         lock(&self.inner.state).cache.calibration
     }
 
-    /// Stop the thread and wait for it (at most the scan under way).
+    /// Tell the thread to stop (its owner, [`Threads`], joins it).
     pub fn stop(&self) {
-        {
-            let mut st = lock(&self.inner.state);
-            st.stop = true;
-            self.inner.wake.notify_all();
-        }
-        let handle = self.thread.lock().unwrap_or_else(|p| p.into_inner()).take();
-        if let Some(h) = handle {
-            let _ = h.join();
-        }
+        let mut st = lock(&self.inner.state);
+        st.stop = true;
+        self.inner.wake.notify_all();
     }
 }
 
@@ -772,7 +764,8 @@ mod tests {
     #[test]
     fn the_scanner_calibrates_then_scans_only_during_a_drain_on_its_own_thread() {
         let s = store();
-        let scanner = Scanner::start(Source(s.clone())).unwrap();
+        let threads = Threads::default();
+        let scanner = Scanner::start(&threads, Source(s.clone())).unwrap();
         eventually("the calibration scan", || scanner.calibration().is_some());
         assert_eq!(s.scans.load(Ordering::SeqCst), 2, "counters, then gauges");
         assert!(s.scanned_off_caller.load(Ordering::SeqCst));
@@ -799,18 +792,20 @@ mod tests {
         let settled = s.scans.load(Ordering::SeqCst);
         std::thread::sleep(4 * IN_FLIGHT_RECHECK);
         assert!(s.scans.load(Ordering::SeqCst) <= settled + 1);
-        let t = Instant::now();
         scanner.stop();
-        assert!(
-            t.elapsed() < Duration::from_secs(1),
-            "stop does not wait out the idle recheck"
+        let stopped = threads.join(Duration::from_secs(30));
+        assert_eq!(
+            (stopped.joined, stopped.left),
+            (1, vec![]),
+            "the thread ends"
         );
     }
 
     #[test]
     fn in_filter_mode_nothing_is_pending() {
         let s = store();
-        let scanner = Scanner::start(Source(s.clone())).unwrap();
+        let threads = Threads::default();
+        let scanner = Scanner::start(&threads, Source(s.clone())).unwrap();
         eventually("the calibration scan", || scanner.calibration().is_some());
         let d = timing(Instant::now() + Duration::from_secs(3600), true);
         s.draining.store(true, Ordering::SeqCst);
@@ -821,7 +816,8 @@ mod tests {
     fn an_unreadable_store_ends_the_thread_and_releases_the_hold() {
         let s = store();
         s.readable.store(false, Ordering::SeqCst);
-        let scanner = Scanner::start(Source(s.clone())).unwrap();
+        let threads = Threads::default();
+        let scanner = Scanner::start(&threads, Source(s.clone())).unwrap();
         s.draining.store(true, Ordering::SeqCst);
         let d = timing(Instant::now(), false);
         eventually("the thread to end", || {

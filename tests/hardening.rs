@@ -772,3 +772,127 @@ async fn a_panic_in_the_admin_calls_is_counted_and_the_drain_goes_on() {
     assert!(status.success(), "{status:?}");
     assert!(at - t0 < Duration::from_secs(2), "{:?}", at - t0);
 }
+
+/// The part of the module-threads summary logged at teardown that lists `which` calls
+/// ("refused" or "made"), e.g. `[("engine_kick", 1), ("stats_scan", 1)]`.
+fn thread_calls(log: &str, which: &str) -> String {
+    let line = log
+        .lines()
+        .find(|l| l.contains("graceful_drain: module threads stopped"))
+        .unwrap_or_else(|| panic!("no module-threads summary at teardown:\n{log}"));
+    let (refused, made) = line
+        .split_once("; made after it: ")
+        .unwrap_or_else(|| panic!("unexpected summary: {line}"));
+    match which {
+        "refused" => refused
+            .rsplit_once("after the exit was released: ")
+            .unwrap_or_else(|| panic!("unexpected summary: {line}"))
+            .1
+            .to_string(),
+        _ => made.to_string(),
+    }
+}
+
+/// One owner for the module's threads (src/threads.rs): with the test fault `hold_thread_calls`
+/// every call a module thread decides to make waits until Envoy's exit is released, the widest
+/// window there is between a thread's check and its call. The gate refuses each of them; with
+/// `no_gate` too, the same calls come after the release (counted, not made), so the check fails
+/// without the gate. Envoy exits 0 in both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn no_module_thread_calls_into_envoy_after_the_exit_is_released() {
+    // Each thread that calls into Envoy: the admin check's and the stats scanner's engine kicks,
+    // the scanner's stats passes, the idle-connection re-checks, and (Envoy 1.39 and later) the
+    // active_requests gauge.
+    let mut callers = vec!["engine_kick", "stats_scan", "connection_wake"];
+    if common::envoy::minor_of(&common::envoy::expected_envoy_version()) != "1.38" {
+        callers.push("active_requests_gauge");
+    }
+    for (fault, gated) in [
+        ("hold_thread_calls", true),
+        ("hold_thread_calls,no_gate", false),
+    ] {
+        let mut envoy = Envoy::start(Options {
+            settings: Settings {
+                min_drain: "1200ms",
+                quiet: "200ms",
+                timeout: "10s",
+            },
+            ..faults(fault)
+        })
+        .await;
+        // A keep-alive connection that served a request: the re-checks look at it.
+        let mut h1 = H1Conn::connect(envoy.data).await.unwrap();
+        assert_eq!(h1.send("GET", "/", &[]).await.unwrap().status, 200);
+        envoy.sigterm();
+        let (status, _) = envoy.wait_exit(Duration::from_secs(40)).await;
+        assert!(status.success(), "{fault}: {status:?}");
+        let log = envoy.log();
+        let (expected, other) = if gated {
+            (thread_calls(&log, "refused"), thread_calls(&log, "made"))
+        } else {
+            (thread_calls(&log, "made"), thread_calls(&log, "refused"))
+        };
+        for caller in &callers {
+            assert!(
+                expected.contains(&format!("\"{caller}\"")),
+                "{fault}: {caller} not {}: {expected}",
+                if gated { "refused" } else { "late" }
+            );
+        }
+        assert_eq!(other, "[]", "{fault}");
+    }
+}
+
+/// 20 SIGTERM exits of the example gateway, each with idle HTTP/1.1 and HTTP/2 keep-alive
+/// connections, busy requests, and a waiting `/drain` client that goes away about when the drain
+/// completes (a different moment each round): every exit is 0, every busy request answered,
+/// nothing crashes or hangs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn twenty_exits_with_every_kind_of_client_are_clean() {
+    for round in 0..20u64 {
+        let mut envoy = Envoy::start(Options::default()).await;
+        let mut h1 = H1Conn::connect(envoy.data).await.unwrap();
+        assert_eq!(h1.send("GET", "/", &[]).await.unwrap().status, 200);
+        let mut h2 = H2Conn::connect(envoy.data).await.unwrap();
+        assert_eq!(h2.send("/", &[]).await.unwrap().status, 200);
+        let port = envoy.data;
+        let busy: Vec<_> = (0..2)
+            .map(|_| {
+                tokio::spawn(async move {
+                    clients::request(port, "GET", "/", &[("x-envoy-fault-delay-request", "400")])
+                        .await
+                })
+            })
+            .collect();
+        envoy.wait_active(2).await;
+        // The drain completes about 300-500 ms after /drain (min_drain 300 ms, quiet 200 ms,
+        // the busy requests 400 ms): the waiting client leaves somewhere in that window.
+        let control = envoy.control;
+        let leave_after = Duration::from_millis(250 + 20 * round);
+        let waiter = tokio::spawn(async move {
+            tokio::time::timeout(leave_after, clients::get(control, "/drain")).await
+        });
+        eventually("the drain started", Duration::from_secs(5), || async {
+            (envoy.drain_status().await["state"] != "serving").then_some(())
+        })
+        .await;
+        envoy.sigterm();
+        let (status, _) = envoy.wait_exit(Duration::from_secs(20)).await;
+        assert!(
+            status.success(),
+            "round {round}: {status:?}\n{}",
+            envoy.log()
+        );
+        for b in busy {
+            let r = b.await.unwrap().expect("busy request answered");
+            assert_eq!(r.status, 200, "round {round}");
+        }
+        let _ = waiter.await.unwrap();
+        let log = envoy.log();
+        assert!(
+            !log.contains("Caught "),
+            "round {round}: Envoy crashed:\n{log}"
+        );
+        drop((h1, h2));
+    }
+}

@@ -250,7 +250,6 @@ async fn idle_http2_over_tls_gets_goaway_then_a_clean_close() {
 /// `raw` is idle (no stream in flight): the drain start sends it GOAWAY(2^31-1, NO_ERROR) at
 /// once, and it is closed cleanly after the grace.
 async fn idle_http2_is_told_and_closed(envoy: &Envoy, mut raw: RawH2) {
-
     let t0 = start_drain(envoy).await;
     let goaway_at;
     loop {

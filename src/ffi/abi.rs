@@ -494,7 +494,8 @@ envoy_callbacks! {
         label_values_len: usize,
         value: u64,
     ) -> u32;
-    /// Visit every gauge of the stats store (main thread; a full scan: call rarely).
+    /// Visit every gauge of the stats store (any thread while the extension lives; a full walk:
+    /// call rarely; see ENVOY_FACTS.md §3a).
     fn envoy_dynamic_module_callback_bootstrap_extension_iterate_gauges(
         extension: EnvoyPtr,
         iterator: StatIterator,

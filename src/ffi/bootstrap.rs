@@ -17,7 +17,7 @@ use crate::stats_scan::{DrainTiming, EnvoyView, Pass, ScanSource, Scanner};
 use std::cell::RefCell;
 use std::os::raw::c_void;
 use std::ptr;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -25,15 +25,11 @@ const EVENT_KICK: u64 = 1;
 /// The admin_address check finished: publish its result (the gauge is set on the main thread).
 const EVENT_ADMIN_CHECKED: u64 = 2;
 
-/// The bootstrap scheduler used to hop onto the main thread; 0 when no engine is loaded. A lock,
-/// not an atomic: a kick (rare: drain start, fallback ticks) commits while holding it, and
-/// config_destroy clears it under the lock before deleting the scheduler, so no commit can race
-/// the delete, whatever thread kicks.
-static KICK_SCHEDULER: Mutex<usize> = Mutex::new(0);
-
-fn kick_scheduler() -> std::sync::MutexGuard<'static, usize> {
-    KICK_SCHEDULER.lock().unwrap_or_else(|p| p.into_inner())
-}
+/// The bootstrap scheduler used to hop onto the main thread; 0 when no engine is loaded. Read
+/// only inside the threads' gate: config_destroy closes the gate (waiting for a commit under way)
+/// before it clears this and deletes the scheduler, so no commit can race the delete, whatever
+/// thread kicks. No lock is held across the commit (it may run a destroy hook on this thread).
+static KICK_SCHEDULER: AtomicUsize = AtomicUsize::new(0);
 
 /// Ask the engine to evaluate the drain now, from any thread.
 pub(crate) fn kick_engine() {
@@ -42,17 +38,19 @@ pub(crate) fn kick_engine() {
 
 /// Run `config_scheduled` with `event` on Envoy's main thread, from any thread.
 fn to_main_thread(event: u64) {
-    let s = kick_scheduler();
-    if *s != 0 {
-        // SAFETY: the scheduler is alive while it is stored here (cleared under this lock before
-        // it is deleted); commit itself is thread-safe (a dispatcher post).
-        unsafe {
-            abi::envoy_dynamic_module_callback_bootstrap_extension_config_scheduler_commit(
-                *s as *mut c_void,
-                event,
-            )
+    super::threads().call("engine_kick", || {
+        let s = KICK_SCHEDULER.load(Ordering::Acquire);
+        if s != 0 {
+            // SAFETY: the scheduler is alive while stored here and the gate is open (see
+            // KICK_SCHEDULER); commit itself is thread-safe (a dispatcher post).
+            unsafe {
+                abi::envoy_dynamic_module_callback_bootstrap_extension_config_scheduler_commit(
+                    s as *mut c_void,
+                    event,
+                )
+            }
         }
-    }
+    });
 }
 
 struct Metrics {
@@ -135,7 +133,8 @@ impl StatsStore {
         *self.extension() = be as usize;
     }
 
-    fn sum_stats(&self, be: EnvoyPtr, gauges: bool, suffixes: &[&str]) -> [u64; 2] {
+    /// `None` once the exit was released (the gate refuses calls into Envoy).
+    fn sum_stats(&self, be: EnvoyPtr, gauges: bool, suffixes: &[&str]) -> Option<[u64; 2]> {
         let mut acc = StatSum {
             suffixes,
             ignored: &self.ignored_stat_prefixes,
@@ -145,7 +144,7 @@ impl StatsStore {
         // SAFETY: `be` is the live extension pointer (the caller holds the lock that destroy
         // takes before it goes); the iterator only runs during the call, while `acc` is alive.
         // Envoy's iteration holds its stats allocator's mutex, so it is safe off the main thread.
-        unsafe {
+        super::threads().call("stats_scan", || unsafe {
             if gauges {
                 abi::envoy_dynamic_module_callback_bootstrap_extension_iterate_gauges(
                     be,
@@ -159,8 +158,8 @@ impl StatsStore {
                     ud,
                 )
             }
-        }
-        acc.sums
+        })?;
+        Some(acc.sums)
     }
 }
 
@@ -172,13 +171,13 @@ impl ScanSource for Arc<StatsStore> {
         }
         let be_ptr = *be as EnvoyPtr;
         let sums = match pass {
-            Pass::Gauges => self.sum_stats(be_ptr, true, &["downstream_rq_active"]),
+            Pass::Gauges => self.sum_stats(be_ptr, true, &["downstream_rq_active"])?,
             // Requests answered by Envoy's own health_check filter are not work.
             Pass::Counters => self.sum_stats(
                 be_ptr,
                 false,
                 &["downstream_rq_total", "health_check.request_total"],
-            ),
+            )?,
         };
         drop(be);
         // Nor what the module knows is not work (health checks it recognised, requests to its
@@ -209,17 +208,19 @@ impl Extension {
     /// Start the stats scanner (once; its first scan measures what a scan costs here).
     fn scanner(&self) -> Option<&Scanner> {
         self.scanner
-            .get_or_init(|| match Scanner::start(self.store.clone()) {
-                Ok(s) => Some(s),
-                Err(e) => {
-                    log::error!(
-                        "graceful_drain: no thread for reading Envoy's stats ({e}): listeners \
+            .get_or_init(
+                || match Scanner::start(super::threads(), self.store.clone()) {
+                    Ok(s) => Some(s),
+                    Err(e) => {
+                        log::error!(
+                            "graceful_drain: no thread for reading Envoy's stats ({e}): listeners \
                          without the filter cannot be followed; a drain without the filter then \
                          waits for drain_timeout"
-                    );
-                    None
-                }
-            })
+                        );
+                        None
+                    }
+                },
+            )
             .as_ref()
     }
 
@@ -332,6 +333,10 @@ impl EngineHost for Extension {
     }
 }
 
+/// How long config_destroy waits for the module's threads to end (one in a socket call to the
+/// admin may take up to [`ADMIN_CALL_TIMEOUT`]; it is left behind the closed gate then).
+const THREAD_JOIN_BOUND: Duration = Duration::from_secs(1);
+
 /// Bounds each admin call as a whole (connect, write and reads).
 const ADMIN_CALL_TIMEOUT: Duration = Duration::from_secs(2);
 
@@ -398,8 +403,6 @@ fn with_engine(
         r
     });
     if let Some(release) = release {
-        // Envoy exits next: no gauge update may race its teardown.
-        super::http::stop_gauge_publisher();
         guard("shutdown release", (), || release.release());
     }
     !panicked
@@ -408,17 +411,14 @@ fn with_engine(
 /// Drive the engine from a plain thread when Envoy could not give it a timer: kicks it (through
 /// the thread-safe scheduler) at the in-flight recheck interval while a drain is under way.
 fn start_fallback_ticker() {
-    let spawned = std::thread::Builder::new()
-        .name("graceful_drain_tick".into())
-        .spawn(|| loop {
-            std::thread::sleep(IN_FLIGHT_RECHECK);
-            if *kick_scheduler() == 0 {
-                return;
-            }
+    let threads = super::threads();
+    let spawned = threads.spawn("graceful_drain_tick", super::count_module_error, || {
+        while threads.sleep(IN_FLIGHT_RECHECK) {
             if super::shared().is_draining() {
                 kick_engine();
             }
-        });
+        }
+    });
     if let Err(e) = spawned {
         log::error!(
             "graceful_drain: no timer and no fallback thread ({e}): drains cannot complete"
@@ -492,7 +492,7 @@ pub extern "C" fn envoy_dynamic_module_on_bootstrap_extension_config_new(
             engine: RefCell::new(Engine::default()),
             scanner: OnceLock::new(),
         });
-        *kick_scheduler() = scheduler as usize;
+        KICK_SCHEDULER.store(scheduler as usize, Ordering::Release);
         if timer.is_null() {
             log::error!(
                 "graceful_drain: Envoy gave no timer; the drain clock runs on a fallback thread"
@@ -533,12 +533,45 @@ pub extern "C" fn envoy_dynamic_module_on_bootstrap_extension_config_destroy(bcm
         if bcm.is_null() {
             return;
         }
-        *kick_scheduler() = 0;
         // SAFETY: created by Box::into_raw in config_new; destroyed once, on the main thread.
         let ext = unsafe { Box::from_raw(bcm as *mut Extension) };
-        // The scanner thread ends before Envoy's pointers go (at most the scan under way).
+        // A hold still pending is disarmed: Envoy is destroying the extension, so its
+        // completion must not be called from in here.
+        if let Some(r) = ext
+            .engine
+            .try_borrow_mut()
+            .ok()
+            .and_then(|mut e| e.take_pending_shutdown())
+        {
+            log::warn!("graceful_drain: extension destroyed with Envoy's exit still held");
+            r.disarm();
+        }
+        // No module thread calls into Envoy from here on (already closed if the exit was
+        // released); then every thread is told to end and joined, bounded.
+        let threads = super::threads();
+        threads.close();
         if let Some(Some(scanner)) = ext.scanner.get() {
             scanner.stop();
+        }
+        let stopped = threads.join(THREAD_JOIN_BOUND);
+        log::info!(
+            "graceful_drain: module threads stopped ({} joined{}); calls into Envoy refused \
+             after the exit was released: {:?}; made after it: {:?}",
+            stopped.joined,
+            if stopped.left.is_empty() {
+                String::new()
+            } else {
+                format!(", still in a call and left: {:?}", stopped.left)
+            },
+            stopped.refused,
+            stopped.late
+        );
+        KICK_SCHEDULER.store(0, Ordering::Release);
+        if crate::threads::Threads::on_module_thread() {
+            // Run inside a module thread's commit (Envoy dropped its last reference there):
+            // timer_delete must run on the main thread, so both are left to the exit.
+            log::warn!("graceful_drain: engine config destroyed off the main thread");
+            return;
         }
         // SAFETY: main thread (timer_delete asserts it); each deleted once.
         unsafe {
@@ -577,17 +610,16 @@ fn on_admin_thread(
     if_not: &'static str,
     calls: impl FnOnce() + Send + 'static,
 ) {
-    let spawned = std::thread::Builder::new()
-        .name("graceful_admin".into())
-        .spawn(move || {
-            if super::guard(what, false, || {
-                calls();
-                true
-            }) {
-                return;
-            }
-            super::shared().counters.module_error();
-        });
+    // Guarded here too, so the log names what panicked.
+    let body = move || {
+        if !super::guard(what, false, || {
+            calls();
+            true
+        }) {
+            super::count_module_error();
+        }
+    };
+    let spawned = super::threads().spawn("graceful_admin", super::count_module_error, body);
     if let Err(e) = spawned {
         log::warn!("graceful_drain: no thread for {what} ({e}); {if_not}");
     }
@@ -652,7 +684,11 @@ fn check_admin(addr: &AdminAddress) {
                      Envoy's admin is only slow to start, {FIX}"
                 );
             }
-            Err(CheckError::NoAnswer(_)) => std::thread::sleep(Duration::from_secs(1)),
+            Err(CheckError::NoAnswer(_)) => {
+                if !super::threads().sleep(Duration::from_secs(1)) {
+                    return;
+                }
+            }
             Err(e @ CheckError::NotAdmin { .. }) => {
                 counters.set_admin_check(AdminCheck::NotAdmin);
                 log::warn!(
@@ -677,6 +713,10 @@ pub extern "C" fn envoy_dynamic_module_on_bootstrap_extension_worker_thread_init
 #[no_mangle]
 pub extern "C" fn envoy_dynamic_module_on_bootstrap_extension_destroy(bm: *const c_void) {
     guard("bootstrap_extension_destroy", (), || {
+        // No kick commits from here on: the extension still holds a reference to the config, so
+        // no commit under way can be the last holder and run config_destroy inside itself
+        // (ENVOY_FACTS.md §1); config_destroy's gate close waits for one under way.
+        KICK_SCHEDULER.store(0, Ordering::Release);
         // SAFETY: `bm` is our object, alive until config_destroy.
         if let Some(ext) = unsafe { extension(bm) } {
             ext.store.set_extension(ptr::null_mut());
@@ -705,7 +745,11 @@ pub extern "C" fn envoy_dynamic_module_on_bootstrap_extension_shutdown(
         log::warn!("graceful_drain: shutdown without a completion callback; cannot hold the exit");
         return;
     };
-    let release = ShutdownRelease::new(move || completion(context));
+    // The gate closes first: no module thread calls into Envoy once it may tear down.
+    let release = ShutdownRelease::new(move || {
+        super::threads().close();
+        completion(context)
+    });
     let mut release_slot = Some(release);
     let ok = with_engine("shutdown", bm, |engine, ext, shared| {
         let release = release_slot.take()?;

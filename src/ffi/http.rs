@@ -185,9 +185,9 @@ struct EnvoyStream<'a> {
 pub(crate) fn commit_scheduler(waker: usize, event: u64) {
     // SAFETY: `waker` is a scheduler pointer from http_filter_scheduler_new that its owner has
     // not deleted: the registry and the waiter list guarantee it stays alive during this call.
-    unsafe {
+    super::threads().call("stream_wake", || unsafe {
         abi::envoy_dynamic_module_callback_http_filter_scheduler_commit(waker as *mut c_void, event)
-    }
+    });
 }
 
 /// The part of a host that needs no live stream (usable from the destroy hook).
@@ -284,7 +284,7 @@ impl StreamHost for EnvoyStream<'_> {
     }
 
     fn go_away_gracefully(&self) {
-        // SAFETY: live stream; only ever called from on_http_filter_scheduled (see facts §5).
+        // SAFETY: live stream; only ever called from on_http_filter_scheduled (src/ffi/ENVOY_FACTS.md §2).
         unsafe {
             abi::envoy_dynamic_module_callback_http_filter_send_go_away_and_close(self.fe, true)
         }
@@ -467,41 +467,38 @@ fn publish_gauge(ce: EnvoyPtr, id: usize) {
     if PUBLISHER_RUNNING.swap(true, Ordering::AcqRel) {
         return;
     }
-    let spawned = std::thread::Builder::new()
-        .name("graceful_drain_gauge".into())
-        .spawn(|| loop {
-            std::thread::sleep(GAUGE_PERIOD);
-            let live = gauges();
-            if live.is_empty() {
-                PUBLISHER_RUNNING.store(false, Ordering::Release);
-                return;
+    let threads = super::threads();
+    let spawned = threads.spawn(
+        "graceful_drain_gauge",
+        super::count_module_error,
+        move || {
+            while threads.sleep(GAUGE_PERIOD) {
+                let live = gauges();
+                if live.is_empty() {
+                    break;
+                }
+                let active = super::shared().requests.counts().active.max(0) as u64;
+                for &(ce, id) in live.iter() {
+                    // SAFETY: `ce` is a live config (it leaves this list under the lock held here
+                    // before Envoy destroys it); config-scope gauges are atomics, any thread.
+                    threads.call("active_requests_gauge", || unsafe {
+                        abi::envoy_dynamic_module_callback_http_filter_config_set_gauge(
+                            ce as EnvoyPtr,
+                            id,
+                            ptr::null_mut(),
+                            0,
+                            active,
+                        )
+                    });
+                }
             }
-            let active = super::shared().requests.counts().active.max(0) as u64;
-            for &(ce, id) in live.iter() {
-                // SAFETY: `ce` is a live config (it leaves this list under the lock held here
-                // before Envoy destroys it); config-scope gauges are atomics, any thread.
-                unsafe {
-                    abi::envoy_dynamic_module_callback_http_filter_config_set_gauge(
-                        ce as EnvoyPtr,
-                        id,
-                        ptr::null_mut(),
-                        0,
-                        active,
-                    )
-                };
-            }
-        });
+            PUBLISHER_RUNNING.store(false, Ordering::Release);
+        },
+    );
     if let Err(e) = spawned {
         PUBLISHER_RUNNING.store(false, Ordering::Release);
         log::warn!("graceful_drain: no thread for the active_requests gauge ({e}); it stays 0");
     }
-}
-
-/// Stop setting gauges for good: Envoy is about to exit (its teardown must not race a set).
-/// Waits for a set under way.
-pub(crate) fn stop_gauge_publisher() {
-    #[cfg(not(feature = "envoy-1-38"))]
-    gauges().clear();
 }
 
 #[no_mangle]
@@ -753,7 +750,7 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_scheduled(
 /// Run the scheduled hook's logic for the stream whose word its connection handed back at drain
 /// start ([`crate::connections::Action::WakeStream`]): the network filter's scheduled hook, on
 /// the same worker and in the same kind of dispatcher callback as the HTTP filter's own, so the
-/// go-away is as safe here as there (facts §5), without a scheduler per request.
+/// go-away is as safe here as there (src/ffi/ENVOY_FACTS.md §2), without a scheduler per request.
 ///
 /// `word` is the pointer of a live filter of ours: a stream attaches it to its connection in its
 /// request headers hook and takes it back when it ends (`DataStream::finish`, from

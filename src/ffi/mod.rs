@@ -3,6 +3,10 @@
 //!
 //! Every exported hook follows three steps: guard against panics, convert raw pointers and
 //! buffers, delegate to safe code. Nothing here makes drain decisions.
+//!
+//! What Envoy's side does (which thread may call what, what a call may run re-entrantly, who
+//! owns which buffer) is recorded with its evidence in `ENVOY_FACTS.md` beside this file. Every
+//! call a module thread makes into Envoy passes the gate of [`crate::threads::Threads`].
 #![allow(unsafe_code)]
 // Exported hooks receive Envoy's own pointers by contract of the ABI; they are entry points for
 // Envoy, not an API for Rust callers, so they are not `unsafe fn`.
@@ -17,6 +21,7 @@ pub mod network;
 
 use crate::clock::Clock;
 use crate::state::{Hooks, Shared};
+use crate::threads::{GateFaults, Threads};
 use abi::Buffer;
 use std::os::raw::c_char;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -140,8 +145,28 @@ impl Clock for SystemClock {
     }
 }
 
-/// The process-wide drain state, wired to Envoy: the only global the module has. The logic
-/// layers receive it as a parameter from the hooks.
+/// The owner of the module's threads and the gate of their calls into Envoy ([`Threads`]).
+pub(crate) fn threads() -> &'static Threads {
+    static THREADS: OnceLock<Threads> = OnceLock::new();
+    THREADS.get_or_init(|| {
+        #[allow(unused_mut)]
+        let mut faults = GateFaults::default();
+        #[cfg(feature = "panic-test")]
+        {
+            faults.hold_calls_until_release = crate::faults::active("hold_thread_calls");
+            faults.no_gate = crate::faults::active("no_gate");
+        }
+        Threads::new(faults)
+    })
+}
+
+/// Count a panic contained on a module thread (the module_errors figure).
+pub(crate) fn count_module_error() {
+    shared().counters.module_error();
+}
+
+/// The process-wide drain state, wired to Envoy. The logic layers receive it as a parameter
+/// from the hooks.
 pub(crate) fn shared() -> &'static Shared {
     static SHARED: OnceLock<Shared> = OnceLock::new();
     SHARED.get_or_init(|| {
@@ -154,7 +179,7 @@ pub(crate) fn shared() -> &'static Shared {
                 commit: http::commit_scheduler,
                 kick_engine: bootstrap::kick_engine,
                 drain_started: || {
-                    crate::connections::drain_started(|| {
+                    crate::connections::drain_started(threads(), count_module_error, || {
                         matches!(shared().phase(), crate::drain::Phase::Drained { .. })
                     })
                 },

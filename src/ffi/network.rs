@@ -11,6 +11,7 @@ use crate::connections::{
 };
 use crate::state::{Protocol, EVENT_GO_AWAY};
 use serde::Deserialize;
+use std::cell::{Cell, OnceCell};
 use std::os::raw::c_void;
 use std::ptr;
 use std::sync::Arc;
@@ -19,6 +20,9 @@ use std::time::Duration;
 const STATUS_CONTINUE: u32 = 0;
 const CONNECTION_OPEN: u32 = 0;
 const CLOSE_FLUSH_WRITE: u32 = 0;
+/// `envoy_dynamic_module_type_network_connection_event`: RemoteClose, LocalClose.
+const EVENT_REMOTE_CLOSE: u32 = 0;
+const EVENT_LOCAL_CLOSE: u32 = 1;
 
 /// The network filter's config (JSON in a StringValue; empty means defaults).
 #[derive(Debug, Default, Deserialize)]
@@ -62,24 +66,31 @@ struct NetConfig {
     sent_away_http2: Option<usize>,
 }
 
+/// One connection's filter. Only shared references to it are ever made: its hooks can nest (a
+/// close or a write made from the scheduled hook raises the event and write hooks of the same
+/// filter at once), so every field that changes is a cell.
 struct NetFilter {
     config: *const NetConfig,
-    conn: Option<Arc<Conn>>,
-    slot: Option<WakerSlot>,
+    conn: OnceCell<Arc<Conn>>,
+    slot: Cell<Option<WakerSlot>>,
     /// An HTTP/2 client's frames until its first stream (while `conn` is watching for it).
-    first_stream: FirstStream,
+    first_stream: Cell<FirstStream>,
+    /// The connection raised a close event: Envoy's side of it may be gone before a scheduled
+    /// event still queued for this filter runs (ENVOY_FACTS.md, schedulers), so that event
+    /// must not call back into Envoy.
+    closed: Cell<bool>,
 }
 
 fn commit(waker: usize, event: u64) {
     // SAFETY: `waker` is a live scheduler: the caller holds a counted reference to it, and only
     // the last reference deletes it. (In 1.40 a commit can run the filter's destroy hook on this
     // thread; the scheduler object itself stays valid until deleted.)
-    unsafe {
+    super::threads().call("connection_wake", || unsafe {
         abi::envoy_dynamic_module_callback_network_filter_scheduler_commit(
             waker as *mut c_void,
             event,
         )
-    }
+    });
 }
 
 fn delete_scheduler(waker: usize) {
@@ -157,18 +168,20 @@ pub extern "C" fn envoy_dynamic_module_on_network_filter_new(
     guard("network_filter_new", ptr::null(), || {
         Box::into_raw(Box::new(NetFilter {
             config: cm as *const NetConfig,
-            conn: None,
-            slot: None,
-            first_stream: FirstStream::default(),
+            conn: OnceCell::new(),
+            slot: Cell::new(None),
+            first_stream: Cell::new(FirstStream::default()),
+            closed: Cell::new(false),
         })) as *const c_void
     })
 }
 
 /// # Safety
 /// `fm` must be a pointer returned by `on_network_filter_new` and not yet destroyed.
-unsafe fn net_filter<'a>(fm: *const c_void) -> Option<&'a mut NetFilter> {
-    // SAFETY: per the contract; Envoy calls a filter's hooks one at a time on its worker.
-    unsafe { (fm as *mut NetFilter).as_mut() }
+unsafe fn net_filter<'a>(fm: *const c_void) -> Option<&'a NetFilter> {
+    // SAFETY: per the contract; a shared reference only (hooks may nest: see NetFilter), on the
+    // filter's worker.
+    unsafe { (fm as *const NetFilter).as_ref() }
 }
 
 #[no_mangle]
@@ -191,13 +204,13 @@ pub extern "C" fn envoy_dynamic_module_on_network_filter_new_connection(
             lane.and_then(|l| requests.reserve(l)),
         ));
         connections::register(&conn);
-        f.conn = Some(conn);
+        let _ = f.conn.set(conn);
         // SAFETY: live filter on its worker.
         let s = unsafe { abi::envoy_dynamic_module_callback_network_filter_scheduler_new(fe) };
         if !s.is_null() {
             let waker = Waker::new(s as usize, delete_scheduler);
-            f.slot = Some(Connections::global().wakers.insert(waker));
-            if let Some(conn) = &f.conn {
+            f.slot.set(Some(Connections::global().wakers.insert(waker)));
+            if let Some(conn) = f.conn.get() {
                 conn.set_wakeable();
             }
         }
@@ -217,14 +230,11 @@ pub extern "C" fn envoy_dynamic_module_on_network_filter_read(
         let Some(f) = (unsafe { net_filter(fm) }) else {
             return STATUS_CONTINUE;
         };
-        let NetFilter {
-            conn, first_stream, ..
-        } = f;
-        let Some(conn) = conn.as_ref() else {
+        let Some(conn) = f.conn.get() else {
             return STATUS_CONTINUE;
         };
         if conn.sniffing() || conn.watching_first_stream() {
-            follow_client_bytes(fe, conn, first_stream, data_len);
+            follow_client_bytes(fe, conn, &f.first_stream, data_len);
         } else {
             conn.on_read(data_len, &[]);
         }
@@ -237,7 +247,12 @@ pub extern "C" fn envoy_dynamic_module_on_network_filter_read(
 /// every read, so that its stack buffers and calls do not weigh on the common path.
 #[cold]
 #[inline(never)]
-fn follow_client_bytes(fe: EnvoyPtr, conn: &Conn, first_stream: &mut FirstStream, data_len: usize) {
+fn follow_client_bytes(
+    fe: EnvoyPtr,
+    conn: &Conn,
+    first_stream: &Cell<FirstStream>,
+    data_len: usize,
+) {
     // SAFETY: live filter inside its read hook, where the read buffer is current.
     let n = unsafe {
         abi::envoy_dynamic_module_callback_network_filter_get_read_buffer_chunks_size(fe)
@@ -282,7 +297,10 @@ fn follow_client_bytes(fe: EnvoyPtr, conn: &Conn, first_stream: &mut FirstStream
     } else {
         conn.on_read(data_len, &[]);
     }
-    if conn.watching_first_stream() && !(ok && slices().all(|b| first_stream.feed(b))) {
+    let mut watch = first_stream.get();
+    let still_streamless = conn.watching_first_stream() && ok && slices().all(|b| watch.feed(b));
+    first_stream.set(watch);
+    if conn.watching_first_stream() && !still_streamless {
         // A stream opened, or bytes this cannot follow (or could not read): from here on the
         // connection may carry a stream.
         conn.first_stream_seen();
@@ -298,7 +316,7 @@ pub extern "C" fn envoy_dynamic_module_on_network_filter_write(
 ) -> u32 {
     guard("network_filter_write", STATUS_CONTINUE, || {
         // SAFETY: our own filter pointer.
-        if let Some(conn) = (unsafe { net_filter(fm) }).and_then(|f| f.conn.as_ref()) {
+        if let Some(conn) = (unsafe { net_filter(fm) }).and_then(|f| f.conn.get()) {
             conn.on_write(data_len);
         }
         STATUS_CONTINUE
@@ -308,9 +326,17 @@ pub extern "C" fn envoy_dynamic_module_on_network_filter_write(
 #[no_mangle]
 pub extern "C" fn envoy_dynamic_module_on_network_filter_event(
     _fe: EnvoyPtr,
-    _fm: *const c_void,
-    _event: u32,
+    fm: *const c_void,
+    event: u32,
 ) {
+    guard("network_filter_event", (), || {
+        // SAFETY: our own filter pointer.
+        if let Some(f) = unsafe { net_filter(fm) } {
+            if matches!(event, EVENT_REMOTE_CLOSE | EVENT_LOCAL_CLOSE) {
+                f.closed.set(true);
+            }
+        }
+    })
 }
 
 #[no_mangle]
@@ -324,8 +350,11 @@ pub extern "C" fn envoy_dynamic_module_on_network_filter_scheduled(
         let Some(f) = (unsafe { net_filter(fm) }) else {
             return;
         };
-        let Some(conn) = f.conn.as_ref() else { return };
-        // SAFETY: live filter on its worker, inside a hook.
+        let Some(conn) = f.conn.get() else { return };
+        if f.closed.get() {
+            return;
+        }
+        // SAFETY: live filter on its worker, inside a hook (not closed: see NetFilter::closed).
         if unsafe { abi::envoy_dynamic_module_callback_network_filter_get_connection_state(fe) }
             != CONNECTION_OPEN
         {
@@ -412,11 +441,11 @@ pub extern "C" fn envoy_dynamic_module_on_network_filter_destroy(fm: *const c_vo
         let f = unsafe { Box::from_raw(fm as *mut NetFilter) };
         // May run on the drain side's thread, inside its commit (see crate::connections): touch
         // only thread-safe state here.
-        if let Some(slot) = f.slot {
+        if let Some(slot) = f.slot.get() {
             // Deletes the scheduler now, or when a commit in progress lets go of it.
             drop(Connections::global().wakers.remove(slot));
         }
-        if let Some(conn) = &f.conn {
+        if let Some(conn) = f.conn.get() {
             connections::unregister(conn);
         }
     })
