@@ -25,12 +25,6 @@ pub trait EngineHost {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct EnvoyRequestStats {
-    pub active: u64,
-    pub total: u64,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum EngineMetric {
     DrainStarted,
     DrainCompleted,
@@ -306,6 +300,7 @@ mod tests {
     use crate::clock::Clock;
     use crate::config::DrainSettings;
     use crate::state::tests::fixture;
+    use crate::stats_scan::EnvoyRequestStats;
     use std::cell::{Cell, RefCell};
     use std::rc::Rc;
 

@@ -1,6 +1,6 @@
 //! Downstream connections as the network filter sees them, and what to tell the idle ones when a
-//! drain starts. No call into Envoy (the only outside call is the coarse clock, through
-//! [`now_nanos`]): the network-filter glue (`ffi::network`) feeds bytes and events in and applies
+//! drain starts. No call into Envoy, and no clock of its own (the callers pass the request path's
+//! coarse time, `Clock::nanos`): the network-filter glue (`ffi::network`) feeds bytes and events in and applies
 //! the returned [`Action`]; the HTTP filter reports the streams it sees per connection id
 //! ([`stream_started`], [`stream_ended`]).
 //!
@@ -66,11 +66,6 @@ pub const DEFAULT_IDLE_AFTER: Duration = Duration::from_secs(1);
 /// Re-checks after the drain start, one per grace period: connections that were not idle long
 /// enough at an earlier check are closed at a later one (bounded: the drain ends anyway).
 const RECHECKS: u32 = 30;
-
-/// Coarse monotonic nanoseconds (a few instructions; ms granularity is plenty here).
-pub fn now_nanos() -> u64 {
-    crate::ffi::coarse_monotonic_nanos()
-}
 
 /// The start of the HTTP/2 client connection preface (RFC 9113 §3.4) that Envoy's connection
 /// manager looks for with `codec_type: AUTO` (`Http2::CLIENT_MAGIC_PREFIX`).
@@ -197,7 +192,7 @@ pub struct Conn {
     /// This module told the client (GOAWAY sent, or closed).
     told: AtomicBool,
     closed_by_us: AtomicBool,
-    /// When the last stream ended ([`now_nanos`]); meaningful once tracked.
+    /// When the last stream ended (`Clock::nanos`); meaningful once tracked.
     idle_since: AtomicU64,
     /// Marked idle by a check; closed by the confirmation if still idle with the same
     /// `idle_since` (0 = not marked).
@@ -603,9 +598,9 @@ pub fn stream_started(id: impl FnOnce() -> Option<u64>) -> StreamMark {
     StreamMark { conn, attached: 0 }
 }
 
-/// The stream behind `mark` ended (idempotent for a default mark). After this its connection no
-/// longer hands it back.
-pub fn stream_ended(mark: StreamMark) {
+/// The stream behind `mark` ended at `now` (`Clock::nanos`; idempotent for a default mark).
+/// After this its connection no longer hands it back.
+pub fn stream_ended(mark: StreamMark, now: u64) {
     if let Some(c) = mark.conn {
         if mark.attached != 0 {
             // A later stream may have attached itself since: only take back our own word.
@@ -613,7 +608,7 @@ pub fn stream_ended(mark: StreamMark) {
                 c.stream
                     .compare_exchange(mark.attached, 0, Ordering::Relaxed, Ordering::Relaxed);
         }
-        c.stream_ended(now_nanos());
+        c.stream_ended(now);
     }
 }
 
@@ -1025,14 +1020,14 @@ mod tests {
             "the latest request"
         );
         // The older one ending does not take the latest one's place away.
-        stream_ended(first);
+        stream_ended(first, T0);
         assert_eq!(
             c.on_drain_started(&counts, LATER, IDLE),
             Action::WakeStream(0x2000)
         );
         assert_eq!(counts.snapshot(), IdleTold::default(), "busy: not idle");
         unregister(&c);
-        stream_ended(second);
+        stream_ended(second, T0);
     }
 
     #[test]
@@ -1046,7 +1041,7 @@ mod tests {
         older.attach(0x1000);
         let mut latest = stream_started(|| Some(92));
         latest.attach(0x2000);
-        stream_ended(latest);
+        stream_ended(latest, T0);
         assert_eq!(
             c.on_drain_started(&counts, LATER, IDLE),
             Action::Nothing,
@@ -1306,15 +1301,15 @@ mod tests {
         assert!(m1.is_set());
         assert!(!stream_started(|| None).is_set());
         assert_eq!(c.streams(), 2);
-        stream_ended(m1);
-        stream_ended(StreamMark::default());
+        stream_ended(m1, T0);
+        stream_ended(StreamMark::default(), T0);
         assert_eq!(c.streams(), 1);
         // Another thread (a teardown elsewhere) can unregister it; the mark still holds the
         // connection's state, so its stream ends without a lookup and without harm.
         let c2 = c.clone();
         std::thread::spawn(move || unregister(&c2)).join().unwrap();
         assert!(!stream_started(|| Some(77)).is_set(), "unregistered");
-        stream_ended(m2);
+        stream_ended(m2, T0);
         assert_eq!(c.streams(), 0);
         // Found only on the thread that registered it (a connection's worker).
         let d = Arc::new(Conn::new(78));

@@ -260,7 +260,7 @@ impl DataStream {
             }
         }
         // The connection no longer hands this stream back (its filter may be freed after this).
-        crate::connections::stream_ended(std::mem::take(&mut self.conn));
+        crate::connections::stream_ended(std::mem::take(&mut self.conn), shared.clock.nanos());
         if let Some(w) = self.waker.take() {
             sink.drop_waker(w);
         }
@@ -644,7 +644,7 @@ mod tests {
         assert!(commits().is_empty(), "nothing for the table's scan to wake");
         // The connection's wake-up hands the stream back; the glue runs its scheduled logic.
         let counts = connections::Counts::default();
-        let action = conn.on_drain_started(&counts, connections::now_nanos(), Duration::ZERO);
+        let action = conn.on_drain_started(&counts, shared.clock.nanos(), Duration::ZERO);
         assert_eq!(action, Action::WakeStream(host.stream_word()));
         s.on_scheduled(&host, &shared, EVENT_GO_AWAY);
         assert_eq!(host.go_aways.get(), 1);
@@ -667,7 +667,7 @@ mod tests {
         );
         assert_eq!(conn.streams(), 0);
         assert_eq!(
-            conn.on_drain_started(&counts, connections::now_nanos(), Duration::from_secs(60)),
+            conn.on_drain_started(&counts, shared.clock.nanos(), Duration::from_secs(60)),
             Action::Nothing,
             "ended: no longer handed back"
         );

@@ -15,6 +15,12 @@
 //! - [`config`]: configuration parsing and validation with messages that name the field.
 //! - [`admin`]: the drain start's calls to Envoy's admin, on a thread of the module's own.
 //! - [`control`]: routing and bodies of the control endpoints (pure).
+//! - [`threads`]: the one owner of every thread the module starts, and the gate every call they
+//!   make into Envoy passes (closed before Envoy's exit is released).
+//!
+//! Only [`ffi`] is unsafe and only it calls Envoy; nothing else names it, and the modules import
+//! each other without a cycle (`tests/architecture.rs`). The facts about Envoy the code relies
+//! on are in `src/ffi/ENVOY_FACTS.md`, with their evidence.
 #![deny(unsafe_code)]
 
 pub mod admin;

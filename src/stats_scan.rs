@@ -20,7 +20,6 @@
 //! counts, so with the filter on every listener the engine follows the filter's live count between
 //! scans and a drain completes the moment its last request ends, however old the scan.
 
-use crate::bootstrap::EnvoyRequestStats;
 use crate::drain::IN_FLIGHT_RECHECK;
 use crate::registry::Counts;
 use crate::state::EnvoyReading;
@@ -65,6 +64,14 @@ pub trait ScanSource: Send + Sync + 'static {
 /// matters (filter mode, before the first scan of a large configuration) or with no drain;
 /// `Pending` while needed but not seen yet (bootstrap-only mode, first passes under way: hold the
 /// drain); `Seen`: Envoy's figures beyond the module's own, plus the module's live count.
+/// Envoy's own request figures over the connection managers that are followed: requests in
+/// flight (`downstream_rq_active`) and started so far (`downstream_rq_total`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EnvoyRequestStats {
+    pub active: u64,
+    pub total: u64,
+}
+
 pub type EnvoyView = EnvoyReading<EnvoyRequestStats>;
 
 /// What the pacing needs to know about the drain.
