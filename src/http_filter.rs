@@ -183,6 +183,14 @@ impl DataStream {
             shared.request_started(self.waker)
         };
         self.ticket = Some(ticket);
+        #[cfg(feature = "panic-test")]
+        if host
+            .request_header("x-graceful-drain-test-panic")
+            .as_deref()
+            == Some(b"after_start")
+        {
+            panic!("test panic requested by x-graceful-drain-test-panic: after_start");
+        }
         host.metric(Metric::RequestStarted);
         if by_connection && !draining {
             // Either the connection's drain wake-up runs after this hook on this worker and finds

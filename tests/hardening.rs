@@ -43,9 +43,20 @@ async fn panics_are_contained_and_envoy_keeps_serving() {
     .await
     .unwrap();
     assert_eq!(r.status, 200, "{}", r.text());
+    // A panic after the request was counted in flight: the filter is poisoned (it stops acting)
+    // and its destroy still ends the request in the count (checked by wait_active(0) below).
+    let r = clients::request(
+        envoy.data,
+        "GET",
+        "/",
+        &[("x-graceful-drain-test-panic", "after_start")],
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status, 200);
     // Only the module's bookkeeping degrades, and it says so: a counter and a log line each.
-    assert_eq!(envoy.drain_status().await["module_errors"], 2);
-    assert_eq!(envoy.stat("graceful_drain.module_errors").await, Some(2));
+    assert_eq!(envoy.drain_status().await["module_errors"], 3);
+    assert_eq!(envoy.stat("graceful_drain.module_errors").await, Some(3));
     // Envoy is alive and serving, and the accounting is intact.
     for _ in 0..20 {
         assert_eq!(clients::get(envoy.data, "/").await.unwrap().status, 200);

@@ -741,6 +741,16 @@ pub extern "C" fn envoy_dynamic_module_on_bootstrap_extension_shutdown(
     completion: Option<extern "C" fn(*mut c_void)>,
     context: *mut c_void,
 ) {
+    // Every line guarded: a panic anywhere drops the release during the unwind, and its drop
+    // gives Envoy its exit (never a hang until SIGKILL).
+    guard("shutdown", (), || shutdown(bm, completion, context))
+}
+
+fn shutdown(
+    bm: *const c_void,
+    completion: Option<extern "C" fn(*mut c_void)>,
+    context: *mut c_void,
+) {
     let Some(completion) = completion else {
         log::warn!("graceful_drain: shutdown without a completion callback; cannot hold the exit");
         return;

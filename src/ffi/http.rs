@@ -96,6 +96,10 @@ struct Filter {
     stream: RefCell<Stream>,
     /// Envoy destroyed the filter inside one of its own hooks: that hook frees it on return.
     destroy_pending: Cell<bool>,
+    /// A panic was contained in one of its hooks: its state may be half-updated, so it stops
+    /// acting (the request goes on through Envoy, fail open); only the destroy hook still ends
+    /// its request in the in-flight count.
+    poisoned: Cell<bool>,
     /// Envoy 1.38: the stream ended (`stream_complete`) inside one of its own hooks; that hook
     /// finishes it (with the live stream, which 1.38 needs to move the gauge).
     #[cfg(feature = "envoy-1-38")]
@@ -351,6 +355,9 @@ fn with_stream<R>(
         let Some(config) = (unsafe { filter.config.as_ref() }) else {
             return Some(Ran::Skipped);
         };
+        if filter.poisoned.get() {
+            return Some(Ran::Skipped);
+        }
         let Ok(mut stream) = filter.stream.try_borrow_mut() else {
             return Some(Ran::Busy);
         };
@@ -364,30 +371,28 @@ fn with_stream<R>(
         }
         Some(Ran::Done(r))
     });
-    if outermost {
-        // SAFETY: the filter is alive until freed here or by the destroy hook, which defers to us
-        // (sets destroy_pending) while we held its stream.
-        if unsafe { filter(fm) }.is_some_and(|f| f.destroy_pending.get()) {
-            destroy_filter(fm);
-            return match ran {
-                Some(r) => r,
-                None => Ran::Panicked,
-            };
-        }
-    }
-    match ran {
-        Some(r) => r,
-        None => {
-            // SAFETY: as above; only the config is read, to count the contained failure.
-            if let Some(config) = unsafe { filter(fm) }.and_then(|f| unsafe { f.config.as_ref() }) {
-                if config.role == Role::Data {
-                    super::shared().counters.module_error();
-                    config.metric(fe, Metric::ModuleError);
+    // Guarded too: no line of a hook runs outside a guard.
+    guard(hook, Ran::Panicked, || {
+        // SAFETY: the filter is alive until freed here or by the destroy hook, which defers to
+        // us (sets destroy_pending) while we held its stream.
+        let alive = unsafe { filter(fm) };
+        if ran.is_none() {
+            if let Some(f) = alive {
+                f.poisoned.set(true);
+                // SAFETY: the config outlives its filters; read to count the failure.
+                if let Some(config) = unsafe { f.config.as_ref() } {
+                    if config.role == Role::Data {
+                        super::shared().counters.module_error();
+                        config.metric(fe, Metric::ModuleError);
+                    }
                 }
             }
-            Ran::Panicked
         }
-    }
+        if outermost && alive.is_some_and(|f| f.destroy_pending.get()) {
+            destroy_filter(fm);
+        }
+        ran.unwrap_or(Ran::Panicked)
+    })
 }
 
 // ---- exported hooks --------------------------------------------------------------------------
@@ -534,6 +539,7 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_new(
                 fe,
                 stream: RefCell::new(Stream::new(config.role, config.token.as_ref())),
                 destroy_pending: Cell::new(false),
+                poisoned: Cell::new(false),
                 #[cfg(feature = "envoy-1-38")]
                 finish_pending: Cell::new(false),
             })
@@ -559,9 +565,11 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_request_headers(
         Ran::Done((HeadersAction::Stop, _)) => abi::HEADERS_STOP_ITERATION,
         Ran::Panicked => {
             // SAFETY: as in with_stream; only the role is read.
-            let role = unsafe { filter(fm) }
-                .and_then(|f| unsafe { f.config.as_ref() })
-                .map(|c| c.role);
+            let role = guard("request_headers fallback", None, || {
+                unsafe { filter(fm) }
+                    .and_then(|f| unsafe { f.config.as_ref() })
+                    .map(|c| c.role)
+            });
             if role == Some(Role::Data) {
                 // Fail open: the request goes on through Envoy unharmed; only our bookkeeping
                 // for it is lost (counted in module_errors, logged by the guard).
