@@ -12,6 +12,7 @@
 
 mod common;
 
+use common::clients::raw_exchange;
 use common::envoy::{module_dir, validate_config, Envoy, Options};
 use common::repo_root;
 use common::tools::{kubernetes_validate, temp_file};
@@ -402,4 +403,43 @@ async fn every_yaml_and_json_snippet_is_checked() {
     }
     // README's minimal bootstrap and the three steps of docs/configuration.md, the status JSON.
     assert!(checked >= 5, "only {checked} snippets checked");
+}
+
+/// docs/troubleshooting.md on HAProxy: its default `option httpchk` (`OPTIONS / HTTP/1.0`) gets
+/// 426 from Envoy, and the check the page gives gets 200 from the control listener's `/ready`.
+#[tokio::test]
+async fn haproxy_checks_get_what_troubleshooting_says() {
+    let page = std::fs::read_to_string(repo_root().join("docs/troubleshooting.md")).unwrap();
+    let send = page
+        .lines()
+        .find_map(|l| l.strip_prefix("http-check send "))
+        .expect("an http-check send line");
+    let words: Vec<&str> = send.split_whitespace().collect();
+    let after = |key: &str| -> &str {
+        let i = words
+            .iter()
+            .position(|w| *w == key)
+            .unwrap_or_else(|| panic!("{key}"));
+        words[i + 1]
+    };
+    let (meth, uri, ver) = (after("meth"), after("uri"), after("ver"));
+    let host = words[words.iter().position(|w| *w == "hdr").unwrap() + 2];
+    let envoy = Envoy::start(Options::default()).await;
+    let status_line = |answer: Vec<u8>| -> String {
+        String::from_utf8_lossy(&answer)
+            .lines()
+            .next()
+            .unwrap_or("")
+            .to_string()
+    };
+    let default_check = raw_exchange(envoy.control, b"OPTIONS / HTTP/1.0\r\n\r\n")
+        .await
+        .unwrap();
+    assert_eq!(status_line(default_check), "HTTP/1.1 426 Upgrade Required");
+    // HAProxy closes its check connections (`Connection: close`).
+    let documented = format!("{meth} {uri} {ver}\r\nHost: {host}\r\nConnection: close\r\n\r\n");
+    let answer = raw_exchange(envoy.control, documented.as_bytes())
+        .await
+        .unwrap();
+    assert_eq!(status_line(answer), "HTTP/1.1 200 OK", "{documented}");
 }
