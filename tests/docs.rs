@@ -443,3 +443,105 @@ async fn haproxy_checks_get_what_troubleshooting_says() {
         .unwrap();
     assert_eq!(status_line(answer), "HTTP/1.1 200 OK", "{documented}");
 }
+
+/// The numbers of a text: digit groups joined across single spaces when the next group has three
+/// digits (`81 586`), decimal points kept, signs dropped, versions and names (`HTTP/1.1`, `h2`)
+/// left out. With each, its number of decimals.
+fn numbers(text: &str) -> Vec<(f64, usize)> {
+    let chars: Vec<char> = text.chars().collect();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < chars.len() {
+        // Versions and names (HTTP/1.1, h2load) are not figures.
+        if !chars[i].is_ascii_digit()
+            || (i > 0 && (chars[i - 1].is_ascii_alphabetic() || chars[i - 1] == '/'))
+        {
+            i += 1;
+            continue;
+        }
+        let mut digits = String::new();
+        loop {
+            while i < chars.len() && (chars[i].is_ascii_digit() || chars[i] == '.') {
+                digits.push(chars[i]);
+                i += 1;
+            }
+            let group = chars.get(i + 1..i + 4).unwrap_or(&[]);
+            let joined = chars.get(i) == Some(&' ')
+                && !digits.contains('.')
+                && group.len() == 3
+                && group.iter().all(char::is_ascii_digit)
+                && !chars
+                    .get(i + 4)
+                    .is_some_and(|c| c.is_ascii_digit() || *c == '.');
+            if !joined {
+                break;
+            }
+            i += 1;
+        }
+        let digits = digits.trim_end_matches('.');
+        if let Ok(v) = digits.parse::<f64>() {
+            out.push((v, digits.split_once('.').map_or(0, |(_, d)| d.len())));
+        }
+    }
+    out
+}
+
+/// Every figure in the tables of docs/performance.md is one of bench/results/report.md (the
+/// committed run), up to the page's rounding: a table edited by hand, or a bench re-run whose
+/// report was committed without the page, fails here.
+#[test]
+fn performance_tables_come_from_the_committed_run() {
+    let page = std::fs::read_to_string(repo_root().join("docs/performance.md")).unwrap();
+    let report = std::fs::read_to_string(repo_root().join("bench/results/report.md")).unwrap();
+    assert!(page.contains("bench/results/") && page.contains("commit 29b073b"));
+    let measured: Vec<f64> = numbers(&report).into_iter().map(|(v, _)| v).collect();
+    let in_report = |v: f64, decimals: usize| {
+        let half = 0.5 * 10f64.powi(-(decimals as i32)) + 1e-9;
+        measured.iter().any(|m| (m - v).abs() <= half)
+    };
+    let mut checked = 0;
+    let mut missing = Vec::new();
+    for row in page
+        .lines()
+        .filter(|l| l.starts_with('|') && !l.starts_with("|---"))
+    {
+        // The first column names the case (5 000 clusters, one request per connection).
+        let cells: Vec<&str> = row.split('|').skip(2).collect();
+        for cell in cells {
+            for (v, d) in numbers(cell) {
+                checked += 1;
+                if !in_report(v, d) {
+                    missing.push(format!("{v} in: {row}"));
+                }
+            }
+        }
+    }
+    assert!(checked > 200, "only {checked} figures found");
+    assert!(
+        missing.is_empty(),
+        "figures not in bench/results/report.md:\n{}",
+        missing.join("\n")
+    );
+    // The check does see a figure that is not in the report.
+    assert!(!in_report(81_587.0, 0) && in_report(81_586.0, 0) && in_report(1.065, 3));
+}
+
+#[test]
+fn numbers_are_read_as_written() {
+    let got: Vec<(f64, usize)> = numbers(
+        "| 81 586 | 1.065 | 2.27 s | 0 / 302 | 130 944 slots, 2 workers | HTTP/2 | −1.25 |",
+    );
+    assert_eq!(
+        got,
+        [
+            (81586.0, 0),
+            (1.065, 3),
+            (2.27, 2),
+            (0.0, 0),
+            (302.0, 0),
+            (130944.0, 0),
+            (2.0, 0),
+            (1.25, 2)
+        ]
+    );
+}
