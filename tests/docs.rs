@@ -350,10 +350,23 @@ async fn check_status_json(s: &Snippet, at: &str, real: &serde_json::Value) {
 fn check_same_as(path: &str, s: &Snippet, at: &str) {
     let file = std::fs::read_to_string(repo_root().join(path))
         .unwrap_or_else(|e| panic!("{at}: {path}: {e}"));
-    let want: Vec<&str> = s.text.lines().collect();
+    // Compared dedented: a snippet may show a nested part of the file from column 0.
+    let dedent = |lines: &[&str]| -> Vec<String> {
+        let indent = lines
+            .iter()
+            .filter(|l| !l.trim().is_empty())
+            .map(|l| l.len() - l.trim_start().len())
+            .min()
+            .unwrap_or(0);
+        lines
+            .iter()
+            .map(|l| l.get(indent..).unwrap_or("").to_string())
+            .collect()
+    };
+    let want = dedent(&s.text.lines().collect::<Vec<_>>());
     let have: Vec<&str> = file.lines().collect();
     assert!(
-        !want.is_empty() && have.windows(want.len()).any(|w| w == want.as_slice()),
+        !want.is_empty() && have.windows(want.len()).any(|w| dedent(w) == want),
         "{at}: the snippet is not in {path} as it stands"
     );
     // ... and that file is one a test reads.
