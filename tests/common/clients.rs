@@ -57,6 +57,24 @@ pub struct H1Conn {
     port: u16,
 }
 
+/// Write `request` as it is on a new connection to 127.0.0.1:`port` and read the answer until the
+/// server closes (bounded): for requests no client library would send, such as HTTP/1.0.
+pub async fn raw_exchange(port: u16, request: &[u8]) -> Result<Vec<u8>, String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    bounded("raw exchange", async {
+        let mut tcp = TcpStream::connect(("127.0.0.1", port))
+            .await
+            .map_err(|e| format!("connect 127.0.0.1:{port}: {e}"))?;
+        tcp.write_all(request).await.map_err(|e| e.to_string())?;
+        let mut answer = Vec::new();
+        tcp.read_to_end(&mut answer)
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(answer)
+    })
+    .await
+}
+
 impl Drop for H1Conn {
     fn drop(&mut self) {
         if let Some(d) = &self.driver {

@@ -116,6 +116,25 @@ fn build_module(extra: &[&str], target_dir: Option<&str>) -> PathBuf {
     dir
 }
 
+/// `envoy --mode validate` of a whole bootstrap, with the module from `modules` (only the search
+/// path: Envoy also looks in LD_LIBRARY_PATH, where cargo puts its own debug build of the module).
+/// Whether it passed, and Envoy's output.
+pub fn validate_config(bootstrap: &str, modules: &Path) -> (bool, String) {
+    let dir = TempDir::new("validate");
+    let path = dir.0.join("envoy.yaml");
+    std::fs::write(&path, bootstrap).unwrap();
+    let out = Command::new(envoy_bin())
+        .args(["--mode", "validate", "-c"])
+        .arg(&path)
+        .env("ENVOY_DYNAMIC_MODULES_SEARCH_PATH", modules)
+        .env_remove("LD_LIBRARY_PATH")
+        .output()
+        .expect("run envoy --mode validate");
+    let text =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    (out.status.success(), text)
+}
+
 /// Directory holding `libgraceful_drain.so` (release build, made once per test binary).
 pub fn module_dir() -> &'static Path {
     static DIR: OnceLock<PathBuf> = OnceLock::new();

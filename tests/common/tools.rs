@@ -1,6 +1,6 @@
 //! The deployment tools the tests drive (installed by `scripts/install-tools.sh`):
-//! kubernetes-validate, hadolint, `kubectl kustomize`, and PyYAML (kubernetes-validate's own
-//! dependency) to read rendered manifests as JSON.
+//! kubernetes-validate, hadolint, `kubectl kustomize`, promtool, and PyYAML (kubernetes-validate's
+//! own dependency) to read rendered manifests as JSON.
 
 use super::envoy::TempDir;
 use super::repo_root;
@@ -49,6 +49,12 @@ pub fn kubectl() -> PathBuf {
     } else {
         PathBuf::from("kubectl")
     }
+}
+
+/// Prometheus's promtool (Debian's package, on the PATH once `scripts/install-tools.sh` ran).
+pub fn promtool(args: &[&str], dir: &Path) -> (bool, String) {
+    tools_dir();
+    run(Command::new("promtool").args(args).current_dir(dir))
 }
 
 /// `kubectl kustomize <dir>`: the rendered manifests as YAML text.
