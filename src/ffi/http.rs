@@ -851,3 +851,56 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_downstream_below_write_buf
     _fm: *const c_void,
 ) {
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ffi::abi::{reset_fake, script, take_calls};
+
+    fn free_filters() -> usize {
+        FREE_FILTERS.with(|f| f.get().len)
+    }
+
+    /// Against the fake callback table: Envoy destroys the filter from inside one of its own
+    /// hooks (here while the control stream answers): the destroy is deferred to the end of that
+    /// hook, the memory goes to the worker's free list once, and the next filter reuses it.
+    #[test]
+    fn a_filter_destroyed_inside_its_own_hook_is_freed_once_when_the_hook_returns() {
+        reset_fake();
+        let ce: EnvoyPtr = ptr::without_provenance_mut(0x300);
+        let cm = envoy_dynamic_module_on_http_filter_config_new(
+            ce,
+            module_buffer(b"graceful_drain"),
+            module_buffer(br#"{"role": "control"}"#),
+        );
+        assert!(!cm.is_null(), "the control config is accepted");
+        let fe: EnvoyPtr = ptr::without_provenance_mut(0x400);
+        let fm = envoy_dynamic_module_on_http_filter_new(cm, fe);
+        assert!(!fm.is_null());
+        let free_before = free_filters();
+        let answered = std::rc::Rc::new(Cell::new(0));
+        let seen = answered.clone();
+        script(
+            "envoy_dynamic_module_callback_http_send_response",
+            move || {
+                seen.set(seen.get() + 1);
+                envoy_dynamic_module_on_http_filter_destroy(fm);
+                0
+            },
+        );
+        let status = envoy_dynamic_module_on_http_filter_request_headers(fe, fm, true);
+        assert_eq!(answered.get(), 1, "the control stream answered");
+        assert_eq!(status, abi::HEADERS_STOP_ITERATION, "{:?}", take_calls());
+        assert_eq!(
+            free_filters(),
+            free_before + 1,
+            "freed exactly once, when the hook returned"
+        );
+        let again = envoy_dynamic_module_on_http_filter_new(cm, fe);
+        assert_eq!(again, fm, "the free list hands the memory out again");
+        assert_eq!(free_filters(), free_before);
+        envoy_dynamic_module_on_http_filter_destroy(again);
+        assert_eq!(free_filters(), free_before + 1);
+        envoy_dynamic_module_on_http_filter_config_destroy(cm);
+    }
+}

@@ -454,6 +454,60 @@ pub extern "C" fn envoy_dynamic_module_on_network_filter_destroy(fm: *const c_vo
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ffi::abi::{reset_fake, script, take_calls};
+
+    /// Envoy's side of a filter, as the fake callbacks see it: never dereferenced.
+    fn fake_envoy_ptr(addr: usize) -> EnvoyPtr {
+        ptr::without_provenance_mut(addr)
+    }
+
+    /// Against the fake callback table: a close event raised while a hook of the same filter runs
+    /// (as Envoy raises it from inside a close) nests safely (shared references only), and a
+    /// scheduled event that runs after the close makes no call into Envoy (its connection may be
+    /// gone: ENVOY_FACTS.md §1); nor does the destroy hook.
+    #[test]
+    fn after_its_close_event_a_filter_makes_no_call_into_envoy() {
+        reset_fake();
+        let cm = envoy_dynamic_module_on_network_filter_config_new(
+            fake_envoy_ptr(0x100),
+            module_buffer(b"graceful_drain"),
+            module_buffer(b"{}"),
+        );
+        assert!(!cm.is_null(), "the config is accepted");
+        let fe = fake_envoy_ptr(0x200);
+        let fm = envoy_dynamic_module_on_network_filter_new(cm, fe);
+        script(
+            "envoy_dynamic_module_callback_network_filter_get_connection_id",
+            || 4242,
+        );
+        assert_eq!(
+            envoy_dynamic_module_on_network_filter_new_connection(fe, fm),
+            STATUS_CONTINUE
+        );
+        take_calls();
+        // Open: the scheduled hook asks for the connection's state before anything else.
+        envoy_dynamic_module_on_network_filter_scheduled(fe, fm, EVENT_DRAIN_STARTED);
+        assert_eq!(take_calls(), ["network_filter_get_connection_state"]);
+        // Envoy raises the close event from inside a call of this very hook.
+        script(
+            "envoy_dynamic_module_callback_network_filter_get_connection_state",
+            move || {
+                envoy_dynamic_module_on_network_filter_event(fe, fm, EVENT_LOCAL_CLOSE);
+                u64::from(CONNECTION_OPEN)
+            },
+        );
+        envoy_dynamic_module_on_network_filter_scheduled(fe, fm, EVENT_GRACE_OVER);
+        take_calls();
+        envoy_dynamic_module_on_network_filter_scheduled(fe, fm, EVENT_CONFIRM_CLOSE);
+        assert_eq!(
+            take_calls(),
+            Vec::<&str>::new(),
+            "closed: no call into Envoy"
+        );
+        envoy_dynamic_module_on_network_filter_destroy(fm);
+        assert_eq!(take_calls(), Vec::<&str>::new(), "destroy calls nothing");
+        envoy_dynamic_module_on_network_filter_config_destroy(cm);
+    }
 
     #[test]
     fn config_defaults_and_errors_name_the_field() {
