@@ -66,7 +66,9 @@ fn from_serde<T: DeserializeOwned>(
         return error(
             scope,
             envelope(scope),
-            format!("must be a JSON object with the fields described in the README: {msg}"),
+            format!(
+                "must be a JSON object with the fields described in docs/configuration.md: {msg}"
+            ),
         );
     };
     for (i, (key, value)) in pairs.iter().enumerate() {
@@ -533,6 +535,48 @@ impl BootstrapConfig {
     }
 }
 
+/// The network filter's config (JSON in a StringValue; empty means the defaults).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NetworkFilterConfig {
+    /// Time an idle HTTP/2 client gets between the GOAWAY and the close.
+    pub idle_close_grace: Duration,
+    /// No request in flight for this long makes a connection idle.
+    pub idle_after: Duration,
+}
+
+impl NetworkFilterConfig {
+    pub fn parse(raw: &[u8]) -> Result<Self, ConfigError> {
+        #[derive(Default, Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct Raw {
+            idle_close_grace: Option<String>,
+            idle_after: Option<String>,
+        }
+        const SCOPE: &str = "network filter";
+        let c: Raw = if raw.iter().all(u8::is_ascii_whitespace) {
+            Raw::default()
+        } else {
+            serde_json::from_slice(raw).map_err(|e| error(SCOPE, "filter_config", e.to_string()))?
+        };
+        let field = |name: &str, v: Option<String>, default: Duration| match v {
+            None => Ok(default),
+            Some(s) => parse_duration(&s).map_err(|e| error(SCOPE, name, e)),
+        };
+        Ok(NetworkFilterConfig {
+            idle_close_grace: field(
+                "idle_close_grace",
+                c.idle_close_grace,
+                crate::connections::DEFAULT_IDLE_CLOSE_GRACE,
+            )?,
+            idle_after: field(
+                "idle_after",
+                c.idle_after,
+                crate::connections::DEFAULT_IDLE_AFTER,
+            )?,
+        })
+    }
+}
+
 /// Parse a duration in Envoy's JSON style: `"5s"`, `"1.5s"`, `"0.250s"`, plus `"250ms"`.
 /// Non-negative, at most nanosecond precision, at most [`MAX_DURATION`].
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
@@ -895,6 +939,32 @@ mod tests {
             ),
         ] {
             assert_eq!(BootstrapConfig::parse(bad).unwrap_err().field, field);
+        }
+    }
+
+    #[test]
+    fn network_filter_config_defaults_and_errors_name_the_field() {
+        let parse = |raw: &[u8]| {
+            NetworkFilterConfig::parse(raw).map(|c| (c.idle_close_grace, c.idle_after))
+        };
+        let defaults = (Duration::from_secs(2), Duration::from_secs(1));
+        assert_eq!(parse(b"").unwrap(), defaults);
+        assert_eq!(parse(b"{}").unwrap(), defaults);
+        assert_eq!(
+            parse(br#"{"idle_close_grace": "500ms", "idle_after": "0s"}"#).unwrap(),
+            (Duration::from_millis(500), Duration::ZERO)
+        );
+        for (raw, field) in [
+            (&br#"{"idle_after": "1"}"#[..], "idle_after"),
+            (br#"{"idle_close_grace": "soon"}"#, "idle_close_grace"),
+            (br#"{"grace": "1s"}"#, "grace"),
+        ] {
+            let e = NetworkFilterConfig::parse(raw).unwrap_err().to_string();
+            assert!(e.contains(field), "{e}");
+            assert!(
+                e.starts_with("invalid graceful_drain network filter config"),
+                "{e}"
+            );
         }
     }
 }

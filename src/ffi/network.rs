@@ -4,18 +4,16 @@
 
 use super::abi::{self, Buffer, EnvoyPtr};
 use super::{envoy_bytes, guard, module_buffer};
-use crate::config::parse_duration;
+use crate::config::NetworkFilterConfig;
 use crate::connections::{
     self, Action, Conn, Connections, FirstStream, Waker, WakerSlot, EVENT_CONFIRM_CLOSE,
     EVENT_DRAIN_STARTED, EVENT_GRACE_OVER, GOAWAY_NO_ERROR,
 };
 use crate::state::{Protocol, EVENT_GO_AWAY};
-use serde::Deserialize;
 use std::cell::{Cell, OnceCell};
 use std::os::raw::c_void;
 use std::ptr;
 use std::sync::Arc;
-use std::time::Duration;
 
 const STATUS_CONTINUE: u32 = 0;
 const CONNECTION_OPEN: u32 = 0;
@@ -23,40 +21,6 @@ const CLOSE_FLUSH_WRITE: u32 = 0;
 /// `envoy_dynamic_module_type_network_connection_event`: RemoteClose, LocalClose.
 const EVENT_REMOTE_CLOSE: u32 = 0;
 const EVENT_LOCAL_CLOSE: u32 = 1;
-
-/// The network filter's config (JSON in a StringValue; empty means defaults).
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct NetworkConfig {
-    /// Time an idle HTTP/2 client gets between the GOAWAY and the close (default 2s).
-    idle_close_grace: Option<String>,
-    /// No request in flight for this long makes a connection idle (default 1s).
-    idle_after: Option<String>,
-}
-
-/// `(idle_close_grace, idle_after)`.
-fn parse_config(raw: &[u8]) -> Result<(Duration, Duration), String> {
-    let c: NetworkConfig = if raw.iter().all(u8::is_ascii_whitespace) {
-        NetworkConfig::default()
-    } else {
-        serde_json::from_slice(raw)
-            .map_err(|e| format!("invalid graceful_drain network filter config: {e}"))?
-    };
-    let field = |name: &str, v: Option<String>, default: Duration| match v {
-        None => Ok(default),
-        Some(s) => parse_duration(&s).map_err(|e| {
-            format!("invalid graceful_drain network filter config: field `{name}`: {e}")
-        }),
-    };
-    Ok((
-        field(
-            "idle_close_grace",
-            c.idle_close_grace,
-            connections::DEFAULT_IDLE_CLOSE_GRACE,
-        )?,
-        field("idle_after", c.idle_after, connections::DEFAULT_IDLE_AFTER)?,
-    ))
-}
 
 struct NetConfig {
     told_http1: Option<usize>,
@@ -126,8 +90,11 @@ pub extern "C" fn envoy_dynamic_module_on_network_filter_config_new(
     guard("network_filter_config_new", ptr::null(), || {
         // SAFETY: Envoy's config bytes are valid for the duration of this call.
         let raw = unsafe { envoy_bytes(config) };
-        match parse_config(raw) {
-            Ok((grace, idle_after)) => {
+        match NetworkFilterConfig::parse(raw) {
+            Ok(NetworkFilterConfig {
+                idle_close_grace: grace,
+                idle_after,
+            }) => {
                 let c = Connections::global();
                 c.install_commit(commit);
                 c.set_grace(grace);
@@ -507,22 +474,5 @@ mod tests {
         envoy_dynamic_module_on_network_filter_destroy(fm);
         assert_eq!(take_calls(), Vec::<&str>::new(), "destroy calls nothing");
         envoy_dynamic_module_on_network_filter_config_destroy(cm);
-    }
-
-    #[test]
-    fn config_defaults_and_errors_name_the_field() {
-        let defaults = (Duration::from_secs(2), Duration::from_secs(1));
-        assert_eq!(parse_config(b"").unwrap(), defaults);
-        assert_eq!(parse_config(b"{}").unwrap(), defaults);
-        assert_eq!(
-            parse_config(br#"{"idle_close_grace": "500ms", "idle_after": "0s"}"#).unwrap(),
-            (Duration::from_millis(500), Duration::ZERO)
-        );
-        let e = parse_config(br#"{"idle_after": "1"}"#).unwrap_err();
-        assert!(e.contains("idle_after"), "{e}");
-        let e = parse_config(br#"{"idle_close_grace": "soon"}"#).unwrap_err();
-        assert!(e.contains("idle_close_grace"), "{e}");
-        let e = parse_config(br#"{"grace": "1s"}"#).unwrap_err();
-        assert!(e.contains("grace"), "{e}");
     }
 }
