@@ -43,14 +43,7 @@ const READY_LISTENER: &str = "envoy-gateway-proxy-ready-0.0.0.0-19003";
 const STATS_LISTENER: &str = "envoy-gateway-proxy-stats-0.0.0.0-19001";
 const CONTROL_LISTENER: &str = "graceful-drain-control";
 /// EG's infrastructure name for the Gateway, which kubelet puts in `$(ENVOY_PROXY_INFRA_NAME)`.
-const INFRA_NAME: &str = "envoy-default-eg";
-/// EG passes the node's identity on the command line (its bootstrap has no `node.id`).
-const EG_ARGS: [&str; 4] = [
-    "--service-cluster",
-    INFRA_NAME,
-    "--service-node",
-    "envoy-default-eg-7d9f-abcde",
-];
+const INFRA_NAME: &str = "envoy-default-eg-e41e7b31";
 
 const LISTENER: &str = "type.googleapis.com/envoy.config.listener.v3.Listener";
 const HCM: &str = "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager";
@@ -184,33 +177,8 @@ fn kit_renders_and_passes_the_schemas() {
     bad["spec"]["bootstrap"]["type"] = json!("Append");
     assert!(!json_schema_validate(&schema, &bad).0, "bad enum accepted");
 
-    // The Kubernetes objects the EnvoyProxy adds to EG's pod (volume, env, mounts, init container,
-    // port, liveness probe) against the Kubernetes schemas, as one Pod.
-    let ep = &kit().envoy_proxy()["spec"]["provider"]["kubernetes"]["envoyDeployment"];
-    let c = without_directives(kit().envoy_container_patch());
-    let pod = json!({
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": "envoy-default-eg"},
-        "spec": {
-            "volumes": ep["pod"]["volumes"],
-            "initContainers": without_directives(&kit().pod_patch()["initContainers"]),
-            "containers": [{
-                "name": "envoy",
-                "image": "envoyproxy/envoy:distroless-v1.39.1",
-                "env": ep["container"]["env"],
-                "volumeMounts": ep["container"]["volumeMounts"],
-                "ports": c["ports"],
-                "livenessProbe": c["livenessProbe"],
-            }]
-        }
-    });
-    let (_dir, path) = temp_file("eg-kit", "pod.yaml", &pod.to_string());
-    let (ok, text) = kubernetes_validate(&path);
-    assert!(
-        ok && text.contains("passed for resource pod/envoy-default-eg"),
-        "{text}"
-    );
+    // The Kubernetes objects the EnvoyProxy adds to EG's pod are checked in EG's Deployment
+    // (kit_applied_to_eg_deployment_keeps_eg_pod_and_changes_only_the_stop).
 }
 
 #[test]
@@ -350,6 +318,216 @@ fn kit_pieces_fit_together() {
 }
 
 // ---------------------------------------------------------------------------------------------
+// EG's Deployment with the kit's EnvoyProxy applied
+
+/// EG's generated proxy Deployment, reproduced (`tests/fixtures/envoy-gateway/deployment-eg.yaml`).
+fn eg_deployment() -> Value {
+    yaml(&std::fs::read_to_string(repo_root().join(FIXTURES).join("deployment-eg.yaml")).unwrap())
+}
+
+/// The merge key of a list in a pod spec, for the lists the kit patches.
+fn merge_key(field: &str) -> Option<&'static str> {
+    match field {
+        "containers" | "initContainers" | "volumes" | "env" => Some("name"),
+        "volumeMounts" => Some("mountPath"),
+        "ports" => Some("containerPort"),
+        _ => None,
+    }
+}
+
+/// Kubernetes' strategic merge, the part the kit's patch uses: maps merge key by key; lists with
+/// a merge key merge item by item (new items appended), other lists are replaced; a map holding
+/// `$patch: delete` removes its field, one holding `$patch: replace` replaces it.
+fn strategic_merge(dst: &mut Value, patch: &Value) {
+    let (Value::Object(d), Value::Object(p)) = (dst, patch) else {
+        panic!("strategic merge of a non-object");
+    };
+    for (k, v) in p {
+        let directive = v.get("$patch").and_then(Value::as_str);
+        match (v, directive) {
+            (_, Some("delete")) => {
+                d.remove(k);
+            }
+            (_, Some("replace")) => {
+                d.insert(k.clone(), without_directives(v));
+            }
+            (Value::Object(_), _) => strategic_merge(d.entry(k.clone()).or_insert(json!({})), v),
+            (Value::Array(patch_items), _) if merge_key(k).is_some() => {
+                let key = merge_key(k).unwrap();
+                let list = d.entry(k.clone()).or_insert(json!([]));
+                let list = list.as_array_mut().expect("a list");
+                for item in patch_items {
+                    match list.iter_mut().find(|x| x[key] == item[key]) {
+                        Some(existing) => strategic_merge(existing, item),
+                        None => list.push(without_directives(item)),
+                    }
+                }
+            }
+            _ => {
+                d.insert(k.clone(), v.clone());
+            }
+        }
+    }
+}
+
+/// EG's Deployment after the kit's EnvoyProxy, applied in EG's order: `pod.volumes` added to the
+/// pod's, `container.env` and `container.volumeMounts` to the envoy container's, the shutdown
+/// settings to Envoy's `--drain-time-s` and the grace period (drainTimeout + 300s), then the
+/// strategic-merge patch.
+fn kit_deployment() -> Value {
+    let mut d = eg_deployment();
+    let ep = &kit().envoy_proxy()["spec"];
+    let k = &ep["provider"]["kubernetes"]["envoyDeployment"];
+    let pod = &mut d["spec"]["template"]["spec"];
+    strategic_merge(pod, &json!({"volumes": k["pod"]["volumes"]}));
+    let drain_timeout = duration(&ep["shutdown"]["drainTimeout"]).as_secs();
+    pod["terminationGracePeriodSeconds"] = json!(drain_timeout + 300);
+    let envoy = pod["containers"]
+        .as_array_mut()
+        .unwrap()
+        .iter_mut()
+        .find(|c| c["name"] == "envoy")
+        .unwrap();
+    strategic_merge(
+        envoy,
+        &json!({"env": k["container"]["env"], "volumeMounts": k["container"]["volumeMounts"]}),
+    );
+    for a in envoy["args"].as_array_mut().unwrap() {
+        if a.as_str().unwrap().starts_with("--drain-time-s ") {
+            *a = json!(format!("--drain-time-s {drain_timeout}"));
+        }
+    }
+    assert_eq!(k["patch"]["type"], "StrategicMerge");
+    strategic_merge(&mut d, &k["patch"]["value"]);
+    d
+}
+
+fn container<'a>(d: &'a Value, name: &str) -> &'a Value {
+    named(&d["spec"]["template"]["spec"]["containers"], name)
+        .unwrap_or_else(|| panic!("no container {name}"))
+}
+
+/// The flags of EG's envoy container that shape the drain and the node identity, as argv
+/// (EG writes each flag and its value as one argument; Envoy splits them at the space). The
+/// bootstrap, log level and thread count are the test's own (`-c`, the guard's flags).
+fn eg_envoy_args(d: &Value) -> Vec<String> {
+    let mut argv = Vec::new();
+    for a in items(&container(d, "envoy")["args"], "args") {
+        let (flag, value) = a
+            .as_str()
+            .unwrap()
+            .split_once(' ')
+            .unwrap_or((a.as_str().unwrap(), ""));
+        if [
+            "--service-cluster",
+            "--service-node",
+            "--drain-strategy",
+            "--drain-time-s",
+        ]
+        .contains(&flag)
+        {
+            argv.push(flag.to_string());
+            argv.push(value.replace("$(ENVOY_POD_NAME)", "envoy-default-eg-7d9f-abcde"));
+        }
+    }
+    argv
+}
+
+#[test]
+fn kit_applied_to_eg_deployment_keeps_eg_pod_and_changes_only_the_stop() {
+    let eg = eg_deployment();
+    let d = kit_deployment();
+    let (_dir, path) = temp_file("eg-kit", "deployment.yaml", &d.to_string());
+    let (ok, text) = kubernetes_validate(&path);
+    assert!(
+        ok && text.contains("passed for resource deployment/"),
+        "{text}"
+    );
+
+    let (envoy, stock) = (container(&d, "envoy"), container(&eg, "envoy"));
+    // No preStop hook any more (EG's waited for the shutdown-manager): SIGTERM starts the drain.
+    assert!(stock["lifecycle"]["preStop"].is_object());
+    assert!(envoy["lifecycle"].is_null(), "{}", envoy["lifecycle"]);
+    // Liveness on the control listener's /drain/status, nothing of EG's /ready left in it;
+    // readiness and startup are EG's /ready on 19003 (503 from the drain start).
+    assert_eq!(
+        envoy["livenessProbe"],
+        json!({"httpGet": {"path": "/drain/status", "port": 19010, "scheme": "HTTP"},
+               "periodSeconds": 10, "timeoutSeconds": 1, "failureThreshold": 3, "successThreshold": 1})
+    );
+    for probe in ["readinessProbe", "startupProbe"] {
+        assert_eq!(envoy[probe], stock[probe], "{probe}");
+        assert_eq!(envoy[probe]["httpGet"]["path"], "/ready");
+    }
+    // The module: an init container fills an emptyDir, mounted read-only, on the search path.
+    let init = &d["spec"]["template"]["spec"]["initContainers"];
+    assert_eq!(items(init, "initContainers").len(), 1);
+    assert!(named(
+        &d["spec"]["template"]["spec"]["volumes"],
+        "graceful-drain-module"
+    )
+    .is_some());
+    for (field, key) in [
+        ("env", "name"),
+        ("volumeMounts", "mountPath"),
+        ("ports", "containerPort"),
+    ] {
+        // EG's own entries stay, the kit's are added.
+        for x in items(&stock[field], field) {
+            assert!(
+                items(&envoy[field], field)
+                    .iter()
+                    .any(|y| y[key] == x[key] && y == x),
+                "{field}: {x}"
+            );
+        }
+        assert!(
+            items(&envoy[field], field).len() > items(&stock[field], field).len(),
+            "{field}"
+        );
+    }
+    // Everything else of EG's: the shutdown-manager, the Envoy flags but the drain time, the
+    // envoy container's other fields, the pod's identity and the remaining pod fields.
+    assert_eq!(
+        container(&d, "shutdown-manager"),
+        container(&eg, "shutdown-manager")
+    );
+    let args = |c: &Value| -> Vec<String> {
+        items(&c["args"], "args")
+            .iter()
+            .map(|a| a.as_str().unwrap().to_string())
+            .filter(|a| !a.starts_with("--drain-time-s"))
+            .collect()
+    };
+    assert_eq!(args(envoy), args(stock));
+    assert!(items(&envoy["args"], "args").contains(&json!("--drain-time-s 25")));
+    for field in ["command", "image", "resources", "securityContext", "name"] {
+        assert_eq!(envoy[field], stock[field], "{field}");
+    }
+    for field in [
+        "metadata",
+        "spec/selector",
+        "spec/strategy",
+        "spec/template/metadata",
+    ] {
+        let p = format!("/{field}");
+        assert_eq!(d.pointer(&p), eg.pointer(&p), "{field}");
+    }
+    assert_eq!(
+        d["spec"]["template"]["spec"]["terminationGracePeriodSeconds"],
+        325
+    );
+    // The strategic merge above can fail: without `$patch: replace` EG's liveness path would
+    // have survived next to the kit's fields.
+    let mut merged = container(&eg, "envoy").clone();
+    strategic_merge(
+        &mut merged,
+        &json!({"livenessProbe": {"httpGet": {"port": 19010}}}),
+    );
+    assert_eq!(merged["livenessProbe"]["httpGet"]["path"], "/ready");
+}
+
+// ---------------------------------------------------------------------------------------------
 // EG's bootstrap and EG's merge
 
 /// The EG release whose bootstrap goes with the Envoy under test: EG 1.8 ships Envoy 1.38, EG 1.9
@@ -442,7 +620,7 @@ fn validate(bootstrap: &Value, modules: &Path) -> (bool, String) {
     run(Command::new(envoy_bin())
         .args(["--mode", "validate", "-c"])
         .arg(&cfg)
-        .args(EG_ARGS)
+        .args(eg_envoy_args(&kit_deployment()))
         .env("ENVOY_DYNAMIC_MODULES_SEARCH_PATH", modules)
         .env_remove("LD_LIBRARY_PATH"))
 }
@@ -823,7 +1001,12 @@ async fn start_gateway(policy: Policy, settings: Option<Settings>, upstream: u16
             json!(s.to_string());
     }
     let mut base_args = vec!["--use-dynamic-base-id".to_string()];
-    base_args.extend(EG_ARGS.iter().map(|a| a.to_string()));
+    let deployment = if policy == Policy::None {
+        eg_deployment()
+    } else {
+        kit_deployment()
+    };
+    base_args.extend(eg_envoy_args(&deployment));
     let o = Options {
         base_args: Some(base_args),
         ..Options::default()
