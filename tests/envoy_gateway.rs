@@ -45,6 +45,10 @@ const CONTROL_LISTENER: &str = "graceful-drain-control";
 /// EG's infrastructure name for the Gateway, which kubelet puts in `$(ENVOY_PROXY_INFRA_NAME)`.
 const INFRA_NAME: &str = "envoy-default-eg-e41e7b31";
 
+/// Where the policy's HTTP filter reports its stats: EG sets no `metrics_namespace` in the filter
+/// config it writes, so Envoy's default for modules applies (Prometheus `envoy_dynamicmodulescustom_*`).
+const EG_FILTER_STATS: &str = "dynamicmodulescustom";
+
 const LISTENER: &str = "type.googleapis.com/envoy.config.listener.v3.Listener";
 const HCM: &str = "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager";
 const ROUTER: &str = "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router";
@@ -1248,6 +1252,30 @@ async fn kit_drains_an_eg_gateway_without_losing_a_request() {
     // The busy HTTP/2 connection got GOAWAY while its streams are in flight.
     let e = h2.wait_goaway(Duration::from_secs(3)).await;
     assert_eq!(e.reason(), Some(h2::Reason::NO_ERROR));
+    // Stats: EG writes the policy's filter without a metrics_namespace, so the HTTP filter's
+    // counters are in Envoy's default namespace for modules; the drain engine's and the network
+    // filter's (the kit's own config) are graceful_drain.*.
+    assert_eq!(envoy.stat("graceful_drain.drains_started").await, Some(1));
+    eventually(
+        "the HTTP filter's counters",
+        Duration::from_secs(3),
+        || async {
+            let h1 = envoy
+                .stat(&format!("{EG_FILTER_STATS}.connections_sent_away_http1"))
+                .await;
+            let h2 = envoy
+                .stat(&format!("{EG_FILTER_STATS}.connections_sent_away_http2"))
+                .await;
+            (h1 >= Some(2) && h2 == Some(1)).then_some(())
+        },
+    )
+    .await;
+    assert_eq!(
+        envoy
+            .stat("graceful_drain.idle_connections_told_http2")
+            .await,
+        Some(1)
+    );
     // Idle keep-alive connections are told while Envoy still serves the requests in flight (the
     // EnvoyPatchPolicy's network filter): HTTP/2 GOAWAY at once, HTTP/1.1 a clean close (at the
     // first check where it has been idle for idle_after). Stock Envoy closes them only at exit.
