@@ -10,7 +10,10 @@ mod common;
 
 use common::clients::{self, H1Conn, H2Conn};
 use common::envoy::{module_dir, pinned_envoy_version, validate_config, Envoy, Options, TempDir};
-use common::tools::{kubernetes_validate, kustomize, temp_file, yaml, yaml_docs};
+use common::json::{duration, hcm, items, module_settings, named};
+use common::tools::{
+    kubernetes_validate, kustomize, kustomize_with_components, temp_file, yaml, yaml_docs,
+};
 use common::upstream::Upstream;
 use common::{eventually, free_ports, repo_root};
 use serde_json::{json, Value};
@@ -77,53 +80,10 @@ fn stock() -> &'static Manifests {
     M.get_or_init(|| render(BASE))
 }
 
-fn items<'a>(v: &'a Value, what: &str) -> &'a Vec<Value> {
-    v.as_array()
-        .unwrap_or_else(|| panic!("{what} is not a list"))
-}
-
-fn named<'a>(list: &'a Value, name: &str) -> Option<&'a Value> {
-    list.as_array()?.iter().find(|x| x["name"] == name)
-}
-
-/// The graceful_drain bootstrap extension's settings, parsed from their StringValue.
-fn module_settings(b: &Value) -> Value {
-    let ext = items(&b["bootstrap_extensions"], "bootstrap_extensions")
-        .iter()
-        .find(|e| e["name"] == "envoy.bootstrap.dynamic_modules")
-        .expect("the dynamic-modules bootstrap extension");
-    assert_eq!(
-        ext["typed_config"]["dynamic_module_config"]["name"],
-        "graceful_drain"
-    );
-    serde_json::from_str(
-        ext["typed_config"]["extension_config"]["value"]
-            .as_str()
-            .expect("extension_config value"),
-    )
-    .expect("settings are JSON")
-}
-
-fn seconds(duration: &Value) -> f64 {
-    let s = duration.as_str().expect("a duration string");
-    match s.strip_suffix("ms") {
-        Some(ms) => ms.parse::<f64>().expect("duration") / 1000.0,
-        None => s
-            .strip_suffix('s')
-            .and_then(|v| v.parse().ok())
-            .expect("duration"),
-    }
-}
-
 fn port_of(listener: &Value) -> u64 {
     listener["address"]["socket_address"]["port_value"]
         .as_u64()
         .expect("listener port")
-}
-
-/// The HTTP connection manager of a listener's first filter chain.
-fn hcm(listener: &Value) -> &Value {
-    &listener["filter_chains"][0]["filters"][0]["typed_config"]
 }
 
 #[test]
@@ -252,7 +212,7 @@ fn rendered_deployment_drains_with_the_module() {
     );
 
     // SIGKILL comes at the grace period: it must leave drain_timeout plus Envoy's teardown.
-    let timeout = seconds(&module_settings(&b)["drain_timeout"]);
+    let timeout = duration(&module_settings(&b)["drain_timeout"]).as_secs_f64();
     let grace = pod["terminationGracePeriodSeconds"]
         .as_f64()
         .expect("grace period");
@@ -744,30 +704,10 @@ async fn stock_kourier_bootstrap_loses_in_flight_requests_on_sigterm() {
     }
 }
 
-/// `dir` (absolute) as a path relative to `from` (kustomize refuses absolute resource paths).
-fn relative(from: &std::path::Path, dir: &std::path::Path) -> String {
-    let up = "../".repeat(from.components().count() - 1);
-    format!(
-        "{up}{}",
-        dir.strip_prefix("/").expect("absolute path").display()
-    )
-}
-
 #[test]
 fn opt_in_network_policy_keeps_kourier_open_and_restricts_the_control_port() {
     // The overlay with the restrict-control-port component enabled, as a user would.
-    let dir = TempDir::new("kourier-np");
-    let overlay_dir = repo_root().join(OVERLAY);
-    std::fs::write(
-        dir.0.join("kustomization.yaml"),
-        format!(
-            "resources:\n- {}\ncomponents:\n- {}\n",
-            relative(&dir.0, &overlay_dir),
-            relative(&dir.0, &overlay_dir.join("restrict-control-port"))
-        ),
-    )
-    .unwrap();
-    let text = kustomize(&dir.0);
+    let text = kustomize_with_components(&repo_root().join(OVERLAY), &["restrict-control-port"]);
     let (_d, path) = temp_file("kourier", "rendered.yaml", &text);
     let (ok, log) = kubernetes_validate(&path);
     assert!(

@@ -5,6 +5,7 @@
 pub mod clients;
 pub mod envoy;
 pub mod front;
+pub mod json;
 pub mod tools;
 pub mod upstream;
 

@@ -75,23 +75,11 @@ pub fn kustomize(dir: &Path) -> String {
 
 /// Every document of a YAML stream, as JSON.
 pub fn yaml_docs(text: &str) -> Vec<serde_json::Value> {
-    let mut child = Command::new(tools_dir().join("python"))
-        .args([
-            "-c",
-            "import json, sys, yaml; json.dump([d for d in yaml.safe_load_all(sys.stdin) if d is not None], sys.stdout)",
-        ])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run python (PyYAML)");
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(text.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
+    let out = python(
+        "import json, sys, yaml; json.dump([d for d in yaml.safe_load_all(sys.stdin) if d is not None], sys.stdout)",
+        &[],
+        text,
+    );
     assert!(
         out.status.success(),
         "YAML does not parse:\n{}",
@@ -116,4 +104,57 @@ pub fn temp_file(tag: &str, name: &str, text: &str) -> (TempDir, PathBuf) {
     let path = dir.0.join(name);
     std::fs::write(&path, text).unwrap();
     (dir, path)
+}
+
+/// `dir` (absolute) as a path relative to `from` (kustomize refuses absolute resource paths).
+pub fn relative(from: &Path, dir: &Path) -> String {
+    let up = "../".repeat(from.components().count() - 1);
+    format!(
+        "{up}{}",
+        dir.strip_prefix("/").expect("absolute path").display()
+    )
+}
+
+/// Validate one document against a JSON Schema file (the `jsonschema` package that
+/// kubernetes-validate depends on); returns whether it passed and the errors.
+pub fn json_schema_validate(schema: &Path, doc: &serde_json::Value) -> (bool, String) {
+    let out = python(
+        "import json, sys, jsonschema\nschema = json.load(open(sys.argv[1]))\nerrors = sorted(jsonschema.Draft202012Validator(schema).iter_errors(json.load(sys.stdin)), key=str)\nfor e in errors: print('/'.join(map(str, e.absolute_path)) + ': ' + e.message)\nsys.exit(1 if errors else 0)",
+        &[schema.as_os_str()],
+        &doc.to_string(),
+    );
+    let text =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    (out.status.success(), text)
+}
+
+/// Run a Python script of the tools' venv with `args`, `input` on its stdin.
+fn python(script: &str, args: &[&std::ffi::OsStr], input: &str) -> std::process::Output {
+    let mut child = Command::new(tools_dir().join("python"))
+        .args(["-c", script])
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run the tools' python");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
+    child.wait_with_output().unwrap()
+}
+
+/// `kubectl kustomize` of `base` with some of its optional components (subdirectories of `base`)
+/// enabled, as a user's kustomization would: the rendered manifests.
+pub fn kustomize_with_components(base: &Path, components: &[&str]) -> String {
+    let dir = TempDir::new("kustomize");
+    let mut k = format!("resources:\n- {}\ncomponents:\n", relative(&dir.0, base));
+    for c in components {
+        k.push_str(&format!("- {}\n", relative(&dir.0, &base.join(c))));
+    }
+    std::fs::write(dir.0.join("kustomization.yaml"), k).unwrap();
+    kustomize(&dir.0)
 }

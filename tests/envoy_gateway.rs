@@ -1,0 +1,1444 @@
+//! The Envoy Gateway kit (`k8s/envoy-gateway`), verified without a cluster: `kubectl kustomize`
+//! renders it; its resources pass trimmed schemas of EG's CRDs and the Kubernetes schemas; EG's
+//! default bootstrap (reproduced in `tests/fixtures/envoy-gateway/` for EG 1.8 and 1.9) with the
+//! kit's bootstrap merged in by EG's rules keeps what EG requires and passes
+//! `envoy --mode validate`; and a real Envoy running that bootstrap, with listeners, routes and
+//! clusters from a file-based xDS source shaped as EG builds them (the Gateway listener
+//! `default/eg/http` with the policy's HTTP filter `disabled: true` and enabled per route, the
+//! EnvoyPatchPolicy's network filter first, EG's readiness listener on 19003), drains with
+//! requests in flight and idle keep-alive connections and loses none. EG's own shutdown sequence
+//! (its shutdown-manager's admin calls and connection polling, reproduced below) runs against it
+//! and stops waiting for idle connections; against stock EG it waits for its timeout. A mixed
+//! Gateway (one route covered by the policy, one not) shows what the uncovered route gets.
+
+mod common;
+
+use common::clients::{self, H1Conn, H2Conn};
+use common::envoy::{envoy_bin, expected_envoy_version, minor_of, module_dir, Envoy, Options};
+use common::envoy::{Settings, TempDir};
+use common::json::{duration, hcm, items, module_settings, named};
+use common::tools::{
+    json_schema_validate, kubernetes_validate, kustomize, kustomize_with_components, run,
+};
+use common::tools::{temp_file, yaml, yaml_docs};
+use common::upstream::Upstream;
+use common::{eventually, free_ports, repo_root};
+use serde_json::{json, Value};
+use std::path::Path;
+use std::process::Command;
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+const KIT: &str = "k8s/envoy-gateway";
+const FIXTURES: &str = "tests/fixtures/envoy-gateway";
+/// Where the kit puts the module in the pod (an emptyDir filled by the init container).
+const POD_MODULE_DIR: &str = "/var/lib/graceful-drain";
+/// EG's admin address (internal/xds/bootstrap: EnvoyAdminAddress, EnvoyAdminPort).
+const EG_ADMIN: (&str, u64) = ("127.0.0.1", 19000);
+/// The Gateway `default/eg` of EG's quickstart, its listener `http` (port 80; EG shifts
+/// privileged ports by 10000 in the container, and names the HCM's stats `http-<port>`).
+const GATEWAY_LISTENER: &str = "default/eg/http";
+const HTTP_STAT_PREFIX: &str = "http-10080";
+const READY_LISTENER: &str = "envoy-gateway-proxy-ready-0.0.0.0-19003";
+const STATS_LISTENER: &str = "envoy-gateway-proxy-stats-0.0.0.0-19001";
+const CONTROL_LISTENER: &str = "graceful-drain-control";
+/// EG's infrastructure name for the Gateway, which kubelet puts in `$(ENVOY_PROXY_INFRA_NAME)`.
+const INFRA_NAME: &str = "envoy-default-eg-e41e7b31";
+
+/// Where the policy's HTTP filter reports its stats: EG sets no `metrics_namespace` in the filter
+/// config it writes, so Envoy's default for modules applies (Prometheus `envoy_dynamicmodulescustom_*`).
+const EG_FILTER_STATS: &str = "dynamicmodulescustom";
+
+const LISTENER: &str = "type.googleapis.com/envoy.config.listener.v3.Listener";
+const HCM: &str = "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager";
+const ROUTER: &str = "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router";
+
+// ---------------------------------------------------------------------------------------------
+// The kit as rendered
+
+struct Kit {
+    docs: Vec<Value>,
+}
+
+impl Kit {
+    fn get(&self, kind: &str) -> &Value {
+        self.docs
+            .iter()
+            .find(|d| d["kind"] == kind)
+            .unwrap_or_else(|| panic!("no {kind} in the rendered kit"))
+    }
+    fn envoy_proxy(&self) -> &Value {
+        self.get("EnvoyProxy")
+    }
+    fn policy(&self) -> &Value {
+        self.get("EnvoyExtensionPolicy")
+    }
+    fn patch_policy(&self) -> &Value {
+        self.get("EnvoyPatchPolicy")
+    }
+    /// The strategic-merge patch the EnvoyProxy applies to EG's Deployment: its pod spec.
+    fn pod_patch(&self) -> &Value {
+        let patch =
+            &self.envoy_proxy()["spec"]["provider"]["kubernetes"]["envoyDeployment"]["patch"];
+        assert_eq!(patch["type"], "StrategicMerge");
+        &patch["value"]["spec"]["template"]["spec"]
+    }
+    fn envoy_container_patch(&self) -> &Value {
+        named(&self.pod_patch()["containers"], "envoy").expect("a patch for the envoy container")
+    }
+    /// The bootstrap the EnvoyProxy merges into EG's, as JSON.
+    fn bootstrap_merge(&self) -> Value {
+        let b = &self.envoy_proxy()["spec"]["bootstrap"];
+        assert_eq!(b["type"], "Merge");
+        yaml(b["value"].as_str().expect("bootstrap value"))
+    }
+}
+
+/// `kubectl kustomize k8s/envoy-gateway` as a user applies it.
+fn kit_default() -> &'static Kit {
+    static K: OnceLock<Kit> = OnceLock::new();
+    K.get_or_init(|| {
+        let text = kustomize(&repo_root().join(KIT));
+        Kit {
+            docs: yaml_docs(&text),
+        }
+    })
+}
+
+/// The kit with its optional `idle-connections` component enabled, as a user would.
+fn kit() -> &'static Kit {
+    static K: OnceLock<Kit> = OnceLock::new();
+    K.get_or_init(|| {
+        let text = kustomize_with_components(&repo_root().join(KIT), &["idle-connections"]);
+        Kit {
+            docs: yaml_docs(&text),
+        }
+    })
+}
+
+/// Remove strategic-merge directives (`$patch`) so a patch fragment is a plain object.
+fn without_directives(v: &Value) -> Value {
+    match v {
+        Value::Object(m) => Value::Object(
+            m.iter()
+                .filter(|(k, _)| !k.starts_with('$'))
+                .map(|(k, v)| (k.clone(), without_directives(v)))
+                .collect(),
+        ),
+        Value::Array(a) => Value::Array(a.iter().map(without_directives).collect()),
+        other => other.clone(),
+    }
+}
+
+#[test]
+fn kit_renders_and_passes_the_schemas() {
+    let objects = |k: &Kit| -> Vec<String> {
+        k.docs
+            .iter()
+            .map(|d| {
+                format!(
+                    "{}/{}",
+                    d["kind"].as_str().unwrap(),
+                    d["metadata"]["name"].as_str().unwrap()
+                )
+            })
+            .collect()
+    };
+    assert_eq!(
+        objects(kit_default()),
+        [
+            "EnvoyExtensionPolicy/graceful-drain",
+            "EnvoyProxy/graceful-drain"
+        ]
+    );
+    assert_eq!(
+        objects(kit()),
+        [
+            "EnvoyExtensionPolicy/graceful-drain",
+            "EnvoyPatchPolicy/graceful-drain-idle-connections",
+            "EnvoyProxy/graceful-drain"
+        ]
+    );
+    // EG's resources against trimmed schemas of EG's CRDs (the fields the kit uses; see the
+    // schemas' description for where they come from).
+    for doc in &kit().docs {
+        let kind = doc["kind"].as_str().unwrap().to_ascii_lowercase();
+        let schema = repo_root()
+            .join(FIXTURES)
+            .join(format!("schemas/{kind}.json"));
+        let (ok, errors) = json_schema_validate(&schema, doc);
+        assert!(ok, "{kind}: {errors}");
+    }
+    // The schemas can fail: a misspelt field and a wrong enum value are refused.
+    let schema = repo_root().join(FIXTURES).join("schemas/envoyproxy.json");
+    let mut bad = kit().envoy_proxy().clone();
+    bad["spec"]["dynamicModule"] = bad["spec"]["dynamicModules"].take();
+    assert!(
+        !json_schema_validate(&schema, &bad).0,
+        "misspelt field accepted"
+    );
+    let mut bad = kit().envoy_proxy().clone();
+    bad["spec"]["bootstrap"]["type"] = json!("Append");
+    assert!(!json_schema_validate(&schema, &bad).0, "bad enum accepted");
+
+    // The Kubernetes objects the EnvoyProxy adds to EG's pod are checked in EG's Deployment
+    // (kit_applied_to_eg_deployment_keeps_eg_pod_and_changes_only_the_stop).
+}
+
+#[test]
+fn kit_pieces_fit_together() {
+    let k = kit();
+    let ep = &k.envoy_proxy()["spec"];
+    let deployment = &ep["provider"]["kubernetes"]["envoyDeployment"];
+    // The policy's module is allowlisted, by the path the init container fills.
+    let dm = &items(&k.policy()["spec"]["dynamicModule"], "dynamicModule")[0];
+    assert_eq!(dm["filterName"], "graceful_drain");
+    assert_eq!(dm["config"], json!({"role": "data"}));
+    let entry = named(&ep["dynamicModules"], dm["name"].as_str().unwrap())
+        .expect("the policy's module is in spec.dynamicModules");
+    assert_eq!(entry["doNotClose"], true);
+    assert_eq!(entry["source"]["type"], "Local");
+    let path = entry["source"]["local"]["path"].as_str().unwrap();
+    assert_eq!(path, format!("{POD_MODULE_DIR}/libgraceful_drain.so"));
+    let volume = items(&deployment["pod"]["volumes"], "volumes")[0].clone();
+    assert!(volume["emptyDir"].is_object(), "{volume}");
+    let mount = named(
+        &deployment["container"]["volumeMounts"],
+        volume["name"].as_str().unwrap(),
+    )
+    .expect("the module volume mounted in envoy");
+    assert_eq!(mount["mountPath"], POD_MODULE_DIR);
+    assert_eq!(mount["readOnly"], true);
+    let init = &items(&k.pod_patch()["initContainers"], "initContainers")[0];
+    assert_eq!(init["volumeMounts"][0]["name"], volume["name"]);
+    assert_eq!(init["volumeMounts"][0]["mountPath"], POD_MODULE_DIR);
+    let cmd: Vec<&str> = items(&init["command"], "command")
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    assert_eq!(cmd.last(), Some(&path));
+    // ... copied from where k8s/Dockerfile installs the module, in an image for EG's Envoy.
+    let dockerfile = std::fs::read_to_string(repo_root().join("k8s/Dockerfile")).unwrap();
+    assert!(dockerfile.contains(&format!(
+        "COPY --from=build /src/target/release/libgraceful_drain.so {}",
+        cmd[1]
+    )));
+    let image = init["image"].as_str().unwrap();
+    assert!(
+        image == "graceful-drain-envoy:1.39.3" || image == "graceful-drain-envoy:1.38.3",
+        "{image}: the module must be built for the Envoy minor EG ships"
+    );
+    // The bootstrap's module (by name, through the search path) is that same file.
+    let env = named(
+        &deployment["container"]["env"],
+        "ENVOY_DYNAMIC_MODULES_SEARCH_PATH",
+    )
+    .expect("search path");
+    assert_eq!(env["value"], POD_MODULE_DIR);
+    let merge = k.bootstrap_merge();
+    let text = merge.to_string();
+    assert_eq!(
+        text.matches(r#""name":"graceful_drain""#).count(),
+        2,
+        "{text}"
+    );
+    assert!(
+        !text.contains("\"module\""),
+        "Envoy 1.38's bootstrap extension reads only a name"
+    );
+
+    // The drain engine reaches EG's admin; requests on EG's stats and readiness listeners never
+    // hold a drain.
+    let settings = module_settings(&merge);
+    assert_eq!(
+        settings["admin_address"],
+        format!("{}:{}", EG_ADMIN.0, EG_ADMIN.1)
+    );
+    let eg = eg_bootstrap("1.9");
+    assert_eq!(
+        eg["admin"]["address"]["socket_address"]["port_value"],
+        EG_ADMIN.1
+    );
+    let stats = named(&eg["static_resources"]["listeners"], STATS_LISTENER).unwrap();
+    for prefix in [
+        "admin",
+        hcm(stats)["stat_prefix"].as_str().unwrap(),
+        "eg-ready-http",
+    ] {
+        assert!(
+            items(&settings["ignored_stat_prefixes"], "ignored").contains(&json!(prefix)),
+            "{prefix}"
+        );
+    }
+
+    // Shutdown: no preStop on envoy (kubelet's SIGTERM starts the drain), liveness on the control
+    // listener's /drain/status (200 while draining), never /ready.
+    let c = k.envoy_container_patch();
+    assert_eq!(c["lifecycle"], json!({"$patch": "delete"}));
+    let live = &c["livenessProbe"];
+    assert_eq!(live["$patch"], "replace");
+    assert_eq!(live["httpGet"]["path"], "/drain/status");
+    let control = named(&merge["static_resources"]["listeners"], CONTROL_LISTENER).unwrap();
+    let control_port = control["address"]["socket_address"]["port_value"]
+        .as_u64()
+        .unwrap();
+    assert_eq!(live["httpGet"]["port"].as_u64(), Some(control_port));
+    let port = named(&c["ports"], "drain-control").unwrap();
+    assert_eq!(port["containerPort"].as_u64(), Some(control_port));
+    assert!(!(19000..=19003).contains(&control_port), "EG's ports");
+    // EG's shutdown-manager agrees with the module: it finishes before the module's earliest exit,
+    // and the grace period EG derives (drainTimeout + 300s) leaves the module its drain_timeout.
+    let sm_min = duration(&ep["shutdown"]["minDrainDuration"]);
+    let sm_timeout = duration(&ep["shutdown"]["drainTimeout"]);
+    let min = duration(&settings["min_drain_duration"]);
+    let timeout = duration(&settings["drain_timeout"]);
+    assert!(
+        sm_min + Duration::from_secs(1) < min,
+        "{sm_min:?} vs {min:?}"
+    );
+    assert!(sm_timeout + Duration::from_secs(300) > timeout + Duration::from_secs(5));
+    assert_eq!(sm_timeout, timeout);
+
+    // Everything targets the same Gateway, whose listener the patch names.
+    let gw = &k.policy()["spec"]["targetRefs"][0];
+    assert_eq!(
+        (gw["kind"].as_str(), gw["name"].as_str()),
+        (Some("Gateway"), Some("eg"))
+    );
+    let pp = &k.patch_policy()["spec"];
+    assert_eq!(pp["targetRef"], *gw);
+    let ns = k.policy()["metadata"]["namespace"].as_str().unwrap();
+    assert_eq!(k.envoy_proxy()["metadata"]["namespace"], ns);
+    let patch = &pp["jsonPatches"][0];
+    assert_eq!(patch["type"], LISTENER);
+    assert_eq!(
+        patch["name"],
+        format!("{ns}/{}/http", gw["name"].as_str().unwrap())
+    );
+    assert_eq!(
+        patch["operation"]["path"],
+        "/default_filter_chain/filters/0"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// EG's Deployment with the kit's EnvoyProxy applied
+
+/// EG's generated proxy Deployment, reproduced (`tests/fixtures/envoy-gateway/deployment-eg.yaml`).
+fn eg_deployment() -> Value {
+    yaml(&std::fs::read_to_string(repo_root().join(FIXTURES).join("deployment-eg.yaml")).unwrap())
+}
+
+/// The merge key of a list in a pod spec, for the lists the kit patches.
+fn merge_key(field: &str) -> Option<&'static str> {
+    match field {
+        "containers" | "initContainers" | "volumes" | "env" => Some("name"),
+        "volumeMounts" => Some("mountPath"),
+        "ports" => Some("containerPort"),
+        _ => None,
+    }
+}
+
+/// Kubernetes' strategic merge, the part the kit's patch uses: maps merge key by key; lists with
+/// a merge key merge item by item (new items appended), other lists are replaced; a map holding
+/// `$patch: delete` removes its field, one holding `$patch: replace` replaces it.
+fn strategic_merge(dst: &mut Value, patch: &Value) {
+    let (Value::Object(d), Value::Object(p)) = (dst, patch) else {
+        panic!("strategic merge of a non-object");
+    };
+    for (k, v) in p {
+        let directive = v.get("$patch").and_then(Value::as_str);
+        match (v, directive) {
+            (_, Some("delete")) => {
+                d.remove(k);
+            }
+            (_, Some("replace")) => {
+                d.insert(k.clone(), without_directives(v));
+            }
+            (Value::Object(_), _) => strategic_merge(d.entry(k.clone()).or_insert(json!({})), v),
+            (Value::Array(patch_items), _) if merge_key(k).is_some() => {
+                let key = merge_key(k).unwrap();
+                let list = d.entry(k.clone()).or_insert(json!([]));
+                let list = list.as_array_mut().expect("a list");
+                for item in patch_items {
+                    match list.iter_mut().find(|x| x[key] == item[key]) {
+                        Some(existing) => strategic_merge(existing, item),
+                        None => list.push(without_directives(item)),
+                    }
+                }
+            }
+            _ => {
+                d.insert(k.clone(), v.clone());
+            }
+        }
+    }
+}
+
+/// EG's Deployment after the kit's EnvoyProxy, applied in EG's order: `pod.volumes` added to the
+/// pod's, `container.env` and `container.volumeMounts` to the envoy container's, the shutdown
+/// settings to Envoy's `--drain-time-s` and the grace period (drainTimeout + 300s), then the
+/// strategic-merge patch.
+fn kit_deployment() -> Value {
+    let mut d = eg_deployment();
+    let ep = &kit().envoy_proxy()["spec"];
+    let k = &ep["provider"]["kubernetes"]["envoyDeployment"];
+    let pod = &mut d["spec"]["template"]["spec"];
+    strategic_merge(pod, &json!({"volumes": k["pod"]["volumes"]}));
+    let drain_timeout = duration(&ep["shutdown"]["drainTimeout"]).as_secs();
+    pod["terminationGracePeriodSeconds"] = json!(drain_timeout + 300);
+    let envoy = pod["containers"]
+        .as_array_mut()
+        .unwrap()
+        .iter_mut()
+        .find(|c| c["name"] == "envoy")
+        .unwrap();
+    strategic_merge(
+        envoy,
+        &json!({"env": k["container"]["env"], "volumeMounts": k["container"]["volumeMounts"]}),
+    );
+    for a in envoy["args"].as_array_mut().unwrap() {
+        if a.as_str().unwrap().starts_with("--drain-time-s ") {
+            *a = json!(format!("--drain-time-s {drain_timeout}"));
+        }
+    }
+    assert_eq!(k["patch"]["type"], "StrategicMerge");
+    strategic_merge(&mut d, &k["patch"]["value"]);
+    d
+}
+
+fn container<'a>(d: &'a Value, name: &str) -> &'a Value {
+    named(&d["spec"]["template"]["spec"]["containers"], name)
+        .unwrap_or_else(|| panic!("no container {name}"))
+}
+
+/// The flags of EG's envoy container that shape the drain and the node identity, as argv
+/// (EG writes each flag and its value as one argument; Envoy splits them at the space). The
+/// bootstrap, log level and thread count are the test's own (`-c`, the guard's flags).
+fn eg_envoy_args(d: &Value) -> Vec<String> {
+    let mut argv = Vec::new();
+    for a in items(&container(d, "envoy")["args"], "args") {
+        let (flag, value) = a
+            .as_str()
+            .unwrap()
+            .split_once(' ')
+            .unwrap_or((a.as_str().unwrap(), ""));
+        if [
+            "--service-cluster",
+            "--service-node",
+            "--drain-strategy",
+            "--drain-time-s",
+        ]
+        .contains(&flag)
+        {
+            argv.push(flag.to_string());
+            argv.push(value.replace("$(ENVOY_POD_NAME)", "envoy-default-eg-7d9f-abcde"));
+        }
+    }
+    argv
+}
+
+#[test]
+fn kit_applied_to_eg_deployment_keeps_eg_pod_and_changes_only_the_stop() {
+    let eg = eg_deployment();
+    let d = kit_deployment();
+    let (_dir, path) = temp_file("eg-kit", "deployment.yaml", &d.to_string());
+    let (ok, text) = kubernetes_validate(&path);
+    assert!(
+        ok && text.contains("passed for resource deployment/"),
+        "{text}"
+    );
+
+    let (envoy, stock) = (container(&d, "envoy"), container(&eg, "envoy"));
+    // No preStop hook any more (EG's waited for the shutdown-manager): SIGTERM starts the drain.
+    assert!(stock["lifecycle"]["preStop"].is_object());
+    assert!(envoy["lifecycle"].is_null(), "{}", envoy["lifecycle"]);
+    // Liveness on the control listener's /drain/status, nothing of EG's /ready left in it;
+    // readiness and startup are EG's /ready on 19003 (503 from the drain start).
+    assert_eq!(
+        envoy["livenessProbe"],
+        json!({"httpGet": {"path": "/drain/status", "port": 19010, "scheme": "HTTP"},
+               "periodSeconds": 10, "timeoutSeconds": 1, "failureThreshold": 3, "successThreshold": 1})
+    );
+    for probe in ["readinessProbe", "startupProbe"] {
+        assert_eq!(envoy[probe], stock[probe], "{probe}");
+        assert_eq!(envoy[probe]["httpGet"]["path"], "/ready");
+    }
+    // The module: an init container fills an emptyDir, mounted read-only, on the search path.
+    let init = &d["spec"]["template"]["spec"]["initContainers"];
+    assert_eq!(items(init, "initContainers").len(), 1);
+    assert!(named(
+        &d["spec"]["template"]["spec"]["volumes"],
+        "graceful-drain-module"
+    )
+    .is_some());
+    for (field, key) in [
+        ("env", "name"),
+        ("volumeMounts", "mountPath"),
+        ("ports", "containerPort"),
+    ] {
+        // EG's own entries stay, the kit's are added.
+        for x in items(&stock[field], field) {
+            assert!(
+                items(&envoy[field], field)
+                    .iter()
+                    .any(|y| y[key] == x[key] && y == x),
+                "{field}: {x}"
+            );
+        }
+        assert!(
+            items(&envoy[field], field).len() > items(&stock[field], field).len(),
+            "{field}"
+        );
+    }
+    // Everything else of EG's: the shutdown-manager, the Envoy flags but the drain time, the
+    // envoy container's other fields, the pod's identity and the remaining pod fields.
+    assert_eq!(
+        container(&d, "shutdown-manager"),
+        container(&eg, "shutdown-manager")
+    );
+    let args = |c: &Value| -> Vec<String> {
+        items(&c["args"], "args")
+            .iter()
+            .map(|a| a.as_str().unwrap().to_string())
+            .filter(|a| !a.starts_with("--drain-time-s"))
+            .collect()
+    };
+    assert_eq!(args(envoy), args(stock));
+    assert!(items(&envoy["args"], "args").contains(&json!("--drain-time-s 25")));
+    for field in ["command", "image", "resources", "securityContext", "name"] {
+        assert_eq!(envoy[field], stock[field], "{field}");
+    }
+    for field in [
+        "metadata",
+        "spec/selector",
+        "spec/strategy",
+        "spec/template/metadata",
+    ] {
+        let p = format!("/{field}");
+        assert_eq!(d.pointer(&p), eg.pointer(&p), "{field}");
+    }
+    assert_eq!(
+        d["spec"]["template"]["spec"]["terminationGracePeriodSeconds"],
+        325
+    );
+    // The strategic merge above can fail: without `$patch: replace` EG's liveness path would
+    // have survived next to the kit's fields.
+    let mut merged = container(&eg, "envoy").clone();
+    strategic_merge(
+        &mut merged,
+        &json!({"livenessProbe": {"httpGet": {"port": 19010}}}),
+    );
+    assert_eq!(merged["livenessProbe"]["httpGet"]["path"], "/ready");
+}
+
+// ---------------------------------------------------------------------------------------------
+// EG's bootstrap and EG's merge
+
+/// The EG release whose bootstrap goes with the Envoy under test: EG 1.8 ships Envoy 1.38, EG 1.9
+/// ships Envoy 1.39; no EG release ships 1.40, so on 1.40 the newest (1.9) is used.
+fn eg_release() -> &'static str {
+    match minor_of(&expected_envoy_version()).as_str() {
+        "1.38" => "1.8",
+        "1.39" => "1.9",
+        other => {
+            println!("Envoy {other}: no Envoy Gateway release ships it; using EG 1.9's bootstrap");
+            "1.9"
+        }
+    }
+}
+
+/// EG's default bootstrap for `release`, as kubelet hands it to Envoy (its `$(VAR)`s expanded).
+fn eg_bootstrap(release: &str) -> Value {
+    let text = std::fs::read_to_string(
+        repo_root()
+            .join(FIXTURES)
+            .join(format!("bootstrap-eg-{release}.yaml")),
+    )
+    .unwrap();
+    yaml(
+        &text
+            .replace("$(ENVOY_PROXY_INFRA_NAME)", INFRA_NAME)
+            .replace("$(ENVOY_SERVICE_ZONE)", "zone-a"),
+    )
+}
+
+/// EG's `Merge` (internal/xds/bootstrap/util.go: both sides parsed as Bootstrap protos, then Go's
+/// proto.Merge): set scalars replace, messages merge field by field, repeated fields append, maps
+/// merge by key. On the JSON form of the kit's bootstrap (lists of listeners and extensions,
+/// messages) that is: objects merge recursively, arrays concatenate, anything else replaces.
+fn proto_merge(dst: &mut Value, src: &Value) {
+    match (dst, src) {
+        (Value::Object(d), Value::Object(s)) => {
+            for (k, v) in s {
+                match d.get_mut(k) {
+                    Some(existing) => proto_merge(existing, v),
+                    None => {
+                        d.insert(k.clone(), v.clone());
+                    }
+                }
+            }
+        }
+        (Value::Array(d), Value::Array(s)) => d.extend(s.iter().cloned()),
+        (d, s) => *d = s.clone(),
+    }
+}
+
+/// EG's checks of a user bootstrap (internal/xds/bootstrap/validate.go): `dynamic_resources` and
+/// the `xds_cluster`'s load assignment exactly as in EG's default.
+fn eg_validate(user: &Value, default: &Value) -> Result<(), String> {
+    if user["dynamic_resources"].is_null()
+        || user["dynamic_resources"] != default["dynamic_resources"]
+    {
+        return Err("dynamic_resources cannot be modified".into());
+    }
+    let xds = |b: &Value| {
+        named(&b["static_resources"]["clusters"], "xds_cluster")
+            .map(|c| c["load_assignment"].clone())
+    };
+    match xds(user) {
+        Some(la) if Some(&la) == xds(default).as_ref() => Ok(()),
+        _ => Err("xds_cluster's loadAssignment cannot be modified".into()),
+    }
+}
+
+fn merged_bootstrap(release: &str) -> Value {
+    let mut b = eg_bootstrap(release);
+    proto_merge(&mut b, &kit().bootstrap_merge());
+    b
+}
+
+/// `envoy --mode validate` the way EG's pod runs Envoy (node identity on the command line), with
+/// the xDS client certificate files EG mounts at /sds replaced by empty stand-ins.
+fn validate(bootstrap: &Value, modules: &Path) -> (bool, String) {
+    let dir = TempDir::new("eg-validate");
+    let mut text = bootstrap.to_string();
+    for f in ["xds-certificate.json", "xds-trusted-ca.json"] {
+        let from = format!("/sds/{f}");
+        assert!(text.contains(&from), "EG's bootstrap reads {from}");
+        let to = dir.0.join(f);
+        std::fs::write(&to, r#"{"resources": []}"#).unwrap();
+        text = text.replace(&from, &to.display().to_string());
+    }
+    let cfg = dir.0.join("envoy.json");
+    std::fs::write(&cfg, text).unwrap();
+    run(Command::new(envoy_bin())
+        .args(["--mode", "validate", "-c"])
+        .arg(&cfg)
+        .args(eg_envoy_args(&kit_deployment()))
+        .env("ENVOY_DYNAMIC_MODULES_SEARCH_PATH", modules)
+        .env_remove("LD_LIBRARY_PATH"))
+}
+
+#[test]
+fn merged_bootstrap_keeps_what_eg_requires_and_validates() {
+    let release = eg_release();
+    let default = eg_bootstrap(release);
+    let merged = merged_bootstrap(release);
+    // EG accepts it ...
+    eg_validate(&merged, &default).unwrap();
+    // ... and its checks can fail: a merge that touches xDS is refused.
+    let mut bad = merged.clone();
+    proto_merge(
+        &mut bad,
+        &json!({"dynamic_resources": {"lds_config": {"initial_fetch_timeout": "1s"}}}),
+    );
+    assert!(eg_validate(&bad, &default).is_err());
+    // The merge only adds: EG's own sections, listeners and clusters are unchanged, and the
+    // additions are the drain engine and the control listener.
+    for (key, value) in default.as_object().unwrap() {
+        if key != "static_resources" {
+            assert_eq!(&merged[key], value, "{key} changed");
+        }
+    }
+    for kind in ["listeners", "clusters"] {
+        let mine = items(&merged["static_resources"][kind], kind);
+        let eg = items(&default["static_resources"][kind], kind);
+        assert_eq!(&mine[..eg.len()], &eg[..], "EG's {kind} changed");
+    }
+    let added: Vec<&Value> = items(&merged["static_resources"]["listeners"], "listeners")
+        [items(&default["static_resources"]["listeners"], "listeners").len()..]
+        .iter()
+        .map(|l| &l["name"])
+        .collect();
+    assert_eq!(added, [&json!(CONTROL_LISTENER)]);
+    let new_keys: Vec<&String> = merged
+        .as_object()
+        .unwrap()
+        .keys()
+        .filter(|k| default.get(k.as_str()).is_none())
+        .collect();
+    assert_eq!(new_keys, ["bootstrap_extensions"]);
+
+    // Envoy (the version EG ships) loads it with the module.
+    let (ok, log) = validate(&merged, module_dir());
+    assert!(
+        ok && log.contains("OK"),
+        "EG {release} bootstrap + kit:\n{log}"
+    );
+    assert!(log.contains("graceful_drain: drain engine loaded"), "{log}");
+    assert!(!log.contains("envoy_bug"), "{log}");
+    // EG's own bootstrap validates the same way (the stand-ins are not what makes it pass) ...
+    let (ok, log) = validate(&default, module_dir());
+    assert!(ok, "EG {release} bootstrap alone:\n{log}");
+    // ... and the merged one needs the module: EG's stock image (no module) would refuse it.
+    let empty = TempDir::new("no-module");
+    let (ok, log) = validate(&merged, &empty.0);
+    assert!(!ok, "validated without the module:\n{log}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// xDS as EG builds it, served from files
+
+/// What the Gateway's routes look like to EG: which HTTPRoutes the EnvoyExtensionPolicy covers.
+#[derive(Clone, Copy, PartialEq)]
+enum Policy {
+    /// No kit at all: EG's stock bootstrap and listeners.
+    None,
+    /// The kit's policy, targeting the Gateway: every route.
+    Gateway,
+    /// The kit's policy retargeted to the HTTPRoute `covered` only.
+    CoveredRouteOnly,
+}
+
+/// The HTTP filter EG builds from the policy's `dynamicModule[0]` (internal/xds/translator/
+/// dynamicmodule.go): one per policy entry in the listener's HTTP connection manager, disabled,
+/// named `envoy.filters.http.dynamic_modules/envoyextensionpolicy/<ns>/<policy>/dynamic-module/<i>`,
+/// the module by its allowlisted path, the config as JSON in a StringValue.
+fn eg_dynamic_module_filter() -> (String, Value) {
+    let policy = kit().policy();
+    let dm = &policy["spec"]["dynamicModule"][0];
+    let entry = named(
+        &kit().envoy_proxy()["spec"]["dynamicModules"],
+        dm["name"].as_str().unwrap(),
+    )
+    .unwrap();
+    let path = entry["source"]["local"]["path"]
+        .as_str()
+        .unwrap()
+        .replace(POD_MODULE_DIR, &module_dir().display().to_string());
+    let name = format!(
+        "envoy.filters.http.dynamic_modules/envoyextensionpolicy/{}/{}/dynamic-module/0",
+        policy["metadata"]["namespace"].as_str().unwrap(),
+        policy["metadata"]["name"].as_str().unwrap()
+    );
+    let filter = json!({
+        "name": name,
+        "disabled": true,
+        "typed_config": {
+            "@type": "type.googleapis.com/envoy.extensions.filters.http.dynamic_modules.v3.DynamicModuleFilter",
+            "dynamic_module_config": {"do_not_close": entry["doNotClose"], "module": {"local": {"filename": path}}},
+            "filter_name": dm["filterName"],
+            "filter_config": {"@type": "type.googleapis.com/google.protobuf.StringValue", "value": dm["config"].to_string()}
+        }
+    });
+    (name, filter)
+}
+
+/// Apply one EnvoyPatchPolicy operation (`add` at a JSON pointer, the kit's only one) to an xDS
+/// resource, as EG does (RFC 6902 on the resource's JSON with proto field names).
+fn json_patch_add(doc: &mut Value, path: &str, value: Value) {
+    let (parent, last) = path.rsplit_once('/').expect("a JSON pointer");
+    let target = doc
+        .pointer_mut(parent)
+        .unwrap_or_else(|| panic!("{parent} not in the resource"));
+    match target {
+        Value::Array(a) => {
+            let i = if last == "-" {
+                a.len()
+            } else {
+                last.parse().expect("an index")
+            };
+            a.insert(i, value);
+        }
+        Value::Object(o) => {
+            o.insert(last.to_string(), value);
+        }
+        _ => panic!("{parent} is neither a list nor an object"),
+    }
+}
+
+/// EG's readiness listener (internal/xds/translator/listener_ready.go): Envoy's health_check
+/// filter answers /ready from Envoy's health (503 once /healthcheck/fail was posted), every other
+/// path 500.
+fn eg_ready_listener(port: u16) -> Value {
+    json!({
+        "@type": LISTENER,
+        "name": READY_LISTENER,
+        "address": {"socket_address": {"address": "127.0.0.1", "port_value": port, "protocol": "TCP"}},
+        "bypass_overload_manager": true,
+        "filter_chains": [{"filters": [{"name": "envoy.filters.network.http_connection_manager", "typed_config": {
+            "@type": HCM,
+            "stat_prefix": "eg-ready-http",
+            "route_config": {"name": "ready_route", "virtual_hosts": [{"name": "ready_route", "domains": ["*"], "routes": [
+                {"match": {"prefix": "/"}, "direct_response": {"status": 500}}
+            ]}]},
+            "http_filters": [
+                {"name": "envoy.filters.http.health_check", "typed_config": {
+                    "@type": "type.googleapis.com/envoy.extensions.filters.http.health_check.v3.HealthCheck",
+                    "pass_through_mode": false,
+                    "headers": [{"name": ":path", "string_match": {"exact": "/ready"}}]
+                }},
+                {"name": "envoy.filters.http.router", "typed_config": {"@type": ROUTER}}
+            ]
+        }}]}]
+    })
+}
+
+/// The HTTPRoutes of the test Gateway: `covered` (the policy's target in the mixed case) and
+/// `uncovered`, both to the test upstream.
+const ROUTES: [&str; 2] = ["covered", "uncovered"];
+
+/// Write LDS, RDS, CDS and EDS files shaped as EG's translator writes its resources for the
+/// Gateway `default/eg` with one HTTP listener; returns the LDS and CDS paths.
+fn write_eg_xds(
+    dir: &Path,
+    policy: Policy,
+    http: u16,
+    ready: u16,
+    upstream: u16,
+) -> (String, String) {
+    let write = |name: &str, resources: Value| {
+        let path = dir.join(name);
+        std::fs::write(&path, json!({ "resources": resources }).to_string()).unwrap();
+        path.display().to_string()
+    };
+    let module_filter = (policy != Policy::None).then(eg_dynamic_module_filter);
+    let routes: Vec<Value> = ROUTES
+        .iter()
+        .map(|r| {
+            let mut route = json!({
+                "name": format!("httproute/default/{r}/rule/0/match/0/*"),
+                "match": {"path_separated_prefix": format!("/{r}")},
+                "route": {"cluster": format!("httproute/default/{r}/rule/0"), "upgrade_configs": [{"upgrade_type": "websocket"}]}
+            });
+            let covered = match policy {
+                Policy::None => false,
+                Policy::Gateway => true,
+                Policy::CoveredRouteOnly => *r == "covered",
+            };
+            if let (true, Some((name, _))) = (covered, &module_filter) {
+                // EG enables the disabled filter on each route the policy covers.
+                route["typed_per_filter_config"] = json!({name: {
+                    "@type": "type.googleapis.com/envoy.config.route.v3.FilterConfig", "config": {}
+                }});
+            }
+            route
+        })
+        .collect();
+    let rds = write(
+        "rds.json",
+        json!([{
+            "@type": "type.googleapis.com/envoy.config.route.v3.RouteConfiguration",
+            "name": GATEWAY_LISTENER,
+            "ignore_port_in_host_matching": true,
+            "virtual_hosts": [{"name": format!("{GATEWAY_LISTENER}/*"), "domains": ["*"], "routes": routes}]
+        }]),
+    );
+    let mut http_filters: Vec<Value> = module_filter.iter().map(|(_, f)| f.clone()).collect();
+    http_filters.push(json!({"name": "envoy.filters.http.router", "typed_config": {"@type": ROUTER, "suppress_envoy_headers": true}}));
+    let mut listener = json!({
+        "@type": LISTENER,
+        "name": GATEWAY_LISTENER,
+        "address": {"socket_address": {"address": "127.0.0.1", "port_value": http}},
+        "default_filter_chain": {"name": GATEWAY_LISTENER, "filters": [{
+            "name": "envoy.filters.network.http_connection_manager",
+            "typed_config": {
+                "@type": HCM,
+                "stat_prefix": HTTP_STAT_PREFIX,
+                "common_http_protocol_options": {"headers_with_underscores_action": "REJECT_REQUEST"},
+                "http2_protocol_options": {"initial_connection_window_size": 1048576, "initial_stream_window_size": 65536, "max_concurrent_streams": 100},
+                "merge_slashes": true,
+                "normalize_path": true,
+                "path_with_escaped_slashes_action": "UNESCAPE_AND_REDIRECT",
+                "server_header_transformation": "PASS_THROUGH",
+                "use_remote_address": true,
+                "rds": {"route_config_name": GATEWAY_LISTENER, "config_source": {"resource_api_version": "V3", "path_config_source": {"path": rds}}},
+                "http_filters": http_filters
+            }
+        }]},
+        "max_connections_to_accept_per_socket_event": 1,
+        "per_connection_buffer_limit_bytes": 32768
+    });
+    if policy != Policy::None {
+        // The EnvoyPatchPolicy's operations for this listener.
+        for p in items(&kit().patch_policy()["spec"]["jsonPatches"], "jsonPatches") {
+            if p["type"] == LISTENER && p["name"] == GATEWAY_LISTENER {
+                assert_eq!(p["operation"]["op"], "add");
+                json_patch_add(
+                    &mut listener,
+                    p["operation"]["path"].as_str().unwrap(),
+                    p["operation"]["value"].clone(),
+                );
+            }
+        }
+    }
+    let lds = write("lds.json", json!([listener, eg_ready_listener(ready)]));
+    let clusters: Vec<Value> = ROUTES
+        .iter()
+        .map(|r| {
+            let name = format!("httproute/default/{r}/rule/0");
+            json!({
+                "@type": "type.googleapis.com/envoy.config.cluster.v3.Cluster",
+                "name": name,
+                "type": "STATIC",
+                "connect_timeout": "10s",
+                "load_assignment": {"cluster_name": name, "endpoints": [{"lb_endpoints": [
+                    {"endpoint": {"address": {"socket_address": {"address": "127.0.0.1", "port_value": upstream}}}}
+                ]}]}
+            })
+        })
+        .collect();
+    let cds = write("cds.json", Value::Array(clusters));
+    (lds, cds)
+}
+
+/// A running EG proxy under test and its ports (the pod's ports moved to free loopback ones).
+struct Gateway {
+    envoy: Envoy,
+    admin: u16,
+    /// The Gateway listener `default/eg/http` (10080 in the pod).
+    http: u16,
+    /// EG's readiness listener (19003 in the pod).
+    ready: u16,
+    /// EG's stats listener (19001 in the pod).
+    stats: u16,
+    /// The kit's control listener (19010 in the pod), when the kit is applied.
+    control: Option<u16>,
+}
+
+fn relocate(listener_or_endpoint: &mut Value, pod_port: u64, port: u16) {
+    let sa = &mut listener_or_endpoint["address"]["socket_address"];
+    assert_eq!(sa["port_value"].as_u64(), Some(pod_port));
+    sa["address"] = json!("127.0.0.1");
+    sa["port_value"] = json!(port);
+}
+
+/// Run EG's bootstrap (with the kit's merge unless `policy` is `None`) as EG's pod would, with
+/// what only a cluster provides replaced by local stand-ins, each checked to be EG's first: ADS
+/// from EG by xDS files, the pod's ports by free loopback ports, the xDS cluster (unused without
+/// ADS) by a loopback address without its TLS certificates, and (with the kit) the drain settings
+/// by `settings` when given.
+async fn start_gateway(policy: Policy, settings: Option<Settings>, upstream: u16) -> Gateway {
+    let release = eg_release();
+    let mut b = if policy == Policy::None {
+        eg_bootstrap(release)
+    } else {
+        merged_bootstrap(release)
+    };
+    let dir = TempDir::new("eg");
+    let p = free_ports(6);
+    let (admin, stats, ready, http, control, unused) = (p[0], p[1], p[2], p[3], p[4], p[5]);
+    let (lds, cds) = write_eg_xds(&dir.0, policy, http, ready, upstream);
+    let ads = &b["dynamic_resources"];
+    assert_eq!(
+        ads["ads_config"]["grpc_services"][0]["envoy_grpc"]["cluster_name"],
+        "xds_cluster"
+    );
+    assert!(ads["lds_config"]["ads"].is_object() && ads["cds_config"]["ads"].is_object());
+    let file =
+        |path: &str| json!({"resource_api_version": "V3", "path_config_source": {"path": path}});
+    b["dynamic_resources"] = json!({"lds_config": file(&lds), "cds_config": file(&cds)});
+    let admin_sa = &b["admin"]["address"]["socket_address"];
+    assert_eq!(
+        (
+            admin_sa["address"].as_str(),
+            admin_sa["port_value"].as_u64()
+        ),
+        (Some(EG_ADMIN.0), Some(EG_ADMIN.1))
+    );
+    b["admin"]["address"]["socket_address"]["port_value"] = json!(admin);
+    let eds = dir.0.join("eds.json");
+    std::fs::write(
+        &eds,
+        json!({"resources": [{"@type": "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment", "cluster_name": INFRA_NAME, "endpoints": []}]}).to_string(),
+    )
+    .unwrap();
+    for c in b["static_resources"]["clusters"].as_array_mut().unwrap() {
+        let name = c["name"].as_str().unwrap().to_string();
+        match name.as_str() {
+            "prometheus_stats" => relocate(
+                &mut c["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"],
+                EG_ADMIN.1,
+                admin,
+            ),
+            "xds_cluster" => {
+                let ep = &mut c["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"];
+                ep["address"]["socket_address"] =
+                    json!({"address": "127.0.0.1", "port_value": unused});
+                assert!(c
+                    .as_object_mut()
+                    .unwrap()
+                    .remove("transport_socket")
+                    .is_some());
+            }
+            INFRA_NAME => {
+                assert!(
+                    c["eds_config"].is_null()
+                        && c["eds_cluster_config"]["eds_config"]["ads"].is_object()
+                );
+                c["eds_cluster_config"]["eds_config"] = file(&eds.display().to_string());
+            }
+            other => panic!("unexpected cluster {other} in EG's bootstrap"),
+        }
+    }
+    let mut has_control = false;
+    for l in b["static_resources"]["listeners"].as_array_mut().unwrap() {
+        match l["name"].as_str().unwrap() {
+            STATS_LISTENER => relocate(l, 19001, stats),
+            CONTROL_LISTENER => {
+                relocate(l, 19010, control);
+                has_control = true;
+            }
+            other => panic!("unexpected static listener {other}"),
+        }
+    }
+    if b.get("bootstrap_extensions").is_some() {
+        let mut s = module_settings(&b);
+        if let Some(t) = &settings {
+            s["min_drain_duration"] = json!(t.min_drain);
+            s["quiet_period"] = json!(t.quiet);
+            s["drain_timeout"] = json!(t.timeout);
+        }
+        assert_eq!(s["admin_address"], format!("{}:{}", EG_ADMIN.0, EG_ADMIN.1));
+        s["admin_address"] = json!(format!("127.0.0.1:{admin}"));
+        b["bootstrap_extensions"][0]["typed_config"]["extension_config"]["value"] =
+            json!(s.to_string());
+    }
+    let mut base_args = vec!["--use-dynamic-base-id".to_string()];
+    let deployment = if policy == Policy::None {
+        eg_deployment()
+    } else {
+        kit_deployment()
+    };
+    base_args.extend(eg_envoy_args(&deployment));
+    let o = Options {
+        base_args: Some(base_args),
+        ..Options::default()
+    };
+    let mut envoy = Envoy::start_yaml(
+        &b.to_string(),
+        admin,
+        http,
+        if has_control { control } else { ready },
+        &o,
+    )
+    .await;
+    envoy.keep(dir);
+    if has_control {
+        let line = format!("admin_address 127.0.0.1:{admin} is Envoy's admin");
+        envoy
+            .wait_log("the drain engine found EG's admin", &line)
+            .await;
+    }
+    for (port, path, want) in [
+        (http, "/covered/ok", 200),
+        (http, "/uncovered/ok", 200),
+        (ready, "/ready", 200),
+    ] {
+        eventually(
+            "EG's xDS listeners serving",
+            Duration::from_secs(10),
+            || async move { status(port, path).await.filter(|s| *s == want) },
+        )
+        .await;
+    }
+    Gateway {
+        envoy,
+        admin,
+        http,
+        ready,
+        stats,
+        control: has_control.then_some(control),
+    }
+}
+
+async fn status(port: u16, path: &str) -> Option<u16> {
+    clients::get(port, path).await.ok().map(|r| r.status)
+}
+
+/// An HTTP/1.1 and an HTTP/2 connection, each idle in keep-alive after one request.
+async fn idle_connections(port: u16) -> (H1Conn, H2Conn) {
+    let mut h1 = H1Conn::connect(port).await.unwrap();
+    assert_eq!(
+        h1.send("GET", "/covered/ok", &[]).await.unwrap().status,
+        200
+    );
+    let mut h2 = H2Conn::connect(port).await.unwrap();
+    assert_eq!(h2.send("/covered/ok", &[]).await.unwrap().status, 200);
+    (h1, h2)
+}
+
+// ---------------------------------------------------------------------------------------------
+// EG's shutdown-manager, reproduced
+
+/// Envoy Gateway's shutdown sequence as its shutdown-manager sidecar runs it from its preStop hook
+/// (`envoy-gateway envoy shutdown`; envoyproxy/gateway internal/cmd/envoy/shutdown_manager.go,
+/// `Shutdown`), written here from that source: POST `/healthcheck/fail` to the admin (EG 1.9 with
+/// `healthCheckFailureDelay`: POST `/drain_listeners?graceful&skip_exit` first and
+/// `/healthcheck/fail` once the delay has passed), then every second read the admin's
+/// `listener.*.downstream_cx_active` gauges, summed without the admin's, the stats and readiness
+/// listeners' and the per-worker ones (EG's regex `admin|19001|19003|worker`); done once
+/// `minDrainDuration` has passed and the sum is at most `exitAtConnections` (0), or at
+/// `drainTimeout`.
+struct EgShutdownManager {
+    admin: u16,
+    min_drain_duration: Duration,
+    drain_timeout: Duration,
+    health_check_failure_delay: Option<Duration>,
+    /// EG's exclusions with the test's ports for 19001 and 19003.
+    excluded: [String; 4],
+}
+
+#[derive(Debug)]
+struct EgShutdownOutcome {
+    /// false: it gave up at `drainTimeout`.
+    completed: bool,
+    elapsed: Duration,
+    /// Each poll's connection count (`None`: the admin did not answer).
+    counts: Vec<Option<i64>>,
+}
+
+impl EgShutdownManager {
+    fn new(gw: &Gateway, min_drain_duration: Duration, drain_timeout: Duration) -> Self {
+        EgShutdownManager {
+            admin: gw.admin,
+            min_drain_duration,
+            drain_timeout,
+            health_check_failure_delay: None,
+            excluded: [
+                "admin".into(),
+                gw.stats.to_string(),
+                gw.ready.to_string(),
+                "worker".into(),
+            ],
+        }
+    }
+
+    async fn post(&self, path: &str) {
+        // EG logs a failed call and goes on; so does this.
+        let r = clients::request(self.admin, "POST", path, &[]).await;
+        if !matches!(&r, Ok(r) if r.status == 200) {
+            eprintln!("shutdown manager: POST {path}: {r:?}");
+        }
+    }
+
+    async fn total_connections(&self) -> Option<i64> {
+        let filter = "%5Elistener%5C..%2A%5C.downstream_cx_active%24";
+        let r = clients::get(self.admin, &format!("/stats?filter={filter}&format=json"))
+            .await
+            .ok()?;
+        let stats: Value = serde_json::from_slice(&r.body).ok()?;
+        let stats = stats["stats"].as_array().filter(|s| !s.is_empty())?;
+        Some(
+            stats
+                .iter()
+                .filter(|s| {
+                    let name = s["name"].as_str().unwrap_or_default();
+                    !self.excluded.iter().any(|e| name.contains(e.as_str()))
+                })
+                .map(|s| s["value"].as_i64().unwrap_or(0))
+                .sum(),
+        )
+    }
+
+    async fn run(&self) -> EgShutdownOutcome {
+        let start = Instant::now();
+        let mut health_failed = false;
+        match self.health_check_failure_delay {
+            None => {
+                self.post("/healthcheck/fail").await;
+                health_failed = true;
+            }
+            Some(_) => self.post("/drain_listeners?graceful&skip_exit").await,
+        }
+        let mut counts = Vec::new();
+        let mut allowed_to_exit = false;
+        loop {
+            let elapsed = start.elapsed();
+            if let Some(delay) = self.health_check_failure_delay {
+                if !health_failed && elapsed >= delay {
+                    self.post("/healthcheck/fail").await;
+                    health_failed = true;
+                }
+            }
+            let count = self.total_connections().await;
+            counts.push(count);
+            if elapsed > self.min_drain_duration {
+                allowed_to_exit = true;
+            }
+            if elapsed > self.drain_timeout {
+                return EgShutdownOutcome {
+                    completed: false,
+                    elapsed,
+                    counts,
+                };
+            }
+            if allowed_to_exit && count.is_some_and(|c| c <= 0) {
+                return EgShutdownOutcome {
+                    completed: true,
+                    elapsed,
+                    counts,
+                };
+            }
+            // EG's own poll interval: the behaviour under test, not a synchronisation.
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Drains
+
+/// Drain settings the run tests put in place of the kit's (everything else is the kit's).
+const FAST: Settings = Settings {
+    min_drain: "300ms",
+    quiet: "200ms",
+    timeout: "20s",
+};
+/// Longer than the network filter needs to close an HTTP/1.1 connection that was busy just before
+/// the drain started (idle_after, then the next check idle_close_grace later).
+const SLOW: &str = "/covered/delay/4000";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn kit_drains_an_eg_gateway_without_losing_a_request() {
+    let upstream = Upstream::start().await;
+    let Gateway {
+        mut envoy,
+        http,
+        ready,
+        control,
+        ..
+    } = start_gateway(Policy::Gateway, Some(FAST), upstream.port).await;
+    let control = control.unwrap();
+    assert_eq!(status(control, "/ready").await, Some(200));
+    assert_eq!(
+        status(ready, "/ready").await,
+        Some(200),
+        "EG's readiness probe"
+    );
+
+    // In flight at the SIGTERM: two HTTP/1.1 requests and two HTTP/2 streams on the Gateway's
+    // route; plus an HTTP/1.1 and an HTTP/2 connection idle in keep-alive.
+    let mut tasks = Vec::new();
+    for _ in 0..2 {
+        tasks.push(tokio::spawn(async move { clients::get(http, SLOW).await }));
+    }
+    let mut h2 = H2Conn::connect(http).await.unwrap();
+    for _ in 0..2 {
+        tasks.push(tokio::spawn(h2.start(SLOW, &[]).await.unwrap()));
+    }
+    let (idle_h1, mut idle_h2) = idle_connections(http).await;
+    // The policy's filter, disabled in the HCM and enabled on the route, counts them.
+    envoy.wait_active(4).await;
+
+    // Kubelet: no preStop hook on the envoy container any more, so SIGTERM at once.
+    let t0 = Instant::now();
+    envoy.sigterm();
+    eventually("control /ready 503", Duration::from_secs(3), || async {
+        (status(control, "/ready").await == Some(503)).then_some(())
+    })
+    .await;
+    // EG's readiness listener turns 503 too: the drain engine failed Envoy's health checks.
+    eventually("EG's /ready 503", Duration::from_secs(3), || async {
+        (status(ready, "/ready").await == Some(503)).then_some(())
+    })
+    .await;
+    // The liveness probe keeps passing: a draining Envoy is not restarted.
+    assert_eq!(status(control, "/drain/status").await, Some(200));
+    // A late request (a load balancer not yet updated) is served and told to go.
+    let r = clients::get(http, "/covered/late").await.unwrap();
+    assert_eq!((r.status, r.header("connection")), (200, Some("close")));
+    let last_start = Instant::now();
+    // The busy HTTP/2 connection got GOAWAY while its streams are in flight.
+    let e = h2.wait_goaway(Duration::from_secs(3)).await;
+    assert_eq!(e.reason(), Some(h2::Reason::NO_ERROR));
+    // Stats: EG writes the policy's filter without a metrics_namespace, so the HTTP filter's
+    // counters are in Envoy's default namespace for modules; the drain engine's and the network
+    // filter's (the kit's own config) are graceful_drain.*.
+    assert_eq!(envoy.stat("graceful_drain.drains_started").await, Some(1));
+    eventually(
+        "the HTTP filter's counters",
+        Duration::from_secs(3),
+        || async {
+            let h1 = envoy
+                .stat(&format!("{EG_FILTER_STATS}.connections_sent_away_http1"))
+                .await;
+            let h2 = envoy
+                .stat(&format!("{EG_FILTER_STATS}.connections_sent_away_http2"))
+                .await;
+            (h1 >= Some(2) && h2 == Some(1)).then_some(())
+        },
+    )
+    .await;
+    assert_eq!(
+        envoy
+            .stat("graceful_drain.idle_connections_told_http2")
+            .await,
+        Some(1)
+    );
+    // Idle keep-alive connections are told while Envoy still serves the requests in flight (the
+    // EnvoyPatchPolicy's network filter): HTTP/2 GOAWAY at once, HTTP/1.1 a clean close (at the
+    // first check where it has been idle for idle_after). Stock Envoy closes them only at exit.
+    let e = idle_h2.wait_goaway(Duration::from_secs(3)).await;
+    assert_eq!(e.reason(), Some(h2::Reason::NO_ERROR));
+    idle_h1.wait_closed(Duration::from_secs(4)).await.unwrap();
+    assert!(envoy.exited().is_none() && !tasks.iter().all(|t| t.is_finished()));
+    // Not one request lost.
+    let mut last_done = t0;
+    for t in tasks {
+        let r = t.await.unwrap().expect("in-flight request completes");
+        assert_eq!(r.status, 200);
+        last_done = Instant::now();
+    }
+    let (exit, at) = envoy.wait_exit(Duration::from_secs(25)).await;
+    assert!(exit.success(), "{exit}");
+    let earliest = (t0 + duration(&json!(FAST.min_drain))).max(last_done);
+    assert!(at >= earliest, "exited {:?} early", earliest - at);
+    // Well before drain_timeout (20s): the exit follows the work, not a timer.
+    let latest = earliest.max(last_start + duration(&json!(FAST.quiet))) + Duration::from_secs(5);
+    assert!(at <= latest, "exited {:?} late", at - latest);
+    assert!(
+        envoy.log().contains("drain completed in"),
+        "{}",
+        envoy.log()
+    );
+}
+
+/// The kit's shutdown-manager settings (its EnvoyProxy's `spec.shutdown`).
+fn kit_shutdown_manager(gw: &Gateway) -> EgShutdownManager {
+    let s = &kit().envoy_proxy()["spec"]["shutdown"];
+    EgShutdownManager::new(
+        gw,
+        duration(&s["minDrainDuration"]),
+        duration(&s["drainTimeout"]),
+    )
+}
+
+/// The kit's pod stopping: kubelet sends SIGTERM to envoy (no preStop) while the shutdown-manager
+/// runs EG's sequence from its preStop hook, with idle keep-alive connections and a request in
+/// flight. The kit's own drain settings (min_drain_duration 5s) and shutdown settings.
+async fn eg_sequence_with_the_kit(health_check_failure_delay: Option<Duration>) {
+    let upstream = Upstream::start().await;
+    let gw = start_gateway(Policy::Gateway, None, upstream.port).await;
+    let (idle_h1, mut idle_h2) = idle_connections(gw.http).await;
+    let http = gw.http;
+    let busy = tokio::spawn(async move { clients::get(http, "/covered/delay/1500").await });
+    gw.envoy.wait_active(1).await;
+    let mut sm = kit_shutdown_manager(&gw);
+    sm.health_check_failure_delay = health_check_failure_delay;
+    let Gateway { mut envoy, .. } = gw;
+    let t0 = Instant::now();
+    envoy.sigterm();
+    let outcome = sm.run().await;
+    println!("EG's shutdown sequence with the kit: {outcome:?}");
+    // It did not wait for the idle connections: it completed, with no connection left, at its
+    // first poll after minDrainDuration, long before its drainTimeout.
+    assert!(outcome.completed, "{outcome:?}");
+    assert_eq!(outcome.counts.last(), Some(&Some(0)), "{outcome:?}");
+    assert!(
+        outcome.elapsed < sm.min_drain_duration + Duration::from_secs(3),
+        "{outcome:?}"
+    );
+    // The idle connections were closed by the drain (HTTP/1.1) or told to go (HTTP/2).
+    idle_h1.wait_closed(Duration::from_secs(1)).await.unwrap();
+    let e = idle_h2.wait_goaway(Duration::from_secs(1)).await;
+    assert_eq!(e.reason(), Some(h2::Reason::NO_ERROR));
+    assert_eq!(busy.await.unwrap().unwrap().status, 200);
+    // Envoy exits by the module's rules (at least its min_drain_duration, 5s), after the
+    // shutdown-manager's last poll (so that poll found Envoy's admin answering).
+    let (exit, at) = envoy.wait_exit(Duration::from_secs(30)).await;
+    assert!(exit.success(), "{exit}");
+    let min_drain = duration(&module_settings(&kit().bootstrap_merge())["min_drain_duration"]);
+    assert!(
+        at >= t0 + min_drain,
+        "exited {:?} before min_drain_duration",
+        t0 + min_drain - at
+    );
+    assert!(at > t0 + outcome.elapsed);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn eg_shutdown_sequence_no_longer_waits_for_idle_connections() {
+    eg_sequence_with_the_kit(None).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn eg_1_9_sequence_with_health_check_failure_delay_completes_too() {
+    eg_sequence_with_the_kit(Some(Duration::from_secs(1))).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn stock_eg_shutdown_sequence_waits_for_idle_connections() {
+    // What the kit changes, run the same way: EG's stock bootstrap and listeners, the same idle
+    // connections, EG's sequence with a short minDrainDuration and drainTimeout (EG's defaults
+    // are 10s and 60s). It never sees zero connections and gives up at its timeout.
+    let upstream = Upstream::start().await;
+    let gw = start_gateway(Policy::None, None, upstream.port).await;
+    let (idle_h1, _idle_h2) = idle_connections(gw.http).await;
+    let sm = EgShutdownManager::new(&gw, Duration::from_secs(1), Duration::from_secs(4));
+    let outcome = sm.run().await;
+    println!("EG's shutdown sequence, stock: {outcome:?}");
+    assert!(!outcome.completed, "{outcome:?}");
+    assert!(outcome.elapsed > sm.drain_timeout);
+    assert!(
+        outcome.counts.iter().all(|c| c.is_some_and(|c| c >= 2)),
+        "{outcome:?}"
+    );
+    assert!(idle_h1.is_open(), "stock Envoy closed an idle connection");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn mixed_gateway_a_route_the_policy_does_not_cover_still_holds_the_drain() {
+    // The policy retargeted to the HTTPRoute `covered`; `uncovered` has no filter. A long request
+    // on the uncovered route, a short one on the covered route.
+    let upstream = Upstream::start().await;
+    let Gateway {
+        mut envoy, http, ..
+    } = start_gateway(Policy::CoveredRouteOnly, Some(FAST), upstream.port).await;
+    let covered = tokio::spawn(async move { clients::get(http, "/covered/delay/300").await });
+    let uncovered = tokio::spawn(async move { clients::get(http, "/uncovered/delay/1500").await });
+    // The filter counts only the covered request; Envoy's own gauge has both.
+    let rq_active = format!("http.{HTTP_STAT_PREFIX}.downstream_rq_active");
+    eventually("both in flight", Duration::from_secs(5), || async {
+        (envoy.stat(&rq_active).await == Some(2)).then_some(())
+    })
+    .await;
+    assert_eq!(envoy.drain_status().await["active_requests"], 1);
+
+    let t0 = Instant::now();
+    envoy.sigterm();
+    // Covered: its connection is sent away on the response in flight.
+    let r = covered.await.unwrap().unwrap();
+    let covered_done = Instant::now();
+    assert_eq!((r.status, r.header("connection")), (200, Some("close")));
+    // After it: the filter's count is 0, but the drain engine still sees the uncovered request
+    // in Envoy's gauges (bootstrap-only mode) and keeps the drain going.
+    let s = eventually(
+        "the uncovered request seen by the stats scan",
+        Duration::from_secs(3),
+        || async {
+            let s = envoy.drain_status().await;
+            (s["active_requests"] == 0 && s["envoy_active_requests"] == 1).then_some(s)
+        },
+    )
+    .await;
+    assert_eq!(s["state"], "draining", "{s}");
+    // Uncovered: served in full; its connection is closed after it (Envoy's drain-close, which
+    // the drain start turned on through the admin).
+    let r = uncovered.await.unwrap().unwrap();
+    let done = Instant::now();
+    assert_eq!((r.status, r.header("connection")), (200, Some("close")));
+    let (exit, at) = envoy.wait_exit(Duration::from_secs(25)).await;
+    assert!(exit.success(), "{exit}");
+    // Envoy waited for the request its filter never saw: counting only the filter's requests,
+    // the drain would have completed at min_drain_duration or a quiet period after the covered
+    // request, about a second before the uncovered one ended, cutting it.
+    assert!(
+        at >= done,
+        "exited {:?} before the uncovered request ended",
+        done - at
+    );
+    let filter_only =
+        (t0 + duration(&json!(FAST.min_drain))).max(covered_done + duration(&json!(FAST.quiet)));
+    assert!(done > filter_only + Duration::from_millis(500));
+}
