@@ -343,6 +343,85 @@ pub fn parse_status(head: &[u8]) -> Result<u16, String> {
     }
 }
 
+/// Whether `admin_address` answered as Envoy's admin when the server was initialized.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum AdminCheck {
+    /// No `admin_address` configured (or no drain engine).
+    Unset = 0,
+    Checking = 1,
+    Recognised = 2,
+    /// No HTTP answer (nothing listens there, or no answer in time).
+    NotAnswering = 3,
+    /// An HTTP answer, not Envoy's admin's (a data or control listener, another server).
+    NotAdmin = 4,
+}
+
+impl AdminCheck {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AdminCheck::Unset => "unset",
+            AdminCheck::Checking => "checking",
+            AdminCheck::Recognised => "recognised",
+            AdminCheck::NotAnswering => "not_answering",
+            AdminCheck::NotAdmin => "not_admin",
+        }
+    }
+}
+
+/// Check, when the server is initialized, that `addr` is Envoy's admin: up to `attempts` tries
+/// while nothing answers (the admin may still be starting), `wait` between them (`false`: the
+/// module is stopping; the check ends as `Checking`). Logs what it found, naming the field.
+pub fn check_admin_address(
+    addr: &AdminAddress,
+    timeout: Duration,
+    attempts: u32,
+    wait: impl Fn(Duration) -> bool,
+) -> AdminCheck {
+    const FIX: &str = "a drain cannot fail Envoy's health checks through it; set admin_address \
+                       to the address of the bootstrap's `admin:` section";
+    for attempt in 1..=attempts {
+        match check(addr, timeout) {
+            Ok(state) => {
+                log::info!("graceful_drain: admin_address {addr} is Envoy's admin (state {state})");
+                return AdminCheck::Recognised;
+            }
+            Err(CheckError::NoAnswer(e)) if attempt == attempts => {
+                log::warn!(
+                    "graceful_drain: admin_address did not answer ({e}; {attempt} tries): unless \
+                     Envoy's admin is only slow to start, {FIX}"
+                );
+                return AdminCheck::NotAnswering;
+            }
+            Err(CheckError::NoAnswer(_)) => {
+                if !wait(Duration::from_secs(1)) {
+                    return AdminCheck::Checking;
+                }
+            }
+            Err(e @ CheckError::NotAdmin { .. }) => {
+                log::warn!(
+                    "graceful_drain: admin_address {addr} is not Envoy's admin ({e}): {FIX}"
+                );
+                return AdminCheck::NotAdmin;
+            }
+        }
+    }
+    AdminCheck::NotAnswering
+}
+
+/// The drain start's calls ([`DRAIN_START_CALLS`]), in order, each answer logged.
+pub fn post_drain_start_calls(addr: &AdminAddress, timeout: Duration) {
+    for (path, meaning) in DRAIN_START_CALLS {
+        match post(addr, path, timeout) {
+            Ok(200) => log::info!("graceful_drain: {meaning} (admin answered 200)"),
+            Ok(status) => {
+                log::warn!("graceful_drain: admin POST {path} to {addr} answered {status}")
+            }
+            Err(e) => log::warn!("graceful_drain: admin POST {path} failed: {e}"),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -635,5 +714,45 @@ mod tests {
             "{err:?}"
         );
         server.join().unwrap();
+    }
+
+    #[test]
+    #[cfg_attr(miri, ignore = "sockets: Miri isolates the process")]
+    fn the_start_check_retries_while_nothing_answers_and_names_what_it_found() {
+        // Nothing listens: a port bound then released.
+        let free = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap();
+        let nobody = AdminAddress::Tcp(free);
+        let waits = std::cell::Cell::new(0);
+        let t = Duration::from_secs(2);
+        let counted = |_| {
+            waits.set(waits.get() + 1);
+            true
+        };
+        assert_eq!(
+            check_admin_address(&nobody, t, 3, counted),
+            AdminCheck::NotAnswering
+        );
+        assert_eq!(waits.get(), 2, "a wait between tries, none after the last");
+        assert_eq!(
+            check_admin_address(&nobody, t, 3, |_| false),
+            AdminCheck::Checking,
+            "the module stopping ends the check"
+        );
+        // Something answers that is not Envoy's admin: one try is enough.
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = AdminAddress::Tcp(l.local_addr().unwrap());
+        let server = thread::spawn(move || {
+            let (s, _) = l.accept().unwrap();
+            serve_once(s, b"HTTP/1.1 200 OK\r\ncontent-length: 6\r\n\r\nready\n")
+        });
+        let never = |_| panic!("no retry after an answer");
+        assert_eq!(
+            check_admin_address(&addr, t, 3, never),
+            AdminCheck::NotAdmin
+        );
+        assert!(server.join().unwrap().starts_with("GET /ready "));
     }
 }

@@ -7,6 +7,7 @@
 //! The request path touches only the registry (worker-local atomics) and plain counters. Locks
 //! are taken on control paths only (status, drain start and completion, `/drain` waiters).
 
+use crate::admin::AdminCheck;
 use crate::clock::Clock;
 use crate::config::{format_duration, DrainSettings, RequestPolicy};
 use crate::connections::StreamMark;
@@ -139,32 +140,6 @@ pub struct Counters {
     control_active: AtomicI64,
     /// What the start-time check of `admin_address` found ([`AdminCheck`] as u8).
     admin_check: AtomicU8,
-}
-
-/// Whether `admin_address` answered as Envoy's admin when the server was initialized.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[repr(u8)]
-pub enum AdminCheck {
-    /// No `admin_address` configured (or no drain engine).
-    Unset = 0,
-    Checking = 1,
-    Recognised = 2,
-    /// No HTTP answer (nothing listens there, or no answer in time).
-    NotAnswering = 3,
-    /// An HTTP answer, not Envoy's admin's (a data or control listener, another server).
-    NotAdmin = 4,
-}
-
-impl AdminCheck {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            AdminCheck::Unset => "unset",
-            AdminCheck::Checking => "checking",
-            AdminCheck::Recognised => "recognised",
-            AdminCheck::NotAnswering => "not_answering",
-            AdminCheck::NotAdmin => "not_admin",
-        }
-    }
 }
 
 impl Counters {

@@ -20,6 +20,7 @@
 //! counts, so with the filter on every listener the engine follows the filter's live count between
 //! scans and a drain completes the moment its last request ends, however old the scan.
 
+use crate::config::DrainSettings;
 use crate::drain::IN_FLIGHT_RECHECK;
 use crate::registry::Counts;
 use crate::state::EnvoyReading;
@@ -83,6 +84,18 @@ pub struct DrainTiming {
     pub quiet_period: Duration,
     /// A data-role HTTP filter is loaded (filter mode).
     pub filter_loaded: bool,
+}
+
+impl DrainTiming {
+    /// The timing of a drain started at `started` with `settings`.
+    pub fn of(started: Instant, settings: DrainSettings, filter_loaded: bool) -> DrainTiming {
+        DrainTiming {
+            started,
+            earliest_completion: started + settings.min_drain_duration.max(settings.quiet_period),
+            quiet_period: settings.quiet_period,
+            filter_loaded,
+        }
+    }
 }
 
 /// One pass, timed, with the module's own counts read just before and just after it.
@@ -309,6 +322,59 @@ struct Inner {
 
 fn lock(m: &Mutex<State>) -> MutexGuard<'_, State> {
     m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// One pass's sums of `http.<prefix>.<suffix>` stats over the HTTP connection managers whose
+/// stat prefix is not ignored, fed the stats one by one as Envoy's iteration visits them.
+pub struct StatSums<'a> {
+    suffixes: &'static [&'static str],
+    ignored: &'a [String],
+    sums: [u64; 2],
+}
+
+impl<'a> StatSums<'a> {
+    pub fn new(pass: Pass, ignored: &'a [String]) -> Self {
+        StatSums {
+            suffixes: match pass {
+                Pass::Gauges => &["downstream_rq_active"],
+                // Requests answered by Envoy's own health_check filter are not work.
+                Pass::Counters => &["downstream_rq_total", "health_check.request_total"],
+            },
+            ignored,
+            sums: [0; 2],
+        }
+    }
+
+    /// One stat: added to its suffix's sum if it is `http.<prefix>.<suffix>` with a prefix not
+    /// ignored.
+    pub fn add(&mut self, name: &[u8], value: u64) {
+        let Some(rest) = name.strip_prefix(b"http.") else {
+            return;
+        };
+        for (i, suffix) in self.suffixes.iter().enumerate() {
+            let Some(prefix) = rest
+                .strip_suffix(suffix.as_bytes())
+                .and_then(|n| n.strip_suffix(b"."))
+            else {
+                continue;
+            };
+            if !self.ignored.iter().any(|i| i.as_bytes() == prefix) {
+                self.sums[i] = self.sums[i].saturating_add(value);
+            }
+        }
+    }
+
+    /// The pass's figure (requests in flight, or started less Envoy's health checks), less the
+    /// requests the module knows are not work: `(started so far, in flight now)`.
+    pub fn total_less(&self, (not_work_started, not_work_active): (u64, u64)) -> u64 {
+        if self.suffixes.len() == 1 {
+            self.sums[0].saturating_sub(not_work_active)
+        } else {
+            self.sums[0]
+                .saturating_sub(self.sums[1])
+                .saturating_sub(not_work_started)
+        }
+    }
 }
 
 /// The scanner thread and the engine's window on its results.
@@ -831,5 +897,33 @@ mod tests {
             scanner.view(d, counts(0, 0)) == EnvoyView::Unused
         });
         assert_eq!(s.scans.load(Ordering::SeqCst), 0);
+    }
+
+    #[test]
+    fn stat_sums_follow_connection_managers_not_ignored() {
+        let ignored = vec!["admin".to_string()];
+        let mut g = StatSums::new(Pass::Gauges, &ignored);
+        for (name, v) in [
+            (&b"http.data.downstream_rq_active"[..], 3),
+            (b"http.ingress_http.downstream_rq_active", 2),
+            (b"http.admin.downstream_rq_active", 100),
+            (b"http.data.extra_downstream_rq_active", 50),
+            (b"cluster.x.downstream_rq_active", 7),
+            (b"http.data.downstream_rq_total", 9),
+        ] {
+            g.add(name, v);
+        }
+        assert_eq!(g.total_less((0, 0)), 5);
+        assert_eq!(g.total_less((10, 1)), 4, "a waiting /drain is not work");
+        assert_eq!(g.total_less((0, 9)), 0, "never below zero");
+        let mut c = StatSums::new(Pass::Counters, &ignored);
+        for (name, v) in [
+            (&b"http.data.downstream_rq_total"[..], 40),
+            (b"http.data.health_check.request_total", 6),
+            (b"http.admin.downstream_rq_total", 1000),
+        ] {
+            c.add(name, v);
+        }
+        assert_eq!(c.total_less((4, 0)), 30, "less health checks and not-work");
     }
 }

@@ -5,15 +5,15 @@
 
 use super::abi::{self, Buffer, EnvoyPtr, HttpHeader};
 use super::{define_metric, envoy_bytes, guard, module_buffer, DefineMetric};
-use crate::admin::{self, AdminAddress, CheckError};
+use crate::admin::{self, AdminAddress, AdminCheck};
 use crate::bootstrap::{
     Engine, EngineHost, EngineMetric, ShutdownRelease, ADMIN_DRAIN_PATH, ADMIN_STATUS_PATH,
 };
 use crate::config::BootstrapConfig;
 use crate::drain::{Phase, IN_FLIGHT_RECHECK};
 use crate::registry::Counts;
-use crate::state::{AdminCheck, Shared};
-use crate::stats_scan::{DrainTiming, EnvoyView, Pass, ScanSource, Scanner};
+use crate::state::Shared;
+use crate::stats_scan::{DrainTiming, EnvoyView, Pass, ScanSource, Scanner, StatSums};
 use std::cell::RefCell;
 use std::os::raw::c_void;
 use std::ptr;
@@ -75,33 +75,13 @@ struct Extension {
     scanner: OnceLock<Option<Scanner>>,
 }
 
-/// Sums of `http.<prefix>.<suffix>` stats over HTTP connection managers not ignored, one per
-/// suffix, in one pass over the store.
-struct StatSum<'a> {
-    suffixes: &'a [&'a str],
-    ignored: &'a [String],
-    sums: [u64; 2],
-}
-
+/// The stats iterator: each stat Envoy visits goes to the [`StatSums`] behind `user_data`.
 extern "C" fn add_matching_stat(name: Buffer, value: u64, user_data: *mut c_void) -> u32 {
     guard("stat iterator", 0, || {
-        // SAFETY: user_data is the StatSum passed to the iterate call below, alive during it;
+        // SAFETY: user_data is the StatSums passed to the iterate call below, alive during it;
         // the name buffer is valid for this callback.
-        let (acc, name) = unsafe { (&mut *(user_data as *mut StatSum), envoy_bytes(name)) };
-        let Some(rest) = name.strip_prefix(b"http.") else {
-            return 0;
-        };
-        for (i, suffix) in acc.suffixes.iter().enumerate() {
-            let Some(prefix) = rest
-                .strip_suffix(suffix.as_bytes())
-                .and_then(|n| n.strip_suffix(b"."))
-            else {
-                continue;
-            };
-            if !acc.ignored.iter().any(|i| i.as_bytes() == prefix) {
-                acc.sums[i] = acc.sums[i].saturating_add(value);
-            }
-        }
+        let (acc, name) = unsafe { (&mut *(user_data as *mut StatSums), envoy_bytes(name)) };
+        acc.add(name, value);
         0
     })
 }
@@ -134,13 +114,10 @@ impl StatsStore {
     }
 
     /// `None` once the exit was released (the gate refuses calls into Envoy).
-    fn sum_stats(&self, be: EnvoyPtr, gauges: bool, suffixes: &[&str]) -> Option<[u64; 2]> {
-        let mut acc = StatSum {
-            suffixes,
-            ignored: &self.ignored_stat_prefixes,
-            sums: [0; 2],
-        };
-        let ud = &mut acc as *mut StatSum as *mut c_void;
+    fn sum_stats(&self, be: EnvoyPtr, pass: Pass) -> Option<StatSums<'_>> {
+        let mut acc = StatSums::new(pass, &self.ignored_stat_prefixes);
+        let gauges = pass == Pass::Gauges;
+        let ud = &mut acc as *mut StatSums as *mut c_void;
         // SAFETY: `be` is the live extension pointer (the caller holds the lock that destroy
         // takes before it goes); the iterator only runs during the call, while `acc` is alive.
         // Envoy's iteration holds its stats allocator's mutex, so it is safe off the main thread.
@@ -159,7 +136,7 @@ impl StatsStore {
                 )
             }
         })?;
-        Some(acc.sums)
+        Some(acc)
     }
 }
 
@@ -170,25 +147,11 @@ impl ScanSource for Arc<StatsStore> {
             return None;
         }
         let be_ptr = *be as EnvoyPtr;
-        let sums = match pass {
-            Pass::Gauges => self.sum_stats(be_ptr, true, &["downstream_rq_active"])?,
-            // Requests answered by Envoy's own health_check filter are not work.
-            Pass::Counters => self.sum_stats(
-                be_ptr,
-                false,
-                &["downstream_rq_total", "health_check.request_total"],
-            )?,
-        };
+        let sums = self.sum_stats(be_ptr, pass)?;
         drop(be);
-        // Nor what the module knows is not work (health checks it recognised, requests to its
-        // control listeners such as a waiting /drain), taken out at the same moment as the pass.
-        let (not_work_started, not_work_active) = super::shared().counters.not_work();
-        Some(match pass {
-            Pass::Gauges => sums[0].saturating_sub(not_work_active),
-            Pass::Counters => sums[0]
-                .saturating_sub(sums[1])
-                .saturating_sub(not_work_started),
-        })
+        // Less what the module knows is not work (health checks it recognised, requests to its
+        // control listeners such as a waiting /drain), taken at the same moment as the pass.
+        Some(sums.total_less(super::shared().counters.not_work()))
     }
 
     fn own_counts(&self) -> Counts {
@@ -230,14 +193,11 @@ impl Extension {
         let Phase::Draining { started_at, .. } = shared.phase() else {
             return EnvoyView::Unused;
         };
-        let settings = shared.settings().unwrap_or_default();
-        let d = DrainTiming {
-            started: started_at,
-            earliest_completion: started_at
-                + settings.min_drain_duration.max(settings.quiet_period),
-            quiet_period: settings.quiet_period,
-            filter_loaded: DATA_FILTER_LOADED.load(Ordering::Relaxed),
-        };
+        let d = DrainTiming::of(
+            started_at,
+            shared.settings().unwrap_or_default(),
+            DATA_FILTER_LOADED.load(Ordering::Relaxed),
+        );
         match self.scanner() {
             Some(s) => s.view(d, shared.requests.counts()),
             None if d.filter_loaded => EnvoyView::Unused,
@@ -283,15 +243,7 @@ impl EngineHost for Extension {
             if crate::faults::active("admin_panic") {
                 panic!("test fault: admin_panic");
             }
-            for (path, meaning) in admin::DRAIN_START_CALLS {
-                match admin::post(&addr, path, ADMIN_CALL_TIMEOUT) {
-                    Ok(200) => log::info!("graceful_drain: {meaning} (admin answered 200)"),
-                    Ok(status) => {
-                        log::warn!("graceful_drain: admin POST {path} to {addr} answered {status}")
-                    }
-                    Err(e) => log::warn!("graceful_drain: admin POST {path} failed: {e}"),
-                }
-            }
+            admin::post_drain_start_calls(&addr, ADMIN_CALL_TIMEOUT);
         });
     }
 
@@ -666,37 +618,11 @@ pub extern "C" fn envoy_dynamic_module_on_bootstrap_extension_server_initialized
 const ADMIN_CHECK_ATTEMPTS: u32 = 3;
 
 fn check_admin(addr: &AdminAddress) {
-    const FIX: &str = "a drain cannot fail Envoy's health checks through it; set admin_address \
-                       to the address of the bootstrap's `admin:` section";
-    let counters = &super::shared().counters;
-    for attempt in 1..=ADMIN_CHECK_ATTEMPTS {
-        match admin::check(addr, ADMIN_CALL_TIMEOUT) {
-            Ok(state) => {
-                log::info!("graceful_drain: admin_address {addr} is Envoy's admin (state {state})");
-                counters.set_admin_check(AdminCheck::Recognised);
-                to_main_thread(EVENT_ADMIN_CHECKED);
-                return;
-            }
-            Err(CheckError::NoAnswer(e)) if attempt == ADMIN_CHECK_ATTEMPTS => {
-                counters.set_admin_check(AdminCheck::NotAnswering);
-                log::warn!(
-                    "graceful_drain: admin_address did not answer ({e}; {attempt} tries): unless \
-                     Envoy's admin is only slow to start, {FIX}"
-                );
-            }
-            Err(CheckError::NoAnswer(_)) => {
-                if !super::threads().sleep(Duration::from_secs(1)) {
-                    return;
-                }
-            }
-            Err(e @ CheckError::NotAdmin { .. }) => {
-                counters.set_admin_check(AdminCheck::NotAdmin);
-                log::warn!(
-                    "graceful_drain: admin_address {addr} is not Envoy's admin ({e}): {FIX}"
-                );
-                return;
-            }
-        }
+    let wait = |d| super::threads().sleep(d);
+    let found = admin::check_admin_address(addr, ADMIN_CALL_TIMEOUT, ADMIN_CHECK_ATTEMPTS, wait);
+    super::shared().counters.set_admin_check(found);
+    if found == AdminCheck::Recognised {
+        to_main_thread(EVENT_ADMIN_CHECKED);
     }
 }
 
