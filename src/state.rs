@@ -113,6 +113,12 @@ impl Waiters {
     }
 
     /// The drain completed: wake every waiter once; later registrations answer at once.
+    ///
+    /// The commits are made under the lock on purpose: it keeps each waiter's scheduler alive
+    /// (its stream's end unregisters under the same lock before deleting it). That cannot
+    /// deadlock: an HTTP scheduler commit never runs the filter's destroy hook, which always runs
+    /// on the stream's worker from the connection manager's teardown (`src/ffi/ENVOY_FACTS.md`
+    /// §1, HTTP), so no commit re-enters this lock.
     fn complete(&self, mut wake: impl FnMut(Waker)) {
         let mut w = lock(&self.inner);
         w.done = true;

@@ -451,7 +451,9 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_config_new(
 pub const GAUGE_PERIOD: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// Live data-role configs and their gauge id: `(config's Envoy pointer, id)`. A config leaves
-/// under this lock in its destroy hook, so the publisher never uses a destroyed one.
+/// under this lock in its destroy hook, so the publisher never uses a destroyed one. The gauge
+/// set made under it is an atomic store in Envoy that runs none of the module's hooks
+/// (`ENVOY_FACTS.md` §3b), so the lock cannot be re-entered.
 #[cfg(not(feature = "envoy-1-38"))]
 static GAUGES: std::sync::Mutex<Vec<(usize, usize)>> = std::sync::Mutex::new(Vec::new());
 #[cfg(not(feature = "envoy-1-38"))]
