@@ -28,7 +28,8 @@ fn options() -> Options {
 /// A front Envoy whose cluster actively health-checks `127.0.0.1:<port><path>` every 100 ms (user
 /// agent `Envoy/HC`), as a load balancer in front of the gateway does: it never stops checking.
 async fn front_health_checker(port: u16, path: &str) -> Envoy {
-    let admin = free_ports(1)[0];
+    let reserved = free_ports(1);
+    let admin = reserved[0];
     let yaml = front_yaml(&Front {
         admin,
         listen: None,
@@ -319,7 +320,7 @@ async fn the_drain_start_calls_the_admin_and_envoy_reports_no_bug() {
 
     // Nothing listens at the configured admin address.
     let nobody = no_admin_socket("drain");
-    let lost = start_with_admin_address(&nobody.display().to_string(), free_ports(3)).await;
+    let lost = start_with_admin_address(&nobody.display().to_string(), &free_ports(3)).await;
     let t0 = Instant::now();
     let r = clients::get(lost.control, "/drain?wait=false")
         .await
@@ -348,7 +349,7 @@ fn no_admin_socket(tag: &str) -> std::path::PathBuf {
 }
 
 /// The gateway on ports `p` (admin, data, control) with `admin_address` set to `address`.
-async fn start_with_admin_address(address: &str, p: Vec<u16>) -> Envoy {
+async fn start_with_admin_address(address: &str, p: &[u16]) -> Envoy {
     let extra: &'static str =
         Box::leak(format!(r#""admin_address": "{address}""#).into_boxed_str());
     let o = Options {
@@ -385,7 +386,7 @@ async fn the_admin_address_is_checked_at_start() {
     drop(right);
 
     let nobody = no_admin_socket("check");
-    let absent = start_with_admin_address(&nobody.display().to_string(), free_ports(3)).await;
+    let absent = start_with_admin_address(&nobody.display().to_string(), &free_ports(3)).await;
     let line = format!("admin_address did not answer ({}: ", nobody.display());
     absent.wait_log("the absent admin reported", &line).await;
     assert!(absent
@@ -404,7 +405,7 @@ async fn the_admin_address_is_checked_at_start() {
     drop(absent);
 
     let p = free_ports(3);
-    let control = start_with_admin_address(&format!("127.0.0.1:{}", p[2]), p.clone()).await;
+    let control = start_with_admin_address(&format!("127.0.0.1:{}", p[2]), &p).await;
     let line = format!(
         "admin_address 127.0.0.1:{} is not Envoy's admin (GET /ready answered 200 \"ready\"): \
          a drain cannot fail Envoy's health checks through it; set admin_address",

@@ -197,12 +197,9 @@ async fn rollout(
         concurrency: 1,
         ..Options::default()
     };
-    let ports: Vec<[u16; 3]> = (0..GATEWAYS)
-        .map(|_| {
-            let p = free_ports(3);
-            [p[0], p[1], p[2]]
-        })
-        .collect();
+    // Reserved for the whole rollout: each replacement binds its predecessor's ports.
+    let reserved: Vec<_> = (0..GATEWAYS).map(|_| free_ports(3)).collect();
+    let ports: Vec<[u16; 3]> = reserved.iter().map(|p| [p[0], p[1], p[2]]).collect();
     let mut gateways = Vec::new();
     for p in &ports {
         gateways.push(Some(Envoy::start_on(*p, opts.clone()).await));
