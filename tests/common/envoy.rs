@@ -495,6 +495,26 @@ impl Envoy {
             .and_then(|v| v.trim().parse().ok())
     }
 
+    /// The drain's duration as the module logged it at completion (its own clock, from the drain
+    /// start to the completion: neither the test's nor the process's scheduling delays count),
+    /// and whether the timeout ended it. Panics if the log has no completion.
+    pub fn reported_drain(&self) -> (Duration, bool) {
+        let log = self.log();
+        let (tail, timed_out) = match log.split_once("drain completed in ") {
+            Some((_, t)) => (t, false),
+            None => match log.split_once("drain timed out after ") {
+                Some((_, t)) => (t, true),
+                None => panic!("no drain completion in the log:\n{log}"),
+            },
+        };
+        let ms: u64 = tail
+            .split(' ')
+            .next()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("unreadable drain completion in the log:\n{log}"));
+        (Duration::from_millis(ms), timed_out)
+    }
+
     /// `/drain/status` of the control listener as JSON.
     pub async fn drain_status(&self) -> serde_json::Value {
         let r = clients::get(self.control, "/drain/status")
