@@ -561,32 +561,69 @@ async fn race_drain_start(concurrency: u32, wake: Wake, faults: Option<&str>) ->
     );
     // Racing keep-alive loops: requests start while the drain starts.
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let answered = Arc::new(AtomicU64::new(0));
     let mut racers = Vec::new();
     for _ in 0..concurrency * 2 {
-        let stop = stop.clone();
+        let (stop, answered) = (stop.clone(), answered.clone());
         racers.push(tokio::spawn(async move {
             let mut c = H1Conn::connect(port).await.unwrap();
+            let mut first = true;
             loop {
                 let r = c
                     .send("GET", "/", &[])
                     .await
                     .expect("every request succeeds");
                 assert_eq!(r.status, 200);
+                if std::mem::take(&mut first) {
+                    answered.fetch_add(1, Ordering::Relaxed);
+                }
                 if r.header("connection") == Some("close") || stop.load(Ordering::Relaxed) {
                     return r.header("connection") == Some("close");
                 }
             }
         }));
     }
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    // The drain starts once every racing loop is going (each has had an answer).
+    let racing = u64::from(concurrency * 2);
+    eventually(
+        "every racing loop answered",
+        Duration::from_secs(10),
+        || async { (answered.load(Ordering::Relaxed) == racing).then_some(()) },
+    )
+    .await;
     let r = clients::get(envoy.control, "/drain?wait=false")
         .await
         .unwrap();
     assert_eq!(r.status, 202);
-    // Well before the slow requests end (1.5 s), every connection must have been sent away.
-    tokio::time::sleep(Duration::from_millis(400)).await;
+    // Before the slow requests end (1.5 s), every connection must have been sent away: the
+    // module's counts, read until they cover every connection, from a reading taken while no slow
+    // request had ended yet (a reading is valid if none had ended after it was taken). With the
+    // wake-up broken that is the last reading before the first slow request ends.
+    let slow_ended =
+        || h1_slow.iter().any(|t| t.is_finished()) || h2_slow.iter().any(|(_, t)| t.is_finished());
+    let (want_h1, want_h2) = (per_proto as u64 + racing, per_proto as u64);
+    let mut st = None;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let reading = envoy.drain_status().await;
+        if slow_ended() {
+            break;
+        }
+        let sent = &reading["connections_sent_away"];
+        let all_told =
+            sent["http1"].as_u64() >= Some(want_h1) && sent["http2"].as_u64() >= Some(want_h2);
+        st = Some(reading);
+        if all_told {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "slow requests neither ended nor all sent away after 10 s"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let st = st.expect("a /drain/status reading before the first slow request ended");
     stop.store(true, Ordering::Relaxed);
-    let st = envoy.drain_status().await;
     let mut report = RaceReport {
         h1_connections: per_proto as u64,
         h2_connections: per_proto as u64,
