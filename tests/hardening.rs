@@ -150,15 +150,13 @@ async fn count_survives_every_way_a_stream_can_end() {
     let st = envoy.drain_status().await;
     assert_eq!(st["active_requests"], 0, "{st}");
     envoy.wait_stat("graceful_drain.active_requests", 0).await;
-    // Nothing in flight: the drain completes as soon as min_drain (300 ms) allows.
-    let t = Instant::now();
+    // Nothing in flight: the drain completes by its rules, not held by a leaked count until the
+    // 10 s drain_timeout (which would say timed_out, with a request cut).
     let r = clients::get(envoy.control, "/drain").await.unwrap();
     assert_eq!(r.status, 200);
-    assert!(
-        t.elapsed() < Duration::from_millis(800),
-        "drain took {:?}",
-        t.elapsed()
-    );
+    let st: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+    assert_eq!(st["outcome"]["timed_out"], false, "{st}");
+    assert_eq!(st["outcome"]["requests_cut"], 0, "{st}");
     println!("stream endings exercised: {counts:?} (kinds 0-9, see one_stream_end)");
 }
 
@@ -306,8 +304,15 @@ async fn long_lived_streams_hold_the_drain_until_the_timeout() {
     assert!(status.success());
     let took = at - t0;
     assert!(
-        took >= Duration::from_secs(2) && took < Duration::from_millis(2600),
-        "{took:?}"
+        took >= Duration::from_secs(2),
+        "exited before the timeout: {took:?}"
+    );
+    // Released by the 2 s timeout (these streams never end): the module's own duration within a
+    // second of it, and the exit within the 5 s wait above.
+    let (reported, timed_out) = envoy.reported_drain();
+    assert!(
+        timed_out && (Duration::from_secs(2)..Duration::from_secs(3)).contains(&reported),
+        "drain ended after {reported:?}, timed out: {timed_out} (drain_timeout 2s)"
     );
     assert!(
         envoy.log().contains("requests still in flight and cut: 3"),
@@ -753,7 +758,9 @@ async fn without_a_timer_the_drain_still_completes() {
         took >= Duration::from_millis(700),
         "exited before the request ended: {took:?}"
     );
-    assert!(took < Duration::from_secs(3), "exited late: {took:?}");
+    // The fallback thread's ticks completed it when the request ended, not the 10 s timeout.
+    let (reported, timed_out) = envoy.reported_drain();
+    assert!(!timed_out, "the timeout ended the drain ({reported:?})");
     assert!(
         envoy.log().contains("Envoy gave no timer"),
         "{}",
@@ -769,7 +776,9 @@ async fn a_panic_in_the_sigterm_hook_never_hangs_envoy() {
     let t0 = Instant::now();
     envoy.sigterm();
     let (_, at) = envoy.wait_exit(Duration::from_secs(10)).await;
-    assert!(at - t0 < Duration::from_secs(2), "{:?}", at - t0);
+    // Released at once, not at the end of a drain (at most its 10 s timeout) nor never: well
+    // inside half the timeout, whatever the load.
+    assert!(at - t0 < Duration::from_secs(5), "{:?}", at - t0);
     let log = envoy.log();
     assert!(log.contains("panic: test fault: shutdown_panic"), "{log}");
     assert!(log.contains("letting Envoy exit now"), "{log}");
@@ -807,7 +816,11 @@ async fn a_panic_in_the_admin_calls_is_counted_and_the_drain_goes_on() {
     envoy.sigterm();
     let (status, at) = envoy.wait_exit(Duration::from_secs(10)).await;
     assert!(status.success(), "{status:?}");
-    assert!(at - t0 < Duration::from_secs(2), "{:?}", at - t0);
+    // The drain went on to complete by its rules (not the 10 s timeout), so SIGTERM found it
+    // done: an exit well inside half the timeout.
+    let (reported, timed_out) = envoy.reported_drain();
+    assert!(!timed_out, "the timeout ended the drain ({reported:?})");
+    assert!(at - t0 < Duration::from_secs(5), "{:?}", at - t0);
 }
 
 /// The part of the module-threads summary logged at teardown that lists `which` calls
