@@ -274,9 +274,10 @@ async fn idle_http2_is_told_and_closed(envoy: &Envoy, mut raw: RawH2) {
             None => panic!("closed without GOAWAY"),
         }
     }
+    // At the drain start, not at the close after the grace.
     assert!(
-        goaway_at < Duration::from_millis(500),
-        "GOAWAY {goaway_at:?} after the drain start"
+        goaway_at < GRACE,
+        "GOAWAY {goaway_at:?} after the drain start (grace {GRACE:?})"
     );
     // Then the close: clean EOF (no RST), after the grace, nothing else in between but frames
     // the codec may legitimately send.
@@ -292,11 +293,11 @@ async fn idle_http2_is_told_and_closed(envoy: &Envoy, mut raw: RawH2) {
             }
         }
     }
+    // Closed by the grace, not at the exit (min_drain_duration 6 s).
     let closed_at = t0.elapsed();
     assert!(
-        closed_at >= GRACE - Duration::from_millis(100)
-            && closed_at < GRACE + Duration::from_secs(2),
-        "closed {closed_at:?} after the drain start (grace {GRACE:?})"
+        closed_at >= GRACE - Duration::from_millis(100) && closed_at < Duration::from_secs(6),
+        "closed {closed_at:?} after the drain start (grace {GRACE:?}, exit after 6s)"
     );
     let st = envoy.drain_status().await;
     assert_eq!(st["idle_connections_told"]["http2"], 1, "{st}");
@@ -326,9 +327,10 @@ async fn idle_http1_keep_alive_is_closed_cleanly_at_drain_start() {
     c.wait_closed(Duration::from_secs(2))
         .await
         .expect("idle keep-alive connection closed cleanly");
+    // At the drain start: before even an HTTP/2 connection's grace, long before the exit (6 s).
     let closed_after = t0.elapsed();
     assert!(
-        closed_after < Duration::from_millis(500),
+        closed_after < GRACE,
         "closed {closed_after:?} after the drain start"
     );
     let st = envoy.drain_status().await;
@@ -658,8 +660,16 @@ async fn exit_time_does_not_wait_for_idle_connections() {
     assert!(status.success(), "exit status {status}");
     let took = exited_at - t0;
     assert!(
-        took >= Duration::from_secs(1) && took < Duration::from_millis(2500),
+        took >= Duration::from_secs(1),
         "exit {took:?} after SIGTERM with min_drain_duration 1s"
+    );
+    // The drain completed by its rules, as the module measured it: not held by the idle
+    // connections until the 20 s timeout, nor until their close after the 2 s grace.
+    let (reported, timed_out) = envoy.reported_drain();
+    assert!(
+        !timed_out && reported < GRACE,
+        "drain ended after {reported:?}, timed out: {timed_out} (min_drain_duration 1s, grace \
+         {GRACE:?})"
     );
     let log = envoy.log();
     assert!(
@@ -829,11 +839,8 @@ async fn network_filter_without_the_http_filter_sends_goaway_and_closes_nothing(
             None => panic!("closed without GOAWAY"),
         }
     }
-    assert!(
-        t0.elapsed() < Duration::from_millis(500),
-        "{:?}",
-        t0.elapsed()
-    );
+    // At the drain start, not after the grace.
+    assert!(t0.elapsed() < GRACE, "{:?}", t0.elapsed());
     // The busy one: GOAWAY too (no new stream), and its stream completes.
     let e = busy.wait_goaway(Duration::from_secs(1)).await;
     assert_eq!(e.reason(), Some(h2::Reason::NO_ERROR));
