@@ -10,6 +10,8 @@ use common::clients::{self, H1Conn, H2Conn};
 use common::envoy::{Envoy, Options, Settings};
 use common::eventually;
 use common::front::{front_yaml, Front};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -962,10 +964,24 @@ async fn clients_pausing_about_idle_after_lose_nothing() {
     })
     .await;
     let port = envoy.data;
+    // The drain starts once every client has been answered and some of the slow ones are well
+    // into a pause (idle for 1.2 s: past idle_after, with 0.4 s or more to go), so idle
+    // connections are there at the drain start's check however the machine schedules the
+    // clients; the fast ones are at every phase of idle_after. The clients run on until 5 s into
+    // the drain.
+    const CLIENTS: usize = 120;
+    let stop_at: Arc<OnceLock<Instant>> = Arc::default();
+    // Per client: 0 while not yet answered or while a request is out, else 1 + the ms since
+    // `start` at its last answer.
+    let idle_since: Arc<Vec<AtomicU64>> =
+        Arc::new((0..CLIENTS).map(|_| AtomicU64::new(0)).collect());
+    let answered = Arc::new(AtomicU64::new(0));
     let start = Instant::now();
-    let run_for = Duration::from_secs(8);
     let mut tasks = Vec::new();
-    for i in 0..120u64 {
+    for i in 0..CLIENTS as u64 {
+        let (stop_at, idle_since, answered) =
+            (stop_at.clone(), idle_since.clone(), answered.clone());
+        let idle_since_mine = move |v: u64| idle_since[i as usize].store(v, Ordering::Relaxed);
         tasks.push(tokio::spawn(async move {
             let mut c = H1Conn::connect(port).await.unwrap();
             let (mut ok, mut failures, mut retried) = (0u64, Vec::new(), Vec::new());
@@ -973,7 +989,7 @@ async fn clients_pausing_about_idle_after_lose_nothing() {
             let mut answered_here = 0u32;
             let mut x = i * 7919 + 13;
             for _ in 0..20 {
-                if start.elapsed() >= run_for {
+                if stop_at.get().is_some_and(|&t| Instant::now() >= t) {
                     break;
                 }
                 x = x
@@ -988,6 +1004,7 @@ async fn clients_pausing_about_idle_after_lose_nothing() {
                     950 + (x >> 33) % 200
                 };
                 tokio::time::sleep(Duration::from_millis(pause)).await;
+                idle_since_mine(0);
                 if !c.is_open() {
                     c = H1Conn::connect(port).await.unwrap();
                     answered_here = 0;
@@ -1007,6 +1024,10 @@ async fn clients_pausing_about_idle_after_lose_nothing() {
                     Ok(r) if r.status == 200 => {
                         ok += 1;
                         answered_here += 1;
+                        if ok == 1 {
+                            answered.fetch_add(1, Ordering::Relaxed);
+                        }
+                        idle_since_mine(1 + start.elapsed().as_millis() as u64);
                     }
                     other => {
                         failures.push(format!("{other:?} at {:?}", start.elapsed()));
@@ -1018,8 +1039,22 @@ async fn clients_pausing_about_idle_after_lose_nothing() {
             (ok, failures, retried)
         }));
     }
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    start_drain(&envoy).await;
+    eventually(
+        "every client answered, and two idle for 1.2 s",
+        Duration::from_secs(20),
+        || async {
+            let now = start.elapsed().as_millis() as u64;
+            let idle = idle_since
+                .iter()
+                .map(|t| t.load(Ordering::Relaxed))
+                .filter(|&t| t > 0 && now + 1 >= t + 1200)
+                .count();
+            (answered.load(Ordering::Relaxed) == CLIENTS as u64 && idle >= 2).then_some(())
+        },
+    )
+    .await;
+    let drain_start = start_drain(&envoy).await;
+    stop_at.set(drain_start + Duration::from_secs(5)).unwrap();
     let (mut ok, mut failures, mut retried) = (0, Vec::new(), Vec::new());
     for t in tasks {
         let (o, f, r) = t.await.unwrap();
