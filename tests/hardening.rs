@@ -160,7 +160,11 @@ async fn count_survives_every_way_a_stream_can_end() {
     println!("stream endings exercised: {counts:?} (kinds 0-9, see one_stream_end)");
 }
 
-/// One request that ends in a particular way.
+/// One request that ends in a particular way. The short sleeps in some kinds are the scenario,
+/// not a synchronisation: the client lingers a moment with its request half sent (or its
+/// streams open), then goes away. Should Envoy not have read the request by then (a busy
+/// machine), that run is a connection dropped before its request, which the count must survive
+/// as well; the assertions hold either way.
 async fn one_stream_end(port: u16, kind: u64) {
     let slow = [("x-envoy-fault-delay-request", "2000")];
     match kind {
