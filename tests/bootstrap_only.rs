@@ -198,12 +198,18 @@ async fn sigterm_drains_without_the_filter(mut envoy: Envoy) {
     assert!(status.success());
     let earliest = (t0 + MIN_DRAIN).max(last_done);
     assert!(at >= earliest, "exited {:?} early", earliest - at);
-    // Envoy's counters are polled every 20 ms: allow the quiet period plus polling slack.
+    // Not late: the drain ended by its rules (the quiet period after the last request, plus
+    // polling slack of Envoy's counters), as the module measured it from its start (at or after
+    // t0) on its own clock; this test's scheduling only makes the bound later.
     let latest = earliest.max(last_start + QUIET) + Duration::from_millis(700);
-    assert!(at <= latest, "exited {:?} late", at - latest);
+    let (reported, timed_out) = envoy.reported_drain();
+    assert!(
+        !timed_out && reported <= latest - t0,
+        "drain ended after {reported:?} (timed out: {timed_out}), allowed {:?}",
+        latest - t0
+    );
     let log = envoy.log();
     assert!(log.contains("Envoy's health checks now fail"), "{log}");
-    assert!(log.contains("drain completed in"), "{log}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -305,7 +311,12 @@ async fn xds_gateway_without_the_module_loses_in_flight_requests() {
     let t0 = Instant::now();
     envoy.sigterm();
     let (_, at) = envoy.wait_exit(Duration::from_secs(5)).await;
-    assert!(at - t0 < Duration::from_millis(500));
+    // Before the 1.5 s requests could end: it did not wait for them (all lost, below).
+    assert!(
+        at - t0 < Duration::from_millis(1500),
+        "stock Envoy held its exit: {:?}",
+        at - t0
+    );
     for t in tasks {
         assert!(
             t.await.unwrap().is_err(),

@@ -161,19 +161,21 @@ async fn count_survives_every_way_a_stream_can_end() {
     let st = envoy.drain_status().await;
     assert_eq!(st["active_requests"], 0, "{st}");
     envoy.wait_stat("graceful_drain.active_requests", 0).await;
-    // Nothing in flight: the drain completes as soon as min_drain (300 ms) allows.
-    let t = Instant::now();
+    // Nothing in flight: the drain completes by its rules, not held by a leaked count until the
+    // 10 s drain_timeout (which would say timed_out, with a request cut).
     let r = clients::get(envoy.control, "/drain").await.unwrap();
     assert_eq!(r.status, 200);
-    assert!(
-        t.elapsed() < Duration::from_millis(800),
-        "drain took {:?}",
-        t.elapsed()
-    );
+    let st: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+    assert_eq!(st["outcome"]["timed_out"], false, "{st}");
+    assert_eq!(st["outcome"]["requests_cut"], 0, "{st}");
     println!("stream endings exercised: {counts:?} (kinds 0-9, see one_stream_end)");
 }
 
-/// One request that ends in a particular way.
+/// One request that ends in a particular way. The short sleeps in some kinds are the scenario,
+/// not a synchronisation: the client lingers a moment with its request half sent (or its
+/// streams open), then goes away. Should Envoy not have read the request by then (a busy
+/// machine), that run is a connection dropped before its request, which the count must survive
+/// as well; the assertions hold either way.
 async fn one_stream_end(port: u16, kind: u64) {
     let slow = [("x-envoy-fault-delay-request", "2000")];
     match kind {
@@ -317,8 +319,15 @@ async fn long_lived_streams_hold_the_drain_until_the_timeout() {
     assert!(status.success());
     let took = at - t0;
     assert!(
-        took >= Duration::from_secs(2) && took < Duration::from_millis(2600),
-        "{took:?}"
+        took >= Duration::from_secs(2),
+        "exited before the timeout: {took:?}"
+    );
+    // Released by the 2 s timeout (these streams never end): the module's own duration within a
+    // second of it, and the exit within the 5 s wait above.
+    let (reported, timed_out) = envoy.reported_drain();
+    assert!(
+        timed_out && (Duration::from_secs(2)..Duration::from_secs(3)).contains(&reported),
+        "drain ended after {reported:?}, timed out: {timed_out} (drain_timeout 2s)"
     );
     assert!(
         envoy.log().contains("requests still in flight and cut: 3"),
@@ -572,32 +581,69 @@ async fn race_drain_start(concurrency: u32, wake: Wake, faults: Option<&str>) ->
     );
     // Racing keep-alive loops: requests start while the drain starts.
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let answered = Arc::new(AtomicU64::new(0));
     let mut racers = Vec::new();
     for _ in 0..concurrency * 2 {
-        let stop = stop.clone();
+        let (stop, answered) = (stop.clone(), answered.clone());
         racers.push(tokio::spawn(async move {
             let mut c = H1Conn::connect(port).await.unwrap();
+            let mut first = true;
             loop {
                 let r = c
                     .send("GET", "/", &[])
                     .await
                     .expect("every request succeeds");
                 assert_eq!(r.status, 200);
+                if std::mem::take(&mut first) {
+                    answered.fetch_add(1, Ordering::Relaxed);
+                }
                 if r.header("connection") == Some("close") || stop.load(Ordering::Relaxed) {
                     return r.header("connection") == Some("close");
                 }
             }
         }));
     }
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    // The drain starts once every racing loop is going (each has had an answer).
+    let racing = u64::from(concurrency * 2);
+    eventually(
+        "every racing loop answered",
+        Duration::from_secs(10),
+        || async { (answered.load(Ordering::Relaxed) == racing).then_some(()) },
+    )
+    .await;
     let r = clients::get(envoy.control, "/drain?wait=false")
         .await
         .unwrap();
     assert_eq!(r.status, 202);
-    // Well before the slow requests end (1.5 s), every connection must have been sent away.
-    tokio::time::sleep(Duration::from_millis(400)).await;
+    // Before the slow requests end (1.5 s), every connection must have been sent away: the
+    // module's counts, read until they cover every connection, from a reading taken while no slow
+    // request had ended yet (a reading is valid if none had ended after it was taken). With the
+    // wake-up broken that is the last reading before the first slow request ends.
+    let slow_ended =
+        || h1_slow.iter().any(|t| t.is_finished()) || h2_slow.iter().any(|(_, t)| t.is_finished());
+    let (want_h1, want_h2) = (per_proto as u64 + racing, per_proto as u64);
+    let mut st = None;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let reading = envoy.drain_status().await;
+        if slow_ended() {
+            break;
+        }
+        let sent = &reading["connections_sent_away"];
+        let all_told =
+            sent["http1"].as_u64() >= Some(want_h1) && sent["http2"].as_u64() >= Some(want_h2);
+        st = Some(reading);
+        if all_told {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "slow requests neither ended nor all sent away after 10 s"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let st = st.expect("a /drain/status reading before the first slow request ended");
     stop.store(true, Ordering::Relaxed);
-    let st = envoy.drain_status().await;
     let mut report = RaceReport {
         h1_connections: per_proto as u64,
         h2_connections: per_proto as u64,
@@ -727,7 +773,9 @@ async fn without_a_timer_the_drain_still_completes() {
         took >= Duration::from_millis(700),
         "exited before the request ended: {took:?}"
     );
-    assert!(took < Duration::from_secs(3), "exited late: {took:?}");
+    // The fallback thread's ticks completed it when the request ended, not the 10 s timeout.
+    let (reported, timed_out) = envoy.reported_drain();
+    assert!(!timed_out, "the timeout ended the drain ({reported:?})");
     assert!(
         envoy.log().contains("Envoy gave no timer"),
         "{}",
@@ -743,7 +791,9 @@ async fn a_panic_in_the_sigterm_hook_never_hangs_envoy() {
     let t0 = Instant::now();
     envoy.sigterm();
     let (_, at) = envoy.wait_exit(Duration::from_secs(10)).await;
-    assert!(at - t0 < Duration::from_secs(2), "{:?}", at - t0);
+    // Released at once, not at the end of a drain (at most its 10 s timeout) nor never: well
+    // inside half the timeout, whatever the load.
+    assert!(at - t0 < Duration::from_secs(5), "{:?}", at - t0);
     let log = envoy.log();
     assert!(log.contains("panic: test fault: shutdown_panic"), "{log}");
     assert!(log.contains("letting Envoy exit now"), "{log}");
@@ -781,7 +831,11 @@ async fn a_panic_in_the_admin_calls_is_counted_and_the_drain_goes_on() {
     envoy.sigterm();
     let (status, at) = envoy.wait_exit(Duration::from_secs(10)).await;
     assert!(status.success(), "{status:?}");
-    assert!(at - t0 < Duration::from_secs(2), "{:?}", at - t0);
+    // The drain went on to complete by its rules (not the 10 s timeout), so SIGTERM found it
+    // done: an exit well inside half the timeout.
+    let (reported, timed_out) = envoy.reported_drain();
+    assert!(!timed_out, "the timeout ended the drain ({reported:?})");
+    assert!(at - t0 < Duration::from_secs(5), "{:?}", at - t0);
 }
 
 /// The part of the module-threads summary logged at teardown that lists `which` calls

@@ -10,6 +10,8 @@ use common::clients::{self, H1Conn, H2Conn};
 use common::envoy::{Envoy, Options, Settings};
 use common::eventually;
 use common::front::{front_yaml, Front};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -274,9 +276,10 @@ async fn idle_http2_is_told_and_closed(envoy: &Envoy, mut raw: RawH2) {
             None => panic!("closed without GOAWAY"),
         }
     }
+    // At the drain start, not at the close after the grace.
     assert!(
-        goaway_at < Duration::from_millis(500),
-        "GOAWAY {goaway_at:?} after the drain start"
+        goaway_at < GRACE,
+        "GOAWAY {goaway_at:?} after the drain start (grace {GRACE:?})"
     );
     // Then the close: clean EOF (no RST), after the grace, nothing else in between but frames
     // the codec may legitimately send.
@@ -292,11 +295,11 @@ async fn idle_http2_is_told_and_closed(envoy: &Envoy, mut raw: RawH2) {
             }
         }
     }
+    // Closed by the grace, not at the exit (min_drain_duration 6 s).
     let closed_at = t0.elapsed();
     assert!(
-        closed_at >= GRACE - Duration::from_millis(100)
-            && closed_at < GRACE + Duration::from_secs(2),
-        "closed {closed_at:?} after the drain start (grace {GRACE:?})"
+        closed_at >= GRACE - Duration::from_millis(100) && closed_at < Duration::from_secs(6),
+        "closed {closed_at:?} after the drain start (grace {GRACE:?}, exit after 6s)"
     );
     let st = envoy.drain_status().await;
     assert_eq!(st["idle_connections_told"]["http2"], 1, "{st}");
@@ -326,9 +329,10 @@ async fn idle_http1_keep_alive_is_closed_cleanly_at_drain_start() {
     c.wait_closed(Duration::from_secs(2))
         .await
         .expect("idle keep-alive connection closed cleanly");
+    // At the drain start: before even an HTTP/2 connection's grace, long before the exit (6 s).
     let closed_after = t0.elapsed();
     assert!(
-        closed_after < Duration::from_millis(500),
+        closed_after < GRACE,
         "closed {closed_after:?} after the drain start"
     );
     let st = envoy.drain_status().await;
@@ -658,8 +662,16 @@ async fn exit_time_does_not_wait_for_idle_connections() {
     assert!(status.success(), "exit status {status}");
     let took = exited_at - t0;
     assert!(
-        took >= Duration::from_secs(1) && took < Duration::from_millis(2500),
+        took >= Duration::from_secs(1),
         "exit {took:?} after SIGTERM with min_drain_duration 1s"
+    );
+    // The drain completed by its rules, as the module measured it: not held by the idle
+    // connections until the 20 s timeout, nor until their close after the 2 s grace.
+    let (reported, timed_out) = envoy.reported_drain();
+    assert!(
+        !timed_out && reported < GRACE,
+        "drain ended after {reported:?}, timed out: {timed_out} (min_drain_duration 1s, grace \
+         {GRACE:?})"
     );
     let log = envoy.log();
     assert!(
@@ -829,11 +841,8 @@ async fn network_filter_without_the_http_filter_sends_goaway_and_closes_nothing(
             None => panic!("closed without GOAWAY"),
         }
     }
-    assert!(
-        t0.elapsed() < Duration::from_millis(500),
-        "{:?}",
-        t0.elapsed()
-    );
+    // At the drain start, not after the grace.
+    assert!(t0.elapsed() < GRACE, "{:?}", t0.elapsed());
     // The busy one: GOAWAY too (no new stream), and its stream completes.
     let e = busy.wait_goaway(Duration::from_secs(1)).await;
     assert_eq!(e.reason(), Some(h2::Reason::NO_ERROR));
@@ -955,10 +964,24 @@ async fn clients_pausing_about_idle_after_lose_nothing() {
     })
     .await;
     let port = envoy.data;
+    // The drain starts once every client has been answered and some of the slow ones are well
+    // into a pause (idle for 1.2 s: past idle_after, with 0.4 s or more to go), so idle
+    // connections are there at the drain start's check however the machine schedules the
+    // clients; the fast ones are at every phase of idle_after. The clients run on until 5 s into
+    // the drain.
+    const CLIENTS: usize = 120;
+    let stop_at: Arc<OnceLock<Instant>> = Arc::default();
+    // Per client: 0 while not yet answered or while a request is out, else 1 + the ms since
+    // `start` at its last answer.
+    let idle_since: Arc<Vec<AtomicU64>> =
+        Arc::new((0..CLIENTS).map(|_| AtomicU64::new(0)).collect());
+    let answered = Arc::new(AtomicU64::new(0));
     let start = Instant::now();
-    let run_for = Duration::from_secs(8);
     let mut tasks = Vec::new();
-    for i in 0..120u64 {
+    for i in 0..CLIENTS as u64 {
+        let (stop_at, idle_since, answered) =
+            (stop_at.clone(), idle_since.clone(), answered.clone());
+        let idle_since_mine = move |v: u64| idle_since[i as usize].store(v, Ordering::Relaxed);
         tasks.push(tokio::spawn(async move {
             let mut c = H1Conn::connect(port).await.unwrap();
             let (mut ok, mut failures, mut retried) = (0u64, Vec::new(), Vec::new());
@@ -966,7 +989,7 @@ async fn clients_pausing_about_idle_after_lose_nothing() {
             let mut answered_here = 0u32;
             let mut x = i * 7919 + 13;
             for _ in 0..20 {
-                if start.elapsed() >= run_for {
+                if stop_at.get().is_some_and(|&t| Instant::now() >= t) {
                     break;
                 }
                 x = x
@@ -981,6 +1004,7 @@ async fn clients_pausing_about_idle_after_lose_nothing() {
                     950 + (x >> 33) % 200
                 };
                 tokio::time::sleep(Duration::from_millis(pause)).await;
+                idle_since_mine(0);
                 if !c.is_open() {
                     c = H1Conn::connect(port).await.unwrap();
                     answered_here = 0;
@@ -1000,6 +1024,10 @@ async fn clients_pausing_about_idle_after_lose_nothing() {
                     Ok(r) if r.status == 200 => {
                         ok += 1;
                         answered_here += 1;
+                        if ok == 1 {
+                            answered.fetch_add(1, Ordering::Relaxed);
+                        }
+                        idle_since_mine(1 + start.elapsed().as_millis() as u64);
                     }
                     other => {
                         failures.push(format!("{other:?} at {:?}", start.elapsed()));
@@ -1011,8 +1039,22 @@ async fn clients_pausing_about_idle_after_lose_nothing() {
             (ok, failures, retried)
         }));
     }
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    start_drain(&envoy).await;
+    eventually(
+        "every client answered, and two idle for 1.2 s",
+        Duration::from_secs(20),
+        || async {
+            let now = start.elapsed().as_millis() as u64;
+            let idle = idle_since
+                .iter()
+                .map(|t| t.load(Ordering::Relaxed))
+                .filter(|&t| t > 0 && now + 1 >= t + 1200)
+                .count();
+            (answered.load(Ordering::Relaxed) == CLIENTS as u64 && idle >= 2).then_some(())
+        },
+    )
+    .await;
+    let drain_start = start_drain(&envoy).await;
+    stop_at.set(drain_start + Duration::from_secs(5)).unwrap();
     let (mut ok, mut failures, mut retried) = (0, Vec::new(), Vec::new());
     for t in tasks {
         let (o, f, r) = t.await.unwrap();

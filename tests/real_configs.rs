@@ -28,7 +28,8 @@ fn options() -> Options {
 /// A front Envoy whose cluster actively health-checks `127.0.0.1:<port><path>` every 100 ms (user
 /// agent `Envoy/HC`), as a load balancer in front of the gateway does: it never stops checking.
 async fn front_health_checker(port: u16, path: &str) -> Envoy {
-    let admin = free_ports(1)[0];
+    let reserved = free_ports(1);
+    let admin = reserved[0];
     let yaml = front_yaml(&Front {
         admin,
         listen: None,
@@ -105,15 +106,19 @@ async fn sigterm_with_one_request(envoy: &mut Envoy) -> Duration {
     at - t0
 }
 
-fn assert_exit_by_the_rules(took: Duration, what: &str) {
+/// The exit came after the request (1.5 s), and the drain ended by the rules: health checks that
+/// held it (each would restart the quiet period) would have it end at the 8 s timeout, as the
+/// module reports.
+fn assert_exit_by_the_rules(envoy: &Envoy, took: Duration, what: &str) {
     println!("{what}: exited {took:?} after SIGTERM");
     assert!(
         took >= Duration::from_millis(1300),
         "{what}: exited before the request ended: {took:?}"
     );
+    let (reported, timed_out) = envoy.reported_drain();
     assert!(
-        took < Duration::from_millis(3000),
-        "{what}: health checks held the drain: exited after {took:?} (timeout 8s)"
+        !timed_out,
+        "{what}: health checks held the drain: it timed out after {reported:?} (timeout 8s)"
     );
 }
 
@@ -125,7 +130,7 @@ async fn health_checks_on_the_data_listener_never_hold_a_drain() {
     let _front = front_health_checker(envoy.data, "/").await;
     let probes = probe_loop(envoy.data, "/");
     let took = sigterm_with_one_request(&mut envoy).await;
-    assert_exit_by_the_rules(took, "filter mode, data-port health checks");
+    assert_exit_by_the_rules(&envoy, took, "filter mode, data-port health checks");
     let answered = probes.await.unwrap();
     assert!(
         answered.len() >= 5 && answered.iter().all(|s| *s == 200),
@@ -156,7 +161,7 @@ async fn bootstrap_only_health_checks_never_hold_a_drain() {
     );
     let _front = front_health_checker(envoy.data, "/healthz").await;
     let took = sigterm_with_one_request(&mut envoy).await;
-    assert_exit_by_the_rules(took, "bootstrap-only mode, data-port health checks");
+    assert_exit_by_the_rules(&envoy, took, "bootstrap-only mode, data-port health checks");
 }
 
 /// The control listener under another stat prefix (`readiness`), health-checked by a front
@@ -178,15 +183,18 @@ async fn a_control_listener_under_any_name_drains_by_the_rules() {
     println!("control listener `readiness`: /drain answered after {took:?}");
     assert_eq!(r.status, 200, "{}", r.text());
     assert!(r.text().contains("\"timed_out\":false"), "{}", r.text());
-    assert!(
-        took >= Duration::from_millis(900) && took < Duration::from_millis(2500),
-        "{took:?}"
-    );
-    // The SIGTERM that follows exits at once.
-    let t1 = Instant::now();
+    assert!(took >= Duration::from_millis(900), "{took:?}");
+    // The SIGTERM that follows is released at once, without a drain of its own.
     envoy.sigterm();
-    let (_, at) = envoy.wait_exit(Duration::from_secs(5)).await;
-    assert!(at - t1 < Duration::from_secs(1), "{:?}", at - t1);
+    let (status, _) = envoy.wait_exit(Duration::from_secs(5)).await;
+    assert!(status.success(), "{status:?}");
+    let log = envoy.log();
+    assert!(log.contains("releasing Envoy's exit"), "{log}");
+    assert_eq!(
+        log.matches("graceful_drain: drain started").count(),
+        1,
+        "{log}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -197,7 +205,7 @@ async fn a_control_listener_under_any_name_lets_sigterm_drain_by_the_rules() {
     let mut envoy = Envoy::start_yaml(&y, p[0], p[1], p[2], &options()).await;
     let _front = front_health_checker(envoy.control, "/ready").await;
     let took = sigterm_with_one_request(&mut envoy).await;
-    assert_exit_by_the_rules(took, "control listener `readiness`");
+    assert_exit_by_the_rules(&envoy, took, "control listener `readiness`");
 }
 
 /// Module readiness, Envoy's `/ready` and Envoy's health-check state agree in every state:
@@ -236,21 +244,21 @@ async fn readiness_and_health_agree_and_readiness_can_be_delayed() {
         .await
         .unwrap();
     assert_eq!(r.status, 200);
-    // During the delay: still ready everywhere, but the connection was sent away at once.
-    assert_eq!(
-        view().await,
-        (200, 200, 1),
-        "within readiness_failure_delay"
-    );
+    // During the delay: still ready everywhere, but the connection was sent away at once. (A
+    // view taken only after the delay, on a machine too busy for three GETs in 800 ms, proves
+    // nothing either way: then only the lower bound below holds the delay to account.)
+    let within = view().await;
+    let viewed_after = t0.elapsed();
+    if viewed_after < Duration::from_millis(800) {
+        assert_eq!(within, (200, 200, 1), "within readiness_failure_delay");
+    } else {
+        eprintln!("the view within the delay came {viewed_after:?} after the drain start: skipped");
+    }
     let r = in_flight.await.unwrap().unwrap();
     assert_eq!(
         r.header("connection"),
         Some("close"),
         "sent away at drain start"
-    );
-    assert!(
-        t0.elapsed() < Duration::from_millis(800),
-        "checked within the delay"
     );
     // After the delay: not ready everywhere.
     let draining = eventually(
@@ -319,8 +327,7 @@ async fn the_drain_start_calls_the_admin_and_envoy_reports_no_bug() {
 
     // Nothing listens at the configured admin address.
     let nobody = no_admin_socket("drain");
-    let lost = start_with_admin_address(&nobody.display().to_string(), free_ports(3)).await;
-    let t0 = Instant::now();
+    let lost = start_with_admin_address(&nobody.display().to_string(), &free_ports(3)).await;
     let r = clients::get(lost.control, "/drain?wait=false")
         .await
         .unwrap();
@@ -329,8 +336,10 @@ async fn the_drain_start_calls_the_admin_and_envoy_reports_no_bug() {
         (lost.drain_status().await["state"] == "drained").then_some(())
     })
     .await;
-    // The rules allow the end at 1 s (min_drain_duration, nothing in flight).
-    assert!(t0.elapsed() < Duration::from_secs(3), "{:?}", t0.elapsed());
+    // The rules allow the end at 1 s (min_drain_duration, nothing in flight): it ended by them,
+    // not by the 8 s timeout.
+    let st = lost.drain_status().await;
+    assert_eq!(st["outcome"]["timed_out"], false, "{st}");
     assert!(
         lost.log().contains("admin POST /healthcheck/fail failed"),
         "{}",
@@ -348,7 +357,7 @@ fn no_admin_socket(tag: &str) -> std::path::PathBuf {
 }
 
 /// The gateway on ports `p` (admin, data, control) with `admin_address` set to `address`.
-async fn start_with_admin_address(address: &str, p: Vec<u16>) -> Envoy {
+async fn start_with_admin_address(address: &str, p: &[u16]) -> Envoy {
     let extra: &'static str =
         Box::leak(format!(r#""admin_address": "{address}""#).into_boxed_str());
     let o = Options {
@@ -385,7 +394,7 @@ async fn the_admin_address_is_checked_at_start() {
     drop(right);
 
     let nobody = no_admin_socket("check");
-    let absent = start_with_admin_address(&nobody.display().to_string(), free_ports(3)).await;
+    let absent = start_with_admin_address(&nobody.display().to_string(), &free_ports(3)).await;
     let line = format!("admin_address did not answer ({}: ", nobody.display());
     absent.wait_log("the absent admin reported", &line).await;
     assert!(absent
@@ -404,7 +413,7 @@ async fn the_admin_address_is_checked_at_start() {
     drop(absent);
 
     let p = free_ports(3);
-    let control = start_with_admin_address(&format!("127.0.0.1:{}", p[2]), p.clone()).await;
+    let control = start_with_admin_address(&format!("127.0.0.1:{}", p[2]), &p).await;
     let line = format!(
         "admin_address 127.0.0.1:{} is not Envoy's admin (GET /ready answered 200 \"ready\"): \
          a drain cannot fail Envoy's health checks through it; set admin_address",
@@ -475,11 +484,17 @@ async fn hot_restart_drains_the_old_process_and_leaves_the_new_one_serving() {
     let r = in_flight.await.unwrap().unwrap();
     assert_eq!(r.status, 200);
     assert_eq!(r.header("connection"), Some("close"));
-    // It exits on time (Envoy terminates the parent after --parent-shutdown-time-s).
+    // It exits on time (Envoy terminates the parent after --parent-shutdown-time-s, 4 s): its
+    // drain ended by the rules, not held to the 8 s drain_timeout, which started after t0.
     let (status, at) = old.wait_exit(Duration::from_secs(10)).await;
     assert!(status.success(), "{status:?}");
+    let (reported, timed_out) = old.reported_drain();
     assert!(
-        at - t0 < Duration::from_secs(6),
+        !timed_out,
+        "the old process's drain timed out after {reported:?}"
+    );
+    assert!(
+        at - t0 < Duration::from_secs(8),
         "old process exited after {:?}",
         at - t0
     );

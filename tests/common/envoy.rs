@@ -2,7 +2,7 @@
 //! base id; waits for readiness with a deadline; dumps the log when a test fails; kills and reaps
 //! the process on drop.
 
-use super::{clients, eventually, free_ports, repo_root};
+use super::{clients, eventually, free_ports, repo_root, Ports};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -342,6 +342,8 @@ pub struct Envoy {
     log_path: PathBuf,
     exit: Option<(ExitStatus, Instant)>,
     kept: Vec<TempDir>,
+    /// The ports [`Envoy::start`] reserved for this Envoy (released with it).
+    reserved: Option<Ports>,
     /// Envoy bugs this test expects (a substring of each `envoy bug failure` line), from a
     /// configuration that is not ours; any other one fails the test.
     expected_bugs: Vec<&'static str>,
@@ -351,10 +353,13 @@ impl Envoy {
     /// Start the example gateway and wait until it serves (admin `/ready` is LIVE).
     pub async fn start(o: Options) -> Envoy {
         let p = free_ports(3);
-        Envoy::start_on([p[0], p[1], p[2]], o).await
+        let mut e = Envoy::start_on([p[0], p[1], p[2]], o).await;
+        e.reserved = Some(p);
+        e
     }
 
     /// Start the example gateway on given `[admin, data, control]` ports (a replacement "pod").
+    /// The caller keeps the ports reserved ([`free_ports`]) until this returns.
     pub async fn start_on(p: [u16; 3], o: Options) -> Envoy {
         let yaml = render_gateway(p[0], p[1], p[2], &o);
         Envoy::start_yaml(&yaml, p[0], p[1], p[2], &o).await
@@ -402,6 +407,7 @@ impl Envoy {
             log_path,
             exit: None,
             kept: Vec::new(),
+            reserved: None,
             expected_bugs: Vec::new(),
         };
         e.wait_ready().await;
@@ -506,6 +512,26 @@ impl Envoy {
         body.lines()
             .find_map(|l| l.strip_prefix(&format!("{name}: ")))
             .and_then(|v| v.trim().parse().ok())
+    }
+
+    /// The drain's duration as the module logged it at completion (its own clock, from the drain
+    /// start to the completion: neither the test's nor the process's scheduling delays count),
+    /// and whether the timeout ended it. Panics if the log has no completion.
+    pub fn reported_drain(&self) -> (Duration, bool) {
+        let log = self.log();
+        let (tail, timed_out) = match log.split_once("drain completed in ") {
+            Some((_, t)) => (t, false),
+            None => match log.split_once("drain timed out after ") {
+                Some((_, t)) => (t, true),
+                None => panic!("no drain completion in the log:\n{log}"),
+            },
+        };
+        let ms: u64 = tail
+            .split(' ')
+            .next()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("unreadable drain completion in the log:\n{log}"));
+        (Duration::from_millis(ms), timed_out)
     }
 
     /// `/drain/status` of the control listener as JSON.

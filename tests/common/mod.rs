@@ -36,41 +36,105 @@ where
     }
 }
 
-/// Pick `n` distinct free loopback ports, held open together so they differ. They come from
-/// below the kernel's ephemeral range, so no outgoing connection can take one while a test
-/// restarts a process on it.
-pub fn free_ports(n: usize) -> Vec<u16> {
+/// Loopback ports reserved for a test: each is held by a socket bound to it (not listening,
+/// with `SO_REUSEADDR`) until this guard is dropped, so no other process can take it in the gap
+/// between picking it and Envoy binding it, nor while a test restarts a process on it.
+///
+/// Why this works on Linux: a bind conflicts with a bound socket unless both set
+/// `SO_REUSEADDR` and the bound one is not listening. Envoy (every TCP listen socket, the admin's
+/// included) and tokio/std listeners set it, so they bind and listen over the reservation, and
+/// connections reach them only (a socket that does not listen takes none). [`free_ports`] probes
+/// without `SO_REUSEADDR`, so it never hands out a port another test process holds, nor one in
+/// use. (A program that binds with `SO_REUSEADDR` while nothing listens can still share a
+/// reserved port; no such program picks ports in our range: see [`free_ports`].)
+pub struct Ports {
+    ports: Vec<u16>,
+    _held: Vec<std::os::fd::OwnedFd>,
+}
+
+impl std::ops::Deref for Ports {
+    type Target = [u16];
+    fn deref(&self) -> &[u16] {
+        &self.ports
+    }
+}
+
+/// A socket bound to 127.0.0.1:`port` and then marked `SO_REUSEADDR` (the bind itself is
+/// exclusive, so it fails if any socket has the port), or `None` if the port is taken.
+fn reserve(port: u16) -> Option<std::os::fd::OwnedFd> {
+    use std::os::fd::{FromRawFd, OwnedFd};
+    // SAFETY: socket(2) with constant arguments; the fd, if valid, is owned by the OwnedFd at
+    // once, which closes it on every path.
+    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) };
+    assert!(fd >= 0, "socket(2): {}", std::io::Error::last_os_error());
+    // SAFETY: fd is a fresh socket nobody else owns.
+    let sock = unsafe { OwnedFd::from_raw_fd(fd) };
+    let addr = libc::sockaddr_in {
+        sin_family: libc::AF_INET as libc::sa_family_t,
+        sin_port: port.to_be(),
+        sin_addr: libc::in_addr {
+            s_addr: u32::from(std::net::Ipv4Addr::LOCALHOST).to_be(),
+        },
+        sin_zero: [0; 8],
+    };
+    let len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+    // SAFETY: addr is a valid sockaddr_in of `len` bytes that outlives the call.
+    let rc = unsafe { libc::bind(fd, &addr as *const _ as *const libc::sockaddr, len) };
+    if rc != 0 {
+        return None;
+    }
+    let on: libc::c_int = 1;
+    // SAFETY: setsockopt(2) on our socket with a c_int option value that outlives the call.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_REUSEADDR,
+            &on as *const _ as *const libc::c_void,
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    assert_eq!(rc, 0, "SO_REUSEADDR: {}", std::io::Error::last_os_error());
+    Some(sock)
+}
+
+/// Reserve `n` distinct free loopback ports (see [`Ports`]: held until the guard is dropped, so
+/// keep it as long as anything is to bind them). They come from below the kernel's ephemeral
+/// range, so no outgoing connection can take one either.
+pub fn free_ports(n: usize) -> Ports {
     let ephemeral_low: u32 = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
         .ok()
         .and_then(|s| s.split_whitespace().next()?.parse().ok())
         .unwrap_or(32768);
     const LOW: u32 = 15000;
-    if ephemeral_low <= LOW + 1000 {
-        let ls: Vec<_> = (0..n)
-            .map(|_| std::net::TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0"))
-            .collect();
-        return ls.iter().map(|l| l.local_addr().unwrap().port()).collect();
-    }
-    let span = ephemeral_low - LOW;
+    let range = if ephemeral_low > LOW + 1000 {
+        LOW..ephemeral_low
+    } else {
+        // No room below the ephemeral range: anywhere above the privileged ports.
+        1024..65536
+    };
+    let span = range.end - range.start;
     let seed = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
         .subsec_nanos()
         ^ (std::process::id() << 12);
     let mut x = seed;
-    let mut held = Vec::new();
+    let (mut ports, mut held) = (Vec::new(), Vec::new());
     for _ in 0..10 * span {
         if held.len() == n {
             break;
         }
         x = x.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
-        let port = (LOW + (x >> 8) % span) as u16;
-        if let Ok(l) = std::net::TcpListener::bind(("127.0.0.1", port)) {
-            held.push(l);
+        let port = (range.start + (x >> 8) % span) as u16;
+        if ports.contains(&port) {
+            continue;
+        }
+        if let Some(sock) = reserve(port) {
+            ports.push(port);
+            held.push(sock);
         }
     }
-    assert_eq!(held.len(), n, "could not find {n} free ports");
-    held.iter()
-        .map(|l| l.local_addr().unwrap().port())
-        .collect()
+    assert_eq!(held.len(), n, "could not reserve {n} free ports");
+    Ports { ports, _held: held }
 }

@@ -22,10 +22,12 @@ impl Drop for Upstream {
 
 impl Upstream {
     pub async fn start() -> Upstream {
-        let port = super::free_ports(1)[0];
+        let reserved = super::free_ports(1);
+        let port = reserved[0];
         let listener = TcpListener::bind(("127.0.0.1", port))
             .await
             .expect("bind upstream");
+        drop(reserved); // the listener holds the port now
         let task = tokio::spawn(async move {
             loop {
                 let Ok((sock, _)) = listener.accept().await else {
