@@ -184,6 +184,9 @@ pub struct Conn {
     /// HTTP/2 whose client has sent only connection-level frames so far (no HEADERS: it never
     /// opened a stream), as [`FirstStream`] follows them. Idle whatever filters the listener has.
     h2_streamless: AtomicBool,
+    /// The glue must still look at the bytes read (the protocol is unknown, or an HTTP/2 client
+    /// has not opened a stream yet): one load on the read path decides.
+    following: AtomicBool,
     /// The HTTP filter reported at least one stream: it is in the chain, so `streams` is exact.
     tracked: AtomicBool,
     /// Bytes were read since the connection last had no stream (a request may be on its way
@@ -235,6 +238,7 @@ impl Conn {
             server_wrote: AtomicBool::new(false),
             streams: AtomicU32::new(0),
             h2_streamless: AtomicBool::new(false),
+            following: AtomicBool::new(true),
             tracked: AtomicBool::new(false),
             read_since_idle: AtomicBool::new(false),
             told: AtomicBool::new(false),
@@ -295,6 +299,14 @@ impl Conn {
         let h2 = first.starts_with(H2_MAGIC_PREFIX);
         self.set_wire(if h2 { Wire::Http2 } else { Wire::Http1 });
         set(&self.h2_streamless, h2);
+        set(&self.following, h2);
+    }
+
+    /// Whether the glue must still hand over the bytes it reads ([`Conn::on_read`] with the
+    /// first ones, [`FirstStream`]); once false, `on_read(len, &[])` is all a read needs.
+    #[inline]
+    pub fn following_bytes(&self) -> bool {
+        get(&self.following)
     }
 
     /// Whether the glue must still feed the client's bytes to its [`FirstStream`].
@@ -306,6 +318,7 @@ impl Conn {
     /// stream, or sent something [`FirstStream`] does not follow.
     pub fn first_stream_seen(&self) {
         set(&self.h2_streamless, false);
+        set(&self.following, false);
     }
 
     /// The server wrote `len` bytes towards the client.
@@ -316,7 +329,10 @@ impl Conn {
     }
 
     fn stream_started(&self) {
-        set(&self.h2_streamless, false);
+        if get(&self.h2_streamless) {
+            set(&self.h2_streamless, false);
+            set(&self.following, false);
+        }
         set(&self.tracked, true);
         self.streams.fetch_add(1, Ordering::Relaxed);
     }
@@ -598,9 +614,9 @@ pub fn stream_started(id: impl FnOnce() -> Option<u64>) -> StreamMark {
     StreamMark { conn, attached: 0 }
 }
 
-/// The stream behind `mark` ended at `now` (`Clock::nanos`; idempotent for a default mark).
-/// After this its connection no longer hands it back.
-pub fn stream_ended(mark: StreamMark, now: u64) {
+/// The stream behind `mark` ended at `now()` (`Clock::nanos`, read only for a set mark;
+/// idempotent for a default mark). After this its connection no longer hands it back.
+pub fn stream_ended(mark: StreamMark, now: impl FnOnce() -> u64) {
     if let Some(c) = mark.conn {
         if mark.attached != 0 {
             // A later stream may have attached itself since: only take back our own word.
@@ -608,7 +624,7 @@ pub fn stream_ended(mark: StreamMark, now: u64) {
                 c.stream
                     .compare_exchange(mark.attached, 0, Ordering::Relaxed, Ordering::Relaxed);
         }
-        c.stream_ended(now);
+        c.stream_ended(now());
     }
 }
 
@@ -1020,14 +1036,14 @@ mod tests {
             "the latest request"
         );
         // The older one ending does not take the latest one's place away.
-        stream_ended(first, T0);
+        stream_ended(first, || T0);
         assert_eq!(
             c.on_drain_started(&counts, LATER, IDLE),
             Action::WakeStream(0x2000)
         );
         assert_eq!(counts.snapshot(), IdleTold::default(), "busy: not idle");
         unregister(&c);
-        stream_ended(second, T0);
+        stream_ended(second, || T0);
     }
 
     #[test]
@@ -1041,7 +1057,7 @@ mod tests {
         older.attach(0x1000);
         let mut latest = stream_started(|| Some(92));
         latest.attach(0x2000);
-        stream_ended(latest, T0);
+        stream_ended(latest, || T0);
         assert_eq!(
             c.on_drain_started(&counts, LATER, IDLE),
             Action::Nothing,
@@ -1301,15 +1317,15 @@ mod tests {
         assert!(m1.is_set());
         assert!(!stream_started(|| None).is_set());
         assert_eq!(c.streams(), 2);
-        stream_ended(m1, T0);
-        stream_ended(StreamMark::default(), T0);
+        stream_ended(m1, || T0);
+        stream_ended(StreamMark::default(), || T0);
         assert_eq!(c.streams(), 1);
         // Another thread (a teardown elsewhere) can unregister it; the mark still holds the
         // connection's state, so its stream ends without a lookup and without harm.
         let c2 = c.clone();
         std::thread::spawn(move || unregister(&c2)).join().unwrap();
         assert!(!stream_started(|| Some(77)).is_set(), "unregistered");
-        stream_ended(m2, T0);
+        stream_ended(m2, || T0);
         assert_eq!(c.streams(), 0);
         // Found only on the thread that registered it (a connection's worker).
         let d = Arc::new(Conn::new(78));

@@ -268,7 +268,7 @@ impl DataStream {
             }
         }
         // The connection no longer hands this stream back (its filter may be freed after this).
-        crate::connections::stream_ended(std::mem::take(&mut self.conn), shared.clock.nanos());
+        crate::connections::stream_ended(std::mem::take(&mut self.conn), || shared.clock.nanos());
         if let Some(w) = self.waker.take() {
             sink.drop_waker(w);
         }

@@ -371,28 +371,37 @@ fn with_stream<R>(
         }
         Some(Ran::Done(r))
     });
-    // Guarded too: no line of a hook runs outside a guard.
-    guard(hook, Ran::Panicked, || {
-        // SAFETY: the filter is alive until freed here or by the destroy hook, which defers to
-        // us (sets destroy_pending) while we held its stream.
-        let alive = unsafe { filter(fm) };
-        if ran.is_none() {
-            if let Some(f) = alive {
-                f.poisoned.set(true);
-                // SAFETY: the config outlives its filters; read to count the failure.
-                if let Some(config) = unsafe { f.config.as_ref() } {
-                    if config.role == Role::Data {
-                        super::shared().counters.module_error();
-                        config.metric(fe, Metric::ModuleError);
+    // Two loads on the common path; what may panic (counting a failure, a deferred destroy)
+    // runs in a guard of its own.
+    // SAFETY: the filter is alive until freed here or by the destroy hook, which defers to us
+    // (sets destroy_pending) while we held its stream.
+    let alive = unsafe { filter(fm) };
+    match ran {
+        Some(r) => {
+            if outermost && alive.is_some_and(|f| f.destroy_pending.get()) {
+                destroy_filter(fm);
+            }
+            r
+        }
+        None => {
+            guard(hook, (), || {
+                if let Some(f) = alive {
+                    f.poisoned.set(true);
+                    // SAFETY: the config outlives its filters; read to count the failure.
+                    if let Some(config) = unsafe { f.config.as_ref() } {
+                        if config.role == Role::Data {
+                            super::shared().counters.module_error();
+                            config.metric(fe, Metric::ModuleError);
+                        }
                     }
                 }
-            }
+                if outermost && alive.is_some_and(|f| f.destroy_pending.get()) {
+                    destroy_filter(fm);
+                }
+            });
+            Ran::Panicked
         }
-        if outermost && alive.is_some_and(|f| f.destroy_pending.get()) {
-            destroy_filter(fm);
-        }
-        ran.unwrap_or(Ran::Panicked)
-    })
+    }
 }
 
 // ---- exported hooks --------------------------------------------------------------------------

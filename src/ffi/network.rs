@@ -200,7 +200,7 @@ pub extern "C" fn envoy_dynamic_module_on_network_filter_read(
         let Some(conn) = f.conn.get() else {
             return STATUS_CONTINUE;
         };
-        if conn.sniffing() || conn.watching_first_stream() {
+        if conn.following_bytes() {
             follow_client_bytes(fe, conn, &f.first_stream, data_len);
         } else {
             conn.on_read(data_len, &[]);
