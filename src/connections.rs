@@ -1,6 +1,6 @@
 //! Downstream connections as the network filter sees them, and what to tell the idle ones when a
 //! drain starts. No call into Envoy, and no clock of its own (the callers pass the request path's
-//! coarse time, `Clock::nanos`): the network-filter glue (`ffi::network`) feeds bytes and events in and applies
+//! coarse time, `StreamSink::now_nanos`): the network-filter glue (`ffi::network`) feeds bytes and events in and applies
 //! the returned [`Action`]; the HTTP filter reports the streams it sees per connection id
 //! ([`stream_started`], [`stream_ended`]).
 //!
@@ -195,7 +195,7 @@ pub struct Conn {
     /// This module told the client (GOAWAY sent, or closed).
     told: AtomicBool,
     closed_by_us: AtomicBool,
-    /// When the last stream ended (`Clock::nanos`); meaningful once tracked.
+    /// When the last stream ended (`StreamSink::now_nanos`); meaningful once tracked.
     idle_since: AtomicU64,
     /// Marked idle by a check; closed by the confirmation if still idle with the same
     /// `idle_since` (0 = not marked).
@@ -614,7 +614,7 @@ pub fn stream_started(id: impl FnOnce() -> Option<u64>) -> StreamMark {
     StreamMark { conn, attached: 0 }
 }
 
-/// The stream behind `mark` ended at `now()` (`Clock::nanos`, read only for a set mark;
+/// The stream behind `mark` ended at `now()` (`StreamSink::now_nanos`, read only for a set mark;
 /// idempotent for a default mark). After this its connection no longer hands it back.
 pub fn stream_ended(mark: StreamMark, now: impl FnOnce() -> u64) {
     if let Some(c) = mark.conn {

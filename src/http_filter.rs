@@ -32,6 +32,9 @@ pub trait StreamSink {
     /// Destroy a waker made by [`StreamHost::new_waker`]. Called once per waker.
     fn drop_waker(&self, waker: Waker);
     fn metric(&self, m: Metric);
+    /// The request path's coarse monotonic time in nanoseconds, the clock the network filter's
+    /// idle checks read too (a direct call: a stream's end pays no virtual call for it).
+    fn now_nanos(&self) -> u64;
 }
 
 /// What the glue needs from Envoy for one live stream. Called only on the stream's worker thread,
@@ -268,7 +271,7 @@ impl DataStream {
             }
         }
         // The connection no longer hands this stream back (its filter may be freed after this).
-        crate::connections::stream_ended(std::mem::take(&mut self.conn), || shared.clock.nanos());
+        crate::connections::stream_ended(std::mem::take(&mut self.conn), || sink.now_nanos());
         if let Some(w) = self.waker.take() {
             sink.drop_waker(w);
         }
@@ -492,7 +495,13 @@ mod tests {
         fn metric(&self, m: Metric) {
             self.metrics.borrow_mut().push(m);
         }
+        fn now_nanos(&self) -> u64 {
+            FAKE_NOW
+        }
     }
+
+    /// The fake hosts' coarse time (the idle checks below read the same).
+    const FAKE_NOW: u64 = 1_000_000_000;
 
     impl StreamHost for FakeHost {
         fn with_request_header<R>(&self, name: &str, f: impl FnOnce(Option<&[u8]>) -> R) -> R {
@@ -652,7 +661,7 @@ mod tests {
         assert!(commits().is_empty(), "nothing for the table's scan to wake");
         // The connection's wake-up hands the stream back; the glue runs its scheduled logic.
         let counts = connections::Counts::default();
-        let action = conn.on_drain_started(&counts, shared.clock.nanos(), Duration::ZERO);
+        let action = conn.on_drain_started(&counts, FAKE_NOW, Duration::ZERO);
         assert_eq!(action, Action::WakeStream(host.stream_word()));
         s.on_scheduled(&host, &shared, EVENT_GO_AWAY);
         assert_eq!(host.go_aways.get(), 1);
@@ -675,7 +684,7 @@ mod tests {
         );
         assert_eq!(conn.streams(), 0);
         assert_eq!(
-            conn.on_drain_started(&counts, shared.clock.nanos(), Duration::from_secs(60)),
+            conn.on_drain_started(&counts, FAKE_NOW, Duration::from_secs(60)),
             Action::Nothing,
             "ended: no longer handed back"
         );

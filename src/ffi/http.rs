@@ -205,6 +205,9 @@ impl StreamSink for ConfigSink<'_> {
     fn metric(&self, m: Metric) {
         self.0.metric(ptr::null_mut(), m)
     }
+    fn now_nanos(&self) -> u64 {
+        super::coarse_monotonic_nanos()
+    }
 }
 
 impl StreamSink for EnvoyStream<'_> {
@@ -213,6 +216,9 @@ impl StreamSink for EnvoyStream<'_> {
     }
     fn metric(&self, m: Metric) {
         self.config.metric(self.fe, m)
+    }
+    fn now_nanos(&self) -> u64 {
+        super::coarse_monotonic_nanos()
     }
 }
 

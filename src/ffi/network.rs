@@ -329,7 +329,8 @@ pub extern "C" fn envoy_dynamic_module_on_network_filter_scheduled(
         }
         let global = Connections::global();
         let counts = &global.counts;
-        let (now, idle_after) = (super::shared().clock.nanos(), global.idle_after());
+        // The clock the HTTP filter stamps a stream's end with (StreamSink::now_nanos).
+        let (now, idle_after) = (super::coarse_monotonic_nanos(), global.idle_after());
         let before = counts.snapshot();
         let action = match event_id {
             EVENT_DRAIN_STARTED => conn.on_drain_started(counts, now, idle_after),
