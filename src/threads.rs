@@ -161,10 +161,6 @@ impl Threads {
         }
     }
 
-    pub fn is_stopping(&self) -> bool {
-        self.life().stopping
-    }
-
     /// Make a call into Envoy (`f`) if the gate is open: `None` once the exit was released.
     pub fn call<R>(&self, what: &'static str, f: impl FnOnce() -> R) -> Option<R> {
         if self.faults.hold_calls_until_release && MODULE_THREAD.with(|m| m.get()) {
