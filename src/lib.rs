@@ -1,22 +1,23 @@
 //! graceful-drain: an Envoy dynamic module (Envoy 1.38 to 1.40) that drains a gateway on shutdown
 //! without failing a request.
 //!
-//! Layers, from the Envoy boundary inwards:
-//! - [`ffi`]: the only unsafe code. Raw ABI declarations, exported hooks, panic guard, buffers.
-//! - [`http_filter`]: per-request glue (data and control roles), written against a small host trait.
-//! - [`bootstrap`]: the process-wide drain engine: SIGTERM hold, admin endpoints, the drain clock.
+//! Layers, from the Envoy boundary inwards (each owns what it names; no other part touches it):
+//! - [`ffi`]: the only unsafe code and the only caller of Envoy. Raw ABI declarations, the
+//!   exported hooks (guard, convert, delegate), RAII handles for Envoy's timer and schedulers,
+//!   the filter allocator, the panic guard, buffers and the logger. Owns the process-wide
+//!   instances: [`state::Shared`] and [`threads::Threads`].
+//! - [`extension`]: the bootstrap extension's life (load, engine hooks, scanner, admin calls,
+//!   fallback ticker, teardown), over a host trait the FFI implements.
+//! - [`http_filter`]: per-request glue (data and control roles), over a host trait.
+//! - [`connections`]: downstream connections seen by the network filter; tells idle ones.
+//! - [`bootstrap`]: the drain engine on Envoy's main thread: SIGTERM hold, admin endpoints.
+//! - [`threads`]: owner of every thread the module starts and the gate their calls into Envoy
+//!   pass (closed before Envoy's exit is released); [`gauges`] and [`stats_scan`] run on them.
 //! - [`state`]: the drain state shared by every worker and the main thread, split by owner.
-//! - [`registry`]: lock-free per-worker table of in-flight requests (counts, wakers, start times);
-//!   its drain protocol is model-checked with loom.
-//! - [`clock`]: time as a trait, so every layer above is unit-tested on a fake clock.
-//! - [`stats_scan`]: Envoy's own request stats, read on the module's thread at a bounded cost.
-//! - [`connections`]: downstream connections seen by the network filter; tells idle ones at drain start.
-//! - [`drain`]: the pure drain state machine; time is passed in.
-//! - [`config`]: configuration parsing and validation with messages that name the field.
-//! - [`admin`]: the drain start's calls to Envoy's admin, on a thread of the module's own.
-//! - [`control`]: routing and bodies of the control endpoints (pure).
-//! - [`threads`]: the one owner of every thread the module starts, and the gate every call they
-//!   make into Envoy passes (closed before Envoy's exit is released).
+//! - [`registry`]: lock-free per-worker table of in-flight requests (loom-checked).
+//! - [`drain`]: the pure drain state machine; time is passed in ([`clock`]).
+//! - [`config`], [`control`], [`admin`], [`compat`]: configuration, control endpoints, calls to
+//!   Envoy's admin, the Envoy-version check. Pure or plain std.
 //!
 //! Only [`ffi`] is unsafe and only it calls Envoy; nothing else names it, and the modules import
 //! each other without a cycle (`tests/architecture.rs`). The facts about Envoy the code relies
@@ -26,13 +27,16 @@
 pub mod admin;
 pub mod bootstrap;
 pub mod clock;
+pub mod compat;
 pub mod config;
 pub mod connections;
 pub mod control;
 pub mod drain;
+pub mod extension;
 #[cfg(feature = "panic-test")]
 pub mod faults;
 pub mod ffi;
+pub mod gauges;
 pub mod http_filter;
 pub mod registry;
 pub mod state;

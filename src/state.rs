@@ -226,6 +226,9 @@ pub struct Shared {
     policy: OnceLock<RequestPolicy>,
     /// When readiness fails (clock nanos), set at drain start; 0 while serving.
     readiness_fails_at: AtomicU64,
+    /// A data-role HTTP filter config was loaded (filter mode): the module then counts requests
+    /// itself, exactly, and Envoy's stats are only a cross-check for other listeners.
+    data_filter_loaded: AtomicBool,
     hooks: Hooks,
 }
 
@@ -243,8 +246,18 @@ impl Shared {
             drain: Mutex::new(None),
             policy: OnceLock::new(),
             readiness_fails_at: AtomicU64::new(0),
+            data_filter_loaded: AtomicBool::new(false),
             hooks,
         }
+    }
+
+    /// A data-role HTTP filter config was loaded (its config_new).
+    pub fn note_data_filter_loaded(&self) {
+        self.data_filter_loaded.store(true, Ordering::Relaxed);
+    }
+
+    pub fn data_filter_loaded(&self) -> bool {
+        self.data_filter_loaded.load(Ordering::Relaxed)
     }
 
     pub fn commit(&self, waker: Waker, event: u64) {

@@ -112,7 +112,7 @@ impl Threads {
     pub fn spawn(
         &self,
         name: &'static str,
-        on_panic: fn(),
+        on_panic: impl FnOnce() + Send + 'static,
         body: impl FnOnce() + Send + 'static,
     ) -> std::io::Result<()> {
         let mut life = self.life();

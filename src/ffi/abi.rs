@@ -4,7 +4,7 @@
 //! `source/extensions/dynamic_modules/abi/abi.h` and checked against the symbols (and, where the
 //! header changed, the disassembly) of the official 1.38.3, 1.39.3 and 1.40.0 binaries.
 //!
-//! Every difference between Envoy versions lives here and in `ffi::compat`; the rest of the
+//! Every difference between Envoy versions lives here and in `crate::compat`; the rest of the
 //! module calls the same Rust functions whatever Envoy it runs in.
 //!
 //! Callbacks are not linked as imports: `init` looks each one up in the running Envoy (`dlsym`)
@@ -16,7 +16,7 @@
 // Each wrapper below has the contract of the C callback of the same name (see the ABI header).
 #![allow(clippy::missing_safety_doc)]
 
-use super::compat;
+use crate::compat;
 use std::ffi::CString;
 use std::os::raw::{c_char, c_void};
 use std::sync::OnceLock;

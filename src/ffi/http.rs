@@ -425,7 +425,7 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_config_new(
             Ok(c) => {
                 let metrics = match c.role {
                     Role::Data => {
-                        super::bootstrap::note_data_filter_loaded();
+                        super::shared().note_data_filter_loaded();
                         DataMetrics::define(ce)
                     }
                     Role::Control => None,
@@ -441,7 +441,14 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_config_new(
                 );
                 #[cfg(not(feature = "envoy-1-38"))]
                 if let Some(m) = &metrics {
-                    publish_gauge(ce, m.active_requests);
+                    let (threads, shared) = (super::threads(), super::shared());
+                    GAUGES.publish(
+                        ce as usize,
+                        m.active_requests,
+                        threads,
+                        shared,
+                        set_config_gauge,
+                    );
                 }
                 Box::into_raw(Box::new(Config {
                     envoy: ce,
@@ -460,66 +467,23 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_config_new(
 
 // ---- the active_requests gauge (Envoy 1.39 and later) ----------------------------------------
 
-/// How often the `active_requests` gauge is set from the in-flight table. Envoy flushes stats to
-/// sinks every 5 s by default; the status endpoint's `active_requests` is always exact.
+/// The data-role configs whose `active_requests` gauge a module thread sets.
 #[cfg(not(feature = "envoy-1-38"))]
-pub const GAUGE_PERIOD: std::time::Duration = std::time::Duration::from_millis(500);
+static GAUGES: crate::gauges::GaugePublisher = crate::gauges::GaugePublisher::new();
 
-/// Live data-role configs and their gauge id: `(config's Envoy pointer, id)`. A config leaves
-/// under this lock in its destroy hook, so the publisher never uses a destroyed one. The gauge
-/// set made under it is an atomic store in Envoy that runs none of the module's hooks
-/// (`ENVOY_FACTS.md` §3b), so the lock cannot be re-entered.
+/// Set a config-scope gauge (any thread: config-scope gauges are atomics in Envoy).
 #[cfg(not(feature = "envoy-1-38"))]
-static GAUGES: std::sync::Mutex<Vec<(usize, usize)>> = std::sync::Mutex::new(Vec::new());
-#[cfg(not(feature = "envoy-1-38"))]
-static PUBLISHER_RUNNING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-
-#[cfg(not(feature = "envoy-1-38"))]
-fn gauges() -> std::sync::MutexGuard<'static, Vec<(usize, usize)>> {
-    GAUGES.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-/// Publish a data config's gauge, and start the publisher thread if it is not running. The
-/// thread sets every live config's gauge to the in-flight count each [`GAUGE_PERIOD`] (a config-
-/// scope gauge: any thread), and ends when no config is left.
-#[cfg(not(feature = "envoy-1-38"))]
-fn publish_gauge(ce: EnvoyPtr, id: usize) {
-    use std::sync::atomic::Ordering;
-    gauges().push((ce as usize, id));
-    if PUBLISHER_RUNNING.swap(true, Ordering::AcqRel) {
-        return;
-    }
-    let threads = super::threads();
-    let spawned = threads.spawn(
-        "graceful_drain_gauge",
-        super::count_module_error,
-        move || {
-            while threads.sleep(GAUGE_PERIOD) {
-                let live = gauges();
-                if live.is_empty() {
-                    break;
-                }
-                let active = super::shared().requests.counts().active.max(0) as u64;
-                for &(ce, id) in live.iter() {
-                    // SAFETY: `ce` is a live config (it leaves this list under the lock held here
-                    // before Envoy destroys it); config-scope gauges are atomics, any thread.
-                    threads.call("active_requests_gauge", || unsafe {
-                        abi::envoy_dynamic_module_callback_http_filter_config_set_gauge(
-                            ce as EnvoyPtr,
-                            id,
-                            ptr::null_mut(),
-                            0,
-                            active,
-                        )
-                    });
-                }
-            }
-            PUBLISHER_RUNNING.store(false, Ordering::Release);
-        },
-    );
-    if let Err(e) = spawned {
-        PUBLISHER_RUNNING.store(false, Ordering::Release);
-        log::warn!("graceful_drain: no thread for the active_requests gauge ({e}); it stays 0");
+fn set_config_gauge(ce: usize, id: usize, value: u64) {
+    // SAFETY: `ce` is a live config: it leaves GAUGES (under the lock the caller holds) in its
+    // destroy hook, before Envoy frees it.
+    unsafe {
+        abi::envoy_dynamic_module_callback_http_filter_config_set_gauge(
+            ce as EnvoyPtr,
+            id,
+            ptr::null_mut(),
+            0,
+            value,
+        );
     }
 }
 
@@ -529,7 +493,7 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_config_destroy(cm: *const 
         #[cfg(not(feature = "envoy-1-38"))]
         // SAFETY: our config, not yet freed.
         if let Some(c) = unsafe { (cm as *const Config).as_ref() } {
-            gauges().retain(|&(ce, _)| ce != c.envoy as usize);
+            GAUGES.forget(c.envoy as usize);
         }
         if !cm.is_null() {
             // SAFETY: `cm` came from Box::into_raw in config_new and is destroyed once.

@@ -14,7 +14,6 @@
 
 pub mod abi;
 pub mod bootstrap;
-mod compat;
 pub mod http;
 mod logger;
 pub mod network;

@@ -1,5 +1,5 @@
 //! Which Envoy this build is for, which Envoy it was loaded into, and the one error line when the
-//! two differ. Pure logic (no FFI): [`super::abi::init`] feeds it the running Envoy's symbols.
+//! two differ. Pure logic (no FFI): `ffi::abi::init` feeds it the running Envoy's symbols.
 //!
 //! Envoy does not refuse a module built for another ABI generation: 1.38 to 1.40 only log a
 //! warning when the version string differs. But a build calls callbacks with the shapes of its own

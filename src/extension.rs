@@ -1,0 +1,623 @@
+//! The bootstrap extension's whole life, in safe code: loading its config, running the drain
+//! [`Engine`] on Envoy's main thread, the stats scanner, the admin calls (on a thread of their
+//! own), the fallback ticker, and the teardown that stops and joins every module thread.
+//!
+//! The FFI glue (`ffi::bootstrap`) only guards, converts and calls the `on_*` methods here. It
+//! gives Envoy's side as a [`MainThread`] (timer, gauges, counters) and, once Envoy has created
+//! the extension, a [`StatsSource`] (the stats store); the process-wide parts as an [`Env`].
+
+use crate::admin::{self, AdminAddress, AdminCheck};
+use crate::bootstrap::{Engine, EngineHost, EngineMetric, ShutdownRelease};
+use crate::config::BootstrapConfig;
+use crate::drain::{Phase, IN_FLIGHT_RECHECK};
+use crate::registry::Counts;
+use crate::state::Shared;
+use crate::stats_scan::{DrainTiming, EnvoyView, Pass, ScanSource, Scanner, StatSums};
+use crate::threads::Threads;
+use std::cell::RefCell;
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::time::Duration;
+
+/// `config_scheduled` event: evaluate the drain now.
+pub const EVENT_KICK: u64 = 1;
+/// `config_scheduled` event: the admin_address check finished (its gauge is set on the main
+/// thread).
+pub const EVENT_ADMIN_CHECKED: u64 = 2;
+
+/// How long teardown waits for the module's threads to end (one in a socket call to the admin
+/// may take up to [`ADMIN_CALL_TIMEOUT`]; it is left behind the closed gate then).
+const THREAD_JOIN_BOUND: Duration = Duration::from_secs(1);
+
+/// Bounds each admin call as a whole (connect, write and reads).
+const ADMIN_CALL_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// How many times, one second apart, the admin_address check tries to get an answer before it
+/// warns (the admin may still be coming up when the server is initialized).
+const ADMIN_CHECK_ATTEMPTS: u32 = 3;
+
+/// The extension's own gauges.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Gauge {
+    Draining,
+    AdminAddressOk,
+}
+
+/// What the extension needs from Envoy on the main thread, inside one of its hooks.
+pub trait MainThread {
+    /// (Re)arm the extension's timer (nothing if Envoy gave none: the fallback ticker runs).
+    fn arm_timer(&self, delay: Duration);
+    fn set_gauge(&self, gauge: Gauge, value: u64);
+    fn count(&self, metric: EngineMetric);
+}
+
+/// Envoy's stats store, read on the scanner thread.
+pub trait StatsSource: Send + Sync + 'static {
+    /// Visit every gauge (`Pass::Gauges`) or every counter, name and value. False when the call
+    /// into Envoy was refused (the exit was released).
+    fn visit(&self, pass: Pass, stat: &mut dyn FnMut(&[u8], u64)) -> bool;
+}
+
+/// The process-wide parts the extension works with (owned by the FFI layer, alive for the
+/// process).
+#[derive(Clone, Copy)]
+pub struct Env {
+    pub shared: &'static Shared,
+    pub threads: &'static Threads,
+    /// Run `config_scheduled` with an event on Envoy's main thread, from any thread.
+    pub to_main_thread: fn(u64),
+}
+
+impl Env {
+    fn kick(&self) {
+        (self.to_main_thread)(EVENT_KICK)
+    }
+
+    fn count_module_error(&self) {
+        self.shared.counters.module_error()
+    }
+}
+
+pub struct Extension {
+    env: Env,
+    /// The stats store as the scanner reads it.
+    store: Arc<StatsStore>,
+    admin_address: Option<AdminAddress>,
+    engine: RefCell<Engine>,
+    /// Reads Envoy's stats on its own thread; started when the server has initialised.
+    scanner: OnceLock<Option<Scanner>>,
+}
+
+/// Envoy's stats store as the scanner thread reads it: set when Envoy creates the extension,
+/// forgotten when it destroys it. Held locked for the whole of a pass, so a pass never outlives
+/// Envoy's extension. The call into Envoy made under this lock runs only the module's iterator,
+/// which touches nothing but the pass's sums (`ENVOY_FACTS.md` §3a), so it cannot be re-entered.
+struct StatsStore {
+    source: Mutex<Option<Arc<dyn StatsSource>>>,
+    ignored_stat_prefixes: Vec<String>,
+    env: Env,
+}
+
+impl StatsStore {
+    fn source(&self) -> MutexGuard<'_, Option<Arc<dyn StatsSource>>> {
+        self.source.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl ScanSource for Arc<StatsStore> {
+    fn scan(&self, pass: Pass) -> Option<u64> {
+        let source = self.source();
+        let mut sums = StatSums::new(pass, &self.ignored_stat_prefixes);
+        if !source
+            .as_ref()?
+            .visit(pass, &mut |name, value| sums.add(name, value))
+        {
+            return None;
+        }
+        drop(source);
+        // Less what the module knows is not work (health checks it recognised, requests to its
+        // control listeners such as a waiting /drain), taken at the same moment as the pass.
+        Some(sums.total_less(self.env.shared.counters.not_work()))
+    }
+
+    fn own_counts(&self) -> Counts {
+        self.env.shared.requests.counts()
+    }
+
+    fn draining(&self) -> bool {
+        matches!(self.env.shared.phase(), Phase::Draining { .. })
+    }
+
+    fn scanned(&self) {
+        self.env.kick();
+    }
+}
+
+/// The engine's host for one hook: Envoy's main-thread calls plus the extension's own.
+struct Host<'a> {
+    ext: &'a Extension,
+    envoy: &'a dyn MainThread,
+}
+
+impl EngineHost for Host<'_> {
+    fn arm_timer(&self, delay: Duration) {
+        self.envoy.arm_timer(delay)
+    }
+
+    fn set_draining_gauge(&self, value: u64) {
+        self.envoy.set_gauge(Gauge::Draining, value)
+    }
+
+    fn count(&self, metric: EngineMetric) {
+        self.envoy.count(metric)
+    }
+
+    fn envoy_request_stats(&self) -> EnvoyView {
+        self.ext.envoy_view()
+    }
+
+    fn fail_health_checks(&self) {
+        let Some(addr) = self.ext.admin_address.clone() else {
+            return;
+        };
+        // Envoy's health checks fail (every listener then drain-closes with its next response),
+        // and Envoy's own drain state starts too, so its `/ready` says DRAINING like ours.
+        // `skip_exit`: the listeners keep accepting; the exit stays the engine's decision.
+        // On a thread of its own: the main thread never waits for the admin.
+        log::info!(
+            "graceful_drain: admin POST /healthcheck/fail and /drain_listeners?graceful&skip_exit \
+             to {addr}"
+        );
+        let if_not = "Envoy's health checks stay as they are";
+        self.ext
+            .on_admin_thread("the drain start's admin calls", if_not, move || {
+                #[cfg(feature = "panic-test")]
+                if crate::faults::active("admin_panic") {
+                    panic!("test fault: admin_panic");
+                }
+                admin::post_drain_start_calls(&addr, ADMIN_CALL_TIMEOUT);
+            });
+    }
+}
+
+impl Extension {
+    /// `config_new`: parse and install the configuration. `None` (logged, naming the field) when
+    /// Envoy must refuse it. `has_timer`: Envoy gave the extension a timer; without one the
+    /// drain clock runs on a fallback thread.
+    pub fn load(raw: &[u8], env: Env, has_timer: bool) -> Option<Extension> {
+        let cfg = match BootstrapConfig::parse(raw) {
+            Ok(c) => c,
+            Err(e) => {
+                log::error!("{e}");
+                return None;
+            }
+        };
+        env.shared.install_policy(cfg.requests.clone());
+        if cfg.admin_address.is_some() && !cfg.ignored_stat_prefixes.iter().any(|p| p == "admin") {
+            log::warn!(
+                "graceful_drain: ignored_stat_prefixes does not contain \"admin\": every request to \
+                 Envoy's admin (metrics scrapes) will count as traffic and can hold drains until \
+                 drain_timeout"
+            );
+        }
+        if !env.shared.install_engine(cfg.drain) {
+            log::error!(
+                "invalid graceful_drain bootstrap config: field `extension_name`: the graceful_drain \
+                 bootstrap extension is configured twice; keep one entry"
+            );
+            return None;
+        }
+        if !has_timer {
+            log::error!(
+                "graceful_drain: Envoy gave no timer; the drain clock runs on a fallback thread"
+            );
+            start_fallback_ticker(env);
+        }
+        log::info!(
+            "graceful_drain: drain engine loaded (min_drain_duration={:?}, quiet_period={:?}, \
+             drain_timeout={:?})",
+            cfg.drain.min_drain_duration,
+            cfg.drain.quiet_period,
+            cfg.drain.drain_timeout
+        );
+        Some(Extension {
+            env,
+            store: Arc::new(StatsStore {
+                source: Mutex::new(None),
+                ignored_stat_prefixes: cfg.ignored_stat_prefixes,
+                env,
+            }),
+            admin_address: cfg.admin_address,
+            engine: RefCell::new(Engine::default()),
+            scanner: OnceLock::new(),
+        })
+    }
+
+    /// Envoy created the extension (`Some`: its stats can be read) or destroys it (`None`: they
+    /// no longer can). Waits for a pass under way.
+    pub fn set_stats(&self, source: Option<Arc<dyn StatsSource>>) {
+        *self.store.source() = source;
+    }
+
+    /// Every static resource exists now: say what a drain cannot do without the admin, check
+    /// that `admin_address` is Envoy's admin (a wrong one would only show at the first drain),
+    /// and start the scanner (its first pass measures what one costs here).
+    pub fn on_server_initialized(&self) {
+        if let Some(addr) = self.admin_address.clone() {
+            let (shared, threads, to_main) =
+                (self.env.shared, self.env.threads, self.env.to_main_thread);
+            shared.counters.set_admin_check(AdminCheck::Checking);
+            let if_not = "admin_address is not checked";
+            self.on_admin_thread("the admin_address check", if_not, move || {
+                let wait = |d| threads.sleep(d);
+                let found = admin::check_admin_address(
+                    &addr,
+                    ADMIN_CALL_TIMEOUT,
+                    ADMIN_CHECK_ATTEMPTS,
+                    wait,
+                );
+                shared.counters.set_admin_check(found);
+                if found == AdminCheck::Recognised {
+                    to_main(EVENT_ADMIN_CHECKED);
+                }
+            });
+        } else {
+            let why = "admin_address is not set: a drain will not fail Envoy's health checks, so \
+                       listeners without the graceful_drain filter send no connection away \
+                       before the exit; set admin_address to the address of the bootstrap's \
+                       `admin:` section";
+            if self.env.shared.data_filter_loaded() {
+                log::info!("graceful_drain: {why}");
+            } else {
+                log::warn!("graceful_drain: {why} (no graceful_drain filter is loaded)");
+            }
+        }
+        self.scanner();
+    }
+
+    /// Envoy's own drain (`/drain_listeners`, a hot restart handing over) started.
+    #[must_use]
+    pub fn on_drain_started(&self, envoy: &dyn MainThread) -> Option<ShutdownRelease> {
+        self.with_engine(envoy, |e, h, s| e.on_envoy_drain_started(h, s))
+    }
+
+    /// SIGTERM (or SIGINT, `/quitquitquit`): hold Envoy's exit with `release` until the drain
+    /// completes. Returns the release when it may be given at once.
+    #[must_use]
+    pub fn on_shutdown(
+        &self,
+        envoy: &dyn MainThread,
+        release: ShutdownRelease,
+    ) -> Option<ShutdownRelease> {
+        // Engine busy (cannot be, on the main thread): the release drops and Envoy exits.
+        self.with_engine(envoy, |e, h, s| e.on_shutdown(h, s, release))
+    }
+
+    /// The engine failed while holding Envoy's exit: take the hold back, to give it now.
+    pub fn take_pending_shutdown(&self) -> Option<ShutdownRelease> {
+        self.engine.try_borrow_mut().ok()?.take_pending_shutdown()
+    }
+
+    /// `config_scheduled` with `event` (a kick, or the admin check's result) or the timer.
+    #[must_use]
+    pub fn on_event(&self, envoy: &dyn MainThread, event: u64) -> Option<ShutdownRelease> {
+        if event == EVENT_ADMIN_CHECKED {
+            let ok = self.env.shared.counters.admin_check() == AdminCheck::Recognised;
+            envoy.set_gauge(Gauge::AdminAddressOk, u64::from(ok));
+            return None;
+        }
+        self.with_engine(envoy, |e, h, s| e.evaluate(h, s))
+    }
+
+    /// The extension's admin endpoints: status, body, and a release to give.
+    pub fn on_admin(
+        &self,
+        envoy: &dyn MainThread,
+        method: &[u8],
+        path: &[u8],
+    ) -> (u32, String, Option<ShutdownRelease>) {
+        let Ok(mut engine) = self.engine.try_borrow_mut() else {
+            return (503, "graceful_drain engine busy\n".into(), None);
+        };
+        let host = Host { ext: self, envoy };
+        engine.on_admin(&host, self.env.shared, method, path)
+    }
+
+    /// `config_destroy`: disarm a hold still pending (its completion must not be called from a
+    /// destroy hook), close the gate, stop and join every module thread (bounded), log it.
+    pub fn destroy(self) {
+        if let Some(r) = self.take_pending_shutdown() {
+            log::warn!("graceful_drain: extension destroyed with Envoy's exit still held");
+            r.disarm();
+        }
+        // No module thread calls into Envoy from here on (already closed if the exit was
+        // released); then every thread is told to end and joined, bounded.
+        let threads = self.env.threads;
+        threads.close();
+        if let Some(Some(scanner)) = self.scanner.get() {
+            scanner.stop();
+        }
+        let stopped = threads.join(THREAD_JOIN_BOUND);
+        log::info!(
+            "graceful_drain: module threads stopped ({} joined{}); calls into Envoy refused \
+             after the exit was released: {:?}; made after it: {:?}",
+            stopped.joined,
+            if stopped.left.is_empty() {
+                String::new()
+            } else {
+                format!(", still in a call and left: {:?}", stopped.left)
+            },
+            stopped.refused,
+            stopped.late
+        );
+    }
+
+    fn with_engine(
+        &self,
+        envoy: &dyn MainThread,
+        f: impl FnOnce(&mut Engine, &Host, &Shared) -> Option<ShutdownRelease>,
+    ) -> Option<ShutdownRelease> {
+        let mut engine = self.engine.try_borrow_mut().ok()?;
+        f(&mut engine, &Host { ext: self, envoy }, self.env.shared)
+    }
+
+    /// Start the stats scanner (once; its first scan measures what a scan costs here).
+    fn scanner(&self) -> Option<&Scanner> {
+        self.scanner
+            .get_or_init(
+                || match Scanner::start(self.env.threads, self.store.clone()) {
+                    Ok(s) => Some(s),
+                    Err(e) => {
+                        log::error!(
+                            "graceful_drain: no thread for reading Envoy's stats ({e}): listeners \
+                             without the filter cannot be followed; a drain without the filter \
+                             then waits for drain_timeout"
+                        );
+                        None
+                    }
+                },
+            )
+            .as_ref()
+    }
+
+    /// What Envoy's stats say during a drain, from the scanner's last result (never scans here).
+    fn envoy_view(&self) -> EnvoyView {
+        let shared = self.env.shared;
+        let Phase::Draining { started_at, .. } = shared.phase() else {
+            return EnvoyView::Unused;
+        };
+        let d = DrainTiming::of(
+            started_at,
+            shared.settings().unwrap_or_default(),
+            shared.data_filter_loaded(),
+        );
+        match self.scanner() {
+            Some(s) => s.view(d, shared.requests.counts()),
+            None if d.filter_loaded => EnvoyView::Unused,
+            None => EnvoyView::Pending,
+        }
+    }
+
+    /// Run `calls` on a thread of its own (Envoy's main thread never waits for the admin). A
+    /// panic there is contained, counted in `module_errors` and logged; a thread that cannot be
+    /// made is logged with `if_not`, what that means.
+    fn on_admin_thread(
+        &self,
+        what: &'static str,
+        if_not: &'static str,
+        calls: impl FnOnce() + Send + 'static,
+    ) {
+        let env = self.env;
+        let body = move || {
+            // Contained here too, so the log names what panicked.
+            if std::panic::catch_unwind(std::panic::AssertUnwindSafe(calls)).is_err() {
+                log::error!("graceful_drain: panic contained in {what}");
+                env.count_module_error();
+            }
+        };
+        let spawned = self.env.threads.spawn("graceful_admin", || {}, body);
+        if let Err(e) = spawned {
+            log::warn!("graceful_drain: no thread for {what} ({e}); {if_not}");
+        }
+    }
+}
+
+/// Drive the engine from a plain thread when Envoy could not give it a timer: kicks it (through
+/// the thread-safe scheduler) at the in-flight recheck interval while a drain is under way.
+fn start_fallback_ticker(env: Env) {
+    let threads = env.threads;
+    let spawned = threads.spawn(
+        "graceful_drain_tick",
+        move || env.count_module_error(),
+        move || {
+            while threads.sleep(IN_FLIGHT_RECHECK) {
+                if env.shared.is_draining() {
+                    env.kick();
+                }
+            }
+        },
+    );
+    if let Err(e) = spawned {
+        log::error!(
+            "graceful_drain: no timer and no fallback thread ({e}): drains cannot complete"
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::tests::fixture;
+    use std::cell::{Cell, RefCell};
+    use std::rc::Rc;
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    #[derive(Default)]
+    struct FakeEnvoy {
+        timers: RefCell<Vec<Duration>>,
+        gauges: RefCell<Vec<(Gauge, u64)>>,
+        counted: RefCell<Vec<EngineMetric>>,
+    }
+
+    impl MainThread for FakeEnvoy {
+        fn arm_timer(&self, delay: Duration) {
+            self.timers.borrow_mut().push(delay);
+        }
+        fn set_gauge(&self, gauge: Gauge, value: u64) {
+            self.gauges.borrow_mut().push((gauge, value));
+        }
+        fn count(&self, metric: EngineMetric) {
+            self.counted.borrow_mut().push(metric);
+        }
+    }
+
+    /// A stats store with one HCM's request figures (and one of the admin's, ignored).
+    struct FakeStats {
+        active: AtomicU64,
+        refuse: bool,
+    }
+
+    impl StatsSource for FakeStats {
+        fn visit(&self, pass: Pass, stat: &mut dyn FnMut(&[u8], u64)) -> bool {
+            if self.refuse {
+                return false;
+            }
+            match pass {
+                Pass::Gauges => {
+                    stat(
+                        b"http.ingress.downstream_rq_active",
+                        self.active.load(Ordering::SeqCst),
+                    );
+                    stat(b"http.admin.downstream_rq_active", 5);
+                }
+                Pass::Counters => stat(b"http.ingress.downstream_rq_total", 40),
+            }
+            true
+        }
+    }
+
+    fn env() -> (Env, &'static crate::clock::FakeClock) {
+        let f = fixture(None);
+        let clock: &'static _ = Box::leak(Box::new(f.clock));
+        let shared: &'static Shared = Box::leak(Box::new(f.shared));
+        let threads: &'static Threads = Box::leak(Box::default());
+        (
+            Env {
+                shared,
+                threads,
+                to_main_thread: |_| {},
+            },
+            clock,
+        )
+    }
+
+    const FAST: &[u8] =
+        br#"{"min_drain_duration": "50ms", "quiet_period": "0s", "drain_timeout": "5s"}"#;
+
+    #[test]
+    fn a_bad_config_and_a_second_engine_are_refused() {
+        let (env, _) = env();
+        assert!(Extension::load(br#"{"drain_timeout": "soon"}"#, env, true).is_none());
+        assert!(env.shared.settings().is_none(), "nothing installed");
+        let first = Extension::load(FAST, env, true).expect("loads");
+        assert!(
+            Extension::load(FAST, env, true).is_none(),
+            "configured twice"
+        );
+        first.destroy();
+    }
+
+    #[test]
+    fn sigterm_is_held_until_the_drain_completes_then_released_once() {
+        let (env, clock) = env();
+        // Filter mode: the module's own count decides (no scan to wait for).
+        env.shared.note_data_filter_loaded();
+        let ext = Extension::load(FAST, env, true).unwrap();
+        let envoy = FakeEnvoy::default();
+        let released = Rc::new(Cell::new(0));
+        let n = released.clone();
+        let hold = ShutdownRelease::new(move || n.set(n.get() + 1));
+        assert!(ext.on_shutdown(&envoy, hold).is_none(), "held");
+        assert_eq!(envoy.gauges.borrow()[0], (Gauge::Draining, 1));
+        let release = (0..20)
+            .find_map(|_| {
+                clock.advance(*envoy.timers.borrow().last().expect("timer armed"));
+                ext.on_event(&envoy, EVENT_KICK)
+            })
+            .expect("released within min_drain_duration's ticks");
+        assert_eq!(released.get(), 0, "returned to the glue, which calls it");
+        release.release();
+        assert_eq!(released.get(), 1);
+        assert!(ext.on_event(&envoy, EVENT_KICK).is_none(), "given once");
+        assert_eq!(
+            *envoy.counted.borrow(),
+            [EngineMetric::DrainStarted, EngineMetric::DrainCompleted]
+        );
+        ext.destroy();
+        assert_eq!(released.get(), 1);
+    }
+
+    #[test]
+    fn destroy_disarms_a_hold_still_pending_and_closes_the_gate() {
+        let (env, _) = env();
+        let ext = Extension::load(FAST, env, true).unwrap();
+        let released = Rc::new(Cell::new(0));
+        let n = released.clone();
+        let hold = ShutdownRelease::new(move || n.set(n.get() + 1));
+        assert!(ext.on_shutdown(&FakeEnvoy::default(), hold).is_none());
+        ext.destroy();
+        assert_eq!(released.get(), 0, "never called from the destroy hook");
+        assert!(
+            !env.threads.is_open(),
+            "no module thread calls into Envoy any more"
+        );
+    }
+
+    #[test]
+    fn the_admin_check_result_sets_its_gauge_and_evaluates_nothing() {
+        let (env, _) = env();
+        let ext = Extension::load(FAST, env, true).unwrap();
+        let envoy = FakeEnvoy::default();
+        env.shared.counters.set_admin_check(AdminCheck::Recognised);
+        assert!(ext.on_event(&envoy, EVENT_ADMIN_CHECKED).is_none());
+        assert_eq!(*envoy.gauges.borrow(), [(Gauge::AdminAddressOk, 1)]);
+        assert!(envoy.timers.borrow().is_empty(), "not an evaluation");
+        ext.destroy();
+    }
+
+    #[test]
+    fn a_scan_sums_the_followed_stats_less_what_is_not_work_and_stops_with_the_store() {
+        let (env, _) = env();
+        let ext = Extension::load(FAST, env, true).unwrap();
+        let store = ext.store.clone();
+        assert_eq!(
+            store.scan(Pass::Gauges),
+            None,
+            "no store before extension_new"
+        );
+        let stats = Arc::new(FakeStats {
+            active: AtomicU64::new(3),
+            refuse: false,
+        });
+        ext.set_stats(Some(stats.clone()));
+        assert_eq!(
+            store.scan(Pass::Gauges),
+            Some(3),
+            "the admin's own is ignored"
+        );
+        env.shared.counters.control_started();
+        assert_eq!(
+            store.scan(Pass::Gauges),
+            Some(2),
+            "a waiting /drain is not work"
+        );
+        assert_eq!(store.scan(Pass::Counters), Some(39));
+        ext.set_stats(Some(Arc::new(FakeStats {
+            active: AtomicU64::new(0),
+            refuse: true,
+        })));
+        assert_eq!(store.scan(Pass::Gauges), None, "the gate refused the call");
+        ext.set_stats(None);
+        assert_eq!(store.scan(Pass::Gauges), None, "extension destroyed");
+        ext.destroy();
+    }
+}
