@@ -477,56 +477,11 @@ pub extern "C" fn envoy_dynamic_module_on_bootstrap_extension_admin_request(
 
 // ---- hooks Envoy 1.40 requires but this module does not use ----------------------------------
 
-#[no_mangle]
-pub extern "C" fn envoy_dynamic_module_on_bootstrap_extension_http_callout_done(
-    _bce: EnvoyPtr,
-    _bcm: *const c_void,
-    _callout_id: u64,
-    _result: u32,
-    _headers: *const HttpHeader,
-    _headers_len: usize,
-    _body: *const Buffer,
-    _body_len: usize,
-) {
-}
-
-#[no_mangle]
-pub extern "C" fn envoy_dynamic_module_on_bootstrap_extension_file_changed(
-    _bce: EnvoyPtr,
-    _bcm: *const c_void,
-    _path: Buffer,
-    _events: u32,
-) {
-}
-
-#[no_mangle]
-pub extern "C" fn envoy_dynamic_module_on_bootstrap_extension_cluster_add_or_update(
-    _bce: EnvoyPtr,
-    _bcm: *const c_void,
-    _name: Buffer,
-) {
-}
-
-#[no_mangle]
-pub extern "C" fn envoy_dynamic_module_on_bootstrap_extension_cluster_removal(
-    _bce: EnvoyPtr,
-    _bcm: *const c_void,
-    _name: Buffer,
-) {
-}
-
-#[no_mangle]
-pub extern "C" fn envoy_dynamic_module_on_bootstrap_extension_listener_add_or_update(
-    _bce: EnvoyPtr,
-    _bcm: *const c_void,
-    _name: Buffer,
-) {
-}
-
-#[no_mangle]
-pub extern "C" fn envoy_dynamic_module_on_bootstrap_extension_listener_removal(
-    _bce: EnvoyPtr,
-    _bcm: *const c_void,
-    _name: Buffer,
-) {
+super::unused_hooks! {
+    fn envoy_dynamic_module_on_bootstrap_extension_http_callout_done(EnvoyPtr, *const c_void, u64, u32, *const HttpHeader, usize, *const Buffer, usize);
+    fn envoy_dynamic_module_on_bootstrap_extension_file_changed(EnvoyPtr, *const c_void, Buffer, u32);
+    fn envoy_dynamic_module_on_bootstrap_extension_cluster_add_or_update(EnvoyPtr, *const c_void, Buffer);
+    fn envoy_dynamic_module_on_bootstrap_extension_cluster_removal(EnvoyPtr, *const c_void, Buffer);
+    fn envoy_dynamic_module_on_bootstrap_extension_listener_add_or_update(EnvoyPtr, *const c_void, Buffer);
+    fn envoy_dynamic_module_on_bootstrap_extension_listener_removal(EnvoyPtr, *const c_void, Buffer);
 }

@@ -757,80 +757,15 @@ pub(crate) fn wake_stream(word: usize, event: u64) {
 
 // ---- hooks Envoy 1.40 requires but this module does not use ----------------------------------
 
-#[no_mangle]
-pub extern "C" fn envoy_dynamic_module_on_http_filter_http_callout_done(
-    _fe: EnvoyPtr,
-    _fm: *const c_void,
-    _callout_id: u64,
-    _result: u32,
-    _headers: *mut HttpHeader,
-    _headers_len: usize,
-    _body: *mut Buffer,
-    _body_len: usize,
-) {
-}
-
-#[no_mangle]
-pub extern "C" fn envoy_dynamic_module_on_http_filter_http_stream_headers(
-    _fe: EnvoyPtr,
-    _fm: *const c_void,
-    _stream_id: u64,
-    _headers: *mut HttpHeader,
-    _headers_len: usize,
-    _end_stream: bool,
-) {
-}
-
-#[no_mangle]
-pub extern "C" fn envoy_dynamic_module_on_http_filter_http_stream_data(
-    _fe: EnvoyPtr,
-    _fm: *const c_void,
-    _stream_id: u64,
-    _data: *const Buffer,
-    _data_len: usize,
-    _end_stream: bool,
-) {
-}
-
-#[no_mangle]
-pub extern "C" fn envoy_dynamic_module_on_http_filter_http_stream_trailers(
-    _fe: EnvoyPtr,
-    _fm: *const c_void,
-    _stream_id: u64,
-    _trailers: *mut HttpHeader,
-    _trailers_len: usize,
-) {
-}
-
-#[no_mangle]
-pub extern "C" fn envoy_dynamic_module_on_http_filter_http_stream_complete(
-    _fe: EnvoyPtr,
-    _fm: *const c_void,
-    _stream_id: u64,
-) {
-}
-
-#[no_mangle]
-pub extern "C" fn envoy_dynamic_module_on_http_filter_http_stream_reset(
-    _fe: EnvoyPtr,
-    _fm: *const c_void,
-    _stream_id: u64,
-    _reason: u32,
-) {
-}
-
-#[no_mangle]
-pub extern "C" fn envoy_dynamic_module_on_http_filter_downstream_above_write_buffer_high_watermark(
-    _fe: EnvoyPtr,
-    _fm: *const c_void,
-) {
-}
-
-#[no_mangle]
-pub extern "C" fn envoy_dynamic_module_on_http_filter_downstream_below_write_buffer_low_watermark(
-    _fe: EnvoyPtr,
-    _fm: *const c_void,
-) {
+super::unused_hooks! {
+    fn envoy_dynamic_module_on_http_filter_http_callout_done(EnvoyPtr, *const c_void, u64, u32, *mut HttpHeader, usize, *mut Buffer, usize);
+    fn envoy_dynamic_module_on_http_filter_http_stream_headers(EnvoyPtr, *const c_void, u64, *mut HttpHeader, usize, bool);
+    fn envoy_dynamic_module_on_http_filter_http_stream_data(EnvoyPtr, *const c_void, u64, *const Buffer, usize, bool);
+    fn envoy_dynamic_module_on_http_filter_http_stream_trailers(EnvoyPtr, *const c_void, u64, *mut HttpHeader, usize);
+    fn envoy_dynamic_module_on_http_filter_http_stream_complete(EnvoyPtr, *const c_void, u64);
+    fn envoy_dynamic_module_on_http_filter_http_stream_reset(EnvoyPtr, *const c_void, u64, u32);
+    fn envoy_dynamic_module_on_http_filter_downstream_above_write_buffer_high_watermark(EnvoyPtr, *const c_void);
+    fn envoy_dynamic_module_on_http_filter_downstream_below_write_buffer_low_watermark(EnvoyPtr, *const c_void);
 }
 
 #[cfg(test)]

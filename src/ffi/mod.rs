@@ -12,8 +12,20 @@
 // Envoy, not an API for Rust callers, so they are not `unsafe fn`.
 #![allow(clippy::not_unsafe_ptr_arg_deref)]
 
+/// Hooks Envoy requires (it refuses a module that lacks one) and this module does not use: each
+/// is exported with its C signature and does nothing.
+macro_rules! unused_hooks {
+    ($(fn $name:ident($($ty:ty),* $(,)?);)*) => {$(
+        #[no_mangle]
+        pub extern "C" fn $name($(_: $ty),*) {}
+    )*};
+}
+use unused_hooks;
+
 pub mod abi;
 pub mod bootstrap;
+#[cfg(test)]
+mod fake_envoy;
 pub mod http;
 mod logger;
 pub mod network;
