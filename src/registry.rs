@@ -199,6 +199,11 @@ pub struct Registry {
     /// call): still counted here, exactly, and sent away at their response instead.
     overflow_started: AtomicU64,
     overflow_ended: AtomicU64,
+    /// Rounds that ends spent waiting for a scan holding their waker: lets a test hold its scan
+    /// until an end is really waiting for it. Test builds only (a plain std atomic, outside
+    /// loom's model).
+    #[cfg(test)]
+    busy_waits: std::sync::atomic::AtomicUsize,
 }
 
 /// A consistent-enough reading of the counts for the drain engine.
@@ -243,6 +248,8 @@ impl Registry {
             draining: AtomicBool::new(false),
             overflow_started: AtomicU64::new(0),
             overflow_ended: AtomicU64::new(0),
+            #[cfg(test)]
+            busy_waits: std::sync::atomic::AtomicUsize::new(0),
         };
         // Under loom, publish every slab and first segment before any thread starts: loom cannot
         // see a publication through std's OnceLock. The model then checks the protocol of the
@@ -477,7 +484,12 @@ impl Registry {
                     && s.waker
                         .compare_exchange(v, 0, Ordering::Acquire, Ordering::Relaxed)
                         .is_ok())
-                    || Self::free_busy_waker(s)
+                    || Self::free_busy_waker(s, || {
+                        // Test builds count the wait (`busy_waits`); empty otherwise.
+                        #[cfg(test)]
+                        self.busy_waits
+                            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    })
             };
             if freed {
                 self.push_chain(slab, ticket.slot, s);
@@ -490,10 +502,10 @@ impl Registry {
 
     /// Take a waker out of its slot while a scan may be using it: waits for the scan, unless it
     /// is up this thread's own stack (then the slot and its waker are left to it, and false is
-    /// returned). Out of line: the thread-local it reads would otherwise be looked up on every
-    /// end.
+    /// returned). `waiting` runs at each round of the wait. Out of line: the thread-local it
+    /// reads would otherwise be looked up on every end.
     #[inline(never)]
-    fn free_busy_waker(s: &Slot) -> bool {
+    fn free_busy_waker(s: &Slot, waiting: impl Fn()) -> bool {
         let mut round = 0;
         let mut v = s.waker.load(Ordering::Acquire);
         loop {
@@ -526,6 +538,7 @@ impl Registry {
                     }
                 }
             }
+            waiting();
             backoff(&mut round);
             v = s.waker.load(Ordering::Acquire);
         }
@@ -1062,6 +1075,11 @@ mod tests {
             Some(None),
             "the waker stays with the scan (not destroyed under it)"
         );
+        assert_eq!(
+            r.busy_waits.load(Ordering::SeqCst),
+            0,
+            "left to the scan up its own stack, without waiting for it"
+        );
         assert_eq!(r.counts().active, 0);
         assert_eq!(r.occupied(), 0, "the scan freed the slot");
         let before = r.footprint().slots;
@@ -1082,33 +1100,58 @@ mod tests {
         assert!(!r.is_sent_away(None));
     }
 
+    /// An end racing a scan that holds its waker: it waits for the scan to let go, and only
+    /// then returns the waker (to be destroyed). The scan holds the waker until the end is seen
+    /// waiting for it (`busy_waits`), so the race happens on every run, however the two
+    /// threads are scheduled.
     #[test]
     fn end_waits_for_a_concurrent_wake() {
+        use std::time::{Duration, Instant};
         let r = Arc::new(Registry::with_limits(4, 4));
         let (t, _) = r.start(Some(0x40), 0);
         let in_wake = Arc::new(AtomicBool::new(false));
         let done_wake = Arc::new(AtomicBool::new(false));
-        let (r2, iw, dw) = (r.clone(), in_wake.clone(), done_wake.clone());
+        let end_seen = Arc::new(AtomicBool::new(false));
+        let (r2, iw, dw, seen) = (
+            r.clone(),
+            in_wake.clone(),
+            done_wake.clone(),
+            end_seen.clone(),
+        );
         let waker_thread = std::thread::spawn(move || {
             r2.begin_drain(|_| {
                 iw.store(true, Ordering::SeqCst);
-                // Hold the waker busy long enough for the owner to try to free it.
-                let until = std::time::Instant::now() + std::time::Duration::from_millis(50);
-                while std::time::Instant::now() < until {
-                    std::hint::spin_loop();
+                // Hold the waker busy until the owner's end waits for it. No panic in here:
+                // the slot would stay busy and the owner's end would wait forever; a timeout is
+                // reported by the owner instead.
+                let deadline = Instant::now() + Duration::from_secs(10);
+                while Instant::now() < deadline {
+                    if r2.busy_waits.load(Ordering::SeqCst) > 0 {
+                        seen.store(true, Ordering::SeqCst);
+                        break;
+                    }
+                    std::thread::yield_now();
                 }
                 dw.store(true, Ordering::SeqCst);
             })
         });
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        let deadline = Instant::now() + Duration::from_secs(10);
         while !in_wake.load(Ordering::SeqCst) {
-            assert!(std::time::Instant::now() < deadline, "waker never ran");
-            std::hint::spin_loop();
+            assert!(
+                Instant::now() < deadline,
+                "the scan never reached the waker"
+            );
+            std::thread::yield_now();
         }
+        assert_eq!(r.busy_waits.load(Ordering::SeqCst), 0, "nothing waited yet");
         assert_eq!(r.end(t), Some(0x40));
         assert!(
             done_wake.load(Ordering::SeqCst),
             "end returned while the scan used the waker"
+        );
+        assert!(
+            end_seen.load(Ordering::SeqCst),
+            "the scan held the waker for 10 s and the end never waited for it"
         );
         assert_eq!(waker_thread.join().unwrap(), 1);
     }
