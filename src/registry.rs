@@ -1157,21 +1157,38 @@ mod tests {
     }
 
     /// Stress on real threads: every request that did not see the drain is visited by the scan
-    /// (nothing lost), none is visited twice, and the counts come back to zero.
+    /// (nothing lost), none is visited twice, and the counts come back to zero. Each worker
+    /// starts half its requests, waits until the drain is about to start and goes on with the
+    /// rest: the drain lands in the middle of every worker's run, however the threads are
+    /// scheduled (which start meets the drain's fence is up to the scheduler; loom's
+    /// `a_start_racing_a_drain_is_never_lost` covers every interleaving of that).
     #[test]
     fn concurrent_starts_racing_a_drain_lose_nothing() {
+        use std::sync::atomic::AtomicUsize;
+        use std::time::{Duration, Instant};
+        const WORKERS: usize = 4;
+        const HALF: usize = 200;
+        let mut rounds_seen_both_sides = 0;
         for round in 0..20 {
             let r = Arc::new(Registry::with_limits(2, 8));
-            let go = Arc::new(AtomicBool::new(false));
-            let workers: Vec<_> = (0..4usize)
+            let halfway = Arc::new(AtomicUsize::new(0));
+            let drain_now = Arc::new(AtomicBool::new(false));
+            let workers: Vec<_> = (0..WORKERS)
                 .map(|t| {
-                    let (r, go) = (r.clone(), go.clone());
+                    let (r, halfway, drain_now) = (r.clone(), halfway.clone(), drain_now.clone());
                     std::thread::spawn(move || {
-                        while !go.load(Ordering::Acquire) {
-                            std::hint::spin_loop();
-                        }
                         let mut held = vec![];
-                        for i in 0..400usize {
+                        for i in 0..2 * HALF {
+                            if i == HALF {
+                                halfway.fetch_add(1, Ordering::Release);
+                                // Bounded: the main thread reports a timeout itself.
+                                let deadline = Instant::now() + Duration::from_secs(10);
+                                while !drain_now.load(Ordering::Acquire)
+                                    && Instant::now() < deadline
+                                {
+                                    std::thread::yield_now();
+                                }
+                            }
                             let w = ((t << 20) | (i + 1)) << 4;
                             let (ticket, saw_drain) = r.start(Some(w), 1);
                             held.push((w, ticket, saw_drain));
@@ -1180,21 +1197,41 @@ mod tests {
                     })
                 })
                 .collect();
-            go.store(true, Ordering::Release);
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while halfway.load(Ordering::Acquire) < WORKERS {
+                assert!(
+                    Instant::now() < deadline,
+                    "round {round}: workers never all reached half their requests"
+                );
+                std::thread::yield_now();
+            }
+            drain_now.store(true, Ordering::Release);
             let mut visited = HashSet::new();
             r.begin_drain(|w| assert!(visited.insert(w), "visited twice: {w:#x}"));
-            let mut missed = 0;
+            let (mut missed, mut saw) = (0, 0);
             for w in workers {
                 for (waker, ticket, saw_drain) in w.join().unwrap() {
                     if !saw_drain && !visited.contains(&waker) {
                         missed += 1;
                     }
+                    saw += usize::from(saw_drain);
                     assert_eq!(r.end(ticket), Some(waker));
                 }
             }
             assert_eq!(missed, 0, "round {round}: requests missed by both sides");
+            assert!(
+                visited.len() >= WORKERS * HALF,
+                "round {round}: the first halves started before the drain"
+            );
             assert_eq!(r.counts().active, 0);
+            rounds_seen_both_sides += usize::from(saw > 0);
         }
+        // Some requests were reached by the scan and some saw the drain themselves, in the same
+        // round: the drain did start while the workers were starting requests.
+        assert!(
+            rounds_seen_both_sides > 0,
+            "no round had a request start after the drain began: nothing raced"
+        );
     }
 }
 
