@@ -1347,6 +1347,30 @@ mod tests {
     }
 
     #[test]
+    fn without_the_network_filter_no_stream_is_counted() {
+        // No commit installed: no network filter in this process, so the HTTP filter counts
+        // nothing, even for a connection id this thread knows.
+        let conns = Connections::default();
+        let c = Arc::new(Conn::new(79));
+        register(&c);
+        let asked = std::cell::Cell::new(false);
+        let m = conns.stream_started(|| {
+            asked.set(true);
+            Some(79)
+        });
+        assert!(!m.is_set());
+        assert!(!asked.get(), "the connection id is not even asked for");
+        assert_eq!(c.streams(), 0);
+        // Once a network filter installs its commit, the same connection is found.
+        conns.install_commit(|_, _| {});
+        let m = conns.stream_started(|| Some(79));
+        assert!(m.is_set());
+        assert_eq!(c.streams(), 1);
+        stream_ended(m, || T0);
+        unregister(&c);
+    }
+
+    #[test]
     fn connections_torn_down_elsewhere_are_swept_out_of_their_workers_map() {
         let net = with_network_filter();
         let conns: Vec<_> = (1000..1000 + 3 * LOCAL_SWEEP_MIN as u64)

@@ -843,6 +843,26 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn status_reports_the_idle_connections_of_its_own_state() {
+        use crate::connections::IdleTold;
+        let f = fixture(None);
+        assert_eq!(f.shared.status().idle_connections_told, IdleTold::default());
+        let counts = &f.shared.connections.counts;
+        counts.http1.fetch_add(2, Ordering::Relaxed);
+        counts.http2.fetch_add(1, Ordering::Relaxed);
+        assert_eq!(
+            f.shared.status().idle_connections_told,
+            IdleTold { http1: 2, http2: 1 }
+        );
+        let other = fixture(None);
+        assert_eq!(
+            other.shared.status().idle_connections_told,
+            IdleTold::default(),
+            "another state has connections of its own"
+        );
+    }
+
+    #[test]
     fn status_json_has_the_documented_fields() {
         let f = fixture(Some(DrainSettings::default()));
         let v: serde_json::Value = serde_json::from_str(&f.shared.status().to_json()).unwrap();
