@@ -2,7 +2,8 @@
 //! drain starts. No call into Envoy, and no clock of its own (the callers pass the request path's
 //! coarse time, `StreamSink::now_nanos`): the network-filter glue (`ffi::network`) feeds bytes and events in and applies
 //! the returned [`Action`]; the HTTP filter reports the streams it sees per connection id
-//! ([`stream_started`], [`stream_ended`]).
+//! ([`Connections::stream_started`], [`stream_ended`]). The process's one [`Connections`] is
+//! owned by the module's shared state (`Shared::connections`); tests make their own.
 //!
 //! Why: at drain start the HTTP filter reaches every connection that carries a request. An idle
 //! keep-alive connection carries none, so nobody told its client until the process exited and the
@@ -550,7 +551,8 @@ pub fn unregister(conn: &Conn) {
     });
 }
 
-/// A stream counted against a connection; hand it back to [`stream_ended`]. `Default` is "none".
+/// A stream counted against a connection ([`Connections::stream_started`]); hand it back to
+/// [`stream_ended`]. `Default` is "none".
 /// It holds the connection itself, so the end of the stream takes no lock and no lookup (the
 /// connection's state outlives its network filter while a stream still holds it: harmless).
 #[derive(Debug, Default)]
@@ -589,29 +591,6 @@ impl StreamMark {
             self.attached = word;
         }
     }
-}
-
-/// The HTTP filter saw a stream start on the connection `id()` names (its ConnectionId
-/// attribute, only asked for when a network filter is loaded). Returns the mark to pass to
-/// [`stream_ended`]; none if the connection has no network filter.
-pub fn stream_started(id: impl FnOnce() -> Option<u64>) -> StreamMark {
-    if Connections::global().commit.get().is_none() {
-        return StreamMark::default(); // no network filter in this process: nothing to count
-    }
-    let Some(id) = id() else {
-        return StreamMark::default();
-    };
-    let conn = LOCAL
-        .try_with(|l| {
-            let l = l.try_borrow().ok()?;
-            l.map.get(&id).filter(|c| !get(&c.gone)).cloned()
-        })
-        .ok()
-        .flatten();
-    if let Some(c) = &conn {
-        c.stream_started();
-    }
-    StreamMark { conn, attached: 0 }
 }
 
 /// The stream behind `mark` ended at `now()` (`StreamSink::now_nanos`, read only for a set mark;
@@ -756,9 +735,10 @@ impl Wakers {
     }
 }
 
-// ---- process-wide state ------------------------------------------------------------------------
+// ---- the connections of a process (one per Shared) ---------------------------------------------
 
-/// Process-wide: the waker table, the counts, the drain flag and the grace.
+/// The waker table, the counts, the drain flag and the grace. One per process, owned by the
+/// module's shared state (`Shared::connections`); a test makes its own.
 pub struct Connections {
     pub wakers: Wakers,
     pub counts: Counts,
@@ -782,11 +762,6 @@ impl Default for Connections {
 }
 
 impl Connections {
-    pub fn global() -> &'static Connections {
-        static GLOBAL: OnceLock<Connections> = OnceLock::new();
-        GLOBAL.get_or_init(Connections::default)
-    }
-
     /// How the drain side wakes a connection (installed once by the network-filter glue).
     pub fn install_commit(&self, commit: fn(usize, u64)) {
         let _ = self.commit.set(commit);
@@ -832,54 +807,77 @@ impl Connections {
     pub fn mark_draining(&self) -> bool {
         !self.draining.swap(true, Ordering::SeqCst)
     }
-}
 
-/// Integration point for the drain start (`Shared::start_drain`): wake every connection now so
-/// idle ones are told, and once more after the grace so they are closed. Any thread; idempotent.
-/// The re-checks run on a thread owned by `threads`, whose gate keeps their commits out of Envoy
-/// once the exit is released; `drained` only ends them early.
-pub fn drain_started(
-    threads: &'static Threads,
-    on_panic: fn(),
-    drained: impl Fn() -> bool + Send + 'static,
-) {
-    let c = Connections::global();
-    if !c.mark_draining() || c.commit.get().is_none() {
-        return; // already started, or no network filter loaded
+    /// The HTTP filter saw a stream start on the connection `id()` names (its ConnectionId
+    /// attribute, only asked for when a network filter is loaded). Returns the mark to pass to
+    /// [`stream_ended`]; none if the connection has no network filter.
+    pub fn stream_started(&self, id: impl FnOnce() -> Option<u64>) -> StreamMark {
+        if self.commit.get().is_none() {
+            return StreamMark::default(); // no network filter in this process: nothing to count
+        }
+        let Some(id) = id() else {
+            return StreamMark::default();
+        };
+        let conn = LOCAL
+            .try_with(|l| {
+                let l = l.try_borrow().ok()?;
+                l.map.get(&id).filter(|c| !get(&c.gone)).cloned()
+            })
+            .ok()
+            .flatten();
+        if let Some(c) = &conn {
+            c.stream_started();
+        }
+        StreamMark { conn, attached: 0 }
     }
-    let n = c.wake_all(EVENT_DRAIN_STARTED);
-    log::info!(
-        "graceful_drain: telling idle connections about the drain ({n} open connections; idle \
-         HTTP/2 get GOAWAY now and a close after {:?}, HTTP/1.1 idle for {:?} a close)",
-        c.grace(),
-        c.idle_after()
-    );
-    let grace = c.grace().max(Duration::from_millis(10));
-    // One timer thread per process: network filters have no timer of their own, and the
-    // scheduler commit is thread-safe. It ends after RECHECKS rounds, or when the module stops.
-    let spawned = threads.spawn("graceful_drain_idle_grace", on_panic, move || {
-        let c = Connections::global();
-        for round in 0..=RECHECKS {
-            if round > 0 {
-                if !threads.sleep(grace.saturating_sub(CONFIRM_DELAY)) || drained() {
+
+    /// Idle connections told so far (status JSON, drain-complete log line).
+    pub fn idle_told(&self) -> IdleTold {
+        self.counts.snapshot()
+    }
+
+    /// Integration point for the drain start (`Shared::start_drain`): wake every connection now
+    /// so idle ones are told, and once more after the grace so they are closed. Any thread;
+    /// idempotent. The re-checks run on a thread owned by `threads`, whose gate keeps their
+    /// commits out of Envoy once the exit is released; `drained` only ends them early.
+    pub fn drain_started(
+        &'static self,
+        threads: &'static Threads,
+        on_panic: fn(),
+        drained: impl Fn() -> bool + Send + 'static,
+    ) {
+        if !self.mark_draining() || self.commit.get().is_none() {
+            return; // already started, or no network filter loaded
+        }
+        let n = self.wake_all(EVENT_DRAIN_STARTED);
+        log::info!(
+            "graceful_drain: telling idle connections about the drain ({n} open connections; idle \
+             HTTP/2 get GOAWAY now and a close after {:?}, HTTP/1.1 idle for {:?} a close)",
+            self.grace(),
+            self.idle_after()
+        );
+        let grace = self.grace().max(Duration::from_millis(10));
+        // One timer thread per process: network filters have no timer of their own, and the
+        // scheduler commit is thread-safe. It ends after RECHECKS rounds, or when the module
+        // stops.
+        let spawned = threads.spawn("graceful_drain_idle_grace", on_panic, move || {
+            for round in 0..=RECHECKS {
+                if round > 0 {
+                    if !threads.sleep(grace.saturating_sub(CONFIRM_DELAY)) || drained() {
+                        return;
+                    }
+                    self.wake_all(EVENT_GRACE_OVER);
+                }
+                if !threads.sleep(CONFIRM_DELAY) || drained() {
                     return;
                 }
-                c.wake_all(EVENT_GRACE_OVER);
+                self.wake_all(EVENT_CONFIRM_CLOSE);
             }
-            if !threads.sleep(CONFIRM_DELAY) || drained() {
-                return;
-            }
-            c.wake_all(EVENT_CONFIRM_CLOSE);
+        });
+        if let Err(e) = spawned {
+            log::warn!("graceful_drain: no grace timer thread ({e}); idle HTTP/2 closed at exit");
         }
-    });
-    if let Err(e) = spawned {
-        log::warn!("graceful_drain: no grace timer thread ({e}); idle HTTP/2 closed at exit");
     }
-}
-
-/// Idle connections told so far (status JSON, drain-complete log line).
-pub fn idle_told() -> IdleTold {
-    Connections::global().counts.snapshot()
 }
 
 #[cfg(test)]
@@ -903,6 +901,13 @@ mod tests {
     }
 
     const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+    /// This test's own connection state, as with the network filter loaded (a commit installed).
+    fn with_network_filter() -> Connections {
+        let c = Connections::default();
+        c.install_commit(|_, _| {});
+        c
+    }
 
     fn h2_conn(id: u64) -> Conn {
         let c = Conn::new(id);
@@ -1015,12 +1020,12 @@ mod tests {
 
     #[test]
     fn busy_connection_hands_back_its_latest_request() {
-        Connections::global().install_commit(|_, _| {});
+        let conns = with_network_filter();
         let counts = Counts::default();
         let c = Arc::new(h2_conn(91));
         c.on_write(9);
         register(&c);
-        let mut first = stream_started(|| Some(91));
+        let mut first = conns.stream_started(|| Some(91));
         assert!(
             !first.reached_by_connection(),
             "no scheduler on the network filter"
@@ -1028,7 +1033,7 @@ mod tests {
         c.set_wakeable();
         assert!(first.reached_by_connection());
         first.attach(0x1000);
-        let mut second = stream_started(|| Some(91));
+        let mut second = conns.stream_started(|| Some(91));
         second.attach(0x2000);
         assert_eq!(
             c.on_drain_started(&counts, LATER, IDLE),
@@ -1048,14 +1053,14 @@ mod tests {
 
     #[test]
     fn busy_http2_whose_latest_request_ended_gets_goaway_from_here() {
-        Connections::global().install_commit(|_, _| {});
+        let conns = with_network_filter();
         let counts = Counts::default();
         let c = Arc::new(h2_conn(92));
         c.set_wakeable();
         register(&c);
-        let mut older = stream_started(|| Some(92));
+        let mut older = conns.stream_started(|| Some(92));
         older.attach(0x1000);
-        let mut latest = stream_started(|| Some(92));
+        let mut latest = conns.stream_started(|| Some(92));
         latest.attach(0x2000);
         stream_ended(latest, || T0);
         assert_eq!(
@@ -1308,14 +1313,14 @@ mod tests {
 
     #[test]
     fn streams_are_counted_through_the_index() {
-        Connections::global().install_commit(|_, _| {});
+        let conns = with_network_filter();
         let c = Arc::new(Conn::new(77));
-        assert!(!stream_started(|| Some(77)).is_set(), "unknown id");
+        assert!(!conns.stream_started(|| Some(77)).is_set(), "unknown id");
         register(&c);
-        let m1 = stream_started(|| Some(77));
-        let m2 = stream_started(|| Some(77));
+        let m1 = conns.stream_started(|| Some(77));
+        let m2 = conns.stream_started(|| Some(77));
         assert!(m1.is_set());
-        assert!(!stream_started(|| None).is_set());
+        assert!(!conns.stream_started(|| None).is_set());
         assert_eq!(c.streams(), 2);
         stream_ended(m1, || T0);
         stream_ended(StreamMark::default(), || T0);
@@ -1324,22 +1329,50 @@ mod tests {
         // connection's state, so its stream ends without a lookup and without harm.
         let c2 = c.clone();
         std::thread::spawn(move || unregister(&c2)).join().unwrap();
-        assert!(!stream_started(|| Some(77)).is_set(), "unregistered");
+        assert!(!conns.stream_started(|| Some(77)).is_set(), "unregistered");
         stream_ended(m2, || T0);
         assert_eq!(c.streams(), 0);
         // Found only on the thread that registered it (a connection's worker).
         let d = Arc::new(Conn::new(78));
         register(&d);
-        let elsewhere = std::thread::spawn(|| stream_started(|| Some(78)).is_set());
-        assert!(!elsewhere.join().unwrap());
-        assert!(stream_started(|| Some(78)).is_set());
+        let elsewhere = std::thread::scope(|sc| {
+            sc.spawn(|| conns.stream_started(|| Some(78)).is_set())
+                .join()
+                .unwrap()
+        });
+        assert!(!elsewhere);
+        assert!(conns.stream_started(|| Some(78)).is_set());
         unregister(&d);
-        assert!(!stream_started(|| Some(78)).is_set());
+        assert!(!conns.stream_started(|| Some(78)).is_set());
+    }
+
+    #[test]
+    fn without_the_network_filter_no_stream_is_counted() {
+        // No commit installed: no network filter in this process, so the HTTP filter counts
+        // nothing, even for a connection id this thread knows.
+        let conns = Connections::default();
+        let c = Arc::new(Conn::new(79));
+        register(&c);
+        let asked = std::cell::Cell::new(false);
+        let m = conns.stream_started(|| {
+            asked.set(true);
+            Some(79)
+        });
+        assert!(!m.is_set());
+        assert!(!asked.get(), "the connection id is not even asked for");
+        assert_eq!(c.streams(), 0);
+        // Once a network filter installs its commit, the same connection is found.
+        conns.install_commit(|_, _| {});
+        let m = conns.stream_started(|| Some(79));
+        assert!(m.is_set());
+        assert_eq!(c.streams(), 1);
+        stream_ended(m, || T0);
+        unregister(&c);
     }
 
     #[test]
     fn connections_torn_down_elsewhere_are_swept_out_of_their_workers_map() {
-        Connections::global().install_commit(|_, _| {});
+        let net = with_network_filter();
         let conns: Vec<_> = (1000..1000 + 3 * LOCAL_SWEEP_MIN as u64)
             .map(|id| Arc::new(Conn::new(id)))
             .collect();
@@ -1352,7 +1385,7 @@ mod tests {
             .unwrap();
         // Still in this thread's map (marked gone) until registrations here sweep them out.
         assert!(
-            !stream_started(|| Some(1000)).is_set(),
+            !net.stream_started(|| Some(1000)).is_set(),
             "gone connections are not found"
         );
         let all_live = || LOCAL.with(|l| l.borrow().map.values().all(|c| !get(&c.gone)));

@@ -152,7 +152,7 @@ impl DataStream {
         }
         // Count the stream against its connection (the network filter's idle tracking).
         if !self.conn.is_set() {
-            self.conn = crate::connections::stream_started(|| host.connection_id());
+            self.conn = shared.connections.stream_started(|| host.connection_id());
         }
         if self.ticket.is_some() || self.health_check {
             return HeadersAction::Continue;
@@ -638,9 +638,9 @@ mod tests {
 
     #[test]
     fn behind_the_network_filter_a_request_is_reached_through_its_connection() {
-        use crate::connections::{self, Action, Conn, Connections};
+        use crate::connections::{self, Action, Conn};
         let Fixture { shared, .. } = fixture(Some(fast()));
-        Connections::global().install_commit(|_, _| {});
+        shared.connections.install_commit(|_, _| {});
         let conn = Arc::new(Conn::new(41));
         conn.set_wakeable();
         connections::register(&conn);

@@ -199,6 +199,11 @@ pub struct Registry {
     /// call): still counted here, exactly, and sent away at their response instead.
     overflow_started: AtomicU64,
     overflow_ended: AtomicU64,
+    /// Rounds that ends spent waiting for a scan holding their waker: lets a test hold its scan
+    /// until an end is really waiting for it. Test builds only (a plain std atomic, outside
+    /// loom's model).
+    #[cfg(test)]
+    busy_waits: std::sync::atomic::AtomicUsize,
 }
 
 /// A consistent-enough reading of the counts for the drain engine.
@@ -243,6 +248,8 @@ impl Registry {
             draining: AtomicBool::new(false),
             overflow_started: AtomicU64::new(0),
             overflow_ended: AtomicU64::new(0),
+            #[cfg(test)]
+            busy_waits: std::sync::atomic::AtomicUsize::new(0),
         };
         // Under loom, publish every slab and first segment before any thread starts: loom cannot
         // see a publication through std's OnceLock. The model then checks the protocol of the
@@ -477,7 +484,12 @@ impl Registry {
                     && s.waker
                         .compare_exchange(v, 0, Ordering::Acquire, Ordering::Relaxed)
                         .is_ok())
-                    || Self::free_busy_waker(s)
+                    || Self::free_busy_waker(s, || {
+                        // Test builds count the wait (`busy_waits`); empty otherwise.
+                        #[cfg(test)]
+                        self.busy_waits
+                            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    })
             };
             if freed {
                 self.push_chain(slab, ticket.slot, s);
@@ -490,10 +502,10 @@ impl Registry {
 
     /// Take a waker out of its slot while a scan may be using it: waits for the scan, unless it
     /// is up this thread's own stack (then the slot and its waker are left to it, and false is
-    /// returned). Out of line: the thread-local it reads would otherwise be looked up on every
-    /// end.
+    /// returned). `waiting` runs at each round of the wait. Out of line: the thread-local it
+    /// reads would otherwise be looked up on every end.
     #[inline(never)]
-    fn free_busy_waker(s: &Slot) -> bool {
+    fn free_busy_waker(s: &Slot, waiting: impl Fn()) -> bool {
         let mut round = 0;
         let mut v = s.waker.load(Ordering::Acquire);
         loop {
@@ -526,6 +538,7 @@ impl Registry {
                     }
                 }
             }
+            waiting();
             backoff(&mut round);
             v = s.waker.load(Ordering::Acquire);
         }
@@ -1062,6 +1075,11 @@ mod tests {
             Some(None),
             "the waker stays with the scan (not destroyed under it)"
         );
+        assert_eq!(
+            r.busy_waits.load(Ordering::SeqCst),
+            0,
+            "left to the scan up its own stack, without waiting for it"
+        );
         assert_eq!(r.counts().active, 0);
         assert_eq!(r.occupied(), 0, "the scan freed the slot");
         let before = r.footprint().slots;
@@ -1082,53 +1100,95 @@ mod tests {
         assert!(!r.is_sent_away(None));
     }
 
+    /// An end racing a scan that holds its waker: it waits for the scan to let go, and only
+    /// then returns the waker (to be destroyed). The scan holds the waker until the end is seen
+    /// waiting for it (`busy_waits`), so the race happens on every run, however the two
+    /// threads are scheduled.
     #[test]
     fn end_waits_for_a_concurrent_wake() {
+        use std::time::{Duration, Instant};
         let r = Arc::new(Registry::with_limits(4, 4));
         let (t, _) = r.start(Some(0x40), 0);
         let in_wake = Arc::new(AtomicBool::new(false));
         let done_wake = Arc::new(AtomicBool::new(false));
-        let (r2, iw, dw) = (r.clone(), in_wake.clone(), done_wake.clone());
+        let end_seen = Arc::new(AtomicBool::new(false));
+        let (r2, iw, dw, seen) = (
+            r.clone(),
+            in_wake.clone(),
+            done_wake.clone(),
+            end_seen.clone(),
+        );
         let waker_thread = std::thread::spawn(move || {
             r2.begin_drain(|_| {
                 iw.store(true, Ordering::SeqCst);
-                // Hold the waker busy long enough for the owner to try to free it.
-                let until = std::time::Instant::now() + std::time::Duration::from_millis(50);
-                while std::time::Instant::now() < until {
-                    std::hint::spin_loop();
+                // Hold the waker busy until the owner's end waits for it. No panic in here:
+                // the slot would stay busy and the owner's end would wait forever; a timeout is
+                // reported by the owner instead.
+                let deadline = Instant::now() + Duration::from_secs(10);
+                while Instant::now() < deadline {
+                    if r2.busy_waits.load(Ordering::SeqCst) > 0 {
+                        seen.store(true, Ordering::SeqCst);
+                        break;
+                    }
+                    std::thread::yield_now();
                 }
                 dw.store(true, Ordering::SeqCst);
             })
         });
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        let deadline = Instant::now() + Duration::from_secs(10);
         while !in_wake.load(Ordering::SeqCst) {
-            assert!(std::time::Instant::now() < deadline, "waker never ran");
-            std::hint::spin_loop();
+            assert!(
+                Instant::now() < deadline,
+                "the scan never reached the waker"
+            );
+            std::thread::yield_now();
         }
+        assert_eq!(r.busy_waits.load(Ordering::SeqCst), 0, "nothing waited yet");
         assert_eq!(r.end(t), Some(0x40));
         assert!(
             done_wake.load(Ordering::SeqCst),
             "end returned while the scan used the waker"
         );
+        assert!(
+            end_seen.load(Ordering::SeqCst),
+            "the scan held the waker for 10 s and the end never waited for it"
+        );
         assert_eq!(waker_thread.join().unwrap(), 1);
     }
 
     /// Stress on real threads: every request that did not see the drain is visited by the scan
-    /// (nothing lost), none is visited twice, and the counts come back to zero.
+    /// (nothing lost), none is visited twice, and the counts come back to zero. Each worker
+    /// starts half its requests, waits until the drain is about to start and goes on with the
+    /// rest: the drain lands in the middle of every worker's run, however the threads are
+    /// scheduled (which start meets the drain's fence is up to the scheduler; loom's
+    /// `a_start_racing_a_drain_is_never_lost` covers every interleaving of that).
     #[test]
     fn concurrent_starts_racing_a_drain_lose_nothing() {
+        use std::sync::atomic::AtomicUsize;
+        use std::time::{Duration, Instant};
+        const WORKERS: usize = 4;
+        const HALF: usize = 200;
+        let mut rounds_seen_both_sides = 0;
         for round in 0..20 {
             let r = Arc::new(Registry::with_limits(2, 8));
-            let go = Arc::new(AtomicBool::new(false));
-            let workers: Vec<_> = (0..4usize)
+            let halfway = Arc::new(AtomicUsize::new(0));
+            let drain_now = Arc::new(AtomicBool::new(false));
+            let workers: Vec<_> = (0..WORKERS)
                 .map(|t| {
-                    let (r, go) = (r.clone(), go.clone());
+                    let (r, halfway, drain_now) = (r.clone(), halfway.clone(), drain_now.clone());
                     std::thread::spawn(move || {
-                        while !go.load(Ordering::Acquire) {
-                            std::hint::spin_loop();
-                        }
                         let mut held = vec![];
-                        for i in 0..400usize {
+                        for i in 0..2 * HALF {
+                            if i == HALF {
+                                halfway.fetch_add(1, Ordering::Release);
+                                // Bounded: the main thread reports a timeout itself.
+                                let deadline = Instant::now() + Duration::from_secs(10);
+                                while !drain_now.load(Ordering::Acquire)
+                                    && Instant::now() < deadline
+                                {
+                                    std::thread::yield_now();
+                                }
+                            }
                             let w = ((t << 20) | (i + 1)) << 4;
                             let (ticket, saw_drain) = r.start(Some(w), 1);
                             held.push((w, ticket, saw_drain));
@@ -1137,21 +1197,41 @@ mod tests {
                     })
                 })
                 .collect();
-            go.store(true, Ordering::Release);
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while halfway.load(Ordering::Acquire) < WORKERS {
+                assert!(
+                    Instant::now() < deadline,
+                    "round {round}: workers never all reached half their requests"
+                );
+                std::thread::yield_now();
+            }
+            drain_now.store(true, Ordering::Release);
             let mut visited = HashSet::new();
             r.begin_drain(|w| assert!(visited.insert(w), "visited twice: {w:#x}"));
-            let mut missed = 0;
+            let (mut missed, mut saw) = (0, 0);
             for w in workers {
                 for (waker, ticket, saw_drain) in w.join().unwrap() {
                     if !saw_drain && !visited.contains(&waker) {
                         missed += 1;
                     }
+                    saw += usize::from(saw_drain);
                     assert_eq!(r.end(ticket), Some(waker));
                 }
             }
             assert_eq!(missed, 0, "round {round}: requests missed by both sides");
+            assert!(
+                visited.len() >= WORKERS * HALF,
+                "round {round}: the first halves started before the drain"
+            );
             assert_eq!(r.counts().active, 0);
+            rounds_seen_both_sides += usize::from(saw > 0);
         }
+        // Some requests were reached by the scan and some saw the drain themselves, in the same
+        // round: the drain did start while the workers were starting requests.
+        assert!(
+            rounds_seen_both_sides > 0,
+            "no round had a request start after the drain began: nothing raced"
+        );
     }
 }
 

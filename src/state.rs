@@ -1,7 +1,7 @@
 //! Process-wide drain state shared by every worker thread and the main thread, split by owner:
 //! the in-flight [`Registry`] (workers write, the drain scans), the drain state machine (the
-//! engine drives it), the `/drain` [`Waiters`] (control streams) and the [`Counters`] behind the
-//! status report. The clock and the two ways back into Envoy ([`Hooks`]) are passed in at
+//! engine drives it), the `/drain` [`Waiters`] (control streams), the network filter's
+//! [`Connections`] and the [`Counters`] behind the status report. The clock and the two ways back into Envoy ([`Hooks`]) are passed in at
 //! construction, so every part is unit-tested without Envoy. No FFI here.
 //!
 //! The request path touches only the registry (worker-local atomics) and plain counters. Locks
@@ -10,7 +10,7 @@
 use crate::admin::AdminCheck;
 use crate::clock::Clock;
 use crate::config::{format_duration, DrainSettings, RequestPolicy};
-use crate::connections::StreamMark;
+use crate::connections::{Connections, StreamMark};
 use crate::drain::{Decision, Drain, Observation, Outcome, Phase, Trigger};
 use crate::registry::{Registry, Ticket};
 use serde::Serialize;
@@ -29,10 +29,9 @@ pub struct Hooks {
     pub commit: fn(waker: usize, event: u64),
     /// Ask the drain engine on the main thread to evaluate the drain now (any thread).
     pub kick_engine: fn(),
-    /// The drain started: tell idle connections (the network filter; any thread).
+    /// The drain started: tell idle connections (the network filter, through
+    /// [`Connections::drain_started`] on this state's `connections`; any thread).
     pub drain_started: fn(),
-    /// How many idle connections were told (the network filter's counts).
-    pub idle_told: fn() -> crate::connections::IdleTold,
 }
 
 /// HTTP protocol family of a connection sent away. Stats and status use the same three labels.
@@ -222,6 +221,8 @@ pub struct Shared {
     pub requests: Registry,
     pub waiters: Waiters,
     pub counters: Counters,
+    /// Downstream connections as the network filter sees them (its wakers, counts and settings).
+    pub connections: Connections,
     drain: Mutex<Option<Drain>>,
     policy: OnceLock<RequestPolicy>,
     /// When readiness fails (clock nanos), set at drain start; 0 while serving.
@@ -243,6 +244,7 @@ impl Shared {
             requests,
             waiters: Waiters::default(),
             counters: Counters::default(),
+            connections: Connections::default(),
             drain: Mutex::new(None),
             policy: OnceLock::new(),
             readiness_fails_at: AtomicU64::new(0),
@@ -527,7 +529,7 @@ impl Shared {
                 bytes: table.bytes as u64,
                 own_wakers: self.requests.own_wakers() as u64,
             },
-            idle_connections_told: (self.hooks.idle_told)(),
+            idle_connections_told: self.connections.idle_told(),
             outcome: outcome.map(OutcomeReport::from),
             settings: settings.map(SettingsReport::from),
         }
@@ -698,7 +700,6 @@ pub(crate) mod tests {
                 commit: |w, e| COMMITS.with(|c| c.borrow_mut().push((w, e))),
                 kick_engine: || KICKS.with(|k| k.set(k.get() + 1)),
                 drain_started: || {},
-                idle_told: Default::default,
             },
             Registry::with_limits(4, 8),
         );
@@ -852,6 +853,26 @@ pub(crate) mod tests {
         );
         assert_eq!(Protocol::from_envoy(b"HTTP/1.0"), Protocol::Http1);
         assert_eq!(Protocol::from_envoy(b"HTTP/2"), Protocol::Http2);
+    }
+
+    #[test]
+    fn status_reports_the_idle_connections_of_its_own_state() {
+        use crate::connections::IdleTold;
+        let f = fixture(None);
+        assert_eq!(f.shared.status().idle_connections_told, IdleTold::default());
+        let counts = &f.shared.connections.counts;
+        counts.http1.fetch_add(2, Ordering::Relaxed);
+        counts.http2.fetch_add(1, Ordering::Relaxed);
+        assert_eq!(
+            f.shared.status().idle_connections_told,
+            IdleTold { http1: 2, http2: 1 }
+        );
+        let other = fixture(None);
+        assert_eq!(
+            other.shared.status().idle_connections_told,
+            IdleTold::default(),
+            "another state has connections of its own"
+        );
     }
 
     #[test]

@@ -190,11 +190,12 @@ pub(crate) fn shared() -> &'static Shared {
                 commit: http::commit_scheduler,
                 kick_engine: bootstrap::kick_engine,
                 drain_started: || {
-                    crate::connections::drain_started(threads(), count_module_error, || {
-                        matches!(shared().phase(), crate::drain::Phase::Drained { .. })
-                    })
+                    shared()
+                        .connections
+                        .drain_started(threads(), count_module_error, || {
+                            matches!(shared().phase(), crate::drain::Phase::Drained { .. })
+                        })
                 },
-                idle_told: crate::connections::idle_told,
             },
         )
     })

@@ -6,8 +6,8 @@ use super::abi::{self, Buffer, EnvoyPtr};
 use super::{envoy_bytes, guard, module_buffer};
 use crate::config::NetworkFilterConfig;
 use crate::connections::{
-    self, Action, Conn, Connections, FirstStream, Waker, WakerSlot, EVENT_CONFIRM_CLOSE,
-    EVENT_DRAIN_STARTED, EVENT_GRACE_OVER, GOAWAY_NO_ERROR,
+    self, Action, Conn, FirstStream, Waker, WakerSlot, EVENT_CONFIRM_CLOSE, EVENT_DRAIN_STARTED,
+    EVENT_GRACE_OVER, GOAWAY_NO_ERROR,
 };
 use crate::state::{Protocol, EVENT_GO_AWAY};
 use std::cell::{Cell, OnceCell};
@@ -95,7 +95,7 @@ pub extern "C" fn envoy_dynamic_module_on_network_filter_config_new(
                 idle_close_grace: grace,
                 idle_after,
             }) => {
-                let c = Connections::global();
+                let c = &super::shared().connections;
                 c.install_commit(commit);
                 c.set_grace(grace);
                 c.set_idle_after(idle_after);
@@ -176,7 +176,8 @@ pub extern "C" fn envoy_dynamic_module_on_network_filter_new_connection(
         let s = unsafe { abi::envoy_dynamic_module_callback_network_filter_scheduler_new(fe) };
         if !s.is_null() {
             let waker = Waker::new(s as usize, delete_scheduler);
-            f.slot.set(Some(Connections::global().wakers.insert(waker)));
+            f.slot
+                .set(Some(super::shared().connections.wakers.insert(waker)));
             if let Some(conn) = f.conn.get() {
                 conn.set_wakeable();
             }
@@ -327,7 +328,7 @@ pub extern "C" fn envoy_dynamic_module_on_network_filter_scheduled(
         {
             return;
         }
-        let global = Connections::global();
+        let global = &super::shared().connections;
         let counts = &global.counts;
         // The clock the HTTP filter stamps a stream's end with (StreamSink::now_nanos).
         let (now, idle_after) = (super::coarse_monotonic_nanos(), global.idle_after());
@@ -411,7 +412,7 @@ pub extern "C" fn envoy_dynamic_module_on_network_filter_destroy(fm: *const c_vo
         // only thread-safe state here.
         if let Some(slot) = f.slot.get() {
             // Deletes the scheduler now, or when a commit in progress lets go of it.
-            drop(Connections::global().wakers.remove(slot));
+            drop(super::shared().connections.wakers.remove(slot));
         }
         if let Some(conn) = f.conn.get() {
             connections::unregister(conn);
