@@ -322,6 +322,70 @@ impl Conn {
         set(&self.following, false);
     }
 
+    /// A read while [`Conn::following_bytes`]: `chunks()` gives the read buffer's slices
+    /// (`None`: Envoy could not give them); `watch` is the connection's [`FirstStream`]. Detects
+    /// the protocol from the first bytes and, for HTTP/2, follows the client's frames until it
+    /// opens a stream. No payload is copied beyond the prefix the detection needs.
+    pub fn on_followed_read<'a, I: Iterator<Item = &'a [u8]>>(
+        &self,
+        len: usize,
+        chunks: impl Fn() -> Option<I>,
+        watch: &mut FirstStream,
+    ) {
+        if self.sniffing() {
+            let mut head = [0u8; H2_MAGIC_PREFIX.len()];
+            let mut have = 0;
+            for bytes in chunks().into_iter().flatten() {
+                let take = bytes.len().min(head.len() - have);
+                head[have..have + take].copy_from_slice(&bytes[..take]);
+                have += take;
+                if have == head.len() {
+                    break;
+                }
+            }
+            self.on_read(len, &head[..have]);
+        } else {
+            self.on_read(len, &[]);
+        }
+        if !self.watching_first_stream() {
+            return;
+        }
+        let still_streamless = chunks().is_some_and(|mut c| c.all(|b| watch.feed(b)));
+        if !still_streamless {
+            // A stream opened, or bytes this cannot follow (or could not read): from here on the
+            // connection may carry a stream.
+            self.first_stream_seen();
+        }
+    }
+
+    /// The connection's scheduled `event` (on its worker, the filter not closed): what to do,
+    /// and which of the filter's counters it moves. `now`: the clock stream ends are stamped
+    /// with; `send_away_once`: whether a busy HTTP/2 connection told here is the first telling
+    /// of it (whoever sends it: this filter or the HTTP filter).
+    pub fn on_scheduled(
+        &self,
+        connections: &Connections,
+        event: u64,
+        now: u64,
+        send_away_once: impl FnOnce(u64) -> bool,
+    ) -> Scheduled {
+        let (counts, idle_after) = (&connections.counts, connections.idle_after());
+        let before = counts.snapshot();
+        let action = match event {
+            EVENT_DRAIN_STARTED => self.on_drain_started(counts, now, idle_after),
+            EVENT_GRACE_OVER => self.on_grace_over(counts, now, idle_after),
+            EVENT_CONFIRM_CLOSE => self.on_confirm_close(counts, now, idle_after),
+            _ => Action::Nothing,
+        };
+        let after = counts.snapshot();
+        Scheduled {
+            action,
+            told_http1: after.http1 > before.http1,
+            told_http2: after.http2 > before.http2,
+            sent_away_http2: action == Action::GoAwayBusy && send_away_once(self.id),
+        }
+    }
+
     /// The server wrote `len` bytes towards the client.
     pub fn on_write(&self, len: usize) {
         if len > 0 && !get(&self.server_wrote) {
@@ -453,6 +517,17 @@ impl Conn {
         counts.http1.fetch_add(1, Ordering::Relaxed);
         Action::Close
     }
+}
+
+/// What a connection's scheduled event asks of its network filter ([`Conn::on_scheduled`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Scheduled {
+    pub action: Action,
+    /// The filter's `idle_connections_told_http1`, `_http2` and `connections_sent_away_http2`
+    /// counters each move by one.
+    pub told_http1: bool,
+    pub told_http2: bool,
+    pub sent_away_http2: bool,
 }
 
 /// Idle connections told, by protocol.
@@ -1144,6 +1219,82 @@ mod tests {
                 "HEADERS seen, fed {step} bytes at a time"
             );
         }
+    }
+
+    /// The network filter's read glue: the client's bytes in reads of any split, each read's
+    /// slices split again, as Envoy's buffer chunks may be.
+    fn read_in(c: &Conn, bytes: &[u8], step: usize) -> FirstStream {
+        let mut watch = FirstStream::default();
+        for read in bytes.chunks(step) {
+            if c.following_bytes() {
+                let slices = || Some(read.chunks(3));
+                c.on_followed_read(read.len(), slices, &mut watch);
+            } else {
+                c.on_read(read.len(), &[]);
+            }
+        }
+        watch
+    }
+
+    #[test]
+    fn followed_reads_detect_the_protocol_and_the_first_stream_across_any_split() {
+        let control = streamless_client_bytes();
+        let mut opened = control.clone();
+        opened.extend(frame(1, 1, &[0x82, 0x86, 0x84]));
+        // From 12 bytes a read: a shorter first read is HTTP/1 to the connection manager too
+        // (`determineNextProtocol` looks at the first data only), so to this.
+        for step in [12, 13, 40, opened.len()] {
+            let c = Conn::new(1);
+            read_in(&c, &control, step);
+            assert_eq!(c.wire(), Wire::Http2, "{step}");
+            assert!(
+                c.watching_first_stream(),
+                "no stream yet ({step} bytes a read)"
+            );
+            let c = Conn::new(2);
+            read_in(&c, &opened, step);
+            assert!(
+                !c.following_bytes(),
+                "a stream opened ({step} bytes a read)"
+            );
+        }
+        let c = Conn::new(3);
+        read_in(&c, b"GET / HTTP/1.1\r\nhost: a\r\n\r\n", 5);
+        assert_eq!(c.wire(), Wire::Http1);
+        assert!(
+            !c.following_bytes(),
+            "HTTP/1.1 needs no bytes after the first"
+        );
+        // A read whose slices Envoy could not give: detection waits, the first stream is assumed.
+        let c = h2_conn(4);
+        let none = || None::<std::slice::Chunks<'static, u8>>;
+        c.on_followed_read(9, none, &mut FirstStream::default());
+        assert!(
+            !c.following_bytes(),
+            "bytes it could not read may open a stream"
+        );
+    }
+
+    #[test]
+    fn a_scheduled_event_says_what_to_do_and_which_counters_move() {
+        let connections = with_network_filter();
+        connections.set_idle_after(IDLE);
+        let c = h2_conn(5);
+        c.on_write(9);
+        let never = |_| panic!("an idle connection is not sent away as busy");
+        let told = c.on_scheduled(&connections, EVENT_DRAIN_STARTED, LATER, never);
+        assert_eq!(
+            told,
+            Scheduled {
+                action: Action::GoAway,
+                told_http1: false,
+                told_http2: true,
+                sent_away_http2: false,
+            }
+        );
+        let unknown = c.on_scheduled(&connections, 99, LATER, never);
+        assert_eq!(unknown.action, Action::Nothing);
+        assert!(!unknown.told_http2, "counted once");
     }
 
     #[test]

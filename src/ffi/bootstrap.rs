@@ -2,7 +2,7 @@
 //! and calls [`crate::extension::Extension`], which does the work. Here: Envoy's side of it, the
 //! main-thread calls ([`MainThread`]), the stats store ([`StatsSource`]) and the RAII handles of
 //! the extension's timer and scheduler. Everything runs on Envoy's main thread, except
-//! [`kick_engine`] (any thread) and the stats visits (the module's scanner thread).
+//! `kick_engine` (any thread) and the stats visits (the module's scanner thread).
 
 use super::abi::{self, Buffer, EnvoyPtr, HttpHeader};
 use super::{define_metric, envoy_bytes, guard, module_buffer, DefineMetric};

@@ -5,10 +5,7 @@
 use super::abi::{self, Buffer, EnvoyPtr};
 use super::{envoy_bytes, guard, module_buffer};
 use crate::config::NetworkFilterConfig;
-use crate::connections::{
-    self, Action, Conn, FirstStream, Waker, WakerSlot, EVENT_CONFIRM_CLOSE, EVENT_DRAIN_STARTED,
-    EVENT_GRACE_OVER, GOAWAY_NO_ERROR,
-};
+use crate::connections::{self, Action, Conn, FirstStream, Waker, WakerSlot, GOAWAY_NO_ERROR};
 use crate::state::{Protocol, EVENT_GO_AWAY};
 use std::cell::{Cell, OnceCell};
 use std::os::raw::c_void;
@@ -210,9 +207,9 @@ pub extern "C" fn envoy_dynamic_module_on_network_filter_read(
     })
 }
 
-/// The first reads of a connection: its protocol from the first bytes of the read buffer, and for
-/// HTTP/2 the client's frames until it opens a stream. Kept out of the read hook, which runs on
-/// every read, so that its stack buffers and calls do not weigh on the common path.
+/// A read while the connection's first bytes are followed: hands Envoy's read-buffer slices to
+/// [`Conn::on_followed_read`]. Kept out of the read hook, which runs on every read, so that its
+/// stack buffers and calls do not weigh on the common path.
 #[cold]
 #[inline(never)]
 fn follow_client_bytes(
@@ -247,32 +244,10 @@ fn follow_client_bytes(
             )
         };
     // SAFETY: Envoy filled the slices; valid during this hook; null/empty handled.
-    let slices = || chunks.iter().map(|c| unsafe { envoy_bytes(*c) });
-    if conn.sniffing() {
-        let mut head = [0u8; connections::H2_MAGIC_PREFIX.len()];
-        let mut have = 0;
-        if ok {
-            for bytes in slices() {
-                let take = bytes.len().min(head.len() - have);
-                head[have..have + take].copy_from_slice(&bytes[..take]);
-                have += take;
-                if have == head.len() {
-                    break;
-                }
-            }
-        }
-        conn.on_read(data_len, &head[..have]);
-    } else {
-        conn.on_read(data_len, &[]);
-    }
+    let slices = || ok.then(|| chunks.iter().map(|c| unsafe { envoy_bytes(*c) }));
     let mut watch = first_stream.get();
-    let still_streamless = conn.watching_first_stream() && ok && slices().all(|b| watch.feed(b));
+    conn.on_followed_read(data_len, slices, &mut watch);
     first_stream.set(watch);
-    if conn.watching_first_stream() && !still_streamless {
-        // A stream opened, or bytes this cannot follow (or could not read): from here on the
-        // connection may carry a stream.
-        conn.first_stream_seen();
-    }
 }
 
 #[no_mangle]
@@ -328,32 +303,23 @@ pub extern "C" fn envoy_dynamic_module_on_network_filter_scheduled(
         {
             return;
         }
-        let global = &super::shared().connections;
-        let counts = &global.counts;
+        let shared = super::shared();
         // The clock the HTTP filter stamps a stream's end with (StreamSink::now_nanos).
-        let (now, idle_after) = (super::coarse_monotonic_nanos(), global.idle_after());
-        let before = counts.snapshot();
-        let action = match event_id {
-            EVENT_DRAIN_STARTED => conn.on_drain_started(counts, now, idle_after),
-            EVENT_GRACE_OVER => conn.on_grace_over(counts, now, idle_after),
-            EVENT_CONFIRM_CLOSE => conn.on_confirm_close(counts, now, idle_after),
-            _ => Action::Nothing,
+        let now = super::coarse_monotonic_nanos();
+        let send_away_once = |id| {
+            shared
+                .send_away_once(Some(id), || Protocol::Http2)
+                .is_some()
         };
-        let after = counts.snapshot();
-        // A busy HTTP/2 connection told here counts as sent away, once per connection whoever
-        // sends it (this filter or the HTTP filter).
-        let busy_told = action == Action::GoAwayBusy
-            && super::shared()
-                .send_away_once(Some(conn.id), || Protocol::Http2)
-                .is_some();
+        let done = conn.on_scheduled(&shared.connections, event_id, now, send_away_once);
         // SAFETY: the config outlives its filters.
         if let Some(cfg) = unsafe { f.config.as_ref() } {
-            for (id, grew) in [
-                (cfg.told_http1, after.http1 > before.http1),
-                (cfg.told_http2, after.http2 > before.http2),
-                (cfg.sent_away_http2, busy_told),
+            for (id, moved) in [
+                (cfg.told_http1, done.told_http1),
+                (cfg.told_http2, done.told_http2),
+                (cfg.sent_away_http2, done.sent_away_http2),
             ] {
-                if let (Some(id), true) = (id, grew) {
+                if let (Some(id), true) = (id, moved) {
                     // SAFETY: live filter; id defined in config_new.
                     unsafe {
                         abi::envoy_dynamic_module_callback_network_filter_increment_counter(
@@ -363,6 +329,7 @@ pub extern "C" fn envoy_dynamic_module_on_network_filter_scheduled(
                 }
             }
         }
+        let action = done.action;
         match action {
             Action::Nothing => {}
             Action::WakeStream(word) => crate::ffi::http::wake_stream(word, EVENT_GO_AWAY),
@@ -423,6 +390,7 @@ pub extern "C" fn envoy_dynamic_module_on_network_filter_destroy(fm: *const c_vo
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::connections::{EVENT_CONFIRM_CLOSE, EVENT_DRAIN_STARTED, EVENT_GRACE_OVER};
     use crate::ffi::abi::{reset_fake, script, take_calls};
 
     /// Envoy's side of a filter, as the fake callbacks see it: never dereferenced.
