@@ -4,13 +4,14 @@
 //! the extension's timer and scheduler. Everything runs on Envoy's main thread, except
 //! `kick_engine` (any thread) and the stats visits (the module's scanner thread).
 
-use super::abi::{self, Buffer, EnvoyPtr, HttpHeader};
-use super::{define_metric, envoy_bytes, guard, module_buffer, DefineMetric};
+use super::abi::{Buffer, EnvoyPtr, HttpHeader};
+use super::envoy::{self, ExtensionConfig, ExtensionStats, Scheduler, Timer};
+use super::{envoy_bytes, guard};
 use crate::bootstrap::{EngineMetric, ShutdownRelease, ADMIN_DRAIN_PATH, ADMIN_STATUS_PATH};
 use crate::extension::{Env, Extension, Gauge, MainThread, StatsSource, EVENT_KICK};
 use crate::stats_scan::Pass;
 use std::os::raw::c_void;
-use std::ptr::{self, NonNull};
+use std::ptr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -32,44 +33,10 @@ fn to_main_thread(event: u64) {
         let s = KICK_SCHEDULER.load(Ordering::Acquire);
         if s != 0 {
             // SAFETY: the scheduler is alive while stored here and the gate is open (see
-            // KICK_SCHEDULER); commit itself is thread-safe (a dispatcher post).
-            unsafe {
-                abi::envoy_dynamic_module_callback_bootstrap_extension_config_scheduler_commit(
-                    s as *mut c_void,
-                    event,
-                )
-            }
+            // KICK_SCHEDULER).
+            unsafe { envoy::extension_scheduler_commit(s, event) }
         }
     });
-}
-
-/// The extension's timer; deleted on drop (main thread only: `timer_delete` asserts it).
-struct Timer(NonNull<c_void>);
-
-impl Drop for Timer {
-    fn drop(&mut self) {
-        // SAFETY: created by timer_new, deleted once, here; dropped on the main thread (see
-        // config_destroy).
-        unsafe {
-            abi::envoy_dynamic_module_callback_bootstrap_extension_timer_delete(self.0.as_ptr())
-        }
-    }
-}
-
-/// The extension's scheduler; deleted on drop, after config_destroy has cleared
-/// [`KICK_SCHEDULER`] behind the closed gate.
-struct Scheduler(NonNull<c_void>);
-
-impl Drop for Scheduler {
-    fn drop(&mut self) {
-        // SAFETY: created by config_scheduler_new, deleted once, here; no commit can use it any
-        // more (KICK_SCHEDULER cleared, gate closed).
-        unsafe {
-            abi::envoy_dynamic_module_callback_bootstrap_extension_config_scheduler_delete(
-                self.0.as_ptr(),
-            )
-        }
-    }
 }
 
 struct Metrics {
@@ -80,9 +47,21 @@ struct Metrics {
     drains_timed_out: usize,
 }
 
+impl Metrics {
+    fn define(envoy: ExtensionConfig) -> Option<Metrics> {
+        Some(Metrics {
+            draining: envoy.define("draining", true)?,
+            admin_address_ok: envoy.define("admin_address_ok", true)?,
+            drains_started: envoy.define("drains_started", false)?,
+            drains_completed: envoy.define("drains_completed", false)?,
+            drains_timed_out: envoy.define("drains_timed_out", false)?,
+        })
+    }
+}
+
 /// What Envoy holds for us: the config pointer (the extension object is the same one).
 struct Glue {
-    envoy: EnvoyPtr,
+    envoy: ExtensionConfig,
     timer: Option<Timer>,
     scheduler: Option<Scheduler>,
     metrics: Option<Metrics>,
@@ -94,13 +73,7 @@ impl MainThread for Glue {
         // Round up so the timer never fires before the deadline (then a useless poll re-arms).
         let ms = delay.as_nanos().div_ceil(1_000_000).max(1) as u64;
         if let Some(t) = &self.timer {
-            // SAFETY: main thread; the timer lives until config_destroy.
-            unsafe {
-                abi::envoy_dynamic_module_callback_bootstrap_extension_timer_enable(
-                    t.0.as_ptr(),
-                    ms,
-                )
-            }
+            t.enable(ms);
         }
     }
 
@@ -110,110 +83,31 @@ impl MainThread for Glue {
             Gauge::Draining => m.draining,
             Gauge::AdminAddressOk => m.admin_address_ok,
         };
-        // SAFETY: config pointer alive until config_destroy; stats are atomic.
-        unsafe {
-            abi::envoy_dynamic_module_callback_bootstrap_extension_config_set_gauge(
-                self.envoy,
-                id,
-                ptr::null_mut(),
-                0,
-                value,
-            );
-        }
+        self.envoy.set_gauge(id, value);
     }
 
     fn count(&self, metric: EngineMetric) {
         let Some(m) = &self.metrics else { return };
-        let id = match metric {
+        self.envoy.increment_counter(match metric {
             EngineMetric::DrainStarted => m.drains_started,
             EngineMetric::DrainCompleted => m.drains_completed,
             EngineMetric::DrainTimedOut => m.drains_timed_out,
-        };
-        // SAFETY: as above.
-        unsafe {
-            abi::envoy_dynamic_module_callback_bootstrap_extension_config_increment_counter(
-                self.envoy,
-                id,
-                ptr::null_mut(),
-                0,
-                1,
-            );
-        }
+        });
     }
 }
 
-/// Envoy's stats store behind its extension pointer (`be`), valid from extension_new until
-/// extension_destroy, which takes it back out of the [`Extension`] (waiting for a visit under way).
-struct EnvoyStats(usize);
-
-/// The stats iterator: each stat Envoy visits goes to the closure behind `user_data`.
-extern "C" fn visit_stat(name: Buffer, value: u64, user_data: *mut c_void) -> u32 {
-    guard("stat iterator", 0, || {
-        // SAFETY: user_data is the closure passed to the iterate call below, alive during it;
-        // the name buffer is valid for this callback.
-        let (visit, name) = unsafe {
-            (
-                &mut *(user_data as *mut &mut dyn FnMut(&[u8], u64)),
-                envoy_bytes(name),
-            )
-        };
-        visit(name, value);
-        0
-    })
-}
-
-impl StatsSource for EnvoyStats {
-    fn visit(&self, pass: Pass, mut stat: &mut dyn FnMut(&[u8], u64)) -> bool {
-        let (be, ud) = (self.0 as EnvoyPtr, &mut stat as *mut _ as *mut c_void);
-        // SAFETY: `be` is live (see EnvoyStats); the iterator only runs during the call, while
-        // `stat` is alive. Envoy's iteration holds its stats allocator's mutex or works on a
-        // snapshot, so it is safe off the main thread (ENVOY_FACTS.md §3a).
+/// Envoy's stats store, through the threads' gate (refused once the exit was released).
+impl StatsSource for ExtensionStats {
+    fn visit(&self, pass: Pass, stat: &mut dyn FnMut(&[u8], u64)) -> bool {
+        let gauges = pass == Pass::Gauges;
         super::threads()
-            .call("stats_scan", || unsafe {
-                if pass == Pass::Gauges {
-                    abi::envoy_dynamic_module_callback_bootstrap_extension_iterate_gauges(
-                        be, visit_stat, ud,
-                    )
-                } else {
-                    abi::envoy_dynamic_module_callback_bootstrap_extension_iterate_counters(
-                        be, visit_stat, ud,
-                    )
-                }
-            })
+            .call("stats_scan", || self.iterate(gauges, stat))
             .is_some()
     }
 }
 
-fn define_metrics(bce: EnvoyPtr) -> Option<Metrics> {
-    let gauge =
-        abi::envoy_dynamic_module_callback_bootstrap_extension_config_define_gauge as DefineMetric;
-    let counter = abi::envoy_dynamic_module_callback_bootstrap_extension_config_define_counter
-        as DefineMetric;
-    // SAFETY: called from config_new with Envoy's config pointer.
-    let define = |name: &str, gauge_kind: bool| unsafe {
-        define_metric(if gauge_kind { gauge } else { counter }, bce, name)
-    };
-    Some(Metrics {
-        draining: define("draining", true)?,
-        admin_address_ok: define("admin_address_ok", true)?,
-        drains_started: define("drains_started", false)?,
-        drains_completed: define("drains_completed", false)?,
-        drains_timed_out: define("drains_timed_out", false)?,
-    })
-}
-
-fn register_admin(bce: EnvoyPtr, path: &[u8], help: &str, mutates: bool) {
-    // SAFETY: inside config_new on the main thread; buffers live for the call.
-    let ok = unsafe {
-        abi::envoy_dynamic_module_callback_bootstrap_extension_register_admin_handler(
-            bce,
-            module_buffer(path),
-            module_buffer(help.as_bytes()),
-            false,
-            mutates,
-        )
-    };
-    if !ok {
+fn register_admin(envoy: ExtensionConfig, path: &[u8], help: &str, mutates: bool) {
+    if !envoy.register_admin(path, help, mutates) {
         log::warn!(
             "graceful_drain: could not register admin handler {}",
             String::from_utf8_lossy(path)
@@ -257,20 +151,10 @@ pub extern "C" fn envoy_dynamic_module_on_bootstrap_extension_config_new(
     config: Buffer,
 ) -> *const c_void {
     guard("bootstrap_config_new", None, || {
-        // SAFETY: main thread, inside config_new with Envoy's config pointer.
+        // SAFETY: Envoy's config pointer inside its config_new, kept until its config_destroy.
+        let envoy = unsafe { ExtensionConfig::new(bce) };
         #[allow(unused_mut)] // replaced by a test fault
-        let (mut timer, scheduler) = unsafe {
-            (
-                NonNull::new(abi::envoy_dynamic_module_callback_bootstrap_extension_timer_new(bce))
-                    .map(Timer),
-                NonNull::new(
-                    abi::envoy_dynamic_module_callback_bootstrap_extension_config_scheduler_new(
-                        bce,
-                    ),
-                )
-                .map(Scheduler),
-            )
-        };
+        let (mut timer, scheduler) = (envoy.new_timer(), envoy.new_scheduler());
         #[cfg(feature = "panic-test")]
         if crate::faults::active("no_timer") {
             timer = None; // deleted by its drop
@@ -288,25 +172,21 @@ pub extern "C" fn envoy_dynamic_module_on_bootstrap_extension_config_new(
         // SAFETY: Envoy's config bytes are valid for this call.
         let ext = Extension::load(unsafe { envoy_bytes(config) }, env, timer.is_some())?;
         KICK_SCHEDULER.store(
-            scheduler.as_ref().map_or(0, |s| s.0.as_ptr() as usize),
+            scheduler.as_ref().map_or(0, Scheduler::word),
             Ordering::Release,
         );
         let help = "graceful_drain: start a graceful drain (same as SIGTERM, without exiting)";
-        register_admin(bce, ADMIN_DRAIN_PATH, help, true);
+        register_admin(envoy, ADMIN_DRAIN_PATH, help, true);
         let help = "graceful_drain: drain status as JSON";
-        register_admin(bce, ADMIN_STATUS_PATH, help, false);
+        register_admin(envoy, ADMIN_STATUS_PATH, help, false);
         let glue = Box::new(Glue {
-            envoy: bce,
+            envoy,
             timer,
             scheduler,
-            metrics: define_metrics(bce),
+            metrics: Metrics::define(envoy),
             ext,
         });
-        // Without this Envoy stays INITIALIZING and binds no listener.
-        // SAFETY: main thread, valid config pointer.
-        unsafe {
-            abi::envoy_dynamic_module_callback_bootstrap_extension_config_signal_init_complete(bce)
-        };
+        envoy.signal_init_complete();
         Some(Box::into_raw(glue) as *const c_void)
     })
     .unwrap_or(ptr::null())
@@ -347,7 +227,9 @@ pub extern "C" fn envoy_dynamic_module_on_bootstrap_extension_new(
     guard("bootstrap_extension_new", (), || {
         // SAFETY: `bcm` is our config from config_new.
         if let Some(g) = unsafe { glue(bcm) } {
-            g.ext.set_stats(Some(Arc::new(EnvoyStats(be as usize))));
+            // SAFETY: Envoy's extension pointer, taken back in extension_destroy.
+            g.ext
+                .set_stats(Some(Arc::new(unsafe { ExtensionStats::new(be) })));
         }
     });
     bcm
@@ -451,7 +333,7 @@ pub extern "C" fn envoy_dynamic_module_on_bootstrap_extension_timer_fired(
 
 #[no_mangle]
 pub extern "C" fn envoy_dynamic_module_on_bootstrap_extension_admin_request(
-    bce: EnvoyPtr,
+    _bce: EnvoyPtr,
     bcm: *const c_void,
     method: Buffer,
     path: Buffer,
@@ -463,13 +345,8 @@ pub extern "C" fn envoy_dynamic_module_on_bootstrap_extension_admin_request(
         let (method, path) = unsafe { (envoy_bytes(method), envoy_bytes(path)) };
         let (code, body, release) = g.ext.on_admin(g, method, path);
         status = code;
-        // SAFETY: inside admin_request; Envoy copies the body (ENVOY_FACTS.md §4).
-        unsafe {
-            abi::envoy_dynamic_module_callback_bootstrap_extension_admin_set_response(
-                bce,
-                module_buffer(body.as_bytes()),
-            )
-        };
+        // SAFETY: inside admin_request.
+        unsafe { g.envoy.admin_respond(body.as_bytes()) };
         release
     });
     status
@@ -493,6 +370,7 @@ mod tests {
     //! one drain engine and close the process's one gate, which no other test may share.
     use super::*;
     use crate::ffi::abi::{reset_fake, script, take_calls};
+    use crate::ffi::module_buffer;
     use std::sync::atomic::AtomicUsize;
 
     static COMPLETIONS: AtomicUsize = AtomicUsize::new(0);

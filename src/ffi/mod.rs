@@ -24,6 +24,7 @@ use unused_hooks;
 
 pub mod abi;
 pub mod bootstrap;
+mod envoy;
 #[cfg(test)]
 mod fake_envoy;
 pub mod http;

@@ -1,9 +1,10 @@
 //! Exported network-filter hooks (`envoy.filters.network.dynamic_modules`, placed before the HTTP
-//! connection manager) and the calls they make back into Envoy. Each hook: guard, convert,
-//! delegate to [`crate::connections`], which decides; this file only applies the decision.
+//! connection manager). Each hook: guard, convert, delegate to [`crate::connections`], which
+//! decides; this file only applies the decision, through [`super::envoy::NetConnection`].
 
-use super::abi::{self, Buffer, EnvoyPtr};
-use super::{envoy_bytes, guard, module_buffer};
+use super::abi::{Buffer, EnvoyPtr};
+use super::envoy::{self, NetConfigNew, NetConnection};
+use super::{envoy_bytes, guard};
 use crate::config::NetworkFilterConfig;
 use crate::connections::{self, Action, Conn, FirstStream, Waker, WakerSlot, GOAWAY_NO_ERROR};
 use crate::state::{Protocol, EVENT_GO_AWAY};
@@ -13,8 +14,6 @@ use std::ptr;
 use std::sync::Arc;
 
 const STATUS_CONTINUE: u32 = 0;
-const CONNECTION_OPEN: u32 = 0;
-const CLOSE_FLUSH_WRITE: u32 = 0;
 /// `envoy_dynamic_module_type_network_connection_event`: RemoteClose, LocalClose.
 const EVENT_REMOTE_CLOSE: u32 = 0;
 const EVENT_LOCAL_CLOSE: u32 = 1;
@@ -43,39 +42,16 @@ struct NetFilter {
 }
 
 fn commit(waker: usize, event: u64) {
-    // SAFETY: `waker` is a live scheduler: the caller holds a counted reference to it, and only
-    // the last reference deletes it. (In 1.40 a commit can run the filter's destroy hook on this
-    // thread; the scheduler object itself stays valid until deleted.)
+    // SAFETY: `waker` is a live scheduler: the caller holds a counted reference to it
+    // (`connections::Waker`), and only the last reference deletes it.
     super::threads().call("connection_wake", || unsafe {
-        abi::envoy_dynamic_module_callback_network_filter_scheduler_commit(
-            waker as *mut c_void,
-            event,
-        )
+        envoy::net_scheduler_commit(waker, event)
     });
 }
 
 fn delete_scheduler(waker: usize) {
     // SAFETY: called once, by the last holder of the scheduler (see `Waker`).
-    unsafe {
-        abi::envoy_dynamic_module_callback_network_filter_scheduler_delete(waker as *mut c_void)
-    }
-}
-
-fn define_counter(ce: EnvoyPtr, name: &str) -> Option<usize> {
-    let mut id = 0usize;
-    // SAFETY: called inside config_new with Envoy's config pointer; the name lives for the call.
-    let r = unsafe {
-        abi::envoy_dynamic_module_callback_network_filter_config_define_counter(
-            ce,
-            module_buffer(name.as_bytes()),
-            &mut id,
-        )
-    };
-    if r != abi::METRICS_SUCCESS {
-        log::warn!("graceful_drain: could not define metric {name} (result {r})");
-        return None;
-    }
-    Some(id)
+    unsafe { envoy::net_scheduler_delete(waker) }
 }
 
 #[no_mangle]
@@ -100,10 +76,12 @@ pub extern "C" fn envoy_dynamic_module_on_network_filter_config_new(
                     "graceful_drain: network filter loaded (idle connections are told at drain \
                      start; idle_close_grace={grace:?}, idle_after={idle_after:?})"
                 );
+                // SAFETY: inside config_new with Envoy's config pointer.
+                let envoy = unsafe { NetConfigNew::in_hook(ce) };
                 Box::into_raw(Box::new(NetConfig {
-                    told_http1: define_counter(ce, "idle_connections_told_http1"),
-                    told_http2: define_counter(ce, "idle_connections_told_http2"),
-                    sent_away_http2: define_counter(ce, "connections_sent_away_http2"),
+                    told_http1: envoy.define_counter("idle_connections_told_http1"),
+                    told_http2: envoy.define_counter("idle_connections_told_http2"),
+                    sent_away_http2: envoy.define_counter("connections_sent_away_http2"),
                 })) as *const c_void
             }
             Err(e) => {
@@ -158,8 +136,9 @@ pub extern "C" fn envoy_dynamic_module_on_network_filter_new_connection(
         let Some(f) = (unsafe { net_filter(fm) }) else {
             return STATUS_CONTINUE;
         };
-        // SAFETY: live filter, inside a hook on its worker; callbacks are set by now.
-        let id = unsafe { abi::envoy_dynamic_module_callback_network_filter_get_connection_id(fe) };
+        // SAFETY: the filter's own pointer inside its hook; callbacks are set by now.
+        let envoy = unsafe { NetConnection::in_hook(fe) };
+        let id = envoy.id();
         let requests = &super::shared().requests;
         let lane = requests.lane();
         let conn = Arc::new(Conn::on_lane(
@@ -169,10 +148,8 @@ pub extern "C" fn envoy_dynamic_module_on_network_filter_new_connection(
         ));
         connections::register(&conn);
         let _ = f.conn.set(conn);
-        // SAFETY: live filter on its worker.
-        let s = unsafe { abi::envoy_dynamic_module_callback_network_filter_scheduler_new(fe) };
-        if !s.is_null() {
-            let waker = Waker::new(s as usize, delete_scheduler);
+        if let Some(s) = envoy.new_scheduler() {
+            let waker = Waker::new(s, delete_scheduler);
             f.slot
                 .set(Some(super::shared().connections.wakers.insert(waker)));
             if let Some(conn) = f.conn.get() {
@@ -199,7 +176,13 @@ pub extern "C" fn envoy_dynamic_module_on_network_filter_read(
             return STATUS_CONTINUE;
         };
         if conn.following_bytes() {
-            follow_client_bytes(fe, conn, &f.first_stream, data_len);
+            // SAFETY: the filter's own pointer inside its read hook.
+            follow_client_bytes(
+                unsafe { NetConnection::in_hook(fe) },
+                conn,
+                &f.first_stream,
+                data_len,
+            );
         } else {
             conn.on_read(data_len, &[]);
         }
@@ -213,40 +196,13 @@ pub extern "C" fn envoy_dynamic_module_on_network_filter_read(
 #[cold]
 #[inline(never)]
 fn follow_client_bytes(
-    fe: EnvoyPtr,
+    envoy: NetConnection,
     conn: &Conn,
     first_stream: &Cell<FirstStream>,
     data_len: usize,
 ) {
-    // SAFETY: live filter inside its read hook, where the read buffer is current.
-    let n = unsafe {
-        abi::envoy_dynamic_module_callback_network_filter_get_read_buffer_chunks_size(fe)
-    };
-    // Usually one slice: a stack array avoids an allocation per connection.
-    const EMPTY: Buffer = Buffer {
-        ptr: ptr::null(),
-        len: 0,
-    };
-    let mut stack = [EMPTY; 4];
-    let mut heap = Vec::new();
-    let chunks: &mut [Buffer] = if n <= stack.len() {
-        &mut stack[..n]
-    } else {
-        heap.resize(n, EMPTY);
-        &mut heap
-    };
-    // SAFETY: `chunks` has room for the `n` slices Envoy reported for this same buffer.
-    let ok = n > 0
-        && unsafe {
-            abi::envoy_dynamic_module_callback_network_filter_get_read_buffer_chunks(
-                fe,
-                chunks.as_mut_ptr(),
-            )
-        };
-    // SAFETY: Envoy filled the slices; valid during this hook; null/empty handled.
-    let slices = || ok.then(|| chunks.iter().map(|c| unsafe { envoy_bytes(*c) }));
     let mut watch = first_stream.get();
-    conn.on_followed_read(data_len, slices, &mut watch);
+    envoy.with_read_slices(|slices| conn.on_followed_read(data_len, slices, &mut watch));
     first_stream.set(watch);
 }
 
@@ -297,10 +253,9 @@ pub extern "C" fn envoy_dynamic_module_on_network_filter_scheduled(
         if f.closed.get() {
             return;
         }
-        // SAFETY: live filter on its worker, inside a hook (not closed: see NetFilter::closed).
-        if unsafe { abi::envoy_dynamic_module_callback_network_filter_get_connection_state(fe) }
-            != CONNECTION_OPEN
-        {
+        // SAFETY: the filter's own pointer inside its hook, not closed (see NetFilter::closed).
+        let envoy = unsafe { NetConnection::in_hook(fe) };
+        if !envoy.is_open() {
             return;
         }
         let shared = super::shared();
@@ -320,12 +275,7 @@ pub extern "C" fn envoy_dynamic_module_on_network_filter_scheduled(
                 (cfg.sent_away_http2, done.sent_away_http2),
             ] {
                 if let (Some(id), true) = (id, moved) {
-                    // SAFETY: live filter; id defined in config_new.
-                    unsafe {
-                        abi::envoy_dynamic_module_callback_network_filter_increment_counter(
-                            fe, id, 1,
-                        )
-                    };
+                    envoy.increment_counter(id);
                 }
             }
         }
@@ -343,25 +293,11 @@ pub extern "C" fn envoy_dynamic_module_on_network_filter_scheduled(
                     },
                     conn.id
                 );
-                // SAFETY: live filter; the frame is a static; Envoy copies it.
-                unsafe {
-                    abi::envoy_dynamic_module_callback_network_filter_inject_write_data(
-                        fe,
-                        module_buffer(&GOAWAY_NO_ERROR),
-                        false,
-                    )
-                }
+                envoy.inject_write(&GOAWAY_NO_ERROR)
             }
             Action::Close => {
                 log::debug!("graceful_drain: closing idle connection {}", conn.id);
-                // SAFETY: live filter; the details string is static.
-                unsafe {
-                    abi::envoy_dynamic_module_callback_network_filter_close_with_details(
-                        fe,
-                        CLOSE_FLUSH_WRITE,
-                        module_buffer(b"graceful_drain_idle_close"),
-                    )
-                }
+                envoy.close(b"graceful_drain_idle_close")
             }
         }
     })
@@ -392,6 +328,7 @@ mod tests {
     use super::*;
     use crate::connections::{EVENT_CONFIRM_CLOSE, EVENT_DRAIN_STARTED, EVENT_GRACE_OVER};
     use crate::ffi::abi::{reset_fake, script, take_calls};
+    use crate::ffi::module_buffer;
 
     /// Envoy's side of a filter, as the fake callbacks see it: never dereferenced.
     fn fake_envoy_ptr(addr: usize) -> EnvoyPtr {
@@ -430,7 +367,7 @@ mod tests {
             "envoy_dynamic_module_callback_network_filter_get_connection_state",
             move || {
                 envoy_dynamic_module_on_network_filter_event(fe, fm, EVENT_LOCAL_CLOSE);
-                u64::from(CONNECTION_OPEN)
+                0 // Open
             },
         );
         envoy_dynamic_module_on_network_filter_scheduled(fe, fm, EVENT_GRACE_OVER);

@@ -1,0 +1,427 @@
+//! Every call the module makes into Envoy, each behind one wrapper (the model: proxy-wasm-rust-
+//! sdk's `hostcalls.rs`). No other file calls a callback of [`super::abi`].
+//!
+//! An Envoy pointer is valid only in certain places: inside a hook of its object, on that
+//! object's thread, until its destroy hook. So a wrapper is a method of a handle that can only be
+//! made there: the handle's `unsafe fn` constructor is the one promise its maker gives (it names
+//! it), and every method after it is safe. Calls that any thread may make on an object the
+//! module keeps alive itself (scheduler commits) take its word and are `unsafe fn`, each with its
+//! contract. Which thread may make which call, and what it may run re-entrantly, is recorded
+//! with its evidence in `ENVOY_FACTS.md`.
+
+use super::abi::{self, Buffer, EnvoyPtr};
+use super::{envoy_bytes, module_buffer};
+use std::marker::PhantomData;
+use std::os::raw::c_void;
+use std::ptr;
+
+const EMPTY: Buffer = Buffer {
+    ptr: ptr::null(),
+    len: 0,
+};
+
+// ---- network filter ---------------------------------------------------------------------------
+
+/// `envoy_dynamic_module_type_network_connection_state`: Open.
+const CONNECTION_OPEN: u32 = 0;
+/// `envoy_dynamic_module_type_network_connection_close_type`: FlushWrite.
+const CLOSE_FLUSH_WRITE: u32 = 0;
+
+/// A downstream connection inside one of its network filter's hooks, on its worker.
+#[derive(Clone, Copy)]
+pub(crate) struct NetConnection<'hook> {
+    fe: EnvoyPtr,
+    _hook: PhantomData<&'hook ()>,
+}
+
+impl NetConnection<'_> {
+    /// # Safety
+    /// `fe` is the filter pointer Envoy passed to the hook running now, and the handle does not
+    /// outlive that hook. In `on_network_filter_scheduled`, only once no close event was raised
+    /// (ENVOY_FACTS.md §1: the connection may be gone by then).
+    pub(crate) unsafe fn in_hook(fe: EnvoyPtr) -> Self {
+        NetConnection {
+            fe,
+            _hook: PhantomData,
+        }
+    }
+
+    pub(crate) fn id(self) -> u64 {
+        // SAFETY: live filter inside a hook (see `in_hook`).
+        unsafe { abi::envoy_dynamic_module_callback_network_filter_get_connection_id(self.fe) }
+    }
+
+    pub(crate) fn is_open(self) -> bool {
+        // SAFETY: as above.
+        let state = unsafe {
+            abi::envoy_dynamic_module_callback_network_filter_get_connection_state(self.fe)
+        };
+        state == CONNECTION_OPEN
+    }
+
+    /// A scheduler for this filter (its word, for [`net_scheduler_commit`]), if Envoy gives one.
+    pub(crate) fn new_scheduler(self) -> Option<usize> {
+        // SAFETY: as above, on the filter's worker.
+        let s = unsafe { abi::envoy_dynamic_module_callback_network_filter_scheduler_new(self.fe) };
+        (!s.is_null()).then_some(s as usize)
+    }
+
+    /// `f` with the read buffer's slices (`None` if Envoy could not give them). Inside the read
+    /// hook, where the read buffer is current.
+    pub(crate) fn with_read_slices<R>(
+        self,
+        f: impl for<'b> FnOnce(&'b dyn Fn() -> Option<SliceIter<'b>>) -> R,
+    ) -> R {
+        // SAFETY: as above.
+        let n = unsafe {
+            abi::envoy_dynamic_module_callback_network_filter_get_read_buffer_chunks_size(self.fe)
+        };
+        // Usually one slice: a stack array avoids an allocation per connection.
+        let mut stack = [EMPTY; 4];
+        let mut heap = Vec::new();
+        let chunks: &mut [Buffer] = if n <= stack.len() {
+            &mut stack[..n]
+        } else {
+            heap.resize(n, EMPTY);
+            &mut heap
+        };
+        // SAFETY: `chunks` has room for the `n` slices Envoy reported for this same buffer.
+        let ok = n > 0
+            && unsafe {
+                abi::envoy_dynamic_module_callback_network_filter_get_read_buffer_chunks(
+                    self.fe,
+                    chunks.as_mut_ptr(),
+                )
+            };
+        let chunks: &[Buffer] = chunks;
+        f(&|| ok.then(|| SliceIter(chunks.iter())))
+    }
+
+    pub(crate) fn increment_counter(self, id: usize) {
+        // SAFETY: as above; `id` was defined in the filter's config_new.
+        unsafe {
+            abi::envoy_dynamic_module_callback_network_filter_increment_counter(self.fe, id, 1)
+        };
+    }
+
+    /// Write `bytes` towards the client ahead of the filter chain's own (Envoy copies them; they
+    /// do not pass this filter's write hook).
+    pub(crate) fn inject_write(self, bytes: &[u8]) {
+        // SAFETY: as above; the buffer lives for the call.
+        unsafe {
+            abi::envoy_dynamic_module_callback_network_filter_inject_write_data(
+                self.fe,
+                module_buffer(bytes),
+                false,
+            )
+        }
+    }
+
+    /// Close after flushing what is written; `details` goes to Envoy's access log.
+    pub(crate) fn close(self, details: &[u8]) {
+        // SAFETY: as above; the buffer lives for the call.
+        unsafe {
+            abi::envoy_dynamic_module_callback_network_filter_close_with_details(
+                self.fe,
+                CLOSE_FLUSH_WRITE,
+                module_buffer(details),
+            )
+        }
+    }
+}
+
+/// The slices of a read buffer, as bytes (valid inside [`NetConnection::with_read_slices`]).
+pub(crate) struct SliceIter<'a>(std::slice::Iter<'a, Buffer>);
+
+impl<'a> Iterator for SliceIter<'a> {
+    type Item = &'a [u8];
+    fn next(&mut self) -> Option<&'a [u8]> {
+        // SAFETY: Envoy filled the slices for the read hook that is running (the iterator does
+        // not outlive it); null or empty is an empty slice.
+        self.0.next().map(|c| unsafe { envoy_bytes(*c) })
+    }
+}
+
+/// A network filter config inside its `config_new`.
+pub(crate) struct NetConfigNew(EnvoyPtr);
+
+impl NetConfigNew {
+    /// # Safety
+    /// `ce` is the config pointer of the `config_new` hook running now.
+    pub(crate) unsafe fn in_hook(ce: EnvoyPtr) -> Self {
+        NetConfigNew(ce)
+    }
+
+    /// Define an unlabelled counter; `None` (logged) if Envoy refuses it.
+    pub(crate) fn define_counter(&self, name: &str) -> Option<usize> {
+        let mut id = 0usize;
+        // SAFETY: inside config_new with Envoy's config pointer; the name lives for the call.
+        let r = unsafe {
+            abi::envoy_dynamic_module_callback_network_filter_config_define_counter(
+                self.0,
+                module_buffer(name.as_bytes()),
+                &mut id,
+            )
+        };
+        metric_defined(name, r, id)
+    }
+}
+
+/// Commit `event` to a network filter scheduler. Any thread.
+///
+/// # Safety
+/// `word` is a scheduler from [`NetConnection::new_scheduler`] not yet given to
+/// [`net_scheduler_delete`] (the caller holds a counted reference to it). In 1.40 a commit can
+/// run the filter's destroy hook on this thread (ENVOY_FACTS.md §1); the scheduler itself stays
+/// valid until deleted.
+pub(crate) unsafe fn net_scheduler_commit(word: usize, event: u64) {
+    // SAFETY: per the contract.
+    unsafe {
+        abi::envoy_dynamic_module_callback_network_filter_scheduler_commit(
+            word as *mut c_void,
+            event,
+        )
+    }
+}
+
+/// # Safety
+/// Called once, by the last holder of the scheduler; no commit on it runs or follows.
+pub(crate) unsafe fn net_scheduler_delete(word: usize) {
+    // SAFETY: per the contract.
+    unsafe {
+        abi::envoy_dynamic_module_callback_network_filter_scheduler_delete(word as *mut c_void)
+    }
+}
+
+// ---- bootstrap extension ---------------------------------------------------------------------
+
+/// The bootstrap extension's config (Envoy's `bce`), alive from its `config_new` to its
+/// `config_destroy`. Main thread, unless a method says otherwise.
+#[derive(Clone, Copy)]
+pub(crate) struct ExtensionConfig(EnvoyPtr);
+
+impl ExtensionConfig {
+    /// # Safety
+    /// `bce` is the config pointer Envoy passed to `config_new`, and the handle is used on the
+    /// main thread until `config_destroy` (the one that holds it is dropped there).
+    pub(crate) unsafe fn new(bce: EnvoyPtr) -> Self {
+        ExtensionConfig(bce)
+    }
+
+    pub(crate) fn new_timer(self) -> Option<Timer> {
+        // SAFETY: main thread, live config.
+        let t = unsafe { abi::envoy_dynamic_module_callback_bootstrap_extension_timer_new(self.0) };
+        std::ptr::NonNull::new(t).map(Timer)
+    }
+
+    pub(crate) fn new_scheduler(self) -> Option<Scheduler> {
+        // SAFETY: main thread, live config.
+        let s = unsafe {
+            abi::envoy_dynamic_module_callback_bootstrap_extension_config_scheduler_new(self.0)
+        };
+        std::ptr::NonNull::new(s).map(Scheduler)
+    }
+
+    /// Define an unlabelled gauge (or counter); `None` (logged) if Envoy refuses it, as it does
+    /// outside `config_new`.
+    pub(crate) fn define(self, name: &str, gauge: bool) -> Option<usize> {
+        let mut id = 0usize;
+        let define = if gauge {
+            abi::envoy_dynamic_module_callback_bootstrap_extension_config_define_gauge
+        } else {
+            abi::envoy_dynamic_module_callback_bootstrap_extension_config_define_counter
+        };
+        // SAFETY: main thread, live config; the name lives for the call; no labels.
+        let r = unsafe {
+            define(
+                self.0,
+                module_buffer(name.as_bytes()),
+                ptr::null_mut(),
+                0,
+                &mut id,
+            )
+        };
+        metric_defined(name, r, id)
+    }
+
+    /// Add an admin endpoint handled by `on_bootstrap_extension_admin_request`; false if Envoy
+    /// refused it.
+    pub(crate) fn register_admin(self, path: &[u8], help: &str, mutates: bool) -> bool {
+        // SAFETY: main thread, live config; the buffers live for the call (Envoy copies).
+        unsafe {
+            abi::envoy_dynamic_module_callback_bootstrap_extension_register_admin_handler(
+                self.0,
+                module_buffer(path),
+                module_buffer(help.as_bytes()),
+                false,
+                mutates,
+            )
+        }
+    }
+
+    /// Without it Envoy stays INITIALIZING and binds no listener.
+    pub(crate) fn signal_init_complete(self) {
+        // SAFETY: main thread, live config.
+        unsafe {
+            abi::envoy_dynamic_module_callback_bootstrap_extension_config_signal_init_complete(
+                self.0,
+            )
+        }
+    }
+
+    /// Set an unlabelled gauge (an atomic store in Envoy: any thread, ENVOY_FACTS.md §3b).
+    pub(crate) fn set_gauge(self, id: usize, value: u64) {
+        // SAFETY: live config; `id` defined by `define`; no labels.
+        unsafe {
+            abi::envoy_dynamic_module_callback_bootstrap_extension_config_set_gauge(
+                self.0,
+                id,
+                ptr::null_mut(),
+                0,
+                value,
+            );
+        }
+    }
+
+    /// Add one to an unlabelled counter (any thread, as `set_gauge`).
+    pub(crate) fn increment_counter(self, id: usize) {
+        // SAFETY: as `set_gauge`.
+        unsafe {
+            abi::envoy_dynamic_module_callback_bootstrap_extension_config_increment_counter(
+                self.0,
+                id,
+                ptr::null_mut(),
+                0,
+                1,
+            );
+        }
+    }
+
+    /// The answer's body, inside `on_bootstrap_extension_admin_request` only.
+    ///
+    /// # Safety
+    /// Called from inside that hook (Envoy copies the body: ENVOY_FACTS.md §4).
+    pub(crate) unsafe fn admin_respond(self, body: &[u8]) {
+        // SAFETY: per the contract.
+        unsafe {
+            abi::envoy_dynamic_module_callback_bootstrap_extension_admin_set_response(
+                self.0,
+                module_buffer(body),
+            )
+        }
+    }
+}
+
+/// The extension's timer; deleted on drop (main thread only: `timer_delete` asserts it).
+pub(crate) struct Timer(std::ptr::NonNull<c_void>);
+
+impl Timer {
+    /// Fire `on_bootstrap_extension_timer_fired` in `ms` milliseconds (re-arms). Main thread.
+    pub(crate) fn enable(&self, ms: u64) {
+        // SAFETY: a live timer (deleted only by its drop), on the main thread.
+        unsafe {
+            abi::envoy_dynamic_module_callback_bootstrap_extension_timer_enable(self.0.as_ptr(), ms)
+        }
+    }
+}
+
+impl Drop for Timer {
+    fn drop(&mut self) {
+        // SAFETY: created by timer_new, deleted once, here; its owner drops it on the main
+        // thread (config_destroy forgets it when it runs elsewhere).
+        unsafe {
+            abi::envoy_dynamic_module_callback_bootstrap_extension_timer_delete(self.0.as_ptr())
+        }
+    }
+}
+
+/// The extension's scheduler; deleted on drop. Its word goes to [`extension_scheduler_commit`].
+pub(crate) struct Scheduler(std::ptr::NonNull<c_void>);
+
+impl Scheduler {
+    pub(crate) fn word(&self) -> usize {
+        self.0.as_ptr() as usize
+    }
+}
+
+impl Drop for Scheduler {
+    fn drop(&mut self) {
+        // SAFETY: created by config_scheduler_new, deleted once, here; its owner makes sure no
+        // commit uses it any more (config_destroy, behind the closed gate).
+        unsafe {
+            abi::envoy_dynamic_module_callback_bootstrap_extension_config_scheduler_delete(
+                self.0.as_ptr(),
+            )
+        }
+    }
+}
+
+/// Run `on_bootstrap_extension_config_scheduled` with `event` on the main thread. Any thread
+/// (a dispatcher post).
+///
+/// # Safety
+/// `word` is a live [`Scheduler`]'s, not dropped before this returns.
+pub(crate) unsafe fn extension_scheduler_commit(word: usize, event: u64) {
+    // SAFETY: per the contract.
+    unsafe {
+        abi::envoy_dynamic_module_callback_bootstrap_extension_config_scheduler_commit(
+            word as *mut c_void,
+            event,
+        )
+    }
+}
+
+/// Envoy's stats store behind the extension pointer (`be`).
+pub(crate) struct ExtensionStats(usize);
+
+impl ExtensionStats {
+    /// # Safety
+    /// `be` is the extension pointer Envoy passed to `on_bootstrap_extension_new`, and the handle
+    /// is used only until `on_bootstrap_extension_destroy` (which takes it back out, waiting for
+    /// a visit under way).
+    pub(crate) unsafe fn new(be: EnvoyPtr) -> Self {
+        ExtensionStats(be as usize)
+    }
+
+    /// Visit every gauge (or counter), name and value. Any thread: Envoy's iteration holds its
+    /// stats allocator's mutex or works on a snapshot (ENVOY_FACTS.md §3a); `stat` must not
+    /// create, define or drop a stat.
+    pub(crate) fn iterate(&self, gauges: bool, mut stat: &mut dyn FnMut(&[u8], u64)) {
+        let (be, ud) = (self.0 as EnvoyPtr, &mut stat as *mut _ as *mut c_void);
+        let iterate = if gauges {
+            abi::envoy_dynamic_module_callback_bootstrap_extension_iterate_gauges
+        } else {
+            abi::envoy_dynamic_module_callback_bootstrap_extension_iterate_counters
+        };
+        // SAFETY: `be` is live (see `new`); the iterator runs only during the call, while `stat`
+        // is alive.
+        unsafe { iterate(be, visit_stat, ud) }
+    }
+}
+
+/// The stats iterator: each stat Envoy visits goes to the closure behind `user_data`.
+extern "C" fn visit_stat(name: Buffer, value: u64, user_data: *mut c_void) -> u32 {
+    super::guard("stat iterator", 0, || {
+        // SAFETY: user_data is the closure passed to the iterate call above, alive during it;
+        // the name buffer is valid for this callback.
+        let (visit, name) = unsafe {
+            (
+                &mut *(user_data as *mut &mut dyn FnMut(&[u8], u64)),
+                envoy_bytes(name),
+            )
+        };
+        visit(name, value);
+        0
+    })
+}
+
+// ---- shared ----------------------------------------------------------------------------------
+
+/// A metric definition's answer: its id, or `None` (logged) if Envoy refused it.
+fn metric_defined(name: &str, result: u32, id: usize) -> Option<usize> {
+    if result != abi::METRICS_SUCCESS {
+        log::warn!("graceful_drain: could not define metric {name} (result {result})");
+        return None;
+    }
+    Some(id)
+}
