@@ -1,6 +1,6 @@
 //! Exported network-filter hooks (`envoy.filters.network.dynamic_modules`, placed before the HTTP
 //! connection manager). Each hook: guard, convert, delegate to [`crate::connections`], which
-//! decides; this file only applies the decision, through [`super::envoy::NetConnection`].
+//! decides; this file only applies the decision, through `envoy::NetConnection`.
 
 use super::abi::{Buffer, EnvoyPtr};
 use super::envoy::{self, NetConfigNew, NetConnection};
