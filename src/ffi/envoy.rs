@@ -20,6 +20,227 @@ const EMPTY: Buffer = Buffer {
     len: 0,
 };
 
+// ---- HTTP filter -------------------------------------------------------------------------------
+
+/// An HTTP stream inside one of its filter's hooks, on its worker.
+#[derive(Clone, Copy)]
+pub(crate) struct HttpStream<'hook> {
+    fe: EnvoyPtr,
+    _hook: PhantomData<&'hook ()>,
+}
+
+impl<'hook> HttpStream<'hook> {
+    /// # Safety
+    /// `fe` is the filter pointer Envoy passed to the hook running now (or a live filter's,
+    /// inside its connection's scheduled hook on the same worker), and the handle does not
+    /// outlive that hook.
+    #[inline]
+    pub(crate) unsafe fn in_hook(fe: EnvoyPtr) -> Self {
+        HttpStream {
+            fe,
+            _hook: PhantomData,
+        }
+    }
+
+    /// `f` with a request header's value (the first, if repeated), or `None`.
+    #[inline]
+    pub(crate) fn request_header<R>(self, name: &str, f: impl FnOnce(Option<&[u8]>) -> R) -> R {
+        let mut out = EMPTY;
+        // SAFETY: live stream (see `in_hook`); the buffer Envoy fills stays valid until the hook
+        // returns or a header is set, and `f` runs before either.
+        let found = unsafe {
+            abi::envoy_dynamic_module_callback_http_get_header(
+                self.fe,
+                abi::HEADER_TYPE_REQUEST,
+                module_buffer(name.as_bytes()),
+                &mut out,
+                0,
+                ptr::null_mut(),
+            )
+        };
+        // SAFETY: as above; `envoy_bytes` handles null/empty.
+        f(found.then(|| unsafe { envoy_bytes(out) }))
+    }
+
+    /// Answer the request locally (Envoy copies every buffer); `details` goes to the access log.
+    pub(crate) fn send_response(
+        self,
+        status: u32,
+        headers: &[(&str, &str)],
+        body: &[u8],
+        details: &[u8],
+    ) {
+        let mut raw: Vec<abi::HttpHeader> = headers
+            .iter()
+            .map(|(k, v)| abi::HttpHeader {
+                key_ptr: k.as_ptr().cast(),
+                key_len: k.len(),
+                value_ptr: v.as_ptr().cast(),
+                value_len: v.len(),
+            })
+            .collect();
+        // SAFETY: live stream; every buffer points at memory alive for the call.
+        unsafe {
+            abi::envoy_dynamic_module_callback_http_send_response(
+                self.fe,
+                status,
+                raw.as_mut_ptr(),
+                raw.len(),
+                module_buffer(body),
+                module_buffer(details),
+            )
+        }
+    }
+
+    /// The request's protocol as Envoy names it (`HTTP/1.1`, `HTTP/2`...), if it says.
+    pub(crate) fn protocol(self) -> Option<&'hook [u8]> {
+        let mut out = EMPTY;
+        // SAFETY: live stream; the buffer stays valid during the hook.
+        let ok = unsafe {
+            abi::envoy_dynamic_module_callback_http_filter_get_attribute_string(
+                self.fe,
+                abi::ATTRIBUTE_REQUEST_PROTOCOL,
+                &mut out,
+            )
+        };
+        // SAFETY: as above.
+        ok.then(|| unsafe { envoy_bytes(out) })
+    }
+
+    #[inline]
+    pub(crate) fn connection_id(self) -> Option<u64> {
+        let mut id = 0u64;
+        // SAFETY: live stream; `id` is a valid out pointer.
+        let ok = unsafe {
+            abi::envoy_dynamic_module_callback_http_filter_get_attribute_int(
+                self.fe,
+                abi::ATTRIBUTE_CONNECTION_ID,
+                &mut id,
+            )
+        };
+        ok.then_some(id)
+    }
+
+    /// HTTP/2 GOAWAY (or `connection: close` on HTTP/1.1), graceful.
+    ///
+    /// # Safety
+    /// Only from a scheduled hook of the stream (ENVOY_FACTS.md §2).
+    pub(crate) unsafe fn go_away_gracefully(self) {
+        // SAFETY: per the contract.
+        unsafe {
+            abi::envoy_dynamic_module_callback_http_filter_send_go_away_and_close(self.fe, true)
+        }
+    }
+
+    /// Let a request whose headers hook stopped iteration go on.
+    ///
+    /// # Safety
+    /// Only from a scheduled hook of the stream, after its headers hook stopped iteration (it
+    /// may run the rest of the stream, its destroy hook included, inside this call).
+    pub(crate) unsafe fn continue_decoding(self) {
+        // SAFETY: per the contract.
+        unsafe { abi::envoy_dynamic_module_callback_http_filter_continue_decoding(self.fe) }
+    }
+
+    /// A scheduler for this stream (its word, for [`http_scheduler_commit`]), if Envoy gives one.
+    pub(crate) fn new_scheduler(self) -> Option<usize> {
+        // SAFETY: live stream, on its worker.
+        let s = unsafe { abi::envoy_dynamic_module_callback_http_filter_scheduler_new(self.fe) };
+        (!s.is_null()).then_some(s as usize)
+    }
+}
+
+/// An HTTP filter config (Envoy's `ce`), alive from its `config_new` to its `config_destroy`.
+#[derive(Clone, Copy)]
+pub(crate) struct HttpConfig(EnvoyPtr);
+
+impl HttpConfig {
+    /// # Safety
+    /// `ce` is the config pointer Envoy passed to `config_new`, used only until its
+    /// `config_destroy` (Envoy destroys a config after all its filters).
+    pub(crate) unsafe fn new(ce: EnvoyPtr) -> Self {
+        HttpConfig(ce)
+    }
+
+    /// Define an unlabelled gauge (or counter); `None` (logged) if Envoy refuses it, as it does
+    /// outside `config_new`.
+    pub(crate) fn define(self, name: &str, gauge: bool) -> Option<usize> {
+        let mut id = 0usize;
+        let define = if gauge {
+            abi::envoy_dynamic_module_callback_http_filter_config_define_gauge
+        } else {
+            abi::envoy_dynamic_module_callback_http_filter_config_define_counter
+        };
+        // SAFETY: live config; the name lives for the call; no labels.
+        let r = unsafe {
+            define(
+                self.0,
+                module_buffer(name.as_bytes()),
+                ptr::null_mut(),
+                0,
+                &mut id,
+            )
+        };
+        metric_defined(name, r, id)
+    }
+
+    /// Move an unlabelled metric by one; through `stream` where Envoy 1.38 needs it (see
+    /// `abi::http_filter_metric_add`), any thread otherwise.
+    #[inline]
+    pub(crate) fn metric_add(
+        self,
+        stream: Option<HttpStream>,
+        update: abi::MetricUpdate,
+        id: usize,
+    ) {
+        let fe = stream.map_or(ptr::null_mut(), |s| s.fe);
+        // SAFETY: live config; `fe` is null or the live stream of the current hook.
+        unsafe { abi::http_filter_metric_add(self.0, fe, update, id) };
+    }
+
+    /// Set an unlabelled gauge (an atomic store in Envoy: any thread, ENVOY_FACTS.md §3b).
+    #[cfg(not(feature = "envoy-1-38"))]
+    pub(crate) fn set_gauge(self, id: usize, value: u64) {
+        // SAFETY: live config; `id` defined by `define`; no labels.
+        unsafe {
+            abi::envoy_dynamic_module_callback_http_filter_config_set_gauge(
+                self.0,
+                id,
+                ptr::null_mut(),
+                0,
+                value,
+            );
+        }
+    }
+
+    /// The config's word (to find it again in a list of live configs).
+    #[cfg(not(feature = "envoy-1-38"))]
+    pub(crate) fn word(self) -> usize {
+        self.0 as usize
+    }
+}
+
+/// Commit `event` to an HTTP filter scheduler. Any thread.
+///
+/// # Safety
+/// `word` is a scheduler from [`HttpStream::new_scheduler`] not yet given to
+/// [`http_scheduler_delete`] (the registry and the waiter list keep it alive during the call).
+#[inline]
+pub(crate) unsafe fn http_scheduler_commit(word: usize, event: u64) {
+    // SAFETY: per the contract.
+    unsafe {
+        abi::envoy_dynamic_module_callback_http_filter_scheduler_commit(word as *mut c_void, event)
+    }
+}
+
+/// # Safety
+/// Called once, by the scheduler's owner, after taking it out of every shared list.
+#[inline]
+pub(crate) unsafe fn http_scheduler_delete(word: usize) {
+    // SAFETY: per the contract.
+    unsafe { abi::envoy_dynamic_module_callback_http_filter_scheduler_delete(word as *mut c_void) }
+}
+
 // ---- network filter ---------------------------------------------------------------------------
 
 /// `envoy_dynamic_module_type_network_connection_state`: Open.
@@ -413,6 +634,35 @@ extern "C" fn visit_stat(name: Buffer, value: u64, user_data: *mut c_void) -> u3
         visit(name, value);
         0
     })
+}
+
+// ---- logging ---------------------------------------------------------------------------------
+
+/// Whether Envoy's `dynamic_modules` logger would print at `level`. Any thread.
+pub(crate) fn log_enabled(level: u32) -> bool {
+    // SAFETY: takes a plain integer; Envoy's logger is thread-safe.
+    unsafe { abi::envoy_dynamic_module_callback_log_enabled(level) }
+}
+
+/// One line to Envoy's `dynamic_modules` logger, with the module's own source location where
+/// Envoy prints one (1.40). Any thread; Envoy copies the buffers.
+#[allow(unused_variables)] // 1.38 and 1.39 take no location
+pub(crate) fn log(level: u32, msg: &str, file: &str, line: u32) {
+    #[cfg(not(any(feature = "envoy-1-38", feature = "envoy-1-39")))]
+    // SAFETY: the buffers point at `msg` and `file`, alive for the call.
+    unsafe {
+        abi::envoy_dynamic_module_callback_log_v2(
+            level,
+            module_buffer(msg.as_bytes()),
+            module_buffer(file.as_bytes()),
+            line,
+        )
+    }
+    #[cfg(any(feature = "envoy-1-38", feature = "envoy-1-39"))]
+    // SAFETY: the buffer points at `msg`, alive for the call.
+    unsafe {
+        abi::envoy_dynamic_module_callback_log(level, module_buffer(msg.as_bytes()))
+    }
 }
 
 // ---- shared ----------------------------------------------------------------------------------

@@ -2,7 +2,8 @@
 //! Each hook: guard, convert, delegate to [`crate::http_filter`].
 
 use super::abi::{self, Buffer, EnvoyPtr, HttpHeader, MetricUpdate};
-use super::{define_metric, envoy_bytes, guard, module_buffer, module_headers, DefineMetric};
+use super::envoy::{self, HttpConfig, HttpStream};
+use super::{envoy_bytes, guard};
 use crate::config::{DrainToken, FilterConfig, Role};
 use crate::http_filter::{HeadersAction, Metric, Stream, StreamHost, StreamSink};
 use crate::state::{Protocol, Shared};
@@ -13,7 +14,7 @@ use std::sync::Arc;
 
 /// Per-config state: one per `filter_config` in the Envoy config (per listener, in practice).
 struct Config {
-    envoy: EnvoyPtr,
+    envoy: HttpConfig,
     role: Role,
     token: Option<Arc<DrainToken>>,
     metrics: Option<DataMetrics>,
@@ -30,30 +31,22 @@ struct DataMetrics {
 }
 
 impl DataMetrics {
-    fn define(ce: EnvoyPtr) -> Option<DataMetrics> {
-        let gauge =
-            abi::envoy_dynamic_module_callback_http_filter_config_define_gauge as DefineMetric;
-        let counter =
-            abi::envoy_dynamic_module_callback_http_filter_config_define_counter as DefineMetric;
-        // SAFETY: called from config_new with Envoy's config pointer.
-        let define = |name: &str, gauge_kind: bool| unsafe {
-            define_metric(if gauge_kind { gauge } else { counter }, ce, name)
-        };
+    fn define(envoy: HttpConfig) -> Option<DataMetrics> {
         Some(DataMetrics {
-            active_requests: define("active_requests", true)?,
-            sent_away_http1: define("connections_sent_away_http1", false)?,
-            sent_away_http2: define("connections_sent_away_http2", false)?,
-            sent_away_other: define("connections_sent_away_other", false)?,
-            served_while_draining: define("requests_served_while_draining", false)?,
-            module_errors: define("module_errors", false)?,
+            active_requests: envoy.define("active_requests", true)?,
+            sent_away_http1: envoy.define("connections_sent_away_http1", false)?,
+            sent_away_http2: envoy.define("connections_sent_away_http2", false)?,
+            sent_away_other: envoy.define("connections_sent_away_other", false)?,
+            served_while_draining: envoy.define("requests_served_while_draining", false)?,
+            module_errors: envoy.define("module_errors", false)?,
         })
     }
 }
 
 impl Config {
-    /// `fe`: the stream's Envoy pointer inside one of its hooks, or null outside them (Envoy 1.38
-    /// can only update filter metrics through a stream; see `abi::http_filter_metric_add`).
-    fn metric(&self, fe: EnvoyPtr, m: Metric) {
+    /// `stream`: inside one of its hooks, or none outside them (Envoy 1.38 can only update
+    /// filter metrics through a stream; see `abi::http_filter_metric_add`).
+    fn metric(&self, stream: Option<HttpStream>, m: Metric) {
         let Some(ids) = &self.metrics else { return };
         let (id, update) = match m {
             // Set from the in-flight table by the gauge publisher (1.39 and later), not per
@@ -78,10 +71,8 @@ impl Config {
             }
             Metric::ModuleError => (ids.module_errors, MetricUpdate::IncrementCounter),
         };
-        // SAFETY: config-level stats are atomics in Envoy and callable from any worker; `envoy`
-        // stays valid until config_destroy, which happens after every filter of the config; `fe`
-        // is null or the live stream of the current hook.
-        unsafe { abi::http_filter_metric_add(self.envoy, fe, update, id) };
+        // Config-level stats are atomics in Envoy, callable from any worker.
+        self.envoy.metric_add(stream, update, id);
     }
 }
 
@@ -180,17 +171,17 @@ unsafe fn free_filter(p: *mut Filter) {
 
 /// [`StreamHost`] over one Envoy stream, valid for the duration of one hook.
 struct EnvoyStream<'a> {
-    fe: EnvoyPtr,
+    envoy: HttpStream<'a>,
     fm: *const c_void,
     config: &'a Config,
 }
 
 /// Commit an event to an HTTP filter scheduler. Thread-safe on Envoy's side.
 pub(crate) fn commit_scheduler(waker: usize, event: u64) {
-    // SAFETY: `waker` is a scheduler pointer from http_filter_scheduler_new that its owner has
-    // not deleted: the registry and the waiter list guarantee it stays alive during this call.
+    // SAFETY: `waker` is a scheduler from HttpStream::new_scheduler that its owner has not
+    // deleted: the registry and the waiter list keep it alive during this call.
     super::threads().call("stream_wake", || unsafe {
-        abi::envoy_dynamic_module_callback_http_filter_scheduler_commit(waker as *mut c_void, event)
+        envoy::http_scheduler_commit(waker, event)
     });
 }
 
@@ -203,7 +194,7 @@ impl StreamSink for ConfigSink<'_> {
     }
     /// No stream: Envoy 1.38 cannot update filter metrics here (see `abi::http_filter_metric_add`).
     fn metric(&self, m: Metric) {
-        self.0.metric(ptr::null_mut(), m)
+        self.0.metric(None, m)
     }
     fn now_nanos(&self) -> u64 {
         super::coarse_monotonic_nanos()
@@ -215,7 +206,7 @@ impl StreamSink for EnvoyStream<'_> {
         drop_scheduler(waker)
     }
     fn metric(&self, m: Metric) {
-        self.config.metric(self.fe, m)
+        self.config.metric(Some(self.envoy), m)
     }
     fn now_nanos(&self) -> u64 {
         super::coarse_monotonic_nanos()
@@ -224,85 +215,33 @@ impl StreamSink for EnvoyStream<'_> {
 
 impl StreamHost for EnvoyStream<'_> {
     fn with_request_header<R>(&self, name: &str, f: impl FnOnce(Option<&[u8]>) -> R) -> R {
-        let mut out = Buffer {
-            ptr: ptr::null(),
-            len: 0,
-        };
-        // SAFETY: `fe` is the live stream of the current hook; the buffer Envoy fills stays valid
-        // until the hook returns or a header is set, and `f` runs before either.
-        let found = unsafe {
-            abi::envoy_dynamic_module_callback_http_get_header(
-                self.fe,
-                abi::HEADER_TYPE_REQUEST,
-                module_buffer(name.as_bytes()),
-                &mut out,
-                0,
-                ptr::null_mut(),
-            )
-        };
-        // SAFETY: as above; `envoy_bytes` handles null/empty.
-        f(found.then(|| unsafe { envoy_bytes(out) }))
+        self.envoy.request_header(name, f)
     }
 
     fn send_response(&self, status: u32, headers: &[(&str, &str)], body: &[u8]) {
-        let mut raw = module_headers(headers);
-        let details = b"graceful_drain_control";
-        // SAFETY: live stream; every buffer points at memory alive for the call; Envoy copies.
-        unsafe {
-            abi::envoy_dynamic_module_callback_http_send_response(
-                self.fe,
-                status,
-                raw.as_mut_ptr(),
-                raw.len(),
-                module_buffer(body),
-                module_buffer(details),
-            )
-        }
+        self.envoy
+            .send_response(status, headers, body, b"graceful_drain_control")
     }
 
     fn protocol(&self) -> Protocol {
-        let mut out = Buffer {
-            ptr: ptr::null(),
-            len: 0,
-        };
-        // SAFETY: live stream; the buffer is read before the hook returns.
-        let ok = unsafe {
-            abi::envoy_dynamic_module_callback_http_filter_get_attribute_string(
-                self.fe,
-                abi::ATTRIBUTE_REQUEST_PROTOCOL,
-                &mut out,
-            )
-        };
-        if !ok {
-            return Protocol::Other;
-        }
-        // SAFETY: as above.
-        Protocol::from_envoy(unsafe { envoy_bytes(out) })
+        self.envoy
+            .protocol()
+            .map_or(Protocol::Other, Protocol::from_envoy)
     }
 
     fn connection_id(&self) -> Option<u64> {
-        let mut id = 0u64;
-        // SAFETY: live stream; `id` is a valid out pointer.
-        let ok = unsafe {
-            abi::envoy_dynamic_module_callback_http_filter_get_attribute_int(
-                self.fe,
-                abi::ATTRIBUTE_CONNECTION_ID,
-                &mut id,
-            )
-        };
-        ok.then_some(id)
+        self.envoy.connection_id()
     }
 
     fn go_away_gracefully(&self) {
-        // SAFETY: live stream; only ever called from on_http_filter_scheduled (src/ffi/ENVOY_FACTS.md §2).
-        unsafe {
-            abi::envoy_dynamic_module_callback_http_filter_send_go_away_and_close(self.fe, true)
-        }
+        // SAFETY: only ever called from on_http_filter_scheduled (StreamHost's contract).
+        unsafe { self.envoy.go_away_gracefully() }
     }
 
     fn continue_decoding(&self) {
-        // SAFETY: live stream, inside on_http_filter_scheduled, after our headers hook stopped.
-        unsafe { abi::envoy_dynamic_module_callback_http_filter_continue_decoding(self.fe) }
+        // SAFETY: inside on_http_filter_scheduled, after our headers hook stopped (StreamHost's
+        // contract).
+        unsafe { self.envoy.continue_decoding() }
     }
 
     fn stream_word(&self) -> usize {
@@ -310,9 +249,7 @@ impl StreamHost for EnvoyStream<'_> {
     }
 
     fn new_waker(&self) -> Option<usize> {
-        // SAFETY: live stream, on its worker thread.
-        let s = unsafe { abi::envoy_dynamic_module_callback_http_filter_scheduler_new(self.fe) };
-        (!s.is_null()).then_some(s as usize)
+        self.envoy.new_scheduler()
     }
 
     fn wake(&self, waker: usize, event: u64) {
@@ -322,7 +259,7 @@ impl StreamHost for EnvoyStream<'_> {
 
 fn drop_scheduler(waker: usize) {
     // SAFETY: the owner deletes its scheduler once, after taking it out of every shared list.
-    unsafe { abi::envoy_dynamic_module_callback_http_filter_scheduler_delete(waker as *mut c_void) }
+    unsafe { envoy::http_scheduler_delete(waker) }
 }
 
 /// # Safety
@@ -368,7 +305,10 @@ fn with_stream<R>(
             return Some(Ran::Busy);
         };
         outermost = true;
-        let host = EnvoyStream { fe, fm, config };
+        // SAFETY: `fe` is the stream of the hook running now (or, from wake_stream, of a live
+        // filter on this worker inside its connection's scheduled hook).
+        let envoy = unsafe { HttpStream::in_hook(fe) };
+        let host = EnvoyStream { envoy, fm, config };
         let shared = super::shared();
         let r = f(&mut stream, &host, shared);
         #[cfg(feature = "envoy-1-38")]
@@ -397,7 +337,11 @@ fn with_stream<R>(
                     if let Some(config) = unsafe { f.config.as_ref() } {
                         if config.role == Role::Data {
                             super::shared().counters.module_error();
-                            config.metric(fe, Metric::ModuleError);
+                            // SAFETY: as above.
+                            config.metric(
+                                Some(unsafe { HttpStream::in_hook(fe) }),
+                                Metric::ModuleError,
+                            );
                         }
                     }
                 }
@@ -423,10 +367,13 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_config_new(
         let raw = unsafe { envoy_bytes(config) };
         match FilterConfig::parse(raw) {
             Ok(c) => {
+                // SAFETY: Envoy's config pointer inside its config_new, kept until its
+                // config_destroy.
+                let envoy = unsafe { HttpConfig::new(ce) };
                 let metrics = match c.role {
                     Role::Data => {
                         super::shared().note_data_filter_loaded();
-                        DataMetrics::define(ce)
+                        DataMetrics::define(envoy)
                     }
                     Role::Control => None,
                 };
@@ -443,7 +390,7 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_config_new(
                 if let Some(m) = &metrics {
                     let (threads, shared) = (super::threads(), super::shared());
                     GAUGES.publish(
-                        ce as usize,
+                        envoy.word(),
                         m.active_requests,
                         threads,
                         shared,
@@ -451,7 +398,7 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_config_new(
                     );
                 }
                 Box::into_raw(Box::new(Config {
-                    envoy: ce,
+                    envoy,
                     role: c.role,
                     token: c.drain_token.map(Arc::new),
                     metrics,
@@ -476,15 +423,7 @@ static GAUGES: crate::gauges::GaugePublisher = crate::gauges::GaugePublisher::ne
 fn set_config_gauge(ce: usize, id: usize, value: u64) {
     // SAFETY: `ce` is a live config: it leaves GAUGES (under the lock the caller holds) in its
     // destroy hook, before Envoy frees it.
-    unsafe {
-        abi::envoy_dynamic_module_callback_http_filter_config_set_gauge(
-            ce as EnvoyPtr,
-            id,
-            ptr::null_mut(),
-            0,
-            value,
-        );
-    }
+    unsafe { HttpConfig::new(ce as EnvoyPtr) }.set_gauge(id, value)
 }
 
 #[no_mangle]
@@ -493,7 +432,7 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_config_destroy(cm: *const 
         #[cfg(not(feature = "envoy-1-38"))]
         // SAFETY: our config, not yet freed.
         if let Some(c) = unsafe { (cm as *const Config).as_ref() } {
-            GAUGES.forget(c.envoy as usize);
+            GAUGES.forget(c.envoy.word());
         }
         if !cm.is_null() {
             // SAFETY: `cm` came from Box::into_raw in config_new and is destroyed once.
@@ -558,18 +497,13 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_request_headers(
             }
             // A control endpoint may fail: answer 500 with a reason.
             guard("request_headers fallback", (), || {
-                let mut raw = module_headers(&[("content-type", "text/plain")]);
-                // SAFETY: live stream inside its hook; buffers alive for the call (Envoy copies).
-                unsafe {
-                    abi::envoy_dynamic_module_callback_http_send_response(
-                        fe,
-                        500,
-                        raw.as_mut_ptr(),
-                        raw.len(),
-                        module_buffer(b"graceful_drain: internal error\n"),
-                        module_buffer(b"graceful_drain_internal_error"),
-                    )
-                }
+                // SAFETY: the stream of the hook running now.
+                unsafe { HttpStream::in_hook(fe) }.send_response(
+                    500,
+                    &[("content-type", "text/plain")],
+                    b"graceful_drain: internal error\n",
+                    b"graceful_drain_internal_error",
+                )
             });
             abi::HEADERS_STOP_ITERATION
         }
@@ -772,6 +706,7 @@ super::unused_hooks! {
 mod tests {
     use super::*;
     use crate::ffi::abi::{reset_fake, script, take_calls};
+    use crate::ffi::module_buffer;
 
     fn free_filters() -> usize {
         FREE_FILTERS.with(|f| f.get().len)

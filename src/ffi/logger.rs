@@ -18,8 +18,7 @@ fn envoy_level(level: log::Level) -> u32 {
 
 impl log::Log for EnvoyLogger {
     fn enabled(&self, metadata: &log::Metadata) -> bool {
-        // SAFETY: takes a plain integer; Envoy's logger is thread-safe.
-        unsafe { abi::envoy_dynamic_module_callback_log_enabled(envoy_level(metadata.level())) }
+        super::envoy::log_enabled(envoy_level(metadata.level()))
     }
 
     fn log(&self, record: &log::Record) {
@@ -27,29 +26,9 @@ impl log::Log for EnvoyLogger {
             return;
         }
         let msg = record.args().to_string();
-        // The module's own source location (Envoy 1.40 prints one for every line).
-        #[cfg(not(any(feature = "envoy-1-38", feature = "envoy-1-39")))]
-        {
-            let file = record.file().unwrap_or("graceful_drain");
-            // SAFETY: the buffers point at `msg` and a static or owned string, alive for the
-            // call; Envoy copies them.
-            unsafe {
-                abi::envoy_dynamic_module_callback_log_v2(
-                    envoy_level(record.level()),
-                    super::module_buffer(msg.as_bytes()),
-                    super::module_buffer(file.as_bytes()),
-                    record.line().unwrap_or(0),
-                )
-            }
-        }
-        #[cfg(any(feature = "envoy-1-38", feature = "envoy-1-39"))]
-        // SAFETY: the buffer points at `msg`, alive for the call; Envoy copies it.
-        unsafe {
-            abi::envoy_dynamic_module_callback_log(
-                envoy_level(record.level()),
-                super::module_buffer(msg.as_bytes()),
-            )
-        }
+        let file = record.file().unwrap_or("graceful_drain");
+        let line = record.line().unwrap_or(0);
+        super::envoy::log(envoy_level(record.level()), &msg, file, line);
     }
 
     fn flush(&self) {}

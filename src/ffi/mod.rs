@@ -62,51 +62,6 @@ pub(crate) fn module_buffer(bytes: &[u8]) -> Buffer {
     }
 }
 
-/// Signature shared by the four `*_config_define_{counter,gauge}` callbacks (HTTP filter and
-/// bootstrap extension).
-pub(crate) type DefineMetric =
-    unsafe extern "C" fn(abi::EnvoyPtr, Buffer, *mut Buffer, usize, *mut usize) -> u32;
-
-/// Define one unlabelled metric; `None` (logged) if Envoy refuses it.
-///
-/// # Safety
-/// Call only inside the matching `config_new` hook, with the config pointer Envoy passed to it.
-pub(crate) unsafe fn define_metric(
-    define: DefineMetric,
-    config: abi::EnvoyPtr,
-    name: &str,
-) -> Option<usize> {
-    let mut id = 0usize;
-    // SAFETY: per the contract; the name buffer lives for the call; no labels.
-    let r = unsafe {
-        define(
-            config,
-            module_buffer(name.as_bytes()),
-            std::ptr::null_mut(),
-            0,
-            &mut id,
-        )
-    };
-    if r != abi::METRICS_SUCCESS {
-        log::warn!("graceful_drain: could not define metric {name} (result {r})");
-        return None;
-    }
-    Some(id)
-}
-
-/// Header views over module-owned strings, valid while `headers` lives.
-pub(crate) fn module_headers(headers: &[(&str, &str)]) -> Vec<abi::HttpHeader> {
-    headers
-        .iter()
-        .map(|(k, v)| abi::HttpHeader {
-            key_ptr: k.as_ptr().cast(),
-            key_len: k.len(),
-            value_ptr: v.as_ptr().cast(),
-            value_len: v.len(),
-        })
-        .collect()
-}
-
 /// View an Envoy buffer as bytes. Null or empty becomes an empty slice; nothing is assumed about
 /// the encoding.
 ///
