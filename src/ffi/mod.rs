@@ -1,8 +1,12 @@
-//! FFI seam: the only module allowed to use `unsafe`. Raw ABI declarations ([`abi`]), the exported
-//! hooks ([`http`], [`bootstrap`]), the panic guard, buffer helpers and the logger.
-//!
-//! Every exported hook follows three steps: guard against panics, convert raw pointers and
-//! buffers, delegate to safe code. Nothing here makes drain decisions.
+//! FFI seam: the only module allowed to use `unsafe`.
+//! - [`abi`]: raw declarations of the callbacks, looked up in the running Envoy at load;
+//! - `envoy`: one wrapper per callback used, on handles that exist only where Envoy's pointer is
+//!   valid (a stream or connection inside its hook, a config until its destroy), and the RAII
+//!   handles of the extension's timer and scheduler; nothing else here calls a callback;
+//! - [`http`], [`network`], [`bootstrap`]: the exported hooks. Each guards against panics,
+//!   converts pointers and buffers, and delegates to safe code ([`crate::http_filter`],
+//!   [`crate::connections`], [`crate::extension`]). Nothing here makes drain decisions;
+//! - here: the panic guard, buffer helpers, the clock, and the process-wide instances.
 //!
 //! What Envoy's side does (which thread may call what, what a call may run re-entrantly, who
 //! owns which buffer) is recorded with its evidence in `ENVOY_FACTS.md` beside this file. Every
