@@ -495,19 +495,24 @@ mod tests {
         }
     }
 
-    fn env() -> (Env, &'static crate::clock::FakeClock) {
-        let f = fixture(None);
-        let clock: &'static _ = Box::leak(Box::new(f.clock));
-        let shared: &'static Shared = Box::leak(Box::new(f.shared));
-        let threads: &'static Threads = Box::leak(Box::default());
-        (
-            Env {
+    /// This test's own process-wide parts, in statics of the test (so Miri, which reports memory
+    /// only a leaked pointer reaches, sees them reachable): a state over a fake clock, and an
+    /// owner of threads.
+    macro_rules! env {
+        () => {{
+            static STATE: OnceLock<(Shared, Arc<crate::clock::FakeClock>, Threads)> =
+                OnceLock::new();
+            let (shared, clock, threads) = STATE.get_or_init(|| {
+                let f = fixture(None);
+                (f.shared, f.clock, Threads::default())
+            });
+            let env = Env {
                 shared,
                 threads,
                 to_main_thread: |_| {},
-            },
-            clock,
-        )
+            };
+            (env, &**clock)
+        }};
     }
 
     const FAST: &[u8] =
@@ -515,7 +520,7 @@ mod tests {
 
     #[test]
     fn a_bad_config_and_a_second_engine_are_refused() {
-        let (env, _) = env();
+        let (env, _) = env!();
         assert!(Extension::load(br#"{"drain_timeout": "soon"}"#, env, true).is_none());
         assert!(env.shared.settings().is_none(), "nothing installed");
         let first = Extension::load(FAST, env, true).expect("loads");
@@ -528,7 +533,7 @@ mod tests {
 
     #[test]
     fn sigterm_is_held_until_the_drain_completes_then_released_once() {
-        let (env, clock) = env();
+        let (env, clock) = env!();
         // Filter mode: the module's own count decides (no scan to wait for).
         env.shared.note_data_filter_loaded();
         let ext = Extension::load(FAST, env, true).unwrap();
@@ -558,7 +563,7 @@ mod tests {
 
     #[test]
     fn destroy_disarms_a_hold_still_pending_and_closes_the_gate() {
-        let (env, _) = env();
+        let (env, _) = env!();
         let ext = Extension::load(FAST, env, true).unwrap();
         let released = Rc::new(Cell::new(0));
         let n = released.clone();
@@ -574,7 +579,7 @@ mod tests {
 
     #[test]
     fn the_admin_check_result_sets_its_gauge_and_evaluates_nothing() {
-        let (env, _) = env();
+        let (env, _) = env!();
         let ext = Extension::load(FAST, env, true).unwrap();
         let envoy = FakeEnvoy::default();
         env.shared.counters.set_admin_check(AdminCheck::Recognised);
@@ -586,7 +591,7 @@ mod tests {
 
     #[test]
     fn a_scan_sums_the_followed_stats_less_what_is_not_work_and_stops_with_the_store() {
-        let (env, _) = env();
+        let (env, _) = env!();
         let ext = Extension::load(FAST, env, true).unwrap();
         let store = ext.store.clone();
         assert_eq!(
