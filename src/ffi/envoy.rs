@@ -29,7 +29,7 @@ pub(crate) struct HttpStream<'hook> {
     _hook: PhantomData<&'hook ()>,
 }
 
-impl<'hook> HttpStream<'hook> {
+impl HttpStream<'_> {
     /// # Safety
     /// `fe` is the filter pointer Envoy passed to the hook running now (or a live filter's,
     /// inside its connection's scheduled hook on the same worker), and the handle does not
@@ -92,10 +92,10 @@ impl<'hook> HttpStream<'hook> {
         }
     }
 
-    /// The request's protocol as Envoy names it (`HTTP/1.1`, `HTTP/2`...), if it says.
-    pub(crate) fn protocol(self) -> Option<&'hook [u8]> {
+    /// `f` with the request's protocol as Envoy names it (`HTTP/1.1`, `HTTP/2`...), or `None`.
+    pub(crate) fn protocol<R>(self, f: impl FnOnce(Option<&[u8]>) -> R) -> R {
         let mut out = EMPTY;
-        // SAFETY: live stream; the buffer stays valid during the hook.
+        // SAFETY: live stream; the buffer stays valid during the hook, and `f` runs inside it.
         let ok = unsafe {
             abi::envoy_dynamic_module_callback_http_filter_get_attribute_string(
                 self.fe,
@@ -104,7 +104,7 @@ impl<'hook> HttpStream<'hook> {
             )
         };
         // SAFETY: as above.
-        ok.then(|| unsafe { envoy_bytes(out) })
+        f(ok.then(|| unsafe { envoy_bytes(out) }))
     }
 
     #[inline]

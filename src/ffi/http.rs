@@ -225,8 +225,7 @@ impl StreamHost for EnvoyStream<'_> {
 
     fn protocol(&self) -> Protocol {
         self.envoy
-            .protocol()
-            .map_or(Protocol::Other, Protocol::from_envoy)
+            .protocol(|p| p.map_or(Protocol::Other, Protocol::from_envoy))
     }
 
     fn connection_id(&self) -> Option<u64> {
