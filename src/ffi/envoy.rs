@@ -165,23 +165,13 @@ impl HttpConfig {
     /// Define an unlabelled gauge (or counter); `None` (logged) if Envoy refuses it, as it does
     /// outside `config_new`.
     pub(crate) fn define(self, name: &str, gauge: bool) -> Option<usize> {
-        let mut id = 0usize;
-        let define = if gauge {
+        let define: DefineMetric = if gauge {
             abi::envoy_dynamic_module_callback_http_filter_config_define_gauge
         } else {
             abi::envoy_dynamic_module_callback_http_filter_config_define_counter
         };
-        // SAFETY: live config; the name lives for the call; no labels.
-        let r = unsafe {
-            define(
-                self.0,
-                module_buffer(name.as_bytes()),
-                ptr::null_mut(),
-                0,
-                &mut id,
-            )
-        };
-        metric_defined(name, r, id)
+        // SAFETY: a live HTTP filter config, the kind `define` takes.
+        unsafe { define_metric(define, self.0, name) }
     }
 
     /// Move an unlabelled metric by one; through `stream` where Envoy 1.38 needs it (see
@@ -446,23 +436,13 @@ impl ExtensionConfig {
     /// Define an unlabelled gauge (or counter); `None` (logged) if Envoy refuses it, as it does
     /// outside `config_new`.
     pub(crate) fn define(self, name: &str, gauge: bool) -> Option<usize> {
-        let mut id = 0usize;
-        let define = if gauge {
+        let define: DefineMetric = if gauge {
             abi::envoy_dynamic_module_callback_bootstrap_extension_config_define_gauge
         } else {
             abi::envoy_dynamic_module_callback_bootstrap_extension_config_define_counter
         };
-        // SAFETY: main thread, live config; the name lives for the call; no labels.
-        let r = unsafe {
-            define(
-                self.0,
-                module_buffer(name.as_bytes()),
-                ptr::null_mut(),
-                0,
-                &mut id,
-            )
-        };
-        metric_defined(name, r, id)
+        // SAFETY: the live extension config, the kind `define` takes.
+        unsafe { define_metric(define, self.0, name) }
     }
 
     /// Add an admin endpoint handled by `on_bootstrap_extension_admin_request`; false if Envoy
@@ -666,6 +646,29 @@ pub(crate) fn log(level: u32, msg: &str, file: &str, line: u32) {
 }
 
 // ---- shared ----------------------------------------------------------------------------------
+
+/// The shape of the four `*_config_define_{counter,gauge}` callbacks (HTTP filter and bootstrap
+/// extension): config, name, label names, their count, the id out.
+type DefineMetric = unsafe extern "C" fn(EnvoyPtr, Buffer, *mut Buffer, usize, *mut usize) -> u32;
+
+/// Define one unlabelled metric with `define`; `None` (logged) if Envoy refuses it.
+///
+/// # Safety
+/// `config` is a live config of the kind `define` takes.
+unsafe fn define_metric(define: DefineMetric, config: EnvoyPtr, name: &str) -> Option<usize> {
+    let mut id = 0usize;
+    // SAFETY: per the contract; the name lives for the call; no labels.
+    let r = unsafe {
+        define(
+            config,
+            module_buffer(name.as_bytes()),
+            ptr::null_mut(),
+            0,
+            &mut id,
+        )
+    };
+    metric_defined(name, r, id)
+}
 
 /// A metric definition's answer: its id, or `None` (logged) if Envoy refused it.
 fn metric_defined(name: &str, result: u32, id: usize) -> Option<usize> {
