@@ -280,8 +280,8 @@ impl Conn {
         self.streams.load(Ordering::Relaxed)
     }
 
-    /// Whether the glue still needs to see read bytes (to detect the protocol).
-    pub fn sniffing(&self) -> bool {
+    /// Whether the protocol is still to be detected from the client's first bytes.
+    fn sniffing(&self) -> bool {
         self.wire() == Wire::Unknown
     }
 
@@ -303,21 +303,21 @@ impl Conn {
         set(&self.following, h2);
     }
 
-    /// Whether the glue must still hand over the bytes it reads ([`Conn::on_read`] with the
-    /// first ones, [`FirstStream`]); once false, `on_read(len, &[])` is all a read needs.
+    /// Whether the glue must still hand over the bytes it reads ([`Conn::on_followed_read`]);
+    /// once false, `on_read(len, &[])` is all a read needs.
     #[inline]
     pub fn following_bytes(&self) -> bool {
         get(&self.following)
     }
 
-    /// Whether the glue must still feed the client's bytes to its [`FirstStream`].
-    pub fn watching_first_stream(&self) -> bool {
+    /// Whether the client's bytes must still go to the connection's [`FirstStream`].
+    fn watching_first_stream(&self) -> bool {
         get(&self.h2_streamless)
     }
 
     /// The client's HTTP/2 frames are no longer known to be connection-level only: it opened a
     /// stream, or sent something [`FirstStream`] does not follow.
-    pub fn first_stream_seen(&self) {
+    fn first_stream_seen(&self) {
         set(&self.h2_streamless, false);
         set(&self.following, false);
     }
