@@ -10,6 +10,7 @@
 //!   fallback ticker, teardown), over a host trait the FFI implements.
 //! - [`http_filter`]: per-request glue (data and control roles), over a host trait.
 //! - [`connections`]: downstream connections seen by the network filter; tells idle ones.
+//! - [`exchange`]: pure HTTP/1.1 and HTTP/2 framing follower for the network filter.
 //! - [`bootstrap`]: the drain engine on Envoy's main thread: SIGTERM hold, admin endpoints.
 //! - [`threads`]: owner of every thread the module starts and the gate their calls into Envoy
 //!   pass (closed before Envoy's exit is released); [`gauges`] and [`stats_scan`] run on them.
@@ -32,6 +33,7 @@ pub mod config;
 pub mod connections;
 pub mod control;
 pub mod drain;
+pub mod exchange;
 pub mod extension;
 #[cfg(feature = "panic-test")]
 pub mod faults;
