@@ -46,7 +46,7 @@ pub const MAX_STREAMS: usize = 1024;
 /// Bytes of the User-Agent value and of the request-target kept for health-check recognition.
 pub const HINT_LEN: usize = 64;
 /// A request or response head (or a chunk-size line, or a trailer section) longer than this:
-/// Unknown. Envoy's own limit is 60 KiB by default and at most 96 KiB.
+/// Unknown (Envoy refuses heads above its `max_request_headers_kb`, 60 KiB by default).
 pub const MAX_HEAD: usize = 96 * 1024;
 
 /// What the connection speaks, as far as the tracker follows it.
