@@ -54,7 +54,9 @@ pub const MAX_HEAD: usize = 96 * 1024;
 pub enum Protocol {
     /// The client sent nothing yet, or only a prefix of `PRI * HTTP/2`.
     Undecided,
+    /// HTTP/1.1 (or 1.0): anything that does not start with `PRI * HTTP/2`.
     Http1,
+    /// HTTP/2 with prior knowledge: the client preface was sent.
     Http2,
     /// The tracker could not follow the bytes and stopped ([`Event::Lost`]).
     Unknown,
@@ -958,6 +960,11 @@ struct H1 {
     /// The client sent bytes while waiting (tunnel data or a next request; not kept).
     waited: bool,
 }
+
+// Why `Wait` does not buffer: a client may send tunnel data right behind a CONNECT or an
+// upgrade request, before it knows the answer. Parsing those bytes as a request would lose
+// the framing if a tunnel opens; keeping them would allocate. So they are only noticed, and
+// if the answer is not a tunnel (they were the next request after all) the tracker gives up.
 
 impl H1 {
     /// Client bytes: returns how many were used and the event that stopped it (`None`: all used).
