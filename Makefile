@@ -1,6 +1,5 @@
 # graceful-drain: the two commands the README starts with are `make run` and `make test`.
 SHELL := /bin/bash
-MODULE_DIR := $(CURDIR)/target/release
 
 # The Envoy to build for, run and test against: `make build ENVOY_VERSION=1.39.3` (also `run`,
 # `test`). Default: the version pinned in scripts/install-envoy.sh. The module is built with the
@@ -14,11 +13,24 @@ SUPPORTED_MINORS := $(foreach v,$(SUPPORTED_ENVOY_VERSIONS),$(call minor_of,$(v)
 # What `make test` runs (narrow it while developing: TEST_ARGS="--test drain").
 TEST_ARGS ?= --all-targets
 DIST_DIR := $(CURDIR)/target/dist
+# Which setup the integration tests run the example gateway in (tests/common/envoy.rs, TestMode):
+# filter (default), connection (no data-path HTTP filter: the network filter follows the
+# exchanges) or cross-check (both, the module built with the test-only `cross-check` feature in
+# its own target directory, so it is never mistaken for the release artefact).
+TEST_MODE ?= filter
+ifeq ($(TEST_MODE),cross-check)
+MODULE_TARGET := $(CURDIR)/target/cross-check
+MODULE_FEATURES := $(ENVOY_FEATURE),cross-check
+else
+MODULE_TARGET := $(CURDIR)/target
+MODULE_FEATURES := $(ENVOY_FEATURE)
+endif
+MODULE_DIR := $(MODULE_TARGET)/release
 
 .PHONY: run test lint loom miri envoy build dist check-envoy-version bench bench-smoke bench-deps
 
 build: check-envoy-version
-	cargo build --release --lib --features $(ENVOY_FEATURE)
+	cargo build --release --lib --features $(MODULE_FEATURES) --target-dir $(MODULE_TARGET)
 
 check-envoy-version:
 	@case " $(SUPPORTED_MINORS) " in *" $(ENVOY_MINOR) "*) ;; *) \
@@ -52,7 +64,8 @@ run: build envoy
 test: build envoy
 	@scripts/install-tools.sh >/dev/null
 	ENVOY_VERSION=$(ENVOY_VERSION) ENVOY_BIN=$$(scripts/install-envoy.sh $(ENVOY_VERSION)) \
-	  GRACEFUL_DRAIN_MODULE_DIR=$(MODULE_DIR) cargo test $(TEST_ARGS)
+	  GRACEFUL_DRAIN_MODULE_DIR=$(MODULE_DIR) GRACEFUL_DRAIN_TEST_MODE=$(TEST_MODE) \
+	  cargo test $(TEST_ARGS)
 
 # Benchmarks (not tests): writes bench/out/report.md, report.json, shutdown.svg. About 15 minutes.
 bench: build envoy

@@ -542,6 +542,9 @@ pub struct NetworkFilterConfig {
     pub idle_close_grace: Duration,
     /// No request in flight for this long makes a connection idle.
     pub idle_after: Duration,
+    /// Follow every request on the connection from its bytes (`crate::tracking`): connection
+    /// mode's exact in-flight count and idle detection, without an HTTP filter.
+    pub track_requests: bool,
 }
 
 impl NetworkFilterConfig {
@@ -551,6 +554,7 @@ impl NetworkFilterConfig {
         struct Raw {
             idle_close_grace: Option<String>,
             idle_after: Option<String>,
+            track_requests: Option<bool>,
         }
         const SCOPE: &str = "network filter";
         let c: Raw = if raw.iter().all(u8::is_ascii_whitespace) {
@@ -573,6 +577,7 @@ impl NetworkFilterConfig {
                 c.idle_after,
                 crate::connections::DEFAULT_IDLE_AFTER,
             )?,
+            track_requests: c.track_requests.unwrap_or(false),
         })
     }
 }

@@ -203,6 +203,12 @@ pub struct Conn {
     candidate_since: AtomicU64,
     /// Its network filter was destroyed ([`unregister`]).
     gone: AtomicBool,
+    /// Its exchange tracker lost the thread of the bytes (`crate::tracking`): how many requests
+    /// are in flight on it is no longer known, so it is never idle (never closed early).
+    untracked: AtomicBool,
+    /// Test-only: the tracker's count beside the HTTP filter's ([`CrossCheck`]).
+    #[cfg(feature = "cross-check")]
+    xc: CrossCheck,
     /// The network filter has a scheduler: a drain start reaches this connection's requests.
     wakeable: AtomicBool,
     /// The HTTP filter's latest request on it still in flight, as the word it attached (0: none).
@@ -247,6 +253,9 @@ impl Conn {
             idle_since: AtomicU64::new(0),
             candidate_since: AtomicU64::new(0),
             gone: AtomicBool::new(false),
+            untracked: AtomicBool::new(false),
+            #[cfg(feature = "cross-check")]
+            xc: CrossCheck::default(),
             wakeable: AtomicBool::new(false),
             stream: AtomicUsize::new(0),
             lane,
@@ -393,6 +402,32 @@ impl Conn {
         }
     }
 
+    /// The connection's in-flight table lane (its worker's), if known.
+    pub fn lane(&self) -> Option<Lane> {
+        self.lane
+    }
+
+    /// The connection's own slot of the in-flight table, if it has one.
+    pub fn reserved(&self) -> Option<&ReservedSlot> {
+        self.reserved.as_ref()
+    }
+
+    /// Its exchange tracker saw a request (HTTP/1.1) or stream (HTTP/2) start (connection mode:
+    /// as the HTTP filter's report does in filter mode).
+    pub fn exchange_started(&self) {
+        self.stream_started();
+    }
+
+    /// Its exchange tracker saw one end, at `now` (the coarse clock of `StreamSink::now_nanos`).
+    pub fn exchange_ended(&self, now: u64) {
+        self.stream_ended(now);
+    }
+
+    /// Its exchange tracker can no longer follow the connection: never idle from here on.
+    pub fn set_untracked(&self) {
+        set(&self.untracked, true);
+    }
+
     fn stream_started(&self) {
         if get(&self.h2_streamless) {
             set(&self.h2_streamless, false);
@@ -400,6 +435,8 @@ impl Conn {
         }
         set(&self.tracked, true);
         self.streams.fetch_add(1, Ordering::Relaxed);
+        #[cfg(feature = "cross-check")]
+        self.xc.check(self.id, "start", self.streams());
     }
 
     fn stream_ended(&self, now: u64) {
@@ -410,6 +447,18 @@ impl Conn {
             set(&self.read_since_idle, false);
             self.idle_since.store(now, Ordering::Relaxed);
         }
+        #[cfg(feature = "cross-check")]
+        self.xc.check(self.id, "end", self.streams());
+    }
+
+    /// Test-only (`cross-check`): the connection's tracker, following it beside the HTTP
+    /// filter without counting, saw a request start (`Some(true)`), end (`Some(false)`), or
+    /// lost the thread (`None`). A no-op in other builds.
+    pub fn cross_check_event(&self, started: Option<bool>) {
+        #[cfg(feature = "cross-check")]
+        self.xc.event(started);
+        #[cfg(not(feature = "cross-check"))]
+        let _ = started;
     }
 
     /// Idle by what the HTTP filter reported: no stream in flight, none for `idle_after`, and
@@ -417,6 +466,9 @@ impl Conn {
     /// send control frames (SETTINGS ack, WINDOW_UPDATE, PING) on idle connections, so there
     /// only streams count; an HTTP/2 connection whose client never opened one is idle too.
     fn idle(&self, now: u64, idle_after: Duration) -> bool {
+        if get(&self.untracked) {
+            return false;
+        }
         if self.wire() == Wire::Http2 && get(&self.h2_streamless) {
             // Never opened a stream (a pool's pre-connected connection): nothing to wait for.
             return true;
@@ -517,6 +569,65 @@ impl Conn {
         counts.http1.fetch_add(1, Ordering::Relaxed);
         Action::Close
     }
+}
+
+/// Test-only (`cross-check` builds): the tracker's in-flight count on one connection, compared
+/// at every start and end the HTTP filter reports with the HTTP filter's own. The tracker must
+/// never count fewer: that would let a drain complete early. It may count more, for reasons
+/// that only delay the exit: HTTP/1.1 requests read ahead of Envoy's codec (pipelining),
+/// HTTP/2 responses the codec has not flushed yet when the stream ends, requests reset before
+/// their response (held until the connection closes).
+#[cfg(feature = "cross-check")]
+#[derive(Debug, Default)]
+struct CrossCheck {
+    in_flight: AtomicU32,
+    lost: AtomicBool,
+}
+
+/// Process-wide cross-check tallies: checks made, checks with the tracker ahead, disagreements.
+#[cfg(feature = "cross-check")]
+pub static CROSS_CHECKS: [AtomicU64; 3] = [AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)];
+
+#[cfg(feature = "cross-check")]
+impl CrossCheck {
+    fn event(&self, started: Option<bool>) {
+        match started {
+            Some(true) => {
+                self.in_flight.fetch_add(1, Ordering::Relaxed);
+            }
+            Some(false) => {
+                let _ = self
+                    .in_flight
+                    .try_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
+            }
+            None => set(&self.lost, true),
+        }
+    }
+
+    fn check(&self, id: u64, at: &str, http: u32) {
+        if get(&self.lost) {
+            return;
+        }
+        let tracker = self.in_flight.load(Ordering::Relaxed);
+        CROSS_CHECKS[0].fetch_add(1, Ordering::Relaxed);
+        if tracker > http {
+            CROSS_CHECKS[1].fetch_add(1, Ordering::Relaxed);
+        } else if tracker < http {
+            CROSS_CHECKS[2].fetch_add(1, Ordering::Relaxed);
+            log::error!(
+                "graceful_drain: cross-check disagreement on connection {id} at a request {at}: \
+                 the tracker counts {tracker} in flight, the HTTP filter {http}"
+            );
+        }
+    }
+}
+
+/// The cross-check's tallies so far, for the log: (checks, tracker ahead, disagreements).
+#[cfg(feature = "cross-check")]
+pub fn cross_check_tallies() -> (u64, u64, u64) {
+    let [a, b, c] = &CROSS_CHECKS;
+    let g = |x: &AtomicU64| x.load(Ordering::Relaxed);
+    (g(a), g(b), g(c))
 }
 
 /// What a connection's scheduled event asks of its network filter ([`Conn::on_scheduled`]).
@@ -821,6 +932,12 @@ pub struct Connections {
     grace_ms: AtomicU64,
     idle_after_ms: AtomicU64,
     commit: OnceLock<fn(usize, u64)>,
+    /// A network filter that follows exchanges (`track_requests`) is loaded: its connections'
+    /// requests are in the in-flight table (connection mode).
+    tracking: AtomicBool,
+    /// Open connections whose tracker lost the thread: their requests are not in the table, so
+    /// while any is open the drain also waits for Envoy's gauges.
+    untracked_open: AtomicUsize,
 }
 
 impl Default for Connections {
@@ -832,6 +949,8 @@ impl Default for Connections {
             grace_ms: AtomicU64::new(DEFAULT_IDLE_CLOSE_GRACE.as_millis() as u64),
             idle_after_ms: AtomicU64::new(DEFAULT_IDLE_AFTER.as_millis() as u64),
             commit: OnceLock::new(),
+            tracking: AtomicBool::new(false),
+            untracked_open: AtomicUsize::new(0),
         }
     }
 }
@@ -862,6 +981,33 @@ impl Connections {
 
     pub fn is_draining(&self) -> bool {
         self.draining.load(Ordering::SeqCst)
+    }
+
+    /// A network filter that follows exchanges was loaded (its config's `track_requests`).
+    pub fn note_tracking(&self) {
+        self.tracking.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether the in-flight table holds every request of the connections this module follows:
+    /// a tracking network filter is loaded and none of its open connections lost the thread.
+    pub fn tracking_is_exact(&self) -> bool {
+        self.tracking.load(Ordering::Relaxed) && self.untracked_open.load(Ordering::Relaxed) == 0
+    }
+
+    /// A followed connection lost the thread (`opened`) or one that had closed (`!opened`).
+    pub fn note_untracked(&self, opened: bool) {
+        if opened {
+            self.untracked_open.fetch_add(1, Ordering::Relaxed);
+        } else {
+            let _ = self
+                .untracked_open
+                .try_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
+        }
+    }
+
+    /// Open connections whose tracker lost the thread.
+    pub fn untracked_open(&self) -> usize {
+        self.untracked_open.load(Ordering::Relaxed)
     }
 
     /// Wake every connection with `event`. Returns how many were woken.

@@ -89,6 +89,8 @@ pub struct Hints<'a> {
 pub struct Tracker {
     ctx: Ctx,
     wire: Wire,
+    /// Client bytes fed so far.
+    fed: u64,
 }
 
 /// What both protocols' parsers update, kept apart from their state so that a parser can hold
@@ -139,6 +141,7 @@ impl Tracker {
 
     /// Bytes the client sent, in order, any split (call once per buffer slice). Calls `on` for every Started/Ended/Lost, in order.
     pub fn client(&mut self, bytes: &[u8], on: &mut impl FnMut(Event, &Tracker)) {
+        self.fed = self.fed.saturating_add(bytes.len() as u64);
         if self.ctx.lost || self.ctx.tunnel {
             return;
         }
@@ -186,7 +189,7 @@ impl Tracker {
     fn run(&mut self, client: bool, bytes: &[u8], on: &mut impl FnMut(Event, &Tracker)) {
         let mut rest = bytes;
         while !self.ctx.lost && !self.ctx.tunnel {
-            let Tracker { ctx, wire } = self;
+            let Tracker { ctx, wire, .. } = self;
             let (n, ev) = match wire {
                 Wire::Http1(h) if client => h.client(rest, ctx),
                 Wire::Http1(h) => h.server(rest, ctx),
@@ -258,6 +261,12 @@ impl Tracker {
             Wire::Http1(h) if h.hints.valid => h.hints.get(),
             _ => Hints::default(),
         }
+    }
+
+    /// Client bytes fed so far (every call of [`Tracker::client`] counts), the offset in the
+    /// client's byte stream of the next byte to feed.
+    pub fn client_fed(&self) -> u64 {
+        self.fed
     }
 
     /// Totals since the connection opened (for cross-checks): started, ended.

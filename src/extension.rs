@@ -388,7 +388,7 @@ impl Extension {
         let d = DrainTiming::of(
             started_at,
             shared.settings().unwrap_or_default(),
-            shared.data_filter_loaded(),
+            shared.count_is_exact(),
         );
         match self.scanner() {
             Some(s) => s.view(d, shared.requests.counts()),

@@ -45,3 +45,4 @@ pub mod state;
 pub mod stats_scan;
 mod sync;
 pub mod threads;
+pub mod tracking;

@@ -12,7 +12,7 @@ use crate::clock::Clock;
 use crate::config::{format_duration, DrainSettings, RequestPolicy};
 use crate::connections::{Connections, StreamMark};
 use crate::drain::{Decision, Drain, Observation, Outcome, Phase, Trigger};
-use crate::registry::{Registry, Ticket};
+use crate::registry::{Lane, Registry, ReservedSlot, Ticket};
 use serde::Serialize;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Mutex, MutexGuard, OnceLock};
@@ -262,6 +262,13 @@ impl Shared {
         self.data_filter_loaded.load(Ordering::Relaxed)
     }
 
+    /// Whether the module's own count holds every request that matters (the drain then needs no
+    /// stats scan to complete): a data-role HTTP filter is loaded (filter mode), or a network
+    /// filter follows the exchanges and has lost none (connection mode).
+    pub fn count_is_exact(&self) -> bool {
+        self.data_filter_loaded() || self.connections.tracking_is_exact()
+    }
+
     pub fn commit(&self, waker: Waker, event: u64) {
         (self.hooks.commit)(waker, event)
     }
@@ -325,11 +332,22 @@ impl Shared {
     /// A request started that its connection reaches at drain start (no waker of its own): in
     /// the connection's own slot if free, else in its worker's lane.
     pub fn request_started_on(&self, conn: &StreamMark) -> (Ticket, bool) {
+        self.request_started_in(conn.lane(), conn.reserved())
+    }
+
+    /// A request without a waker of its own, on a connection with this lane and slot (the HTTP
+    /// filter's through [`Shared::request_started_on`], or one the network filter's exchange
+    /// tracker saw start). Returns its ticket and whether a drain had started.
+    pub fn request_started_in(
+        &self,
+        lane: Option<Lane>,
+        reserved: Option<&ReservedSlot>,
+    ) -> (Ticket, bool) {
         let now = self.clock.nanos();
-        if let Some(started) = conn.reserved().and_then(|r| r.start(now)) {
+        if let Some(started) = reserved.and_then(|r| r.start(now)) {
             return started;
         }
-        match conn.lane() {
+        match lane {
             Some(lane) => self.requests.start_in(Some(lane), None, now),
             None => self.requests.start(None, now),
         }
@@ -337,7 +355,12 @@ impl Shared {
 
     /// The request started by [`Shared::request_started_on`] ended.
     pub fn request_ended_on(&self, conn: &StreamMark, ticket: Ticket) {
-        match conn.reserved() {
+        self.request_ended_in(conn.reserved(), ticket)
+    }
+
+    /// The request started by [`Shared::request_started_in`] with this slot ended.
+    pub fn request_ended_in(&self, reserved: Option<&ReservedSlot>, ticket: Ticket) {
+        match reserved {
             Some(r) => r.end(ticket),
             None => {
                 self.requests.end(ticket);

@@ -331,6 +331,14 @@ envoy_callbacks! {
         filter: EnvoyPtr,
         out: *mut Buffer,
     ) -> bool;
+    /// The write hook's buffer (this write's bytes only); the same shapes as the read buffer's.
+    fn envoy_dynamic_module_callback_network_filter_get_write_buffer_chunks_size(
+        filter: EnvoyPtr,
+    ) -> usize;
+    fn envoy_dynamic_module_callback_network_filter_get_write_buffer_chunks(
+        filter: EnvoyPtr,
+        out: *mut Buffer,
+    ) -> bool;
     /// Passes `data` down the write filter chain after this filter, then to the socket.
     fn envoy_dynamic_module_callback_network_filter_inject_write_data(
         filter: EnvoyPtr,

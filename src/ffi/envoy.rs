@@ -283,29 +283,32 @@ impl NetConnection<'_> {
         self,
         f: impl for<'b> FnOnce(&'b dyn Fn() -> Option<SliceIter<'b>>) -> R,
     ) -> R {
-        // SAFETY: as above.
+        // SAFETY: as above; inside the read hook (the caller's promise).
         let n = unsafe {
             abi::envoy_dynamic_module_callback_network_filter_get_read_buffer_chunks_size(self.fe)
         };
-        // Usually one slice: a stack array avoids an allocation per connection.
-        let mut stack = [EMPTY; 4];
-        let mut heap = Vec::new();
-        let chunks: &mut [Buffer] = if n <= stack.len() {
-            &mut stack[..n]
-        } else {
-            heap.resize(n, EMPTY);
-            &mut heap
+        // SAFETY: as above; `out` has room for the `n` slices reported for this same buffer.
+        let fill = |out: *mut Buffer| unsafe {
+            abi::envoy_dynamic_module_callback_network_filter_get_read_buffer_chunks(self.fe, out)
         };
-        // SAFETY: `chunks` has room for the `n` slices Envoy reported for this same buffer.
-        let ok = n > 0
-            && unsafe {
-                abi::envoy_dynamic_module_callback_network_filter_get_read_buffer_chunks(
-                    self.fe,
-                    chunks.as_mut_ptr(),
-                )
-            };
-        let chunks: &[Buffer] = chunks;
-        f(&|| ok.then(|| SliceIter(chunks.iter())))
+        with_slices(n, fill, f)
+    }
+
+    /// As [`NetConnection::with_read_slices`], for the bytes being written (the write buffer
+    /// of this write: only its new bytes). Inside the write hook.
+    pub(crate) fn with_write_slices<R>(
+        self,
+        f: impl for<'b> FnOnce(&'b dyn Fn() -> Option<SliceIter<'b>>) -> R,
+    ) -> R {
+        // SAFETY: as above; inside the write hook (the caller's promise).
+        let n = unsafe {
+            abi::envoy_dynamic_module_callback_network_filter_get_write_buffer_chunks_size(self.fe)
+        };
+        // SAFETY: as above; `out` has room for the `n` slices reported for this same buffer.
+        let fill = |out: *mut Buffer| unsafe {
+            abi::envoy_dynamic_module_callback_network_filter_get_write_buffer_chunks(self.fe, out)
+        };
+        with_slices(n, fill, f)
     }
 
     pub(crate) fn increment_counter(self, id: usize) {
@@ -339,6 +342,26 @@ impl NetConnection<'_> {
             )
         }
     }
+}
+
+/// Asks Envoy for a buffer's `n` slices with `fill` (which writes `n` descriptors) and lends
+/// them to `f`. Usually one slice: a stack array avoids an allocation per call.
+fn with_slices<R>(
+    n: usize,
+    fill: impl FnOnce(*mut Buffer) -> bool,
+    f: impl for<'b> FnOnce(&'b dyn Fn() -> Option<SliceIter<'b>>) -> R,
+) -> R {
+    let mut stack = [EMPTY; 4];
+    let mut heap = Vec::new();
+    let chunks: &mut [Buffer] = if n <= stack.len() {
+        &mut stack[..n]
+    } else {
+        heap.resize(n, EMPTY);
+        &mut heap
+    };
+    let ok = n > 0 && fill(chunks.as_mut_ptr());
+    let chunks: &[Buffer] = chunks;
+    f(&|| ok.then(|| SliceIter(chunks.iter())))
 }
 
 /// The slices of a read buffer, as bytes (valid inside [`NetConnection::with_read_slices`]).

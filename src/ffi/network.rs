@@ -8,7 +8,8 @@ use super::{envoy_bytes, guard};
 use crate::config::NetworkFilterConfig;
 use crate::connections::{self, Action, Conn, FirstStream, Waker, WakerSlot, GOAWAY_NO_ERROR};
 use crate::state::{Protocol, EVENT_GO_AWAY};
-use std::cell::{Cell, OnceCell};
+use crate::tracking::{Fed, Tracking};
+use std::cell::{Cell, OnceCell, RefCell};
 use std::os::raw::c_void;
 use std::ptr;
 use std::sync::Arc;
@@ -24,6 +25,12 @@ struct NetConfig {
     /// The HTTP filter's counter of the same name (Envoy keeps one stat per name): busy HTTP/2
     /// connections this filter sent the GOAWAY to itself.
     sent_away_http2: Option<usize>,
+    /// Follow every exchange from the bytes (`track_requests`: connection mode).
+    track_requests: bool,
+    /// The HTTP filter's counter of the same name: requests that started during a drain.
+    served_while_draining: Option<usize>,
+    /// Connections whose bytes the tracker could not follow.
+    untracked: Option<usize>,
 }
 
 /// One connection's filter. Only shared references to it are ever made: its hooks can nest (a
@@ -39,6 +46,8 @@ struct NetFilter {
     /// event still queued for this filter runs (ENVOY_FACTS.md, schedulers), so that event
     /// must not call back into Envoy.
     closed: Cell<bool>,
+    /// The connection's requests, followed from its bytes (connection mode), if configured.
+    tracking: Option<RefCell<Tracking>>,
 }
 
 fn commit(waker: usize, event: u64) {
@@ -67,14 +76,19 @@ pub extern "C" fn envoy_dynamic_module_on_network_filter_config_new(
             Ok(NetworkFilterConfig {
                 idle_close_grace: grace,
                 idle_after,
+                track_requests,
             }) => {
                 let c = &super::shared().connections;
                 c.install_commit(commit);
                 c.set_grace(grace);
                 c.set_idle_after(idle_after);
+                if track_requests {
+                    c.note_tracking();
+                }
                 log::info!(
                     "graceful_drain: network filter loaded (idle connections are told at drain \
-                     start; idle_close_grace={grace:?}, idle_after={idle_after:?})"
+                     start; idle_close_grace={grace:?}, idle_after={idle_after:?}, \
+                     track_requests={track_requests})"
                 );
                 // SAFETY: inside config_new with Envoy's config pointer.
                 let envoy = unsafe { NetConfigNew::in_hook(ce) };
@@ -82,6 +96,13 @@ pub extern "C" fn envoy_dynamic_module_on_network_filter_config_new(
                     told_http1: envoy.define_counter("idle_connections_told_http1"),
                     told_http2: envoy.define_counter("idle_connections_told_http2"),
                     sent_away_http2: envoy.define_counter("connections_sent_away_http2"),
+                    track_requests,
+                    served_while_draining: track_requests
+                        .then(|| envoy.define_counter("requests_served_while_draining"))
+                        .flatten(),
+                    untracked: track_requests
+                        .then(|| envoy.define_counter("connections_untracked"))
+                        .flatten(),
                 })) as *const c_void
             }
             Err(e) => {
@@ -95,6 +116,14 @@ pub extern "C" fn envoy_dynamic_module_on_network_filter_config_new(
 #[no_mangle]
 pub extern "C" fn envoy_dynamic_module_on_network_filter_config_destroy(cm: *const c_void) {
     guard("network_filter_config_destroy", (), || {
+        #[cfg(feature = "cross-check")]
+        {
+            let (checks, ahead, disagreements) = crate::connections::cross_check_tallies();
+            log::info!(
+                "graceful_drain: cross-check: {checks} checks, the tracker ahead at {ahead}, \
+                 {disagreements} disagreements"
+            );
+        }
         if !cm.is_null() {
             // SAFETY: from Box::into_raw in config_new; Envoy destroys it once, after its filters.
             drop(unsafe { Box::from_raw(cm as *mut NetConfig) });
@@ -108,12 +137,24 @@ pub extern "C" fn envoy_dynamic_module_on_network_filter_new(
     _fe: EnvoyPtr,
 ) -> *const c_void {
     guard("network_filter_new", ptr::null(), || {
+        // SAFETY: the config outlives its filters.
+        let track = unsafe { (cm as *const NetConfig).as_ref() }.is_some_and(|c| c.track_requests);
+        // With a data-role HTTP filter loaded its streams are the count: following the bytes
+        // too would count each request twice (the cross-check build follows them beside it).
+        let beside_http_filter = super::shared().data_filter_loaded();
+        let tracking = match (track, beside_http_filter) {
+            (true, false) => Some(Tracking::new()),
+            #[cfg(feature = "cross-check")]
+            (true, true) => Some(Tracking::shadow()),
+            _ => None,
+        };
         Box::into_raw(Box::new(NetFilter {
             config: cm as *const NetConfig,
             conn: OnceCell::new(),
             slot: Cell::new(None),
             first_stream: Cell::new(FirstStream::default()),
             closed: Cell::new(false),
+            tracking: tracking.map(RefCell::new),
         })) as *const c_void
     })
 }
@@ -175,7 +216,24 @@ pub extern "C" fn envoy_dynamic_module_on_network_filter_read(
         let Some(conn) = f.conn.get() else {
             return STATUS_CONTINUE;
         };
-        if conn.following_bytes() {
+        if let Some(tracking) = &f.tracking {
+            // SAFETY: the filter's own pointer inside its read hook.
+            let envoy = unsafe { NetConnection::in_hook(fe) };
+            let fed = envoy.with_read_slices(|chunks| {
+                if conn.following_bytes() {
+                    let mut watch = f.first_stream.get();
+                    conn.on_followed_read(data_len, chunks, &mut watch);
+                    f.first_stream.set(watch);
+                } else {
+                    conn.on_read(data_len, &[]);
+                }
+                tracking
+                    .try_borrow_mut()
+                    .ok()
+                    .map(|mut t| t.on_read(data_len, chunks(), conn, super::shared(), now))
+            });
+            count_fed(f, envoy, fed);
+        } else if conn.following_bytes() {
             // SAFETY: the filter's own pointer inside its read hook.
             follow_client_bytes(
                 unsafe { NetConnection::in_hook(fe) },
@@ -206,17 +264,61 @@ fn follow_client_bytes(
     first_stream.set(watch);
 }
 
+/// The coarse clock the HTTP filter stamps a stream's end with (`StreamSink::now_nanos`).
+fn now() -> u64 {
+    super::coarse_monotonic_nanos()
+}
+
+/// A feed's counters. `None`: the tracker was in use further up this stack (cannot be: its
+/// hooks do not nest into a read or write hook), so these bytes were not followed.
+fn count_fed(f: &NetFilter, envoy: NetConnection, fed: Option<Fed>) {
+    // SAFETY: the config outlives its filters.
+    let Some(cfg) = (unsafe { f.config.as_ref() }) else {
+        return;
+    };
+    let fed = match fed {
+        Some(fed) => fed,
+        None => {
+            log::warn!("graceful_drain: a connection's tracker was in use: bytes not followed");
+            return;
+        }
+    };
+    if let (Some(id), n @ 1..) = (cfg.served_while_draining, fed.served_while_draining) {
+        for _ in 0..n {
+            envoy.increment_counter(id);
+        }
+    }
+    if let (Some(id), true) = (cfg.untracked, fed.lost) {
+        envoy.increment_counter(id);
+    }
+}
+
 #[no_mangle]
 pub extern "C" fn envoy_dynamic_module_on_network_filter_write(
-    _fe: EnvoyPtr,
+    fe: EnvoyPtr,
     fm: *const c_void,
     data_len: usize,
     _end_stream: bool,
 ) -> u32 {
     guard("network_filter_write", STATUS_CONTINUE, || {
         // SAFETY: our own filter pointer.
-        if let Some(conn) = (unsafe { net_filter(fm) }).and_then(|f| f.conn.get()) {
-            conn.on_write(data_len);
+        let Some(f) = (unsafe { net_filter(fm) }) else {
+            return STATUS_CONTINUE;
+        };
+        let Some(conn) = f.conn.get() else {
+            return STATUS_CONTINUE;
+        };
+        conn.on_write(data_len);
+        if let Some(tracking) = &f.tracking {
+            // SAFETY: the filter's own pointer inside its write hook.
+            let envoy = unsafe { NetConnection::in_hook(fe) };
+            let fed = envoy.with_write_slices(|chunks| {
+                tracking
+                    .try_borrow_mut()
+                    .ok()
+                    .map(|mut t| t.on_write(chunks(), conn, super::shared(), now))
+            });
+            count_fed(f, envoy, fed);
         }
         STATUS_CONTINUE
     })
@@ -318,6 +420,11 @@ pub extern "C" fn envoy_dynamic_module_on_network_filter_destroy(fm: *const c_vo
             drop(super::shared().connections.wakers.remove(slot));
         }
         if let Some(conn) = f.conn.get() {
+            if let Some(tracking) = &f.tracking {
+                if let Ok(mut t) = tracking.try_borrow_mut() {
+                    t.on_close(conn, super::shared());
+                }
+            }
             connections::unregister(conn);
         }
     })

@@ -219,7 +219,39 @@ pub struct Options {
     /// Keep the module's network filter (false: the HTTP filter reaches each request with a
     /// scheduler of its own, and idle connections are not told).
     pub network_filter: bool,
+    /// Keep the data listener's HTTP filter (role `data`); the control listener keeps its own.
+    /// False with `track_requests`: connection mode ([`TestMode::Connection`]).
+    pub data_http_filter: bool,
+    /// The network filter follows every exchange from the bytes (`"track_requests": true`).
+    pub track_requests: bool,
 }
+
+/// How the suites run the example gateway, from `GRACEFUL_DRAIN_TEST_MODE` (`make test
+/// TEST_MODE=...`): the same tests against each setup a user may choose.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TestMode {
+    /// The HTTP filter counts the requests; the network filter tells idle connections.
+    Filter,
+    /// No data-path HTTP filter: the network filter follows the exchanges (`track_requests`).
+    Connection,
+    /// Both, with the module built with `cross-check`: the tracker's count is compared with the
+    /// HTTP filter's at every request start and end; a disagreement fails the test (its log).
+    CrossCheck,
+}
+
+pub fn test_mode() -> TestMode {
+    match std::env::var("GRACEFUL_DRAIN_TEST_MODE").as_deref() {
+        Ok("connection") => TestMode::Connection,
+        Ok("cross-check") => TestMode::CrossCheck,
+        Ok("") | Ok("filter") | Err(_) => TestMode::Filter,
+        Ok(other) => {
+            panic!("GRACEFUL_DRAIN_TEST_MODE={other:?}: expected filter, connection or cross-check")
+        }
+    }
+}
+
+/// The network filter's config in `envoy-config/gateway.yaml` (tests render it).
+const EXAMPLE_NETWORK_CONFIG: &str = r#"'{"idle_close_grace": "2s", "idle_after": "1s"}'"#;
 
 impl Default for Options {
     fn default() -> Self {
@@ -235,6 +267,8 @@ impl Default for Options {
             base_args: None,
             http_filter: true,
             network_filter: true,
+            data_http_filter: test_mode() != TestMode::Connection,
+            track_requests: test_mode() != TestMode::Filter,
         }
     }
 }
@@ -268,6 +302,41 @@ pub fn remove_list_items(text: &str, name: &str) -> String {
         }
         out.push(line);
     }
+    out.join("\n") + "\n"
+}
+
+/// Remove the HTTP filter item whose config is the data role (the control listener's stays).
+pub fn remove_data_http_filter(text: &str) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    let mut out = Vec::new();
+    let mut i = 0;
+    let mut removed = 0;
+    while i < lines.len() {
+        let line = lines[i];
+        let indent = line.len() - line.trim_start().len();
+        if line.trim_start() == "- name: envoy.filters.http.dynamic_modules" {
+            let end = (i + 1..lines.len())
+                .find(|&j| {
+                    let l = lines[j];
+                    !l.trim().is_empty() && l.len() - l.trim_start().len() <= indent
+                })
+                .unwrap_or(lines.len());
+            if lines[i..end]
+                .iter()
+                .any(|l| l.contains(r#"'{"role": "data"}'"#))
+            {
+                removed += 1;
+                i = end;
+                continue;
+            }
+        }
+        out.push(line);
+        i += 1;
+    }
+    assert_eq!(
+        removed, 1,
+        "one data-role HTTP filter in the rendered gateway"
+    );
     out.join("\n") + "\n"
 }
 
@@ -320,6 +389,15 @@ pub fn render_gateway(admin: u16, data: u16, control: u16, o: &Options) -> Strin
     }
     if !o.http_filter {
         y = remove_list_items(&y, "envoy.filters.http.dynamic_modules");
+    } else if !o.data_http_filter {
+        y = remove_data_http_filter(&y);
+    }
+    if o.track_requests && o.network_filter {
+        y = replace_once(
+            &y,
+            EXAMPLE_NETWORK_CONFIG,
+            r#"'{"idle_close_grace": "2s", "idle_after": "1s", "track_requests": true}'"#,
+        );
     }
     if !o.network_filter {
         y = remove_list_items(&y, "envoy.filters.network.dynamic_modules");
@@ -602,6 +680,17 @@ impl Drop for Envoy {
             bugs.is_empty(),
             "Envoy reported a bug during this test:\n{}",
             bugs.join("\n")
+        );
+        // The cross-check build logs every disagreement between its two counts.
+        let disagreements: Vec<&str> = log
+            .lines()
+            .filter(|l| l.contains("graceful_drain: cross-check disagreement"))
+            .take(20)
+            .collect();
+        assert!(
+            disagreements.is_empty(),
+            "the exchange tracker and the HTTP filter disagreed:\n{}",
+            disagreements.join("\n")
         );
     }
 }

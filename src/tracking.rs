@@ -1,0 +1,459 @@
+//! One connection's requests, followed from its bytes by the network filter (connection mode:
+//! no HTTP filter on the data path). The glue (`ffi::network`) hands over the bytes it sees in
+//! both directions; an [`exchange::Tracker`] follows their framing, and this turns what it
+//! reports into the module's bookkeeping, as the HTTP filter's hooks do in filter mode:
+//! - a request (HTTP/1.1) or stream (HTTP/2) that starts takes a ticket of the in-flight table,
+//!   on the connection's own slot or its worker's lane, and counts against its connection
+//!   ([`Conn::exchange_started`]), so the drain's count, the status's ages and the idle
+//!   checks of [`crate::connections`] see it;
+//! - while a drain is under way, an HTTP/1.1 request its `User-Agent` or path marks as a health
+//!   check keeps its connection busy but is not work (no ticket), as in the HTTP filter;
+//! - what the tracker cannot follow (`Event::Lost`) gives its tickets back and marks the
+//!   connection untracked: never idle, never closed early, and while it is open the drain waits
+//!   for Envoy's gauges too (`Connections::tracking_is_exact`).
+//!
+//! Bytes fed twice: Envoy's HTTP/1.1 codec takes one request at a time. It stops reading after
+//! a complete request and leaves the bytes behind it in the read buffer, which the next read
+//! hook sees again (`src/ffi/ENVOY_FACTS.md` §6). Which bytes those are cannot be told from
+//! the count alone (Envoy may have answered the request at once and read on, or later), so a
+//! read finds them by where they are: bytes Envoy left in its buffer stay where they were in
+//! memory, so a buffer whose first byte lies strictly inside a slice of the previous read's
+//! buffer starts at that byte's offset, already fed. A buffer that starts anywhere else starts
+//! with new bytes (a slice Envoy freed and reuses begins at its own start, never inside).
+
+use crate::connections::Conn;
+use crate::exchange::{Event, Protocol, Tracker};
+use crate::registry::Ticket;
+use crate::state::Shared;
+
+/// One followed connection, owned by its network filter (on its worker; the close may come
+/// from another thread, see [`Tracking::on_close`]).
+#[derive(Debug, Default)]
+pub struct Tracking {
+    tracker: Tracker,
+    /// The requests in flight: the tracker's id and the ticket (`None`: a health check).
+    tickets: Vec<(u32, Option<Ticket>)>,
+    /// The previous read buffer's first slices: address, length, client offset of its first
+    /// byte (see the module doc).
+    last_read: [(usize, usize, u64); READ_SLICES],
+    lost: bool,
+    /// Test-only (`cross-check` builds, beside the HTTP filter): follow without counting, and
+    /// report to the connection's cross-check instead.
+    shadow: bool,
+}
+
+/// Slices of a read buffer remembered (Envoy's read buffer has one or two in practice; bytes
+/// left behind beyond these are fed again, which the tracker then cannot follow: counted).
+const READ_SLICES: usize = 4;
+
+/// What one read or write did, for the glue's counters and log.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Fed {
+    pub started: u32,
+    pub ended: u32,
+    pub health_checks: u32,
+    pub served_while_draining: u32,
+    /// The tracker lost the thread in this call.
+    pub lost: bool,
+}
+
+impl Tracking {
+    pub fn new() -> Tracking {
+        Tracking::default()
+    }
+
+    /// A tracker beside the HTTP filter (`cross-check` builds): counts nothing itself.
+    pub fn shadow() -> Tracking {
+        Tracking {
+            shadow: true,
+            ..Tracking::default()
+        }
+    }
+
+    pub fn tracker(&self) -> &Tracker {
+        &self.tracker
+    }
+
+    /// Whether the connection is still followed.
+    pub fn is_followed(&self) -> bool {
+        !self.lost
+    }
+
+    /// A read: the read buffer holds `len` bytes, given by `chunks` (`None`: Envoy could not
+    /// give them). The first bytes may be ones fed before, which Envoy's codec handed back.
+    /// `now`: the clock stream ends are stamped with (`StreamSink::now_nanos`), read only when
+    /// a request ends.
+    pub fn on_read<'a>(
+        &mut self,
+        len: usize,
+        chunks: Option<impl Iterator<Item = &'a [u8]>>,
+        conn: &Conn,
+        shared: &Shared,
+        now: impl Fn() -> u64,
+    ) -> Fed {
+        let mut fed = Fed::default();
+        if self.lost || self.tracker.tunnel() {
+            // A tunnel (upgrade, CONNECT, a response until close) is busy until it closes.
+            return fed;
+        }
+        let Some(chunks) = chunks else {
+            self.lose(conn, shared, "Envoy gave no read buffer", &mut fed);
+            return fed;
+        };
+        let mut chunks = chunks.peekable();
+        let fed_before = self.tracker.client_fed();
+        // Where the buffer starts in the client's bytes: inside what the last read saw (bytes
+        // Envoy left behind), or at the first byte not fed yet.
+        let start = chunks
+            .peek()
+            .and_then(|first| self.left_behind_at(first.as_ptr() as usize))
+            .unwrap_or(fed_before);
+        let Some(mut skip) = fed_before
+            .checked_sub(start)
+            .and_then(|s| usize::try_from(s).ok())
+            .filter(|&s| s <= len)
+        else {
+            self.lose(conn, shared, "the read buffer does not match", &mut fed);
+            return fed;
+        };
+        self.last_read = [(0, 0, 0); READ_SLICES];
+        let mut offset = start;
+        for (i, bytes) in chunks.enumerate() {
+            if let Some(slot) = self.last_read.get_mut(i) {
+                *slot = (bytes.as_ptr() as usize, bytes.len(), offset);
+            }
+            offset = offset.saturating_add(bytes.len() as u64);
+            let bytes = if skip >= bytes.len() {
+                skip -= bytes.len();
+                continue;
+            } else {
+                bytes.get(std::mem::take(&mut skip)..).unwrap_or_default()
+            };
+            let (tickets, shadow) = (&mut self.tickets, self.shadow);
+            self.tracker.client(bytes, &mut |ev, t| {
+                on_event(ev, t, tickets, shadow, conn, shared, &now, &mut fed)
+            });
+        }
+        self.after_feed(conn, shared, &mut fed);
+        fed
+    }
+
+    /// A write towards the client: `chunks` are this write's bytes (`None`: not given).
+    pub fn on_write<'a>(
+        &mut self,
+        chunks: Option<impl Iterator<Item = &'a [u8]>>,
+        conn: &Conn,
+        shared: &Shared,
+        now: impl Fn() -> u64,
+    ) -> Fed {
+        let mut fed = Fed::default();
+        if self.lost || self.tracker.tunnel() {
+            return fed;
+        }
+        let Some(chunks) = chunks else {
+            self.lose(conn, shared, "Envoy gave no write buffer", &mut fed);
+            return fed;
+        };
+        for bytes in chunks {
+            let (tickets, shadow) = (&mut self.tickets, self.shadow);
+            self.tracker.server(bytes, &mut |ev, t| {
+                on_event(ev, t, tickets, shadow, conn, shared, &now, &mut fed)
+            });
+        }
+        self.after_feed(conn, shared, &mut fed);
+        fed
+    }
+
+    /// The connection is gone (its filter's destroy hook, possibly on the drain side's thread:
+    /// only the in-flight table and atomics are touched). Ends what it still holds: a tunnel, a
+    /// response cut by the close, requests read ahead that Envoy never answered.
+    pub fn on_close(&mut self, conn: &Conn, shared: &Shared) {
+        self.end_all(conn, shared);
+        if self.lost && !self.shadow {
+            shared.connections.note_untracked(false);
+        }
+    }
+
+    /// The client offset of the byte at `addr`, if it lies strictly inside a slice of the last
+    /// read buffer (Envoy consumed the bytes before it and left the rest).
+    fn left_behind_at(&self, addr: usize) -> Option<u64> {
+        self.last_read
+            .iter()
+            .find(|&&(at, len, _)| at < addr && addr < at.saturating_add(len))
+            .map(|&(at, _, offset)| offset.saturating_add((addr - at) as u64))
+    }
+
+    fn after_feed(&mut self, conn: &Conn, shared: &Shared, fed: &mut Fed) {
+        if fed.lost && !self.lost {
+            self.lose(
+                conn,
+                shared,
+                "its bytes do not follow HTTP/1.1 or HTTP/2 framing",
+                fed,
+            );
+        }
+    }
+
+    fn lose(&mut self, conn: &Conn, shared: &Shared, why: &str, fed: &mut Fed) {
+        fed.lost = true;
+        self.lost = true;
+        self.end_all(conn, shared);
+        if self.shadow {
+            conn.cross_check_event(None);
+            log::info!(
+                "graceful_drain: cross-check: connection {} no longer followed ({why})",
+                conn.id
+            );
+            return;
+        }
+        conn.set_untracked();
+        shared.connections.note_untracked(true);
+        log::info!(
+            "graceful_drain: connection {} is no longer followed ({why}, protocol {:?}): counted \
+             busy until it closes; the drain also waits for Envoy's gauges while it is open",
+            conn.id,
+            self.tracker.protocol()
+        );
+    }
+
+    fn end_all(&mut self, conn: &Conn, shared: &Shared) {
+        for (_, ticket) in self.tickets.drain(..) {
+            if let Some(t) = ticket {
+                shared.request_ended_in(conn.reserved(), t);
+            }
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn on_event(
+    ev: Event,
+    t: &Tracker,
+    tickets: &mut Vec<(u32, Option<Ticket>)>,
+    shadow: bool,
+    conn: &Conn,
+    shared: &Shared,
+    now: &impl Fn() -> u64,
+    fed: &mut Fed,
+) {
+    if shadow {
+        match ev {
+            Event::Started(id) => {
+                tickets.push((id, None));
+                conn.cross_check_event(Some(true));
+            }
+            Event::Ended(id) => {
+                if let Some(i) = tickets.iter().position(|(t, _)| *t == id) {
+                    tickets.swap_remove(i);
+                    conn.cross_check_event(Some(false));
+                }
+            }
+            Event::Lost => fed.lost = true,
+        }
+        return;
+    }
+    match ev {
+        Event::Started(id) => {
+            fed.started += 1;
+            conn.exchange_started();
+            if shared.is_draining() && t.protocol() == Protocol::Http1 && is_health_check(t, shared)
+            {
+                fed.health_checks += 1;
+                shared.counters.health_check();
+                tickets.push((id, None));
+                return;
+            }
+            let (ticket, draining) = shared.request_started_in(conn.lane(), conn.reserved());
+            if draining {
+                fed.served_while_draining += 1;
+                shared.counters.served_while_draining();
+            }
+            tickets.push((id, Some(ticket)));
+        }
+        Event::Ended(id) => {
+            if let Some(i) = tickets.iter().position(|(t, _)| *t == id) {
+                fed.ended += 1;
+                if let (_, Some(ticket)) = tickets.swap_remove(i) {
+                    shared.request_ended_in(conn.reserved(), ticket);
+                }
+                conn.exchange_ended(now());
+            }
+        }
+        // Handled once the feed returns (the tickets are this call's to give back).
+        Event::Lost => fed.lost = true,
+    }
+}
+
+/// The request whose head just completed is a health check by the configured policy. A path
+/// cut to the hint's length cannot be matched exactly: only its `User-Agent` counts then.
+fn is_health_check(t: &Tracker, shared: &Shared) -> bool {
+    let h = t.hints();
+    let path = h
+        .path
+        .filter(|p| !(h.truncated && p.len() >= crate::exchange::HINT_LEN));
+    shared.policy().is_health_check(h.user_agent, path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::drain::Trigger;
+    use crate::state::tests::{fast, fixture};
+
+    const GET: &[u8] = b"GET /a HTTP/1.1\r\nhost: x\r\n\r\n";
+    const PROBE: &[u8] = b"GET /healthz HTTP/1.1\r\nhost: x\r\nuser-agent: kube-probe/1.31\r\n\r\n";
+    const OK: &[u8] = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nhi";
+
+    fn now() -> u64 {
+        7
+    }
+
+    fn read(t: &mut Tracking, buf: &[&[u8]], conn: &Conn, shared: &Shared) -> Fed {
+        let len = buf.iter().map(|b| b.len()).sum();
+        t.on_read(len, Some(buf.iter().copied()), conn, shared, now)
+    }
+
+    fn write(t: &mut Tracking, bytes: &[u8], conn: &Conn, shared: &Shared) -> Fed {
+        t.on_write(Some([bytes].into_iter()), conn, shared, now)
+    }
+
+    #[test]
+    fn a_request_is_in_the_table_from_its_head_to_its_response() {
+        let f = fixture(Some(fast()));
+        let conn = Conn::new(1);
+        let mut t = Tracking::new();
+        let fed = read(&mut t, &[GET], &conn, &f.shared);
+        assert_eq!(fed.started, 1);
+        assert_eq!(f.shared.requests.counts().active, 1);
+        assert_eq!(conn.streams(), 1, "counted against its connection");
+        let fed = write(&mut t, OK, &conn, &f.shared);
+        assert_eq!(fed.ended, 1);
+        assert_eq!(f.shared.requests.counts().active, 0);
+        assert_eq!(conn.streams(), 0);
+    }
+
+    /// Envoy leaves the requests behind the one it answers in its read buffer: the next read
+    /// starts with them again, at the same place in memory, and they are not fed twice.
+    #[test]
+    fn bytes_envoy_left_in_its_read_buffer_are_not_fed_again() {
+        let f = fixture(Some(fast()));
+        let conn = Conn::new(1);
+        let mut t = Tracking::new();
+        // One slice of Envoy's read buffer: three requests, then a fourth appended behind them.
+        let buffer = [GET, GET, GET, GET].concat();
+        let first = read(&mut t, &[&buffer[..3 * GET.len()]], &conn, &f.shared);
+        assert_eq!(first.started, 3);
+        write(&mut t, OK, &conn, &f.shared);
+        // Envoy consumed the first request; the other two are still there, and a fourth came.
+        let left = &buffer[GET.len()..];
+        let again = read(&mut t, &[left], &conn, &f.shared);
+        assert_eq!(again.started, 1, "only the new request starts");
+        assert_eq!(f.shared.requests.counts().active, 3);
+        for _ in 0..3 {
+            write(&mut t, OK, &conn, &f.shared);
+        }
+        assert_eq!(f.shared.requests.counts().active, 0);
+        assert!(t.is_followed());
+    }
+
+    /// A buffer elsewhere in memory (even right behind the last one, or at its very start, as
+    /// a reused slice would be) holds new bytes only.
+    #[test]
+    fn a_buffer_that_does_not_start_inside_the_last_one_is_all_new() {
+        let f = fixture(Some(fast()));
+        let conn = Conn::new(1);
+        let mut t = Tracking::new();
+        let buffer = [GET, GET].concat();
+        read(&mut t, &[&buffer[..GET.len()]], &conn, &f.shared);
+        write(&mut t, OK, &conn, &f.shared);
+        // Right behind the bytes of the last read.
+        assert_eq!(
+            read(&mut t, &[&buffer[GET.len()..]], &conn, &f.shared).started,
+            1
+        );
+        write(&mut t, OK, &conn, &f.shared);
+        // At the very start of the last read's slice (a slice reused from its beginning).
+        let reused = &buffer[GET.len()..];
+        assert_eq!(read(&mut t, &[reused], &conn, &f.shared).started, 1);
+        write(&mut t, OK, &conn, &f.shared);
+        assert_eq!(f.shared.requests.counts().active, 0);
+        assert_eq!(t.tracker().totals(), (3, 3));
+    }
+
+    #[test]
+    fn during_a_drain_health_checks_keep_the_connection_busy_but_are_not_work() {
+        let f = fixture(Some(fast()));
+        f.shared.start_drain(Trigger::Admin);
+        let conn = Conn::new(1);
+        let mut t = Tracking::new();
+        let fed = read(&mut t, &[PROBE], &conn, &f.shared);
+        assert_eq!((fed.started, fed.health_checks), (1, 1));
+        assert_eq!(f.shared.requests.counts().active, 0, "not work");
+        assert_eq!(conn.streams(), 1, "but the connection is busy");
+        write(&mut t, OK, &conn, &f.shared);
+        assert_eq!(conn.streams(), 0);
+        let fed = read(&mut t, &[GET], &conn, &f.shared);
+        assert_eq!((fed.health_checks, fed.served_while_draining), (0, 1));
+        assert_eq!(f.shared.requests.counts().active, 1);
+    }
+
+    /// What the tracker cannot follow gives its tickets back, marks the connection untracked
+    /// (never idle) and makes the count inexact until the connection closes.
+    #[test]
+    fn a_connection_the_tracker_loses_is_untracked_until_it_closes() {
+        let f = fixture(Some(fast()));
+        f.shared.connections.note_tracking();
+        assert!(f.shared.count_is_exact());
+        let conn = Conn::new(1);
+        let mut t = Tracking::new();
+        read(&mut t, &[GET], &conn, &f.shared);
+        assert_eq!(f.shared.requests.counts().active, 1);
+        let fed = write(&mut t, b"HTTP/1.1 2x0 what\r\n\r\n", &conn, &f.shared);
+        assert!(fed.lost);
+        assert!(!t.is_followed());
+        assert_eq!(
+            f.shared.requests.counts().active,
+            0,
+            "its ticket is given back"
+        );
+        assert!(
+            !f.shared.count_is_exact(),
+            "the drain also waits for Envoy's gauges"
+        );
+        assert_eq!(read(&mut t, &[GET], &conn, &f.shared), Fed::default());
+        t.on_close(&conn, &f.shared);
+        assert!(f.shared.count_is_exact());
+    }
+
+    #[test]
+    fn a_close_gives_back_what_is_still_in_flight() {
+        let f = fixture(Some(fast()));
+        let conn = Conn::new(1);
+        let mut t = Tracking::new();
+        read(&mut t, &[GET, GET], &conn, &f.shared);
+        assert_eq!(f.shared.requests.counts().active, 2);
+        t.on_close(&conn, &f.shared);
+        assert_eq!(f.shared.requests.counts().active, 0);
+    }
+
+    #[test]
+    fn a_read_buffer_envoy_does_not_give_is_lost_not_guessed() {
+        let f = fixture(Some(fast()));
+        let conn = Conn::new(1);
+        let mut t = Tracking::new();
+        let none: Option<std::iter::Empty<&[u8]>> = None;
+        assert!(t.on_read(10, none, &conn, &f.shared, now).lost);
+        t.on_close(&conn, &f.shared);
+    }
+
+    #[test]
+    fn a_shadow_tracker_counts_nothing() {
+        let f = fixture(Some(fast()));
+        let conn = Conn::new(1);
+        let mut t = Tracking::shadow();
+        read(&mut t, &[GET], &conn, &f.shared);
+        assert_eq!(f.shared.requests.counts().active, 0);
+        assert_eq!(conn.streams(), 0);
+        assert_eq!(t.tracker().in_flight(), 1);
+    }
+}

@@ -1,0 +1,208 @@
+//! Connection mode with the exchange tracker (issue 27), against the real Envoy: no HTTP filter
+//! on the data listener, the network filter with `"track_requests": true`. What filter mode
+//! knows from its HTTP filter must be known here from the bytes: the exact in-flight count and
+//! the requests' ages in the status, pipelined HTTP/1.1 requests (Envoy hands bytes it did not
+//! consume back with the next read: `src/ffi/ENVOY_FACTS.md` §6), health checks on the data
+//! listener, and what the tracker cannot follow (counted, logged, and the drain then also waits
+//! for Envoy's gauges). The whole drain, idle-connection, hardening, real-config, scale and
+//! rollout suites run in this mode too (`make test TEST_MODE=connection`).
+
+mod common;
+
+use common::clients::{H1Conn, H2Conn};
+use common::envoy::{Envoy, Options, Settings};
+use common::eventually;
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+fn connection_mode(settings: Settings) -> Options {
+    Options {
+        settings,
+        data_http_filter: false,
+        track_requests: true,
+        ..Options::default()
+    }
+}
+
+const LONG: Settings = Settings {
+    min_drain: "300ms",
+    quiet: "200ms",
+    timeout: "20s",
+};
+
+const SLOW: (&str, &str) = ("x-envoy-fault-delay-request", "1500");
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn in_flight_requests_are_counted_exactly_and_aged_without_an_http_filter() {
+    let envoy = Envoy::start(connection_mode(LONG)).await;
+    // Two HTTP/1.1 connections and two streams on one HTTP/2 connection, each request slow.
+    let mut h1a = H1Conn::connect(envoy.data).await.unwrap();
+    let mut h1b = H1Conn::connect(envoy.data).await.unwrap();
+    let mut h2 = H2Conn::connect(envoy.data).await.unwrap();
+    let a = tokio::spawn(async move { (h1a.send("GET", "/a", &[SLOW]).await, h1a) });
+    let b = tokio::spawn(async move { (h1b.send("GET", "/b", &[SLOW]).await, h1b) });
+    let s1 = h2.start("/s1", &[SLOW]).await.unwrap();
+    let s2 = h2.start("/s2", &[SLOW]).await.unwrap();
+    envoy.wait_active(4).await;
+    let st = envoy.drain_status().await;
+    assert_eq!(st["active_requests"], 4, "{st}");
+    assert!(
+        st["oldest_request_age_ms"].as_u64().is_some(),
+        "request ages in the status: {st}"
+    );
+    let (ra, _) = a.await.unwrap();
+    let (rb, _) = b.await.unwrap();
+    assert_eq!(ra.unwrap().status, 200);
+    assert_eq!(rb.unwrap().status, 200);
+    assert_eq!(s1.await.unwrap().status, 200);
+    assert_eq!(s2.await.unwrap().status, 200);
+    envoy.wait_active(0).await;
+    assert_eq!(
+        envoy.stat("graceful_drain.connections_untracked").await,
+        Some(0)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sigterm_waits_for_the_tracked_requests_and_tells_their_clients() {
+    let mut envoy = Envoy::start(connection_mode(LONG)).await;
+    let mut h1 = H1Conn::connect(envoy.data).await.unwrap();
+    let mut h2 = H2Conn::connect(envoy.data).await.unwrap();
+    let a = tokio::spawn(async move { h1.send("GET", "/a", &[SLOW]).await });
+    let s = h2.start("/s", &[SLOW]).await.unwrap();
+    envoy.wait_active(2).await;
+    let t0 = Instant::now();
+    envoy.sigterm();
+    // Busy HTTP/2: GOAWAY from the network filter at once, the stream still completes.
+    let e = h2.wait_goaway(Duration::from_secs(1)).await;
+    assert!(e.is_go_away(), "{e}");
+    let r = a.await.unwrap().unwrap();
+    assert_eq!(r.status, 200);
+    // Busy HTTP/1.1: Envoy's drain-close (health checks failed at the drain start) puts
+    // `connection: close` on the in-flight response.
+    assert_eq!(r.header("connection"), Some("close"), "{:?}", r.headers);
+    assert_eq!(s.await.unwrap().status, 200);
+    let (status, exited) = envoy.wait_exit(Duration::from_secs(10)).await;
+    assert!(status.success(), "{status}");
+    // Not before the slow requests ended (1.5 s after they started), and without waiting for
+    // the timeout.
+    let took = exited - t0;
+    assert!(took > Duration::from_millis(900), "exited after {took:?}");
+    assert!(took < Duration::from_secs(5), "exited after {took:?}");
+    let (_, timed_out) = envoy.reported_drain();
+    assert!(!timed_out, "the drain must complete, not time out");
+}
+
+/// Three pipelined requests in one write, the first slow: Envoy reads one request at a time and
+/// hands the other two back with the next read (ENVOY_FACTS.md §6). Every response arrives and
+/// the count returns to 0 with the connection still open (a tracker that fed the handed-back
+/// bytes twice would count two requests that never end); a request after them is counted too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn pipelined_requests_handed_back_by_envoy_are_counted_once() {
+    let envoy = Envoy::start(connection_mode(LONG)).await;
+    let mut tcp = TcpStream::connect(("127.0.0.1", envoy.data)).await.unwrap();
+    let first = b"GET /a HTTP/1.1\r\nhost: x\r\nx-envoy-fault-delay-request: 400\r\n\r\n\
+                  GET /b HTTP/1.1\r\nhost: x\r\n\r\nGET /c HTTP/1.1\r\nhost: x\r\n\r\n";
+    tcp.write_all(first).await.unwrap();
+    envoy.wait_active(3).await;
+    let mut got = Vec::new();
+    read_responses(&mut tcp, &mut got, 3).await;
+    envoy.wait_active(0).await;
+    tcp.write_all(b"GET /d HTTP/1.1\r\nhost: x\r\nx-envoy-fault-delay-request: 300\r\n\r\n")
+        .await
+        .unwrap();
+    envoy.wait_active(1).await;
+    read_responses(&mut tcp, &mut got, 4).await;
+    envoy.wait_active(0).await;
+    assert_eq!(
+        envoy.stat("graceful_drain.connections_untracked").await,
+        Some(0)
+    );
+    assert!(
+        !envoy.log().contains("no longer followed"),
+        "the tracker lost the thread:\n{}",
+        envoy.log()
+    );
+}
+
+/// Read from `tcp` into `got` until it holds `n` responses (bounded).
+async fn read_responses(tcp: &mut TcpStream, got: &mut Vec<u8>, n: usize) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while count(got, b"HTTP/1.1 200") < n {
+        assert!(
+            Instant::now() < deadline,
+            "responses so far: {:?}",
+            String::from_utf8_lossy(got)
+        );
+        let mut buf = [0u8; 4096];
+        match tokio::time::timeout(Duration::from_secs(5), tcp.read(&mut buf)).await {
+            Ok(Ok(0)) => panic!("closed after {:?}", String::from_utf8_lossy(got)),
+            Ok(Ok(k)) => got.extend_from_slice(&buf[..k]),
+            other => panic!("read: {other:?}"),
+        }
+    }
+}
+
+fn count(hay: &[u8], needle: &[u8]) -> usize {
+    hay.windows(needle.len()).filter(|w| *w == needle).count()
+}
+
+/// During a drain, a kubelet probe on the data listener is answered but is not work: it keeps
+/// neither the quiet period nor the count from completing the drain.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn health_checks_on_the_data_listener_are_recognised_by_user_agent() {
+    let mut envoy = Envoy::start(connection_mode(Settings {
+        min_drain: "1500ms",
+        quiet: "400ms",
+        timeout: "20s",
+    }))
+    .await;
+    let port = envoy.data;
+    let t0 = Instant::now();
+    envoy.sigterm();
+    // Probes every 50 ms on one keep-alive connection (well inside the quiet period) until the
+    // process exits.
+    let probes = tokio::spawn(async move {
+        let mut answered = 0u32;
+        let Ok(mut c) = H1Conn::connect(port).await else {
+            return 0;
+        };
+        let deadline = Instant::now() + Duration::from_secs(8);
+        while Instant::now() < deadline {
+            match c
+                .send("GET", "/healthz", &[("user-agent", "kube-probe/1.31")])
+                .await
+            {
+                Ok(r) if r.status == 200 => answered += 1,
+                _ => match H1Conn::connect(port).await {
+                    Ok(n) => c = n,
+                    Err(_) => break,
+                },
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        answered
+    });
+    let seen = eventually("a health check seen", Duration::from_secs(1), || async {
+        let st = envoy.drain_status().await;
+        (st["health_checks_seen"].as_u64() > Some(0)).then_some(st)
+    })
+    .await;
+    assert_eq!(
+        seen["active_requests"], 0,
+        "health checks are not work: {seen}"
+    );
+    let (status, exited) = envoy.wait_exit(Duration::from_secs(10)).await;
+    assert!(status.success());
+    let answered = probes.await.unwrap();
+    assert!(
+        answered >= 3,
+        "probes answered during the drain: {answered}"
+    );
+    assert!(
+        exited - t0 < Duration::from_secs(3),
+        "probes held the drain: exit after {:?}",
+        exited - t0
+    );
+}
