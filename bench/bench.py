@@ -12,7 +12,9 @@ Every figure is compared with its baseline measured in the same run:
      (/healthcheck/fail, poll downstream_cx_active every second, min and max drain time).
   4. Resident memory with and without the module, idle and under load.
   5. Instructions per request proxying to an upstream (HTTP/1.1, HTTP/2, each with and without
-     downstream TLS): bare Envoy, bootstrap-only, an empty C module filter (the floor), the module.
+     downstream TLS): bare Envoy, bootstrap-only, an empty C module filter (the floor), the module;
+     and connection mode (the module's network filter only, without and with "track_requests")
+     against an empty C network filter (its floor).
   6. Drain cost against configuration size (0 / 5 000 / 20 000 static clusters): Envoy's main
      thread CPU, admin /ready latency and exit time, with and without the filter on the data path.
   7. 100 000 concurrent HTTP/2 streams: exact count, memory, GOAWAY on every connection.
@@ -70,6 +72,9 @@ def free_ports(n):
 # Config rendering: the same transformations the integration tests apply to the example.
 
 EXAMPLE_SETTINGS = '\'{"min_drain_duration": "5s", "quiet_period": "1s", "drain_timeout": "25s", "admin_address": "127.0.0.1:9901"}\''
+# The network filter's config in the example (extended with "track_requests" for connection mode
+# with the tracker).
+EXAMPLE_NETWORK_CONFIG = '\'{"idle_close_grace": "2s", "idle_after": "1s"}\''
 
 
 def remove_list_items(text, name):
@@ -87,7 +92,7 @@ def remove_list_items(text, name):
     return "\n".join(out)
 
 
-def render_gateway(ports, module=True, settings=None, network_filter=True, http_filter=True):
+def render_gateway(ports, module=True, settings=None, network_filter=True, http_filter=True, track_requests=False):
     admin, data, control = ports
     y = open(os.path.join(ROOT, "envoy-config/gateway.yaml")).read()
     for old, new, n in (("port_value: 9901", admin, 1), ("port_value: 10000", data, 1), ("port_value: 10001", control, 1)):
@@ -98,6 +103,11 @@ def render_gateway(ports, module=True, settings=None, network_filter=True, http_
     settings = dict(json.loads(EXAMPLE_SETTINGS.strip("'")), **(settings or {}))
     settings["admin_address"] = settings["admin_address"].replace(":9901", f":{admin}")
     y = y.replace(EXAMPLE_SETTINGS, "'" + json.dumps(settings) + "'")
+    if track_requests:
+        # Connection mode with the tracker: the network filter follows every exchange itself.
+        assert y.count(EXAMPLE_NETWORK_CONFIG) == 1, EXAMPLE_NETWORK_CONFIG
+        net = dict(json.loads(EXAMPLE_NETWORK_CONFIG.strip("'")), track_requests=True)
+        y = y.replace(EXAMPLE_NETWORK_CONFIG, "'" + json.dumps(net) + "'")
     if not module:
         y = remove_list_items(y, "envoy.bootstrap.dynamic_modules")
         y = y.replace("bootstrap_extensions:\n", "")
@@ -239,11 +249,11 @@ def h2load(port, n, clients, h1, extra=()):
 
 
 def callgrind_run(binary, module, h1, n, draining=False, one_per_connection=False, network_filter=True,
-                  http_filter=True):
+                  http_filter=True, track_requests=False):
     ports = free_ports(3)
     settings = {"min_drain_duration": "3600s", "quiet_period": "1s", "drain_timeout": "3600s"} if draining else None
     yaml = render_gateway(ports, module=module, settings=settings, network_filter=network_filter,
-                          http_filter=http_filter)
+                          http_filter=http_filter, track_requests=track_requests)
     tmp = tempfile.mkdtemp(prefix="gd-cg-")
     out_file = os.path.join(tmp, "cg.out")
     e = Envoy(binary, yaml, ports[0], wrapper=["valgrind", "--tool=callgrind", f"--callgrind-out-file={out_file}"])
@@ -363,11 +373,14 @@ def bench_connections(binary, smoke):
             without, _, _ = callgrind_run(binary, True, h1, n, one_per_connection=per_conn, network_filter=False)
             with_nf, _, _ = callgrind_run(binary, True, h1, n, one_per_connection=per_conn, network_filter=True)
             row = {"case": f"{name}, {kind}", "without": without, "with": with_nf}
-            if not smoke:
-                log(f"callgrind {name} {kind}: bare Envoy / connection mode (no HTTP filter)")
-                row["bare"], _, _ = callgrind_run(binary, False, h1, n, one_per_connection=per_conn)
-                row["connection_mode"], _, _ = callgrind_run(binary, True, h1, n, one_per_connection=per_conn,
-                                                          http_filter=False)
+            # Bare Envoy and connection mode (no HTTP filter), without and with the tracker. The
+            # smoke pass takes them too (its one row), so it runs the tracker's path.
+            log(f"callgrind {name} {kind}: bare Envoy / connection mode (no HTTP filter), without / with the tracker")
+            row["bare"], _, _ = callgrind_run(binary, False, h1, n, one_per_connection=per_conn)
+            row["connection_mode"], _, _ = callgrind_run(binary, True, h1, n, one_per_connection=per_conn,
+                                                      http_filter=False)
+            row["connection_mode_tracked"], _, _ = callgrind_run(binary, True, h1, n, one_per_connection=per_conn,
+                                                              http_filter=False, track_requests=True)
             rows.append(row)
     return rows
 
@@ -470,10 +483,16 @@ static_resources:
 
 
 PROXY_VARIANTS = ["bare", "bootstrap-only", "empty module filter", "graceful_drain",
-                  "empty HTTP + network filters", "graceful_drain HTTP + network filters"]
-# The variants whose module is the empty C one (the floor), and those with a network filter.
-FLOOR_VARIANTS = ("empty module filter", "empty HTTP + network filters")
-NETWORK_VARIANTS = ("empty HTTP + network filters", "graceful_drain HTTP + network filters")
+                  "empty HTTP + network filters", "graceful_drain HTTP + network filters",
+                  "empty network filter", "graceful_drain network filter", "graceful_drain network filter, tracking"]
+# The variants whose module is the empty C one (the floor), those with a network filter, those
+# with the network filter only (connection mode: no HTTP filter of the module) and those whose
+# network filter follows every exchange itself (track_requests).
+FLOOR_VARIANTS = ("empty module filter", "empty HTTP + network filters", "empty network filter")
+NETWORK_ONLY_VARIANTS = ("empty network filter", "graceful_drain network filter",
+                         "graceful_drain network filter, tracking")
+NETWORK_VARIANTS = ("empty HTTP + network filters", "graceful_drain HTTP + network filters") + NETWORK_ONLY_VARIANTS
+TRACKING_VARIANTS = ("graceful_drain network filter, tracking",)
 GD_MODULE = "dynamic_module_config: { name: graceful_drain, do_not_close: true, metrics_namespace: graceful_drain }"
 
 
@@ -494,7 +513,9 @@ def proxy_yaml(admin, listen, upstream, variant, tls=None):
       value: '{settings}'
 """
     filt = ""
-    if variant.startswith("graceful_drain"):
+    if variant in NETWORK_ONLY_VARIANTS:
+        pass  # connection mode (and its floor): no HTTP filter of the module
+    elif variant.startswith("graceful_drain"):
         filt = f"""          - name: envoy.filters.http.dynamic_modules
             typed_config:
               "@type": type.googleapis.com/envoy.extensions.filters.http.dynamic_modules.v3.DynamicModuleFilter
@@ -515,12 +536,15 @@ def proxy_yaml(admin, listen, upstream, variant, tls=None):
         module = GD_MODULE if variant.startswith("graceful_drain") else \
             "dynamic_module_config: { name: empty_filter, do_not_close: true }"
         name = "graceful_drain" if variant.startswith("graceful_drain") else "empty"
+        net_config = {"idle_close_grace": "2s", "idle_after": "1s"}
+        if variant in TRACKING_VARIANTS:
+            net_config["track_requests"] = True
         net = f"""      - name: envoy.filters.network.dynamic_modules
         typed_config:
           "@type": type.googleapis.com/envoy.extensions.filters.network.dynamic_modules.v3.DynamicModuleNetworkFilter
           {module}
           filter_name: {name}
-          filter_config: {{ "@type": type.googleapis.com/google.protobuf.StringValue, value: '{{"idle_close_grace": "2s", "idle_after": "1s"}}' }}
+          filter_config: {{ "@type": type.googleapis.com/google.protobuf.StringValue, value: '{json.dumps(net_config)}' }}
 """
     ts = ""
     if tls:
@@ -1226,6 +1250,69 @@ def fmt_spread(vals, key):
     return min(xs), statistics.median(xs), max(xs)
 
 
+TRACKED_PROXY = "graceful_drain network filter, tracking"
+
+
+def tracker_table(data):
+    """Connection mode with the tracker (the network filter follows every exchange from the bytes,
+    no HTTP filter of the module) against bare Envoy, filter mode and connection mode without it:
+    every direct_response row of `connections` and every proxy row. Empty for reports made
+    before the tracker was measured."""
+    conns = [r for r in data.get("connections") or [] if "connection_mode_tracked" in r]
+    proxy = [r for r in data.get("proxy") or [] if TRACKED_PROXY in r]
+    if not conns and not proxy:
+        return []
+
+    def num(v):
+        return "-" if v is None else f"{v:.0f}"
+
+    def with_ratio(v, b):
+        return ["-", "-"] if v is None else [f"{v:.0f}", "-" if not b else f"{ratio(v, b):.4f}"]
+
+    rows, notes = [], []
+    for r in conns:
+        per_conn = "one request per connection" in r["case"]
+        rows.append((f"direct_response {r['case']}", r.get("bare"), r.get("with"), r.get("connection_mode"),
+                     r.get("connection_mode_tracked"), None, per_conn, None))
+    for r in proxy:
+        h = r.get("hooks", {})
+        hook_diff = None
+        if TRACKED_PROXY in h and "graceful_drain network filter" in h:
+            hook_diff = h[TRACKED_PROXY]["total"] - h["graceful_drain network filter"]["total"]
+        rows.append((r["path"], r.get("bare"), r.get("graceful_drain HTTP + network filters"),
+                     r.get("graceful_drain network filter"), r.get(TRACKED_PROXY), r.get("empty network filter"),
+                     False, hook_diff))
+    L = ["## Connection mode with the tracker, per request (callgrind)", "",
+         "Filter mode: graceful_drain's HTTP and network filters (envoy-config/gateway.yaml). Connection mode: its "
+         "bootstrap extension and network filter only, without the tracker (`track_requests` false) and with it "
+         "(`\"track_requests\": true`: the network filter follows every HTTP/1.1 and HTTP/2 exchange from the bytes). "
+         "Proxy rows also give the floor for connection mode: the empty C module as network filter only. Ratios "
+         "are to bare Envoy.", "",
+         "| case | bare Envoy | filter mode | ratio | connection mode | ratio | connection mode + tracker | ratio "
+         "| empty network filter (floor) | ratio |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for case, b, filt, untracked, tracked, floor, per_conn, hook_diff in rows:
+        if b is None and filt is None and untracked is None and tracked is None:
+            L.append(f"| {case} | (smoke run: path checked, not measured) | | | | | | | | |")
+            continue
+        L.append(f"| {case} | {num(b)} | " + " | ".join(with_ratio(filt, b) + with_ratio(untracked, b) +
+                                                        with_ratio(tracked, b) + with_ratio(floor, b)) + " |")
+        what = "per connection (one request each)" if per_conn else "per request"
+        diff = "-" if tracked is None or untracked is None else f"{tracked - untracked:+.0f} instructions"
+        note = f"- {case}: tracker's cost {what} = tracked − untracked connection mode = {diff}"
+        if hook_diff is not None:
+            note += f" (the module's hooks: {hook_diff:+.0f})"
+        notes.append(note)
+    L += [""] + notes + [""] if notes else [""]
+    for r in proxy:
+        by = r.get("hooks", {}).get(TRACKED_PROXY, {}).get("by_hook")
+        if by:
+            L.append(f"- {r['path']}, graceful_drain's hooks per request with the tracker: " +
+                     ", ".join(f"{k} {v:.0f}" for k, v in sorted(by.items(), key=lambda kv: -kv[1])))
+    if any(r.get("hooks", {}).get(TRACKED_PROXY, {}).get("by_hook") for r in proxy):
+        L.append("")
+    return L
+
+
 def write_report(data):
     os.makedirs(OUT, exist_ok=True)
     json.dump(data, open(os.path.join(OUT, "report.json"), "w"), indent=1)
@@ -1313,6 +1400,7 @@ def write_report(data):
                 L.append(f"- {r['path']}, graceful_drain's hooks per request: " +
                          ", ".join(f"{k} {v:.0f}" for k, v in sorted(by.items(), key=lambda kv: -kv[1])))
         L.append("")
+    L += tracker_table(data)
     L += ["## Throughput and latency (interleaved rounds, min / median / max)", "",
           "| protocol | concurrency | bare req/s | module req/s | median ratio | latency bare | latency module |", "|---|---|---|---|---|---|---|"]
     for r in data["throughput"]:
@@ -1402,6 +1490,8 @@ def main():
     ap.add_argument("--smoke", action="store_true", help="tiny sizes: checks the bench runs, gives no figures")
     ap.add_argument("--only", choices=SECTIONS, action="append")
     ap.add_argument("--report-only", action="store_true", help="re-render report.md/svg from report.json")
+    ap.add_argument("--no-build", action="store_true",
+                    help="skip `cargo build --release --lib`: use the module already in target/release")
     args = ap.parse_args()
     if args.report_only:
         write_report(json.load(open(os.path.join(OUT, "report.json"))))
@@ -1409,7 +1499,11 @@ def main():
     for tool in ("valgrind", "callgrind_control", "h2load", "wrk", "taskset", "openssl", "cc"):
         if not shutil.which(tool):
             sys.exit(f"missing {tool}: run `make bench-deps` (apt-get install valgrind nghttp2-client wrk openssl gcc)")
-    subprocess.run(["cargo", "build", "--release", "--lib", "--quiet"], cwd=ROOT, check=True)
+    if args.no_build:
+        if not os.path.exists(os.path.join(MODULE_DIR, "libgraceful_drain.so")):
+            sys.exit(f"--no-build: no libgraceful_drain.so in {MODULE_DIR}")
+    else:
+        subprocess.run(["cargo", "build", "--release", "--lib", "--quiet"], cwd=ROOT, check=True)
     binary = envoy_bin()
     cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), platform.machine())
     data = {"machine": f"{os.cpu_count()} CPUs ({cpu}), {platform.system()} {platform.release()}",
