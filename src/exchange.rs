@@ -263,6 +263,15 @@ impl Tracker {
         }
     }
 
+    /// HTTP/1.1: the next server byte starts the response head of a request in flight (no
+    /// response or interim response under way).
+    pub fn awaiting_response_head(&self) -> bool {
+        match &self.wire {
+            Wire::Http1(h) => !self.ctx.lost && h.resp.st == St::Start && h.fifo.front().is_some(),
+            _ => false,
+        }
+    }
+
     /// Client bytes fed so far (every call of [`Tracker::client`] counts), the offset in the
     /// client's byte stream of the next byte to feed.
     pub fn client_fed(&self) -> u64 {

@@ -37,10 +37,18 @@ pub struct Tracking {
     /// byte (see the module doc).
     last_read: [(usize, usize, u64); READ_SLICES],
     lost: bool,
+    /// This module put `connection: close` on one of the connection's responses.
+    told_close: bool,
     /// Test-only (`cross-check` builds, beside the HTTP filter): follow without counting, and
     /// report to the connection's cross-check instead.
     shadow: bool,
 }
+
+/// What [`Tracking::close_to_insert`] asks the glue to put after a response's status line.
+pub const CONNECTION_CLOSE: &[u8] = b"connection: close\r\n";
+const CLOSE_HEADER: &[u8] = b"\nconnection: close\r";
+/// A status line longer than this is left alone (Envoy writes `HTTP/1.1 200 OK`).
+pub const MAX_STATUS_LINE: usize = 128;
 
 /// Slices of a read buffer remembered (Envoy's read buffer has one or two in practice; bytes
 /// left behind beyond these are fed again, which the tracker then cannot follow: counted).
@@ -53,6 +61,9 @@ pub struct Fed {
     pub ended: u32,
     pub health_checks: u32,
     pub served_while_draining: u32,
+    /// During the drain, a response ended with `connection: close` (Envoy's drain-close, the
+    /// module's health-check failure) on a connection not counted as sent away before.
+    pub sent_away_http1: bool,
     /// The tracker lost the thread in this call.
     pub lost: bool,
 }
@@ -162,6 +173,54 @@ impl Tracking {
         }
         self.after_feed(conn, shared, &mut fed);
         fed
+    }
+
+    /// Before a write is fed: during a drain, a response head that starts this write on an
+    /// HTTP/1.1 connection not told yet, and carrying no `connection: close` of its own, gets
+    /// one, after its status line (the connection manager does this itself only once Envoy's
+    /// health checks fail: after `readiness_failure_delay`, and never without `admin_address`).
+    /// Returns the status line's length: the glue replaces it by itself and
+    /// [`CONNECTION_CLOSE`]. Counts the connection as sent away. `first`: the write's first slice.
+    pub fn close_to_insert(
+        &mut self,
+        first: Option<&[u8]>,
+        conn: &Conn,
+        shared: &Shared,
+    ) -> Option<usize> {
+        if self.told_close
+            || self.shadow
+            || self.lost
+            || !shared.is_draining()
+            || !self.tracker.awaiting_response_head()
+        {
+            return None;
+        }
+        let head = first?;
+        // A final response (not 1xx), its status line whole in this slice.
+        if !head.starts_with(b"HTTP/1.1 ") || head.get(9) == Some(&b'1') {
+            return None;
+        }
+        let line = head
+            .iter()
+            .take(MAX_STATUS_LINE)
+            .position(|&b| b == b'\n')?
+            + 1;
+        let end = head
+            .windows(4)
+            .position(|w| w == b"\r\n\r\n")
+            .map_or(head.len(), |e| e + 4);
+        let already = head[..end]
+            .windows(CLOSE_HEADER.len())
+            .any(|w| w.eq_ignore_ascii_case(CLOSE_HEADER));
+        self.told_close = true;
+        if shared
+            .send_away_once(Some(conn.id), || crate::state::Protocol::Http1)
+            .is_none()
+            || already
+        {
+            return None;
+        }
+        Some(line)
     }
 
     /// The connection is gone (its filter's destroy hook, possibly on the drain side's thread:
@@ -277,6 +336,13 @@ fn on_event(
                     shared.request_ended_in(conn.reserved(), ticket);
                 }
                 conn.exchange_ended(now());
+                // The HTTP filter counts the connections it sends away; here Envoy's drain-close
+                // did it, with the response that just ended.
+                if t.protocol() == Protocol::Http1 && t.will_close() && shared.is_draining() {
+                    fed.sent_away_http1 |= shared
+                        .send_away_once(Some(conn.id), || crate::state::Protocol::Http1)
+                        .is_some();
+                }
             }
         }
         // Handled once the feed returns (the tickets are this call's to give back).
@@ -444,6 +510,46 @@ mod tests {
         let none: Option<std::iter::Empty<&[u8]>> = None;
         assert!(t.on_read(10, none, &conn, &f.shared, now).lost);
         t.on_close(&conn, &f.shared);
+    }
+
+    /// During a drain the first final response head of an HTTP/1.1 connection gets
+    /// `connection: close` once; never while serving, never on a 1xx, nor where Envoy put one.
+    #[test]
+    fn during_a_drain_a_response_head_gets_connection_close_once() {
+        let f = fixture(Some(fast()));
+        let conn = Conn::new(1);
+        let mut t = Tracking::new();
+        read(&mut t, &[GET], &conn, &f.shared);
+        assert_eq!(
+            t.close_to_insert(Some(OK), &conn, &f.shared),
+            None,
+            "serving"
+        );
+        write(&mut t, OK, &conn, &f.shared);
+        f.shared.start_drain(Trigger::Admin);
+        read(&mut t, &[GET], &conn, &f.shared);
+        let interim = b"HTTP/1.1 100 Continue\r\n\r\n";
+        assert_eq!(
+            t.close_to_insert(Some(interim), &conn, &f.shared),
+            None,
+            "1xx"
+        );
+        write(&mut t, interim, &conn, &f.shared);
+        assert_eq!(
+            t.close_to_insert(Some(OK), &conn, &f.shared),
+            Some(b"HTTP/1.1 200 OK\r\n".len())
+        );
+        assert_eq!(f.shared.status().connections_sent_away.http1, 1);
+        write(&mut t, OK, &conn, &f.shared);
+        read(&mut t, &[GET], &conn, &f.shared);
+        assert_eq!(t.close_to_insert(Some(OK), &conn, &f.shared), None, "once");
+        // A connection whose response already carries Envoy's own close is counted, not edited.
+        let other = Conn::new(2);
+        let mut u = Tracking::new();
+        read(&mut u, &[GET], &other, &f.shared);
+        let closing = b"HTTP/1.1 200 OK\r\nconnection: close\r\ncontent-length: 0\r\n\r\n";
+        assert_eq!(u.close_to_insert(Some(closing), &other, &f.shared), None);
+        assert_eq!(f.shared.status().connections_sent_away.http1, 2);
     }
 
     #[test]

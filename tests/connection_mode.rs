@@ -206,3 +206,41 @@ async fn health_checks_on_the_data_listener_are_recognised_by_user_agent() {
         exited - t0
     );
 }
+
+/// Without Envoy's drain-close (no `admin_address`: health checks never fail), the network
+/// filter itself puts `connection: close` on every HTTP/1.1 response written after the drain
+/// start: the one in flight and the first one of a keep-alive connection that was idle.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn responses_written_during_the_drain_carry_connection_close_without_the_admin() {
+    let envoy = Envoy::start(Options {
+        bootstrap_extra: Some(r#""admin_address": """#),
+        ..connection_mode(Settings {
+            min_drain: "3s",
+            quiet: "200ms",
+            timeout: "20s",
+        })
+    })
+    .await;
+    let mut keep = H1Conn::connect(envoy.data).await.unwrap();
+    let r = keep.send("GET", "/before", &[]).await.unwrap();
+    assert_eq!(r.header("connection"), None, "not while serving");
+    let mut busy = H1Conn::connect(envoy.data).await.unwrap();
+    let in_flight = tokio::spawn(async move { busy.send("GET", "/slow", &[SLOW]).await });
+    envoy.wait_active(1).await;
+    let r = common::clients::request(envoy.control, "POST", "/drain?wait=false", &[])
+        .await
+        .unwrap();
+    assert_eq!(r.status, 202);
+    let r = keep.send("GET", "/after", &[]).await.unwrap();
+    assert_eq!((r.status, r.header("connection")), (200, Some("close")));
+    let r = in_flight.await.unwrap().unwrap();
+    assert_eq!((r.status, r.header("connection")), (200, Some("close")));
+    let st = envoy.drain_status().await;
+    assert_eq!(st["connections_sent_away"]["http1"], 2, "{st}");
+    assert_eq!(
+        envoy
+            .stat("graceful_drain.connections_sent_away_http1")
+            .await,
+        Some(2)
+    );
+}

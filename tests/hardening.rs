@@ -16,9 +16,12 @@ use tokio::net::TcpStream;
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn panics_are_contained_and_envoy_keeps_serving() {
     let upstream = Upstream::start().await;
+    // The HTTP filter's panics (its test header): filter mode whatever the suite's mode.
     let envoy = Envoy::start(Options {
         panic_test_module: true,
         test_upstream: Some(upstream.port),
+        data_http_filter: true,
+        track_requests: false,
         ..Options::default()
     })
     .await;

@@ -803,8 +803,11 @@ async fn front_envoy_http2_pool_across_the_drain_start_loses_nothing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn network_filter_without_the_http_filter_sends_goaway_and_closes_nothing() {
     let p = common::free_ports(3);
+    // The network filter alone, without following the exchanges (`track_requests` off).
     let o = Options {
         settings: LONG,
+        track_requests: false,
+        data_http_filter: true,
         ..Options::default()
     };
     let yaml = common::envoy::render_gateway(p[0], p[1], p[2], &o);

@@ -22,9 +22,13 @@ const SETTINGS: Settings = Settings {
 /// The example gateway plus `CLUSTERS` static clusters; without the module's filter on the data
 /// listener when `filter_on_data` is false (bootstrap-only mode for the data path).
 fn large_gateway(p: &[u16], filter_on_data: bool) -> String {
+    let d = Options::default();
+    // Without the module on the data path: neither the HTTP filter nor a tracking network
+    // filter (in connection mode the tracker is the module's data path).
     let o = Options {
         settings: SETTINGS,
-        ..Options::default()
+        track_requests: d.track_requests && filter_on_data,
+        ..d
     };
     let mut y = render_gateway(p[0], p[1], p[2], &o);
     if !filter_on_data {

@@ -339,6 +339,18 @@ envoy_callbacks! {
         filter: EnvoyPtr,
         out: *mut Buffer,
     ) -> bool;
+    /// The write hook's buffer (this write's bytes): drain its first `len` bytes (clamped to
+    /// its length), and prepend bytes (copied). Both false without a current write buffer.
+    /// Binaries 1.38.3-1.40.0, disassembled: the current write buffer's `drain(min(len,
+    /// length()))` and `prepend(ptr, len)`.
+    fn envoy_dynamic_module_callback_network_filter_drain_write_buffer(
+        filter: EnvoyPtr,
+        len: usize,
+    ) -> bool;
+    fn envoy_dynamic_module_callback_network_filter_prepend_write_buffer(
+        filter: EnvoyPtr,
+        data: Buffer,
+    ) -> bool;
     /// Passes `data` down the write filter chain after this filter, then to the socket.
     fn envoy_dynamic_module_callback_network_filter_inject_write_data(
         filter: EnvoyPtr,
@@ -362,6 +374,19 @@ envoy_callbacks! {
         config: EnvoyPtr,
         name: Buffer,
         id: *mut usize,
+    ) -> u32;
+    fn envoy_dynamic_module_callback_network_filter_config_define_gauge(
+        config: EnvoyPtr,
+        name: Buffer,
+        id: *mut usize,
+    ) -> u32;
+    // Config-scope gauge set (1.39 and 1.40 binaries, disassembled: `(config, id, value)`, ids
+    // from 1, the gauge's own `set`; absent from 1.38). An atomic store: any thread.
+    #[cfg(not(feature = "envoy-1-38"))]
+    fn envoy_dynamic_module_callback_network_filter_config_set_gauge(
+        config: EnvoyPtr,
+        id: usize,
+        value: u64,
     ) -> u32;
     fn envoy_dynamic_module_callback_network_filter_increment_counter(
         filter: EnvoyPtr,

@@ -318,6 +318,30 @@ impl NetConnection<'_> {
         };
     }
 
+    /// Inside the write hook: replace the first `line.len()` bytes of this write (a response's
+    /// status line, `line` being a copy of them) by `line` followed by `insert`. Whether Envoy
+    /// took it: the drain fails only without a current write buffer (nothing changed then),
+    /// and with one, prepending non-empty bytes cannot fail (ENVOY_FACTS.md §6).
+    pub(crate) fn insert_after_status_line(self, line: &[u8], insert: &[u8]) -> bool {
+        if line.is_empty() || insert.is_empty() {
+            return false;
+        }
+        // SAFETY: as above, inside the write hook (the current write buffer is this write's);
+        // the bytes live for the calls, which copy them.
+        unsafe {
+            abi::envoy_dynamic_module_callback_network_filter_drain_write_buffer(
+                self.fe,
+                line.len(),
+            ) && abi::envoy_dynamic_module_callback_network_filter_prepend_write_buffer(
+                self.fe,
+                module_buffer(insert),
+            ) && abi::envoy_dynamic_module_callback_network_filter_prepend_write_buffer(
+                self.fe,
+                module_buffer(line),
+            )
+        }
+    }
+
     /// Write `bytes` towards the client ahead of the filter chain's own (Envoy copies them; they
     /// do not pass this filter's write hook).
     pub(crate) fn inject_write(self, bytes: &[u8]) {
@@ -398,6 +422,45 @@ impl NetConfigNew {
             )
         };
         metric_defined(name, r, id)
+    }
+
+    /// Define an unlabelled gauge; `None` (logged) if Envoy refuses it.
+    #[cfg(not(feature = "envoy-1-38"))]
+    pub(crate) fn define_gauge(&self, name: &str) -> Option<usize> {
+        let mut id = 0usize;
+        // SAFETY: inside config_new with Envoy's config pointer; the name lives for the call.
+        let r = unsafe {
+            abi::envoy_dynamic_module_callback_network_filter_config_define_gauge(
+                self.0,
+                module_buffer(name.as_bytes()),
+                &mut id,
+            )
+        };
+        metric_defined(name, r, id)
+    }
+
+    /// The config's word, for [`net_config_set_gauge`] after `config_new`.
+    #[cfg(not(feature = "envoy-1-38"))]
+    pub(crate) fn word(&self) -> usize {
+        self.0 as usize
+    }
+}
+
+/// Set a network filter config's unlabelled gauge. Any thread (an atomic store in Envoy,
+/// ENVOY_FACTS.md §3b).
+///
+/// # Safety
+/// `ce` is the word of a config whose `config_destroy` has not run; `id` from its
+/// [`NetConfigNew::define_gauge`].
+#[cfg(not(feature = "envoy-1-38"))]
+pub(crate) unsafe fn net_config_set_gauge(ce: usize, id: usize, value: u64) {
+    // SAFETY: per the contract.
+    unsafe {
+        abi::envoy_dynamic_module_callback_network_filter_config_set_gauge(
+            ce as EnvoyPtr,
+            id,
+            value,
+        );
     }
 }
 

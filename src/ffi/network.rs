@@ -8,7 +8,7 @@ use super::{envoy_bytes, guard};
 use crate::config::NetworkFilterConfig;
 use crate::connections::{self, Action, Conn, FirstStream, Waker, WakerSlot, GOAWAY_NO_ERROR};
 use crate::state::{Protocol, EVENT_GO_AWAY};
-use crate::tracking::{Fed, Tracking};
+use crate::tracking::{Fed, Tracking, CONNECTION_CLOSE, MAX_STATUS_LINE};
 use std::cell::{Cell, OnceCell, RefCell};
 use std::os::raw::c_void;
 use std::ptr;
@@ -31,6 +31,12 @@ struct NetConfig {
     served_while_draining: Option<usize>,
     /// Connections whose bytes the tracker could not follow.
     untracked: Option<usize>,
+    /// The HTTP filter's counter of the same name (connection mode: Envoy's drain-close told
+    /// them, the tracker saw it).
+    sent_away_http1: Option<usize>,
+    /// Envoy's word for this config while a module thread sets its `active_requests` gauge.
+    #[cfg(not(feature = "envoy-1-38"))]
+    gauge_config: Option<usize>,
 }
 
 /// One connection's filter. Only shared references to it are ever made: its hooks can nest (a
@@ -92,6 +98,23 @@ pub extern "C" fn envoy_dynamic_module_on_network_filter_config_new(
                 );
                 // SAFETY: inside config_new with Envoy's config pointer.
                 let envoy = unsafe { NetConfigNew::in_hook(ce) };
+                // Connection mode's in-flight count as the HTTP filter's gauge of the same name
+                // (Envoy keeps one stat per name), set from the in-flight table by a module
+                // thread (1.39 and later: 1.38 has no config-scope gauge set for this filter).
+                #[cfg(not(feature = "envoy-1-38"))]
+                let gauge_config = track_requests
+                    .then(|| envoy.define_gauge("active_requests"))
+                    .flatten()
+                    .map(|id| {
+                        GAUGES.publish(
+                            envoy.word(),
+                            id,
+                            super::threads(),
+                            super::shared(),
+                            set_config_gauge,
+                        );
+                        envoy.word()
+                    });
                 Box::into_raw(Box::new(NetConfig {
                     told_http1: envoy.define_counter("idle_connections_told_http1"),
                     told_http2: envoy.define_counter("idle_connections_told_http2"),
@@ -103,6 +126,11 @@ pub extern "C" fn envoy_dynamic_module_on_network_filter_config_new(
                     untracked: track_requests
                         .then(|| envoy.define_counter("connections_untracked"))
                         .flatten(),
+                    sent_away_http1: track_requests
+                        .then(|| envoy.define_counter("connections_sent_away_http1"))
+                        .flatten(),
+                    #[cfg(not(feature = "envoy-1-38"))]
+                    gauge_config,
                 })) as *const c_void
             }
             Err(e) => {
@@ -111,6 +139,17 @@ pub extern "C" fn envoy_dynamic_module_on_network_filter_config_new(
             }
         }
     })
+}
+
+/// The tracking configs whose `active_requests` gauge a module thread sets.
+#[cfg(not(feature = "envoy-1-38"))]
+static GAUGES: crate::gauges::GaugePublisher = crate::gauges::GaugePublisher::new();
+
+#[cfg(not(feature = "envoy-1-38"))]
+fn set_config_gauge(ce: usize, id: usize, value: u64) {
+    // SAFETY: `ce` is a live config: it leaves GAUGES (under the lock the caller holds) in its
+    // destroy hook, before Envoy frees it.
+    unsafe { envoy::net_config_set_gauge(ce, id, value) }
 }
 
 #[no_mangle]
@@ -126,7 +165,12 @@ pub extern "C" fn envoy_dynamic_module_on_network_filter_config_destroy(cm: *con
         }
         if !cm.is_null() {
             // SAFETY: from Box::into_raw in config_new; Envoy destroys it once, after its filters.
-            drop(unsafe { Box::from_raw(cm as *mut NetConfig) });
+            let cfg = unsafe { Box::from_raw(cm as *mut NetConfig) };
+            #[cfg(not(feature = "envoy-1-38"))]
+            if let Some(ce) = cfg.gauge_config {
+                GAUGES.forget(ce);
+            }
+            drop(cfg);
         }
     })
 }
@@ -288,8 +332,13 @@ fn count_fed(f: &NetFilter, envoy: NetConnection, fed: Option<Fed>) {
             envoy.increment_counter(id);
         }
     }
-    if let (Some(id), true) = (cfg.untracked, fed.lost) {
-        envoy.increment_counter(id);
+    for (id, moved) in [
+        (cfg.untracked, fed.lost),
+        (cfg.sent_away_http1, fed.sent_away_http1),
+    ] {
+        if let (Some(id), true) = (id, moved) {
+            envoy.increment_counter(id);
+        }
     }
 }
 
@@ -312,12 +361,27 @@ pub extern "C" fn envoy_dynamic_module_on_network_filter_write(
         if let Some(tracking) = &f.tracking {
             // SAFETY: the filter's own pointer inside its write hook.
             let envoy = unsafe { NetConnection::in_hook(fe) };
-            let fed = envoy.with_write_slices(|chunks| {
-                tracking
-                    .try_borrow_mut()
-                    .ok()
-                    .map(|mut t| t.on_write(chunks(), conn, super::shared(), now))
+            let mut line = [0u8; MAX_STATUS_LINE];
+            let (fed, insert) = envoy.with_write_slices(|chunks| {
+                let Ok(mut t) = tracking.try_borrow_mut() else {
+                    return (None, 0);
+                };
+                let shared = super::shared();
+                let first = chunks().and_then(|mut c| c.next());
+                let insert = t.close_to_insert(first, conn, shared).unwrap_or(0);
+                if let Some(bytes) = first.and_then(|b| b.get(..insert)) {
+                    line[..insert].copy_from_slice(bytes);
+                }
+                (Some(t.on_write(chunks(), conn, shared, now)), insert)
             });
+            // After the slices are released: the rewrite changes the buffer they described.
+            if insert > 0 && envoy.insert_after_status_line(&line[..insert], CONNECTION_CLOSE) {
+                // SAFETY: the config outlives its filters.
+                let cfg = unsafe { f.config.as_ref() };
+                if let Some(id) = cfg.and_then(|c| c.sent_away_http1) {
+                    envoy.increment_counter(id);
+                }
+            }
             count_fed(f, envoy, fed);
         }
         STATUS_CONTINUE

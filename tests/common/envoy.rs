@@ -389,7 +389,8 @@ pub fn render_gateway(admin: u16, data: u16, control: u16, o: &Options) -> Strin
     }
     if !o.http_filter {
         y = remove_list_items(&y, "envoy.filters.http.dynamic_modules");
-    } else if !o.data_http_filter {
+    } else if !o.data_http_filter && o.network_filter && o.track_requests {
+        // Connection mode needs the tracking network filter: a test without it keeps filter mode.
         y = remove_data_http_filter(&y);
     }
     if o.track_requests && o.network_filter {
