@@ -206,6 +206,8 @@ pub struct Conn {
     /// Its exchange tracker lost the thread of the bytes (`crate::tracking`): how many requests
     /// are in flight on it is no longer known, so it is never idle (never closed early).
     untracked: AtomicBool,
+    /// An exchange tracker follows it (connection mode).
+    followed: AtomicBool,
     /// Test-only: the tracker's count beside the HTTP filter's ([`CrossCheck`]).
     #[cfg(feature = "cross-check")]
     xc: CrossCheck,
@@ -254,6 +256,7 @@ impl Conn {
             candidate_since: AtomicU64::new(0),
             gone: AtomicBool::new(false),
             untracked: AtomicBool::new(false),
+            followed: AtomicBool::new(false),
             #[cfg(feature = "cross-check")]
             xc: CrossCheck::default(),
             wakeable: AtomicBool::new(false),
@@ -369,14 +372,15 @@ impl Conn {
 
     /// The connection's scheduled `event` (on its worker, the filter not closed): what to do,
     /// and which of the filter's counters it moves. `now`: the clock stream ends are stamped
-    /// with; `send_away_once`: whether a busy HTTP/2 connection told here is the first telling
-    /// of it (whoever sends it: this filter or the HTTP filter).
+    /// with; `send_away_once(id, http2)`: whether a busy connection told here is the first
+    /// telling of it (whoever tells it: this filter, the HTTP filter, or for HTTP/1.1 the
+    /// `connection: close` its exchange tracker puts on the in-flight response).
     pub fn on_scheduled(
         &self,
         connections: &Connections,
         event: u64,
         now: u64,
-        send_away_once: impl FnOnce(u64) -> bool,
+        send_away_once: impl FnOnce(u64, bool) -> bool,
     ) -> Scheduled {
         let (counts, idle_after) = (&connections.counts, connections.idle_after());
         let before = counts.snapshot();
@@ -387,11 +391,25 @@ impl Conn {
             _ => Action::Nothing,
         };
         let after = counts.snapshot();
+        // A busy HTTP/1.1 connection its tracker follows is told with its in-flight response
+        // (`tracking::Tracking::close_to_insert`): counted now, as the HTTP filter counts its own.
+        let followed_busy_http1 = event == EVENT_DRAIN_STARTED
+            && action == Action::Nothing
+            && self.wire() == Wire::Http1
+            && get(&self.followed)
+            && !get(&self.untracked)
+            && self.streams() > 0;
+        let (sent_away_http2, sent_away_http1) = match (action, followed_busy_http1) {
+            (Action::GoAwayBusy, _) => (send_away_once(self.id, true), false),
+            (_, true) => (false, send_away_once(self.id, false)),
+            _ => (false, false),
+        };
         Scheduled {
             action,
             told_http1: after.http1 > before.http1,
             told_http2: after.http2 > before.http2,
-            sent_away_http2: action == Action::GoAwayBusy && send_away_once(self.id),
+            sent_away_http2,
+            sent_away_http1,
         }
     }
 
@@ -421,6 +439,11 @@ impl Conn {
     /// Its exchange tracker saw one end, at `now` (the coarse clock of `StreamSink::now_nanos`).
     pub fn exchange_ended(&self, now: u64) {
         self.stream_ended(now);
+    }
+
+    /// An exchange tracker follows the connection (connection mode).
+    pub fn set_followed(&self) {
+        set(&self.followed, true);
     }
 
     /// Its exchange tracker can no longer follow the connection: never idle from here on.
@@ -639,6 +662,8 @@ pub struct Scheduled {
     pub told_http1: bool,
     pub told_http2: bool,
     pub sent_away_http2: bool,
+    /// Its `connections_sent_away_http1` counter moves by one.
+    pub sent_away_http1: bool,
 }
 
 /// Idle connections told, by protocol.
@@ -1427,7 +1452,7 @@ mod tests {
         connections.set_idle_after(IDLE);
         let c = h2_conn(5);
         c.on_write(9);
-        let never = |_| panic!("an idle connection is not sent away as busy");
+        let never = |_, _| panic!("an idle connection is not sent away as busy");
         let told = c.on_scheduled(&connections, EVENT_DRAIN_STARTED, LATER, never);
         assert_eq!(
             told,
@@ -1436,11 +1461,40 @@ mod tests {
                 told_http1: false,
                 told_http2: true,
                 sent_away_http2: false,
+                sent_away_http1: false,
             }
         );
         let unknown = c.on_scheduled(&connections, 99, LATER, never);
         assert_eq!(unknown.action, Action::Nothing);
         assert!(!unknown.told_http2, "counted once");
+    }
+
+    /// A busy HTTP/1.1 connection its tracker follows is counted as sent away at the drain
+    /// start (its in-flight response gets `connection: close` from the tracker); one the HTTP
+    /// filter counts, or one the tracker lost, is not counted here.
+    #[test]
+    fn a_followed_busy_http1_connection_is_counted_as_sent_away_at_the_drain_start() {
+        let connections = with_network_filter();
+        let c = Conn::new(6);
+        c.on_read(20, b"GET / HTTP/1.1\r\n");
+        c.set_followed();
+        c.exchange_started();
+        let mut asked = Vec::new();
+        let told = c.on_scheduled(&connections, EVENT_DRAIN_STARTED, LATER, |id, h2| {
+            asked.push((id, h2));
+            true
+        });
+        assert_eq!(told.action, Action::Nothing);
+        assert!(told.sent_away_http1);
+        assert_eq!(asked, [(6, false)]);
+        let lost = Conn::new(7);
+        lost.on_read(20, b"GET / HTTP/1.1\r\n");
+        lost.set_followed();
+        lost.exchange_started();
+        lost.set_untracked();
+        let never = |_, _| panic!("not counted");
+        let told = lost.on_scheduled(&connections, EVENT_DRAIN_STARTED, LATER, never);
+        assert!(!told.sent_away_http1);
     }
 
     #[test]

@@ -44,6 +44,16 @@ pub struct Tracking {
     shadow: bool,
 }
 
+/// What [`Tracking::close_to_insert`] decided for a write.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Told {
+    /// Replace the write's first `insert` bytes (its status line) by themselves and
+    /// [`CONNECTION_CLOSE`] (0: leave the write as it is).
+    pub insert: usize,
+    /// The connection was counted as sent away now (its first telling, whoever tells it).
+    pub counted: bool,
+}
+
 /// What [`Tracking::close_to_insert`] asks the glue to put after a response's status line.
 pub const CONNECTION_CLOSE: &[u8] = b"connection: close\r\n";
 const CLOSE_HEADER: &[u8] = b"\nconnection: close\r";
@@ -83,6 +93,11 @@ impl Tracking {
 
     pub fn tracker(&self) -> &Tracker {
         &self.tracker
+    }
+
+    /// Whether its requests are counted (not a cross-check's shadow).
+    pub fn counts(&self) -> bool {
+        !self.shadow
     }
 
     /// Whether the connection is still followed.
@@ -179,32 +194,28 @@ impl Tracking {
     /// HTTP/1.1 connection not told yet, and carrying no `connection: close` of its own, gets
     /// one, after its status line (the connection manager does this itself only once Envoy's
     /// health checks fail: after `readiness_failure_delay`, and never without `admin_address`).
-    /// Returns the status line's length: the glue replaces it by itself and
-    /// [`CONNECTION_CLOSE`]. Counts the connection as sent away. `first`: the write's first slice.
-    pub fn close_to_insert(
-        &mut self,
-        first: Option<&[u8]>,
-        conn: &Conn,
-        shared: &Shared,
-    ) -> Option<usize> {
+    /// Counts the connection as sent away (once, whoever said it). `first`: the write's first
+    /// slice.
+    pub fn close_to_insert(&mut self, first: Option<&[u8]>, conn: &Conn, shared: &Shared) -> Told {
+        let no = Told::default();
         if self.told_close
             || self.shadow
             || self.lost
             || !shared.is_draining()
             || !self.tracker.awaiting_response_head()
         {
-            return None;
+            return no;
         }
-        let head = first?;
+        let Some(head) = first else {
+            return no;
+        };
         // A final response (not 1xx), its status line whole in this slice.
         if !head.starts_with(b"HTTP/1.1 ") || head.get(9) == Some(&b'1') {
-            return None;
+            return no;
         }
-        let line = head
-            .iter()
-            .take(MAX_STATUS_LINE)
-            .position(|&b| b == b'\n')?
-            + 1;
+        let Some(lf) = head.iter().take(MAX_STATUS_LINE).position(|&b| b == b'\n') else {
+            return no;
+        };
         let end = head
             .windows(4)
             .position(|w| w == b"\r\n\r\n")
@@ -213,14 +224,12 @@ impl Tracking {
             .windows(CLOSE_HEADER.len())
             .any(|w| w.eq_ignore_ascii_case(CLOSE_HEADER));
         self.told_close = true;
-        if shared
-            .send_away_once(Some(conn.id), || crate::state::Protocol::Http1)
-            .is_none()
-            || already
-        {
-            return None;
+        Told {
+            insert: if already { 0 } else { lf + 1 },
+            counted: shared
+                .send_away_once(Some(conn.id), || crate::state::Protocol::Http1)
+                .is_some(),
         }
-        Some(line)
     }
 
     /// The connection is gone (its filter's destroy hook, possibly on the drain side's thread:
@@ -522,7 +531,7 @@ mod tests {
         read(&mut t, &[GET], &conn, &f.shared);
         assert_eq!(
             t.close_to_insert(Some(OK), &conn, &f.shared),
-            None,
+            Told::default(),
             "serving"
         );
         write(&mut t, OK, &conn, &f.shared);
@@ -531,25 +540,46 @@ mod tests {
         let interim = b"HTTP/1.1 100 Continue\r\n\r\n";
         assert_eq!(
             t.close_to_insert(Some(interim), &conn, &f.shared),
-            None,
+            Told::default(),
             "1xx"
         );
         write(&mut t, interim, &conn, &f.shared);
         assert_eq!(
             t.close_to_insert(Some(OK), &conn, &f.shared),
-            Some(b"HTTP/1.1 200 OK\r\n".len())
+            Told {
+                insert: b"HTTP/1.1 200 OK\r\n".len(),
+                counted: true
+            }
         );
         assert_eq!(f.shared.status().connections_sent_away.http1, 1);
         write(&mut t, OK, &conn, &f.shared);
         read(&mut t, &[GET], &conn, &f.shared);
-        assert_eq!(t.close_to_insert(Some(OK), &conn, &f.shared), None, "once");
+        assert_eq!(
+            t.close_to_insert(Some(OK), &conn, &f.shared),
+            Told::default(),
+            "once"
+        );
         // A connection whose response already carries Envoy's own close is counted, not edited.
         let other = Conn::new(2);
         let mut u = Tracking::new();
         read(&mut u, &[GET], &other, &f.shared);
         let closing = b"HTTP/1.1 200 OK\r\nconnection: close\r\ncontent-length: 0\r\n\r\n";
-        assert_eq!(u.close_to_insert(Some(closing), &other, &f.shared), None);
+        assert_eq!(
+            u.close_to_insert(Some(closing), &other, &f.shared),
+            Told {
+                insert: 0,
+                counted: true
+            }
+        );
         assert_eq!(f.shared.status().connections_sent_away.http1, 2);
+    }
+
+    /// The per-connection memory the docs state (docs/modes.md, connection mode).
+    #[test]
+    fn a_followed_connection_costs_at_most_400_bytes_before_its_tickets() {
+        let size = std::mem::size_of::<Tracking>();
+        eprintln!("size_of::<Tracking>() = {size}");
+        assert!(size <= 400, "{size}");
     }
 
     #[test]

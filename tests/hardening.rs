@@ -4,7 +4,7 @@
 mod common;
 
 use common::clients::{self, H1Conn, H2Conn};
-use common::envoy::{Envoy, Options, Settings, FAST};
+use common::envoy::{test_mode, Envoy, Options, Settings, TestMode, FAST};
 use common::upstream::Upstream;
 use common::{eventually, free_ports};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -720,7 +720,11 @@ async fn drain_race_per_request_wakers_concurrency_2() {
 async fn the_race_test_catches_a_lost_wake_up() {
     for wake in [Wake::ByConnection, Wake::PerRequest] {
         let r = race_drain_start(2, wake, Some("skip_wakeup")).await;
-        assert_eq!(r.h1_in_flight_not_told, 6, "{wake:?}: {r:?}");
+        // In connection mode an in-flight HTTP/1.1 response gets `connection: close` from the
+        // network filter's write path, which no wake-up carries: only HTTP/2 shows the loss.
+        let connection_mode = test_mode() == TestMode::Connection && wake == Wake::ByConnection;
+        let not_told = if connection_mode { 0 } else { 6 };
+        assert_eq!(r.h1_in_flight_not_told, not_told, "{wake:?}: {r:?}");
         assert_eq!(r.sent_away_http2, 0, "{wake:?}: {r:?}");
         assert!(r.sent_away_http1 < r.h1_connections, "{wake:?}: {r:?}");
     }

@@ -8,7 +8,7 @@ use super::{envoy_bytes, guard};
 use crate::config::NetworkFilterConfig;
 use crate::connections::{self, Action, Conn, FirstStream, Waker, WakerSlot, GOAWAY_NO_ERROR};
 use crate::state::{Protocol, EVENT_GO_AWAY};
-use crate::tracking::{Fed, Tracking, CONNECTION_CLOSE, MAX_STATUS_LINE};
+use crate::tracking::{Fed, Told, Tracking, CONNECTION_CLOSE, MAX_STATUS_LINE};
 use std::cell::{Cell, OnceCell, RefCell};
 use std::os::raw::c_void;
 use std::ptr;
@@ -231,6 +231,9 @@ pub extern "C" fn envoy_dynamic_module_on_network_filter_new_connection(
             lane,
             lane.and_then(|l| requests.reserve(l)),
         ));
+        if f.tracking.as_ref().is_some_and(|t| t.borrow().counts()) {
+            conn.set_followed();
+        }
         connections::register(&conn);
         let _ = f.conn.set(conn);
         if let Some(s) = envoy.new_scheduler() {
@@ -362,20 +365,29 @@ pub extern "C" fn envoy_dynamic_module_on_network_filter_write(
             // SAFETY: the filter's own pointer inside its write hook.
             let envoy = unsafe { NetConnection::in_hook(fe) };
             let mut line = [0u8; MAX_STATUS_LINE];
-            let (fed, insert) = envoy.with_write_slices(|chunks| {
+            let (fed, told) = envoy.with_write_slices(|chunks| {
                 let Ok(mut t) = tracking.try_borrow_mut() else {
-                    return (None, 0);
+                    return (None, Told::default());
                 };
                 let shared = super::shared();
                 let first = chunks().and_then(|mut c| c.next());
-                let insert = t.close_to_insert(first, conn, shared).unwrap_or(0);
-                if let Some(bytes) = first.and_then(|b| b.get(..insert)) {
-                    line[..insert].copy_from_slice(bytes);
+                let told = t.close_to_insert(first, conn, shared);
+                if let Some(bytes) = first.and_then(|b| b.get(..told.insert)) {
+                    line[..told.insert].copy_from_slice(bytes);
                 }
-                (Some(t.on_write(chunks(), conn, shared, now)), insert)
+                (Some(t.on_write(chunks(), conn, shared, now)), told)
             });
             // After the slices are released: the rewrite changes the buffer they described.
-            if insert > 0 && envoy.insert_after_status_line(&line[..insert], CONNECTION_CLOSE) {
+            if told.insert > 0
+                && !envoy.insert_after_status_line(&line[..told.insert], CONNECTION_CLOSE)
+            {
+                log::warn!(
+                    "graceful_drain: could not add connection: close to a response on \
+                         connection {}",
+                    conn.id
+                );
+            }
+            if told.counted {
                 // SAFETY: the config outlives its filters.
                 let cfg = unsafe { f.config.as_ref() };
                 if let Some(id) = cfg.and_then(|c| c.sent_away_http1) {
@@ -427,10 +439,13 @@ pub extern "C" fn envoy_dynamic_module_on_network_filter_scheduled(
         let shared = super::shared();
         // The clock the HTTP filter stamps a stream's end with (StreamSink::now_nanos).
         let now = super::coarse_monotonic_nanos();
-        let send_away_once = |id| {
-            shared
-                .send_away_once(Some(id), || Protocol::Http2)
-                .is_some()
+        let send_away_once = |id, http2| {
+            let p = if http2 {
+                Protocol::Http2
+            } else {
+                Protocol::Http1
+            };
+            shared.send_away_once(Some(id), || p).is_some()
         };
         let done = conn.on_scheduled(&shared.connections, event_id, now, send_away_once);
         // SAFETY: the config outlives its filters.
@@ -439,6 +454,7 @@ pub extern "C" fn envoy_dynamic_module_on_network_filter_scheduled(
                 (cfg.told_http1, done.told_http1),
                 (cfg.told_http2, done.told_http2),
                 (cfg.sent_away_http2, done.sent_away_http2),
+                (cfg.sent_away_http1, done.sent_away_http1),
             ] {
                 if let (Some(id), true) = (id, moved) {
                     envoy.increment_counter(id);
