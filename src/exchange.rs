@@ -1205,10 +1205,6 @@ struct H2 {
     s: Frames,
     server_started: bool,
     last_client: u32,
-    /// The smallest last-stream-id of the server's GOAWAYs (u32::MAX: none).
-    goaway: u32,
-    /// Streams above `goaway` are still to be ended.
-    cut: bool,
     client_goaway: bool,
     /// Open streams, by increasing id (new ids only increase, so pushes keep the order).
     streams: Vec<Stream>,
@@ -1222,8 +1218,6 @@ impl H2 {
             s: Frames::default(),
             server_started: false,
             last_client: 0,
-            goaway: u32::MAX,
-            cut: false,
             client_goaway: false,
             streams: Vec::new(),
         }
@@ -1244,11 +1238,6 @@ impl H2 {
             i = n;
         }
         loop {
-            if self.cut {
-                if let Some(ev) = self.cut_one() {
-                    return (i, Some(ev));
-                }
-            }
             let d = if client { &mut self.c } else { &mut self.s };
             let rest = bytes.get(i..).unwrap_or_default();
             if d.in_frame {
@@ -1334,13 +1323,10 @@ impl H2 {
                     return lose(ctx);
                 }
                 if id > self.last_client {
-                    // A stream above the server's GOAWAY will not be processed: not counted.
                     self.last_client = id;
-                    id <= self.goaway
-                } else if id > self.goaway
-                    || self.streams.binary_search_by_key(&id, |s| s.id).is_ok()
-                {
-                    // Trailers (or a stream the GOAWAY cut, ignored).
+                    true
+                } else if self.streams.binary_search_by_key(&id, |s| s.id).is_ok() {
+                    // Trailers.
                     false
                 } else {
                     return lose(ctx);
@@ -1391,14 +1377,12 @@ impl H2 {
             DATA if flags & END_STREAM != 0 => return self.close(id, half),
             RST_STREAM => return self.close(id, C_CLIENT | C_SERVER),
             GOAWAY if !client => {
+                // The connection closes once its streams are done. Streams above the
+                // last-stream-id are not taken as refused (RFC 9113 §6.8 says the server will
+                // not process them, but a stream the server did take would then be dropped
+                // from the count while in flight): every stream counts until it ends or the
+                // connection closes. An overcount until the close, never an undercount.
                 ctx.will_close = true;
-                if d.goaway_have == 4 {
-                    let last = u32::from_be_bytes(d.goaway) & 0x7fff_ffff;
-                    if last < self.goaway {
-                        self.goaway = last;
-                        self.cut = true;
-                    }
-                }
             }
             _ => {}
         }
@@ -1415,17 +1399,6 @@ impl H2 {
         }
         self.streams.remove(at);
         Some(Event::Ended(id))
-    }
-
-    /// Ends the lowest open stream above the server's GOAWAY, if any.
-    fn cut_one(&mut self) -> Option<Event> {
-        let at = self.streams.partition_point(|s| s.id <= self.goaway);
-        if at < self.streams.len() {
-            let s = self.streams.remove(at);
-            return Some(Event::Ended(s.id));
-        }
-        self.cut = false;
-        None
     }
 }
 
@@ -2114,21 +2087,16 @@ mod tests {
     }
     const PING_T: u8 = 6;
 
+    /// A server GOAWAY ends no stream: each one counts until it ends or the connection
+    /// closes (an overcount until the close, never an undercount).
     #[test]
-    fn h2_server_goaway_ends_the_streams_above_it() {
+    fn h2_server_goaway_ends_no_stream() {
         let t = check(
             &h2_goaway(),
-            &[
-                Started(1),
-                Started(3),
-                Started(5),
-                Ended(3),
-                Ended(5),
-                Ended(1),
-            ],
+            &[Started(1), Started(3), Started(5), Started(7), Ended(1)],
         );
         assert!(t.will_close());
-        assert_eq!(t.in_flight(), 0);
+        assert_eq!(t.in_flight(), 3);
     }
 
     fn h2_interleaved() -> Script {

@@ -108,6 +108,17 @@ impl Stream {
         }
     }
 
+    /// Test-only (`cross-check`): the response ended (end of stream through an encode hook).
+    #[cfg(feature = "cross-check")]
+    pub fn cross_check_response_done(&mut self) {
+        if let Stream::Data(s) = self {
+            if !s.xc_response_done {
+                s.xc_response_done = true;
+                s.conn.cross_check_response_done(true);
+            }
+        }
+    }
+
     pub fn on_scheduled(&mut self, host: &impl StreamHost, shared: &Shared, event: u64) {
         match self {
             Stream::Data(s) => s.on_scheduled(host, shared, event),
@@ -138,6 +149,9 @@ pub struct DataStream {
     waker_in_table: bool,
     sent_away: bool,
     paused: bool,
+    /// Test-only: the response's end was seen (`Stream::cross_check_response_done`).
+    #[cfg(feature = "cross-check")]
+    xc_response_done: bool,
 }
 
 impl DataStream {
@@ -269,6 +283,10 @@ impl DataStream {
             } else {
                 self.end_in_table(ticket, sink, shared);
             }
+        }
+        #[cfg(feature = "cross-check")]
+        if std::mem::take(&mut self.xc_response_done) {
+            self.conn.cross_check_response_done(false);
         }
         // The connection no longer hands this stream back (its filter may be freed after this).
         crate::connections::stream_ended(std::mem::take(&mut self.conn), || sink.now_nanos());

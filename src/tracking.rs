@@ -126,6 +126,9 @@ impl Tracking {
             self.lose(conn, shared, "Envoy gave no read buffer", &mut fed);
             return fed;
         };
+        if self.shadow {
+            conn.cross_check_at_read();
+        }
         let mut chunks = chunks.peekable();
         let fed_before = self.tracker.client_fed();
         // Where the buffer starts in the client's bytes: inside what the last read saw (bytes
@@ -305,6 +308,10 @@ fn on_event(
     fed: &mut Fed,
 ) {
     if shadow {
+        log::debug!(
+            "graceful_drain: cross-check: connection {} tracker {ev:?}",
+            conn.id
+        );
         match ev {
             Event::Started(id) => {
                 tickets.push((id, None));

@@ -244,3 +244,43 @@ async fn responses_written_during_the_drain_carry_connection_close_without_the_a
         Some(2)
     );
 }
+
+/// The cross-check build's own check (`make test TEST_MODE=cross-check`): with both filters,
+/// the tracker follows every connection beside the HTTP filter and compares at every read; at
+/// the exit the module logs its tallies. Here: it did compare (one check per read at least),
+/// and found no disagreement. Skipped in the other modes (the build has no cross-check).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_cross_check_compares_at_every_read() {
+    if common::envoy::test_mode() != common::envoy::TestMode::CrossCheck {
+        eprintln!("not a cross-check run: skipped");
+        return;
+    }
+    let mut envoy = Envoy::start(Options::default()).await;
+    let mut h1 = H1Conn::connect(envoy.data).await.unwrap();
+    let mut h2 = H2Conn::connect(envoy.data).await.unwrap();
+    // A slow stream in flight while the others come: their reads compare a count that is not 0.
+    let slow = h2.start("/slow", &[SLOW]).await.unwrap();
+    envoy.wait_active(1).await;
+    for i in 0..10 {
+        let r = h1.send("GET", &format!("/h1/{i}"), &[]).await.unwrap();
+        assert_eq!(r.status, 200);
+        assert_eq!(h2.send(&format!("/h2/{i}"), &[]).await.unwrap().status, 200);
+    }
+    assert_eq!(slow.await.unwrap().status, 200);
+    envoy.sigterm();
+    let (status, _) = envoy.wait_exit(Duration::from_secs(10)).await;
+    assert!(status.success());
+    let log = envoy.log();
+    let tally = log
+        .lines()
+        .find(|l| l.contains("graceful_drain: cross-check: ") && l.contains(" checks"))
+        .unwrap_or_else(|| panic!("no cross-check tally in the log:\n{log}"));
+    let checks: u64 = tally
+        .split("cross-check: ")
+        .nth(1)
+        .and_then(|t| t.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{tally}"));
+    assert!(checks >= 20, "one check per read at least: {tally}");
+    assert!(tally.contains(" 0 disagreements"), "{tally}");
+}

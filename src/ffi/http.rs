@@ -95,6 +95,10 @@ struct Filter {
     /// finishes it (with the live stream, which 1.38 needs to move the gauge).
     #[cfg(feature = "envoy-1-38")]
     finish_pending: Cell<bool>,
+    /// Test-only (`cross-check`): the response ended inside one of the filter's own hooks (a
+    /// response encoded from within `continue_decoding`); that hook marks it on return.
+    #[cfg(feature = "cross-check")]
+    xc_done_pending: Cell<bool>,
 }
 
 /// A worker's recycled filter allocations: an intrusive stack threaded through the freed memory
@@ -310,6 +314,10 @@ fn with_stream<R>(
         let host = EnvoyStream { envoy, fm, config };
         let shared = super::shared();
         let r = f(&mut stream, &host, shared);
+        #[cfg(feature = "cross-check")]
+        if filter.xc_done_pending.take() {
+            stream.cross_check_response_done();
+        }
         #[cfg(feature = "envoy-1-38")]
         if filter.finish_pending.replace(false) && !filter.destroy_pending.get() {
             stream.finish(&host, shared);
@@ -461,6 +469,8 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_new(
                 poisoned: Cell::new(false),
                 #[cfg(feature = "envoy-1-38")]
                 finish_pending: Cell::new(false),
+                #[cfg(feature = "cross-check")]
+                xc_done_pending: Cell::new(false),
             })
         };
         p as *const c_void
@@ -550,6 +560,10 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_response_headers(
     fm: *const c_void,
     _end_of_stream: bool,
 ) -> u32 {
+    #[cfg(feature = "cross-check")]
+    if _end_of_stream {
+        cross_check_response_done("response_headers", fe, fm);
+    }
     // Only a drain gives this hook anything to do (`DataStream::on_response_headers`): while
     // serving, skip the glue (out of line, so this test is all a request pays).
     #[cfg(not(feature = "panic-test"))]
@@ -573,6 +587,10 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_response_body(
     _fm: *const c_void,
     _end_of_stream: bool,
 ) -> u32 {
+    #[cfg(feature = "cross-check")]
+    if _end_of_stream {
+        cross_check_response_done("response_body", _fe, _fm);
+    }
     abi::BODY_CONTINUE
 }
 
@@ -581,7 +599,20 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_response_trailers(
     _fe: EnvoyPtr,
     _fm: *const c_void,
 ) -> u32 {
+    #[cfg(feature = "cross-check")]
+    cross_check_response_done("response_trailers", _fe, _fm);
     abi::TRAILERS_CONTINUE
+}
+
+/// Test-only (`cross-check`): the stream's response ended.
+#[cfg(feature = "cross-check")]
+fn cross_check_response_done(hook: &'static str, fe: EnvoyPtr, fm: *const c_void) {
+    if let Ran::Busy = with_stream(hook, fe, fm, |s, _, _| s.cross_check_response_done()) {
+        // SAFETY: our own filter pointer, inside its hook.
+        if let Some(f) = unsafe { filter(fm) } {
+            f.xc_done_pending.set(true);
+        }
+    }
 }
 
 /// Nothing here: the connection manager's stream teardown calls this hook and then, in the same

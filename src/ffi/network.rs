@@ -411,6 +411,11 @@ pub extern "C" fn envoy_dynamic_module_on_network_filter_event(
         if let Some(f) = unsafe { net_filter(fm) } {
             if matches!(event, EVENT_REMOTE_CLOSE | EVENT_LOCAL_CLOSE) {
                 f.closed.set(true);
+                // Test-only: the streams the close resets end in both filters in no set order.
+                #[cfg(feature = "cross-check")]
+                if let Some(conn) = f.conn.get() {
+                    conn.cross_check_event(None);
+                }
             }
         }
     })

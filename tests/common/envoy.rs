@@ -688,6 +688,16 @@ impl Drop for Envoy {
             .filter(|l| l.contains("graceful_drain: cross-check disagreement"))
             .take(20)
             .collect();
+        if !disagreements.is_empty()
+            && std::env::var_os("GRACEFUL_DRAIN_CROSS_CHECK_TRACE").is_some()
+        {
+            for l in log
+                .lines()
+                .filter(|l| l.contains("cross-check") || l.contains("GOAWAY"))
+            {
+                eprintln!("{l}");
+            }
+        }
         assert!(
             disagreements.is_empty(),
             "the exchange tracker and the HTTP filter disagreed:\n{}",
