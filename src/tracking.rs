@@ -1,6 +1,6 @@
 //! One connection's requests, followed from its bytes by the network filter (connection mode:
 //! no HTTP filter on the data path). The glue (`ffi::network`) hands over the bytes it sees in
-//! both directions; an [`exchange::Tracker`] follows their framing, and this turns what it
+//! both directions; an [`crate::exchange::Tracker`] follows their framing, and this turns what it
 //! reports into the module's bookkeeping, as the HTTP filter's hooks do in filter mode:
 //! - a request (HTTP/1.1) or stream (HTTP/2) that starts takes a ticket of the in-flight table,
 //!   on the connection's own slot or its worker's lane, and counts against its connection
