@@ -284,3 +284,35 @@ async fn the_cross_check_compares_at_every_read() {
     assert!(checks >= 20, "one check per read at least: {tally}");
     assert!(tally.contains(" 0 disagreements"), "{tally}");
 }
+
+/// Proxied exchanges are followed too: Envoy ends a proxied response with an empty write,
+/// which is no bytes, not a buffer the tracker could not read (it lost every proxied
+/// connection that way before: found by checking the benchmark's proxy configuration).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn proxied_exchanges_are_followed_over_http1_and_http2() {
+    let upstream = common::upstream::Upstream::start().await;
+    let envoy = Envoy::start(Options {
+        test_upstream: Some(upstream.port),
+        ..connection_mode(LONG)
+    })
+    .await;
+    let mut h1 = H1Conn::connect(envoy.data).await.unwrap();
+    let mut h2 = H2Conn::connect(envoy.data).await.unwrap();
+    for _ in 0..5 {
+        assert_eq!(
+            h1.send("GET", "/upstream/ok", &[]).await.unwrap().status,
+            200
+        );
+        assert_eq!(h2.send("/upstream/ok", &[]).await.unwrap().status, 200);
+    }
+    envoy.wait_active(0).await;
+    assert_eq!(
+        envoy.stat("graceful_drain.connections_untracked").await,
+        Some(0)
+    );
+    assert!(
+        !envoy.log().contains("no longer followed"),
+        "the tracker lost the thread:\n{}",
+        envoy.log()
+    );
+}

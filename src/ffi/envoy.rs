@@ -383,7 +383,10 @@ fn with_slices<R>(
         heap.resize(n, EMPTY);
         &mut heap
     };
-    let ok = n > 0 && fill(chunks.as_mut_ptr());
+    // An empty buffer has no slice to fill: its bytes are none (Envoy calls the write hook with
+    // an empty buffer, e.g. when it proxies a response's end: the tracker must see that as no
+    // bytes, not as a buffer it could not read).
+    let ok = n == 0 || fill(chunks.as_mut_ptr());
     let chunks: &[Buffer] = chunks;
     f(&|| ok.then(|| SliceIter(chunks.iter())))
 }
