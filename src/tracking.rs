@@ -118,12 +118,9 @@ impl Tracking {
         now: impl Fn() -> u64,
     ) -> Fed {
         let mut fed = Fed::default();
-        if self.lost || self.tracker.tunnel() {
-            // A tunnel (upgrade, CONNECT, a response until close) is busy until it closes.
-            return fed;
-        }
-        let Some(chunks) = chunks else {
-            self.lose(conn, shared, "Envoy gave no read buffer", &mut fed);
+        let Some(chunks) =
+            self.followed(chunks, "Envoy gave no read buffer", conn, shared, &mut fed)
+        else {
             return fed;
         };
         if self.shadow {
@@ -176,11 +173,9 @@ impl Tracking {
         now: impl Fn() -> u64,
     ) -> Fed {
         let mut fed = Fed::default();
-        if self.lost || self.tracker.tunnel() {
-            return fed;
-        }
-        let Some(chunks) = chunks else {
-            self.lose(conn, shared, "Envoy gave no write buffer", &mut fed);
+        let Some(chunks) =
+            self.followed(chunks, "Envoy gave no write buffer", conn, shared, &mut fed)
+        else {
             return fed;
         };
         for bytes in chunks {
@@ -252,6 +247,26 @@ impl Tracking {
             .iter()
             .find(|&&(at, len, _)| at < addr && addr < at.saturating_add(len))
             .map(|&(at, _, offset)| offset.saturating_add((addr - at) as u64))
+    }
+
+    /// A read's or write's bytes, if they are to be fed: not once the connection is lost or a
+    /// tunnel (upgrade, CONNECT, a response until close: busy until it closes), and without
+    /// them (`None`: Envoy did not give them) the connection is lost, `missing` saying why.
+    fn followed<I>(
+        &mut self,
+        chunks: Option<I>,
+        missing: &str,
+        conn: &Conn,
+        shared: &Shared,
+        fed: &mut Fed,
+    ) -> Option<I> {
+        if self.lost || self.tracker.tunnel() {
+            return None;
+        }
+        if chunks.is_none() {
+            self.lose(conn, shared, missing, fed);
+        }
+        chunks
     }
 
     fn after_feed(&mut self, conn: &Conn, shared: &Shared, fed: &mut Fed) {

@@ -58,10 +58,7 @@ async fn in_flight_requests_are_counted_exactly_and_aged_without_an_http_filter(
     assert_eq!(s1.await.unwrap().status, 200);
     assert_eq!(s2.await.unwrap().status, 200);
     envoy.wait_active(0).await;
-    assert_eq!(
-        envoy.stat("graceful_drain.connections_untracked").await,
-        Some(0)
-    );
+    assert_followed_throughout(&envoy).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -115,15 +112,7 @@ async fn pipelined_requests_handed_back_by_envoy_are_counted_once() {
     envoy.wait_active(1).await;
     read_responses(&mut tcp, &mut got, 4).await;
     envoy.wait_active(0).await;
-    assert_eq!(
-        envoy.stat("graceful_drain.connections_untracked").await,
-        Some(0)
-    );
-    assert!(
-        !envoy.log().contains("no longer followed"),
-        "the tracker lost the thread:\n{}",
-        envoy.log()
-    );
+    assert_followed_throughout(&envoy).await;
 }
 
 /// Read from `tcp` into `got` until it holds `n` responses (bounded).
@@ -142,6 +131,19 @@ async fn read_responses(tcp: &mut TcpStream, got: &mut Vec<u8>, n: usize) {
             other => panic!("read: {other:?}"),
         }
     }
+}
+
+/// The tracker followed every connection of the test: none untracked, none logged as lost.
+async fn assert_followed_throughout(envoy: &Envoy) {
+    assert_eq!(
+        envoy.stat("graceful_drain.connections_untracked").await,
+        Some(0)
+    );
+    assert!(
+        !envoy.log().contains("no longer followed"),
+        "the tracker lost the thread:\n{}",
+        envoy.log()
+    );
 }
 
 fn count(hay: &[u8], needle: &[u8]) -> usize {
@@ -306,13 +308,5 @@ async fn proxied_exchanges_are_followed_over_http1_and_http2() {
         assert_eq!(h2.send("/upstream/ok", &[]).await.unwrap().status, 200);
     }
     envoy.wait_active(0).await;
-    assert_eq!(
-        envoy.stat("graceful_drain.connections_untracked").await,
-        Some(0)
-    );
-    assert!(
-        !envoy.log().contains("no longer followed"),
-        "the tracker lost the thread:\n{}",
-        envoy.log()
-    );
+    assert_followed_throughout(&envoy).await;
 }
