@@ -10,10 +10,14 @@
 //! the server side is what ends requests.
 //!
 //! Cost: this runs on every read and write of the request path. It never walks payload bytes
-//! (bodies, chunk data and HTTP/2 payloads are skipped by length), finds line ends with one scan
-//! per line, and looks at a header line byte by byte only when its first byte could start one
-//! of the five names it needs (`content-length`, `connection`, `transfer-encoding`,
-//! `user-agent`, `upgrade`; any case). Every other header line costs one scan for its LF.
+//! (bodies, chunk data and HTTP/2 payloads are skipped by length, and a write made only of them
+//! need not be fetched at all: [`Tracker::server_unread_ahead`], [`unread`]). A head whose
+//! lines are whole in the bytes fed is read a line at a time: a word-at-a-time scan for each
+//! LF, the start line, and the value of a header only when its name is one of the five it
+//! needs (`content-length`, `connection`, `transfer-encoding`, `user-agent`, `upgrade`; any
+//! case), compared eight bytes at a time. Every other header line costs its LF scan. Where a
+//! head is split between feeds, the byte-by-byte parse takes over at the split line (the
+//! property tests feed the same bytes whole and byte by byte and want the same).
 //!
 //! What it does not follow it gives up on: the first thing it cannot follow emits
 //! [`Event::Lost`] once, [`Tracker::protocol`] becomes [`Protocol::Unknown`] and every later
@@ -278,6 +282,23 @@ impl Tracker {
         self.fed
     }
 
+    /// Server bytes ahead that the tracker skips by length without reading them (the rest of a
+    /// body or of a chunk's data, of an HTTP/2 frame's payload other than a GOAWAY's first
+    /// eight bytes): a write of at most this many may be fed as [`unread`] bytes. 0 once lost
+    /// or a tunnel (nothing is fed then).
+    pub fn server_unread_ahead(&self) -> u64 {
+        if self.ctx.lost || self.ctx.tunnel {
+            return 0;
+        }
+        match &self.wire {
+            Wire::Http1(h) if matches!(h.resp.st, St::Body | St::ChunkData) => h.resp.num,
+            Wire::Http2(h) if h.s.in_frame && !(h.s.ty == GOAWAY && h.s.goaway_have < 4) => {
+                u64::from(h.s.left)
+            }
+            _ => 0,
+        }
+    }
+
     /// Totals since the connection opened (for cross-checks): started, ended.
     pub fn totals(&self) -> (u64, u64) {
         (self.ctx.started, self.ctx.ended)
@@ -370,6 +391,66 @@ const H_CONN: u8 = 1;
 const H_TE: u8 = 2;
 const H_UA: u8 = 3;
 const H_UPGRADE: u8 = 4;
+
+/// A header name and its colon as words to compare a line's first bytes with, eight at a
+/// time: each word with the bit that makes its letters lowercase (`NAMES` are lowercase letters
+/// and `-`; a byte matches a letter in either case, and `-` and `:` exactly).
+struct NameWords {
+    /// The name and colon's length (at least 8: `upgrade:`).
+    len: usize,
+    /// Word `i` is the bytes from `min(8 i, len - 8)`: the last one overlaps the one before.
+    words: [u64; 3],
+    case: [u64; 3],
+}
+
+const fn name_words(name: &[u8]) -> NameWords {
+    let len = name.len() + 1;
+    let mut words = [0u64; 3];
+    let mut case = [0u64; 3];
+    let mut i = 0;
+    while i < 3 {
+        let off = if 8 * i + 8 <= len { 8 * i } else { len - 8 };
+        let mut j = 0;
+        while j < 8 {
+            let b = if off + j < name.len() {
+                name[off + j]
+            } else {
+                b':'
+            };
+            words[i] |= (b as u64) << (8 * j);
+            if b.is_ascii_lowercase() {
+                case[i] |= 0x20 << (8 * j);
+            }
+            j += 1;
+        }
+        i += 1;
+    }
+    NameWords { len, words, case }
+}
+
+impl NameWords {
+    /// `line` starts with the name, in any case, and its colon.
+    fn starts(&self, line: &[u8]) -> bool {
+        let Some(head) = line.get(..self.len) else {
+            return false;
+        };
+        (0..self.len.div_ceil(8)).all(|i| {
+            let off = (8 * i).min(self.len - 8);
+            let w = head
+                .get(off..off + 8)
+                .and_then(|w| <[u8; 8]>::try_from(w).ok());
+            w.is_some_and(|w| u64::from_le_bytes(w) | self.case[i] == self.words[i])
+        })
+    }
+}
+
+const NAME_WORDS: [NameWords; 5] = [
+    name_words(NAMES[0]),
+    name_words(NAMES[1]),
+    name_words(NAMES[2]),
+    name_words(NAMES[3]),
+    name_words(NAMES[4]),
+];
 
 /// Tokens looked for in `Transfer-Encoding` (bit 0) and `Connection` (bits 1, 2) values.
 const TOKENS: [&[u8]; 3] = [b"chunked", b"close", b"keep-alive"];
@@ -478,15 +559,6 @@ impl Half {
         while let Some(&b) = bytes.get(i) {
             let st = self.st;
             let i0 = i;
-            if let Some(n) = self.fast(hints, bytes, i) {
-                // A token taken whole (the same steps as byte by byte, at once).
-                i += n;
-                self.head_len = self.head_len.saturating_add(n as u32);
-                if self.head_len as usize > MAX_HEAD {
-                    return (i, Mile::Bad);
-                }
-                continue;
-            }
             match st {
                 St::Start => {
                     if req {
@@ -498,6 +570,11 @@ impl Half {
                         hints.clear();
                     } else {
                         self.begin_head(St::StatusVersion);
+                    }
+                    let (n, end) = self.whole_lines(req, hints, bytes.get(i..).unwrap_or_default());
+                    i += n;
+                    if let Some(mile) = end {
+                        return (i, mile);
                     }
                     continue;
                 }
@@ -642,66 +719,8 @@ impl Half {
                 }
                 St::Value => {
                     i += 1;
-                    match b {
-                        LF | CR | SP | HT | b',' => {
-                            if self.elem == 1 {
-                                if !self.end_element() {
-                                    return (i, Mile::Bad);
-                                }
-                                self.elem = 2;
-                            }
-                            // A Content-Length must not be empty nor have empty elements.
-                            let empty = self.elem == 0 && (b == LF || b == b',');
-                            if empty && self.hdr == H_CL {
-                                return (i, Mile::Bad);
-                            }
-                            if b == b',' {
-                                self.elem = 0;
-                            }
-                            if b == LF {
-                                self.st = St::LineStart;
-                            }
-                        }
-                        _ => {
-                            if self.elem != 1 {
-                                if self.elem == 2 && self.hdr == H_CL {
-                                    return (i, Mile::Bad);
-                                }
-                                self.elem = 1;
-                                self.pos = 0;
-                                self.num = 0;
-                                self.cand = match self.hdr {
-                                    H_TE => 1 << T_CHUNKED,
-                                    _ => 1 << T_CLOSE | 1 << T_KEEPALIVE,
-                                };
-                            }
-                            match self.hdr {
-                                H_CL => {
-                                    let d = match b {
-                                        b'0'..=b'9' => u64::from(b - b'0'),
-                                        _ => return (i, Mile::Bad),
-                                    };
-                                    match self.num.checked_mul(10).and_then(|n| n.checked_add(d)) {
-                                        Some(n) => self.num = n,
-                                        None => return (i, Mile::Bad),
-                                    }
-                                }
-                                H_UPGRADE => {
-                                    self.facts |= F_UPGRADE;
-                                    self.st = St::SkipLine;
-                                }
-                                _ => {
-                                    let l = b.to_ascii_lowercase();
-                                    let p = usize::from(self.pos);
-                                    for (k, t) in TOKENS.iter().enumerate() {
-                                        if t.get(p) != Some(&l) {
-                                            self.cand &= !(1 << k);
-                                        }
-                                    }
-                                    self.pos = self.pos.saturating_add(1);
-                                }
-                            }
-                        }
+                    if !self.value_byte(b) {
+                        return (i, Mile::Bad);
                     }
                 }
                 St::UserAgent => {
@@ -809,88 +828,234 @@ impl Half {
         (i, Mile::More)
     }
 
-    /// The byte-by-byte parse's steps over a whole token at once, where the token is whole in
-    /// `bytes` from `i` (the common case: Envoy's reads and writes rarely split a head): a
-    /// request's method, its `HTTP/1.x` CRLF, a status line's `HTTP/1.x NNN`, and a header name
-    /// among the candidates its first byte left. Returns the bytes used (0: only the state
-    /// moved), or `None` to go byte by byte. Measured: the tracker's cost per keep-alive
-    /// request fell from about 5 400 instructions to FASTCOST (callgrind, docs/performance.md).
-    fn fast(&mut self, hints: &mut HintBuf, bytes: &[u8], i: usize) -> Option<usize> {
-        let rest = bytes.get(i..)?;
-        match self.st {
-            St::Method if self.pos == 0 => {
-                let n = rest.iter().take(16).position(|&c| c == SP)?;
-                let method = rest.get(..n)?;
-                if n == 0 || method.iter().any(|&c| c <= SP || c == 0x7f) {
-                    return None;
-                }
-                match method {
-                    b"HEAD" => self.facts |= F_HEAD,
-                    b"CONNECT" => self.facts |= F_CONNECT,
-                    _ => {}
-                }
-                self.st = St::Target;
-                Some(n + 1)
-            }
-            St::Version if self.pos == 0 => match rest.get(..10)? {
-                [b'H', b'T', b'T', b'P', b'/', b'1', b'.', v, CR, LF] if v.is_ascii_digit() => {
-                    if *v == b'0' {
-                        self.facts |= F_HTTP10;
-                    }
-                    self.st = St::LineStart;
-                    Some(10)
-                }
-                _ => None,
-            },
-            St::StatusVersion if self.pos == 0 => match rest.get(..12)? {
-                [b'H', b'T', b'T', b'P', b'/', b'1', b'.', v, SP, d0, d1, d2]
-                    if v.is_ascii_digit()
-                        && d0.is_ascii_digit()
-                        && d1.is_ascii_digit()
-                        && d2.is_ascii_digit() =>
-                {
-                    if *v == b'0' {
-                        self.facts |= F_HTTP10;
-                    }
-                    self.status = [d0, d1, d2]
-                        .iter()
-                        .fold(0, |n, &&d| n * 10 + u16::from(d - b'0'));
-                    self.pos = 3;
-                    self.st = St::StatusTail;
-                    Some(12)
-                }
-                _ => None,
-            },
-            // The line's first byte was read just before, in this buffer (`LineStart`).
-            St::Name if self.pos == 1 && i >= 1 => {
-                let line = bytes.get(i - 1..)?;
-                let mut hit = None;
-                for (k, name) in NAMES.iter().enumerate() {
-                    if self.cand & (1 << k) == 0 {
-                        continue;
-                    }
-                    let w = line.get(..name.len() + 1)?;
-                    if hit.is_none()
-                        && w.get(name.len()) == Some(&b':')
-                        && w.get(..name.len())
-                            .is_some_and(|n| n.eq_ignore_ascii_case(name))
-                    {
-                        hit = Some(k as u8);
-                    }
-                }
-                match hit {
-                    Some(k) => {
-                        self.header_value(k, hints);
-                        Some(NAMES[usize::from(k)].len())
-                    }
-                    None => {
-                        self.st = St::SkipLine;
-                        Some(0)
-                    }
-                }
-            }
-            _ => None,
+    /// A head from its first byte, a whole line at a time while its lines are whole in `bytes`
+    /// (the common case: Envoy's reads and writes rarely split a head): the same steps as the
+    /// byte-by-byte parse, which takes over at the first line whose LF is not in `bytes`.
+    /// Returns the bytes used and, if the head ended in them, `Some(Head)` or `Some(Bad)`.
+    /// `None` with 0 bytes: the first line is not whole (nothing changed); with more: the state
+    /// is the byte-by-byte parse's at the start of the next line (`LineStart`).
+    ///
+    /// Why: the byte-by-byte parse cost about 3 600 instructions per keep-alive request and
+    /// response (callgrind, docs/performance.md); here a line costs one word-at-a-time scan for
+    /// its LF, and only the start line and the lines of the five names are looked into.
+    /// `tests/properties.rs` feeds the same bytes whole and byte by byte and wants the same.
+    fn whole_lines(
+        &mut self,
+        req: bool,
+        hints: &mut HintBuf,
+        bytes: &[u8],
+    ) -> (usize, Option<Mile>) {
+        let Some(lf) = find_lf(bytes) else {
+            return (0, None);
+        };
+        let line = bytes.get(..lf).unwrap_or_default();
+        let ok = if req {
+            self.request_line(hints, line)
+        } else {
+            self.status_line(line)
+        };
+        if !ok {
+            return (lf + 1, Some(Mile::Bad));
         }
+        self.st = St::LineStart;
+        let mut i = lf + 1;
+        loop {
+            // Bytes of the head so far; the byte-by-byte parse counts every head byte but the
+            // head's last LF.
+            self.head_len = u32::try_from(i).unwrap_or(u32::MAX);
+            if self.head_len as usize > MAX_HEAD {
+                return (i, Some(Mile::Bad));
+            }
+            let rest = bytes.get(i..).unwrap_or_default();
+            let Some(lf) = find_lf(rest) else {
+                return (i, None);
+            };
+            let line = rest.get(..lf).unwrap_or_default();
+            i += lf + 1;
+            match line {
+                [] => return (i, Some(Mile::Head)),
+                [CR] => {
+                    let counted = i - 1;
+                    let end = if counted > MAX_HEAD {
+                        Mile::Bad
+                    } else {
+                        Mile::Head
+                    };
+                    self.st = St::LineCr;
+                    return (i, Some(end));
+                }
+                [CR, ..] => return (i, Some(Mile::Bad)),
+                _ => {
+                    if !self.header_line(req, hints, line) {
+                        return (i, Some(Mile::Bad));
+                    }
+                }
+            }
+        }
+    }
+
+    /// A whole request line without its LF (`St::Method` at its first byte).
+    fn request_line(&mut self, hints: &mut HintBuf, line: &[u8]) -> bool {
+        let Some(sp) = line.iter().position(|&c| c == SP) else {
+            return false;
+        };
+        let method = line.get(..sp).unwrap_or_default();
+        if method.is_empty() || method.iter().any(|&c| c < SP || c == 0x7f) {
+            return false;
+        }
+        match method {
+            b"HEAD" => self.facts |= F_HEAD,
+            b"CONNECT" => self.facts |= F_CONNECT,
+            _ => {}
+        }
+        let rest = line.get(sp + 1..).unwrap_or_default();
+        let Some(sp) = rest.iter().position(|&c| c == SP) else {
+            return false;
+        };
+        let target = rest.get(..sp).unwrap_or_default();
+        hints.path(target);
+        if target.is_empty() {
+            return false;
+        }
+        match rest.get(sp + 1..).unwrap_or_default() {
+            [b'H', b'T', b'T', b'P', b'/', b'1', b'.', v]
+            | [b'H', b'T', b'T', b'P', b'/', b'1', b'.', v, CR]
+                if v.is_ascii_digit() =>
+            {
+                if *v == b'0' {
+                    self.facts |= F_HTTP10;
+                }
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// A whole status line without its LF (`St::StatusVersion` at its first byte).
+    fn status_line(&mut self, line: &[u8]) -> bool {
+        match line {
+            [b'H', b'T', b'T', b'P', b'/', b'1', b'.', v, SP, d0, d1, d2, tail @ ..]
+                if v.is_ascii_digit()
+                    && d0.is_ascii_digit()
+                    && d1.is_ascii_digit()
+                    && d2.is_ascii_digit()
+                    && matches!(tail.first(), None | Some(&SP) | Some(&CR)) =>
+            {
+                if *v == b'0' {
+                    self.facts |= F_HTTP10;
+                }
+                self.status = [d0, d1, d2]
+                    .iter()
+                    .fold(0, |n, &&d| n * 10 + u16::from(d - b'0'));
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// A whole header line without its LF (not empty, not starting with CR): its value is
+    /// read if its name is one of the five, else it is skipped. `false`: it does not parse.
+    fn header_line(&mut self, req: bool, hints: &mut HintBuf, line: &[u8]) -> bool {
+        let cand: u8 = match line.first().map(u8::to_ascii_lowercase) {
+            Some(b'c') => 1 << H_CL | 1 << H_CONN,
+            Some(b't') => 1 << H_TE,
+            Some(b'u') if req => 1 << H_UA | 1 << H_UPGRADE,
+            _ => return true,
+        };
+        let named = |k: u8| cand & (1 << k) != 0 && NAME_WORDS[usize::from(k)].starts(line);
+        let Some(k) = (0..NAMES.len() as u8).find(|&k| named(k)) else {
+            return true;
+        };
+        self.header_value(k, hints);
+        let value = line
+            .get(NAMES[usize::from(k)].len() + 1..)
+            .unwrap_or_default();
+        if k == H_UA {
+            let at = value
+                .iter()
+                .position(|&c| c != SP && c != HT)
+                .unwrap_or(value.len());
+            hints.ua_more(value.get(at..).unwrap_or_default());
+            hints.ua_end();
+        } else {
+            for &b in value.iter().chain(std::iter::once(&LF)) {
+                if !self.value_byte(b) {
+                    return false;
+                }
+                if self.st != St::Value {
+                    break;
+                }
+            }
+        }
+        self.st = St::LineStart;
+        true
+    }
+
+    /// One byte of a header value (`St::Value`): the state moves to `LineStart` at its LF, to
+    /// `SkipLine` when the rest of the line does not matter. `false`: it does not parse.
+    fn value_byte(&mut self, b: u8) -> bool {
+        match b {
+            LF | CR | SP | HT | b',' => {
+                if self.elem == 1 {
+                    if !self.end_element() {
+                        return false;
+                    }
+                    self.elem = 2;
+                }
+                // A Content-Length must not be empty nor have empty elements.
+                let empty = self.elem == 0 && (b == LF || b == b',');
+                if empty && self.hdr == H_CL {
+                    return false;
+                }
+                if b == b',' {
+                    self.elem = 0;
+                }
+                if b == LF {
+                    self.st = St::LineStart;
+                }
+            }
+            _ => {
+                if self.elem != 1 {
+                    if self.elem == 2 && self.hdr == H_CL {
+                        return false;
+                    }
+                    self.elem = 1;
+                    self.pos = 0;
+                    self.num = 0;
+                    self.cand = match self.hdr {
+                        H_TE => 1 << T_CHUNKED,
+                        _ => 1 << T_CLOSE | 1 << T_KEEPALIVE,
+                    };
+                }
+                match self.hdr {
+                    H_CL => {
+                        let d = match b {
+                            b'0'..=b'9' => u64::from(b - b'0'),
+                            _ => return false,
+                        };
+                        match self.num.checked_mul(10).and_then(|n| n.checked_add(d)) {
+                            Some(n) => self.num = n,
+                            None => return false,
+                        }
+                    }
+                    H_UPGRADE => {
+                        self.facts |= F_UPGRADE;
+                        self.st = St::SkipLine;
+                    }
+                    _ => {
+                        let l = b.to_ascii_lowercase();
+                        let p = usize::from(self.pos);
+                        for (k, t) in TOKENS.iter().enumerate() {
+                            if t.get(p) != Some(&l) {
+                                self.cand &= !(1 << k);
+                            }
+                        }
+                        self.pos = self.pos.saturating_add(1);
+                    }
+                }
+            }
+        }
+        true
     }
 
     /// The name of header kind `k` and its colon were read: its value follows.
@@ -932,6 +1097,53 @@ impl Half {
             None
         }
     }
+}
+
+/// The index of the first LF in `s`, a word (eight bytes) at a time.
+fn find_lf(s: &[u8]) -> Option<usize> {
+    let mut words = s.chunks_exact(8);
+    let mut base = 0;
+    for w in &mut words {
+        let zero = lf_bytes(w.try_into().unwrap_or([0; 8]));
+        if zero != 0 {
+            return Some(base + (zero.trailing_zeros() / 8) as usize);
+        }
+        base += 8;
+    }
+    if words.remainder().is_empty() {
+        return None;
+    }
+    // The bytes left end the slice's last word, whose other bytes were scanned (no LF): its
+    // first LF is the slice's. Shorter than a word: byte by byte.
+    match s.last_chunk::<8>() {
+        Some(w) => {
+            let zero = lf_bytes(*w);
+            (zero != 0).then(|| s.len() - 8 + (zero.trailing_zeros() / 8) as usize)
+        }
+        None => words.remainder().iter().position(|&c| c == LF),
+    }
+}
+
+/// The LF bytes of a word, flagged in their high bit: XOR with LFs makes them zero bytes, and
+/// the lowest byte flagged by `(x - 0x01..) & !x & 0x80..` is exactly the first zero byte (the
+/// flags above it may be wrong, so only the lowest is used).
+fn lf_bytes(w: [u8; 8]) -> u64 {
+    const ONES: u64 = u64::from_ne_bytes([1; 8]);
+    const HIGH: u64 = u64::from_ne_bytes([0x80; 8]);
+    const LFS: u64 = u64::from_ne_bytes([LF; 8]);
+    let x = u64::from_le_bytes(w) ^ LFS;
+    x.wrapping_sub(ONES) & !x & HIGH
+}
+
+/// Stand-ins for `n` bytes the tracker will not read ([`Tracker::server_unread_ahead`]):
+/// feeding them is feeding the real ones, without asking Envoy for its buffer.
+/// They are 0xAA, not zeros: a parser that read them by mistake would see nonsense (a zero
+/// could pass for the top byte of an HTTP/2 frame length), and the property tests would fail.
+pub fn unread(n: usize) -> impl Iterator<Item = &'static [u8]> {
+    static FILL: [u8; 4096] = [0xAA; 4096];
+    let whole = n / FILL.len();
+    let part = n % FILL.len();
+    std::iter::repeat_n(&FILL[..], whole).chain((part > 0).then(|| &FILL[..part]))
 }
 
 /// The User-Agent and request-target of the latest request head, cut at HINT_LEN.
@@ -1613,6 +1825,43 @@ mod tests {
             c(b"GET /two HTTP/1.1\r\nhost: a\r\n\r\n"),
             s(b"HTTP/1.1 204 No Content\r\n\r\n"),
         ]
+    }
+
+    #[test]
+    fn unread_payload_is_fed_by_length() {
+        // HTTP/1.1: a 10 000-byte body after its head, fed as stand-ins.
+        let mut t = Tracker::new();
+        let mut ev = Vec::new();
+        let mut on = |e: Event, _: &Tracker| ev.push(e);
+        t.client(b"GET / HTTP/1.1\r\n\r\n", &mut on);
+        t.server(b"HTTP/1.1 200 OK\r\ncontent-length: 10000\r\n\r\n", &mut on);
+        assert_eq!(t.server_unread_ahead(), 10_000);
+        for z in unread(9_999) {
+            t.server(z, &mut on);
+        }
+        assert_eq!(t.server_unread_ahead(), 1);
+        for z in unread(1) {
+            t.server(z, &mut on);
+        }
+        assert_eq!(t.server_unread_ahead(), 0);
+        assert_eq!(ev, [Event::Started(1), Event::Ended(1)]);
+        // HTTP/2: a DATA frame's payload, not a GOAWAY's last-stream-id.
+        let mut t = Tracker::new();
+        let mut ev = Vec::new();
+        let mut on = |e: Event, _: &Tracker| ev.push(e);
+        t.client(H2_PREFACE, &mut on);
+        t.client(&fr(SETTINGS, 0, 0, 0), &mut on);
+        t.client(&fr(HEADERS, 0x5, 1, 0), &mut on);
+        t.server(&fr(SETTINGS, 0, 0, 0), &mut on);
+        t.server(&fr(HEADERS, 0x4, 1, 0)[..], &mut on);
+        t.server(&fr(DATA, 0x1, 1, 5000)[..9], &mut on);
+        assert_eq!(t.server_unread_ahead(), 5000);
+        for z in unread(5000) {
+            t.server(z, &mut on);
+        }
+        t.server(&fr(GOAWAY, 0, 0, 8)[..9], &mut on);
+        assert_eq!(t.server_unread_ahead(), 0);
+        assert_eq!(ev, [Event::Started(1), Event::Ended(1)]);
     }
 
     #[test]

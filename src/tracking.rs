@@ -164,6 +164,12 @@ impl Tracking {
         fed
     }
 
+    /// Server bytes ahead that the tracker skips unread: a write of at most this many can be
+    /// fed as [`crate::exchange::unread`] bytes.
+    pub fn server_unread_ahead(&self) -> u64 {
+        self.tracker.server_unread_ahead()
+    }
+
     /// A write towards the client: `chunks` are this write's bytes (`None`: not given).
     pub fn on_write<'a>(
         &mut self,

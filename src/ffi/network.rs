@@ -7,6 +7,7 @@ use super::envoy::{self, NetConfigNew, NetConnection};
 use super::{envoy_bytes, guard};
 use crate::config::NetworkFilterConfig;
 use crate::connections::{self, Action, Conn, FirstStream, Waker, WakerSlot, GOAWAY_NO_ERROR};
+use crate::exchange;
 use crate::state::{Protocol, EVENT_GO_AWAY};
 use crate::tracking::{Fed, Told, Tracking, CONNECTION_CLOSE, MAX_STATUS_LINE};
 use std::cell::{Cell, OnceCell, RefCell};
@@ -318,17 +319,23 @@ fn now() -> u64 {
 
 /// A feed's counters. `None`: the tracker was in use further up this stack (cannot be: its
 /// hooks do not nest into a read or write hook), so these bytes were not followed.
+#[inline]
 fn count_fed(f: &NetFilter, envoy: NetConnection, fed: Option<Fed>) {
+    match fed {
+        // The common case: nothing to count.
+        Some(fed) if fed.served_while_draining == 0 && !fed.lost && !fed.sent_away_http1 => {}
+        Some(fed) => count_fed_counters(f, envoy, fed),
+        None => {
+            log::warn!("graceful_drain: a connection's tracker was in use: bytes not followed")
+        }
+    }
+}
+
+#[cold]
+fn count_fed_counters(f: &NetFilter, envoy: NetConnection, fed: Fed) {
     // SAFETY: the config outlives its filters.
     let Some(cfg) = (unsafe { f.config.as_ref() }) else {
         return;
-    };
-    let fed = match fed {
-        Some(fed) => fed,
-        None => {
-            log::warn!("graceful_drain: a connection's tracker was in use: bytes not followed");
-            return;
-        }
     };
     if let (Some(id), n @ 1..) = (cfg.served_while_draining, fed.served_while_draining) {
         for _ in 0..n {
@@ -361,10 +368,25 @@ pub extern "C" fn envoy_dynamic_module_on_network_filter_write(
             return STATUS_CONTINUE;
         };
         conn.on_write(data_len);
-        if let Some(tracking) = &f.tracking {
+        // An empty write (Envoy makes one at a proxied response's end, ENVOY_FACTS.md §6) has
+        // no byte to follow: no buffer callbacks for it.
+        if let Some(tracking) = f.tracking.as_ref().filter(|_| data_len > 0) {
             // SAFETY: the filter's own pointer inside its write hook.
             let envoy = unsafe { NetConnection::in_hook(fe) };
-            let mut line = [0u8; MAX_STATUS_LINE];
+            // A write the tracker would skip unread (a body's rest, a frame's payload): fed by
+            // its length, without the two buffer callbacks (about 300 instructions).
+            let unread = tracking
+                .try_borrow()
+                .is_ok_and(|t| t.server_unread_ahead() >= data_len as u64);
+            if unread {
+                let fed = tracking.try_borrow_mut().ok().map(|mut t| {
+                    t.on_write(Some(exchange::unread(data_len)), conn, super::shared(), now)
+                });
+                count_fed(f, envoy, fed);
+                return STATUS_CONTINUE;
+            }
+            // Not zeroed on every write: only the write that is told fills it.
+            let mut line: Option<[u8; MAX_STATUS_LINE]> = None;
             let (fed, told) = envoy.with_write_slices(|chunks| {
                 let Ok(mut t) = tracking.try_borrow_mut() else {
                     return (None, Told::default());
@@ -372,15 +394,18 @@ pub extern "C" fn envoy_dynamic_module_on_network_filter_write(
                 let shared = super::shared();
                 let first = chunks().and_then(|mut c| c.next());
                 let told = t.close_to_insert(first, conn, shared);
-                if let Some(bytes) = first.and_then(|b| b.get(..told.insert)) {
-                    line[..told.insert].copy_from_slice(bytes);
+                let told_bytes = first.and_then(|b| b.get(..told.insert));
+                if let Some(bytes) = told_bytes.filter(|b| !b.is_empty()) {
+                    let kept = line.insert([0; MAX_STATUS_LINE]);
+                    if let Some(to) = kept.get_mut(..bytes.len()) {
+                        to.copy_from_slice(bytes);
+                    }
                 }
                 (Some(t.on_write(chunks(), conn, shared, now)), told)
             });
             // After the slices are released: the rewrite changes the buffer they described.
-            if told.insert > 0
-                && !envoy.insert_after_status_line(&line[..told.insert], CONNECTION_CLOSE)
-            {
+            let status_line = line.as_ref().and_then(|l| l.get(..told.insert));
+            if status_line.is_some_and(|l| !envoy.insert_after_status_line(l, CONNECTION_CLOSE)) {
                 log::warn!(
                     "graceful_drain: could not add connection: close to a response on \
                          connection {}",
