@@ -609,15 +609,25 @@ impl Conn {
 #[derive(Debug, Default)]
 struct CrossCheck {
     in_flight: AtomicU32,
+    /// Requests (HTTP/1.1) or streams (HTTP/2) seen to start since the connection opened: by
+    /// the tracker, and by the HTTP filter (its request-headers hook).
+    started: AtomicU64,
+    http_started: AtomicU64,
     /// The HTTP filter's streams whose response it saw end (end of stream through its encode
     /// hooks) and that have not ended yet: their bytes may be written before the stream ends.
     http_done: AtomicU32,
     lost: AtomicBool,
 }
 
-/// Process-wide cross-check tallies: checks made, checks with the tracker ahead, disagreements.
+/// Process-wide cross-check tallies: checks made, checks with the tracker ahead, disagreements,
+/// checks made at request starts (of the checks made).
 #[cfg(feature = "cross-check")]
-pub static CROSS_CHECKS: [AtomicU64; 3] = [AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)];
+pub static CROSS_CHECKS: [AtomicU64; 4] = [
+    AtomicU64::new(0),
+    AtomicU64::new(0),
+    AtomicU64::new(0),
+    AtomicU64::new(0),
+];
 
 #[cfg(feature = "cross-check")]
 impl CrossCheck {
@@ -625,6 +635,7 @@ impl CrossCheck {
         match started {
             Some(true) => {
                 self.in_flight.fetch_add(1, Ordering::Relaxed);
+                self.started.fetch_add(1, Ordering::Relaxed);
             }
             Some(false) => {
                 let _ = self
@@ -632,6 +643,29 @@ impl CrossCheck {
                     .try_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
             }
             None => set(&self.lost, true),
+        }
+    }
+
+    /// The HTTP filter saw a request start (its request-headers hook): the tracker, which reads
+    /// every byte before the connection manager parses it, must have seen at least as many
+    /// start. The counts in flight are not compared here: the tracker has read the whole
+    /// buffer the connection manager is working through, so it may already have ended a
+    /// stream the HTTP filter still holds (traced: a client's HEADERS and RST_STREAM in one
+    /// read); they are compared at reads (`check`), where both have seen the same bytes.
+    fn check_start(&self, id: u64) {
+        let http_started = self.http_started.fetch_add(1, Ordering::Relaxed) + 1;
+        if get(&self.lost) {
+            return;
+        }
+        let started = self.started.load(Ordering::Relaxed);
+        CROSS_CHECKS[0].fetch_add(1, Ordering::Relaxed);
+        CROSS_CHECKS[3].fetch_add(1, Ordering::Relaxed);
+        if started < http_started {
+            CROSS_CHECKS[2].fetch_add(1, Ordering::Relaxed);
+            log::error!(
+                "graceful_drain: cross-check disagreement on connection {id} at a request start: \
+                 the tracker saw {started} requests start, the HTTP filter {http_started}"
+            );
         }
     }
 
@@ -656,12 +690,13 @@ impl CrossCheck {
     }
 }
 
-/// The cross-check's tallies so far, for the log: (checks, tracker ahead, disagreements).
+/// The cross-check's tallies so far, for the log: (checks, tracker ahead, disagreements,
+/// checks at request starts).
 #[cfg(feature = "cross-check")]
-pub fn cross_check_tallies() -> (u64, u64, u64) {
-    let [a, b, c] = &CROSS_CHECKS;
+pub fn cross_check_tallies() -> (u64, u64, u64, u64) {
+    let [a, b, c, d] = &CROSS_CHECKS;
     let g = |x: &AtomicU64| x.load(Ordering::Relaxed);
-    (g(a), g(b), g(c))
+    (g(a), g(b), g(c), g(d))
 }
 
 /// What a connection's scheduled event asks of its network filter ([`Conn::on_scheduled`]).
@@ -1099,6 +1134,8 @@ impl Connections {
             .flatten();
         if let Some(c) = &conn {
             c.stream_started();
+            #[cfg(feature = "cross-check")]
+            c.xc.check_start(c.id);
         }
         StreamMark { conn, attached: 0 }
     }

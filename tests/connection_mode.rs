@@ -252,7 +252,7 @@ async fn responses_written_during_the_drain_carry_connection_close_without_the_a
 /// the exit the module logs its tallies. Here: it did compare (one check per read at least),
 /// and found no disagreement. Skipped in the other modes (the build has no cross-check).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn the_cross_check_compares_at_every_read() {
+async fn the_cross_check_compares_at_every_read_and_request_start() {
     if common::envoy::test_mode() != common::envoy::TestMode::CrossCheck {
         eprintln!("not a cross-check run: skipped");
         return;
@@ -284,6 +284,16 @@ async fn the_cross_check_compares_at_every_read() {
         .and_then(|n| n.parse().ok())
         .unwrap_or_else(|| panic!("{tally}"));
     assert!(checks >= 20, "one check per read at least: {tally}");
+    let starts: u64 = tally
+        .split(" checks (")
+        .nth(1)
+        .and_then(|t| t.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{tally}"));
+    assert!(
+        starts >= 21,
+        "a check at every request start (21 requests): {tally}"
+    );
     assert!(tally.contains(" 0 disagreements"), "{tally}");
 }
 

@@ -158,10 +158,10 @@ pub extern "C" fn envoy_dynamic_module_on_network_filter_config_destroy(cm: *con
     guard("network_filter_config_destroy", (), || {
         #[cfg(feature = "cross-check")]
         {
-            let (checks, ahead, disagreements) = crate::connections::cross_check_tallies();
+            let (checks, ahead, disagreements, starts) = crate::connections::cross_check_tallies();
             log::info!(
-                "graceful_drain: cross-check: {checks} checks, the tracker ahead at {ahead}, \
-                 {disagreements} disagreements"
+                "graceful_drain: cross-check: {checks} checks ({starts} at request starts, the \
+                 others at reads), the tracker ahead at {ahead}, {disagreements} disagreements"
             );
         }
         if !cm.is_null() {
