@@ -1319,6 +1319,10 @@ def write_report(data):
     json.dump(data, open(os.path.join(OUT, "report.json"), "w"), indent=1)
     L = [f"# graceful-drain benchmark report", "",
          f"Machine: {data['machine']}. Envoy {data['envoy']}. {'SMOKE RUN (tiny sizes, not figures)' if data['smoke'] else ''}", ""]
+    runs = data.get("runs") or {}
+    if len(set(runs.values())) > 1 or (runs and len(runs) < len(SECTIONS)):
+        # A report merged from partial runs (`--only`) says which run made each section.
+        L += ["Sections by run: " + "; ".join(f"{k}: {runs.get(k, 'an earlier run')}" for k in SECTIONS) + ".", ""]
     L += ["## Instructions per request (callgrind, Envoy --concurrency 1)", "",
           "| case | bare Envoy | with module | ratio | module's own hooks | Envoy hosting the module |", "|---|---|---|---|---|---|"]
     for r in data["instructions"]:
@@ -1513,12 +1517,19 @@ def main():
             "scale": [], "streams": []}
     only = args.only or SECTIONS
     previous = os.path.join(OUT, "report.json")
+    data["runs"] = {}
     if args.only and os.path.exists(previous):
-        # Partial run: keep the other sections of the last report.
+        # Partial run: keep the other sections of the last report, and say when they were made.
         old = json.load(open(previous))
         for k in SECTIONS:
             if k not in only:
                 data[k] = old.get(k, data[k])
+                if k in old.get("runs", {}):
+                    data["runs"][k] = old["runs"][k]
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+                            text=True).stdout.strip() or "unknown commit"
+    for k in only:
+        data["runs"][k] = f"{time.strftime('%Y-%m-%d')} at {commit}"
     if "instructions" in only:
         data["instructions"] = bench_instructions(binary, args.smoke)
     if "connections" in only:
