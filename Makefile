@@ -1,18 +1,23 @@
 # graceful-drain: the two commands the README starts with are `make run` and `make test`.
 SHELL := /bin/bash
 
-# The Envoy to build for, run and test against: `make build ENVOY_VERSION=1.39.3` (also `run`,
-# `test`). Default: the version pinned in scripts/install-envoy.sh. The module is built with the
-# cargo feature of that minor (envoy-1-39); each build refuses to load into another minor.
+# The Envoy to run and test against: `make test ENVOY_VERSION=1.39.3` (also `run`). Default: the
+# version pinned in scripts/install-envoy.sh. The module is one build for every supported Envoy
+# (src/compat.rs): the version only picks the Envoy binary.
 ENVOY_VERSION ?= $(shell sed -n 's/^ENVOY_VERSION=//p' scripts/install-envoy.sh)
 SUPPORTED_ENVOY_VERSIONS := $(shell scripts/install-envoy.sh --supported)
 minor_of = $(word 1,$(subst ., ,$(1))).$(word 2,$(subst ., ,$(1)))
 ENVOY_MINOR := $(call minor_of,$(ENVOY_VERSION))
-ENVOY_FEATURE := envoy-$(subst .,-,$(ENVOY_MINOR))
 SUPPORTED_MINORS := $(foreach v,$(SUPPORTED_ENVOY_VERSIONS),$(call minor_of,$(v)))
 # What `make test` runs (narrow it while developing: TEST_ARGS="--test drain").
 TEST_ARGS ?= --all-targets
 DIST_DIR := $(CURDIR)/target/dist
+# Reproducible builds: the checkout's path and cargo's home are not written into what is built
+# (debug info, panic locations), so the same commit gives the same .so bytes wherever it is built
+# (tests/dist.rs checks it). Every cargo command below builds with these flags, so the module the
+# tests load is the one `make dist` publishes.
+CARGO_HOME_DIR := $(or $(CARGO_HOME),$(HOME)/.cargo)
+export RUSTFLAGS := $(strip $(RUSTFLAGS) --remap-path-prefix=$(CURDIR)=/graceful-drain --remap-path-prefix=$(CARGO_HOME_DIR)=/cargo)
 # Which setup the integration tests run the example gateway in (tests/common/envoy.rs, TestMode):
 # filter (default), connection (no data-path HTTP filter: the network filter follows the
 # exchanges) or cross-check (both, the module built with the test-only `cross-check` feature in
@@ -20,35 +25,31 @@ DIST_DIR := $(CURDIR)/target/dist
 TEST_MODE ?= filter
 ifeq ($(TEST_MODE),cross-check)
 MODULE_TARGET := $(CURDIR)/target/cross-check
-MODULE_FEATURES := $(ENVOY_FEATURE),cross-check
+MODULE_FEATURES := --features cross-check
 else
 MODULE_TARGET := $(CURDIR)/target
-MODULE_FEATURES := $(ENVOY_FEATURE)
+MODULE_FEATURES :=
 endif
 MODULE_DIR := $(MODULE_TARGET)/release
 
 .PHONY: run test lint loom miri envoy build dist check-envoy-version bench bench-smoke bench-deps
 
-build: check-envoy-version
-	cargo build --release --lib --features $(MODULE_FEATURES) --target-dir $(MODULE_TARGET)
+build:
+	cargo build --release --locked --lib $(MODULE_FEATURES) --target-dir $(MODULE_TARGET)
 
 check-envoy-version:
 	@case " $(SUPPORTED_MINORS) " in *" $(ENVOY_MINOR) "*) ;; *) \
-	  echo "Envoy $(ENVOY_VERSION) is not supported: graceful_drain builds for Envoy $(SUPPORTED_MINORS)" \
+	  echo "Envoy $(ENVOY_VERSION) is not supported: graceful_drain runs in Envoy $(SUPPORTED_MINORS)" \
 	       "(1.37 and older cannot hold SIGTERM for a module; see docs/compatibility.md)" >&2; exit 1;; esac
 
-envoy:
+envoy: check-envoy-version
 	@scripts/install-envoy.sh $(ENVOY_VERSION) >/dev/null
 
-# One module per supported Envoy minor, named with it, plus SHA256SUMS: target/dist/.
+# The release artefacts, in target/dist/: the .so (one for every supported Envoy), an OCI image
+# holding only it (a layout directory and the same as an oci-archive), BUILDINFO and SHA256SUMS.
 dist:
-	@rm -rf $(DIST_DIR) && mkdir -p $(DIST_DIR)
-	@set -e; for v in $(SUPPORTED_ENVOY_VERSIONS); do \
-	  m=$$(echo $$v | cut -d. -f1,2); \
-	  cargo build --release --lib --quiet --features envoy-$${m//./-}; \
-	  cp target/release/libgraceful_drain.so $(DIST_DIR)/libgraceful_drain-envoy-$$m.so; \
-	done
-	@cd $(DIST_DIR) && sha256sum libgraceful_drain-envoy-*.so > SHA256SUMS && cat SHA256SUMS
+	@$(MAKE) --no-print-directory build TEST_MODE=filter
+	scripts/dist.sh target/release/libgraceful_drain.so $(DIST_DIR)
 
 # Run the example gateway (embedded backend, no other service needed).
 run: build envoy

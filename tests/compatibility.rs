@@ -1,19 +1,21 @@
-//! Every build refuses every Envoy it was not built for, against real binaries: the module under
-//! test in the newest patch of each other supported Envoy minor and in 1.37.0 (the line Knative
-//! Kourier ships), and the builds for the other minors in the Envoy under test. Envoy must exit
-//! at start with status 1, after one error line from the module naming the Envoy it was built for
-//! and the one it found; never a crash, never a gateway that serves half-working.
+//! One module file for every Envoy that can host it, against real binaries: the same
+//! `libgraceful_drain.so` is loaded into every tested Envoy release (the newest patch of each
+//! supported minor and the older patches platforms ship), one after another with the same config,
+//! as an in-place upgrade of a gateway's Envoy would; each one says which Envoy it found and
+//! drains. An Envoy it cannot host (1.37, the line Knative Kourier ships) refuses it at start with
+//! status 1, after one error line naming the versions supported; never a crash, never a gateway
+//! that serves half-working.
 
 mod common;
 
 use common::envoy::{
-    build_module_for, envoy_bin, expected_envoy_version, install_envoy, minor_of, module_dir,
-    render_gateway, supported_envoy_versions, Options, TempDir,
+    abi_version_of, install_envoy, minor_of, module_dir, render_gateway, tested_envoy_versions,
+    Envoy, Options, TempDir,
 };
-use common::{free_ports, repo_root};
+use common::scenario::{sigterm_drains_in_flight_work, Slow};
+use common::{clients, free_ports, sha256};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 /// The Envoy line that has dynamic modules but no SIGTERM hook for them.
@@ -129,27 +131,6 @@ static_resources:
     )
 }
 
-/// The module built for `version`'s minor: the one under test, or a build of another minor kept
-/// in its own directory (never the artefact under test).
-fn module_for(version: &str) -> PathBuf {
-    let minor = minor_of(version);
-    if minor == minor_of(&expected_envoy_version()) {
-        return module_dir().to_path_buf();
-    }
-    // One build at a time: the copy must take the output of this build, not of another thread's.
-    static BUILD: Mutex<()> = Mutex::new(());
-    let _one = BUILD.lock().unwrap_or_else(|e| e.into_inner());
-    let built = build_module_for(version, &[], Some("target/compat"));
-    let dir = repo_root().join("target/compat").join(&minor);
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::copy(
-        built.join("libgraceful_drain.so"),
-        dir.join("libgraceful_drain.so"),
-    )
-    .unwrap();
-    dir
-}
-
 /// Envoy exited 1 at start, with exactly one refusal line from the module; returns that line.
 fn assert_refused(envoy: &Path, modules: &Path, yaml: &str) -> String {
     let mut e = Refusing::start(envoy, modules, yaml);
@@ -172,46 +153,81 @@ fn assert_refused(envoy: &Path, modules: &Path, yaml: &str) -> String {
     lines[0].to_string()
 }
 
-fn other_supported_versions() -> Vec<String> {
-    let mine = minor_of(&expected_envoy_version());
-    supported_envoy_versions()
-        .into_iter()
-        .filter(|v| minor_of(v) != mine)
-        .collect()
-}
-
-#[test]
-fn this_build_refuses_every_other_supported_envoy() {
-    let built = minor_of(&expected_envoy_version());
-    for v in other_supported_versions() {
-        let line = assert_refused(&install_envoy(&v), module_dir(), &gateway_yaml());
+/// The in-place upgrade: one file, one config, Envoy 1.38.2 → … → 1.40.0 on the same ports. Each
+/// Envoy loads the file, matches its ABI, says in the module's load line which Envoy it found and
+/// what it gives there, reports both in `/drain/status`, and drains requests in flight.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn one_module_file_loads_into_every_tested_envoy_and_drains_there() {
+    let module = module_dir().join("libgraceful_drain.so");
+    let digest = sha256(&module);
+    let ports = free_ports(3);
+    let yaml = render_gateway(ports[0], ports[1], ports[2], &Options::default());
+    let versions = tested_envoy_versions();
+    assert!(
+        versions.len() >= 6
+            && versions[0].starts_with("1.38.")
+            && versions.iter().any(|v| v == "1.39.0"),
+        "the tested list covers 1.38, 1.39.0 and the newest patches: {versions:?}"
+    );
+    for v in &versions {
+        let o = Options {
+            envoy_bin: Some(install_envoy(v)),
+            ..Options::default()
+        };
+        let mut e = Envoy::start_yaml(&yaml, ports[0], ports[1], ports[2], &o).await;
+        let log = e.log();
+        let minor = minor_of(v);
         assert!(
-            line.contains(&format!("this build is for Envoy {built}.x")),
-            "{v}: {line}"
+            log.contains(&format!(
+                "Dynamic module ABI version {} matched",
+                abi_version_of(v)
+            )),
+            "{v}:\n{log}"
+        );
+        let loaded = log
+            .lines()
+            .find(|l| l.contains("graceful_drain ") && l.contains(" loaded into Envoy "))
+            .unwrap_or_else(|| panic!("{v}: no load line:\n{log}"));
+        assert!(
+            loaded.contains(&format!(
+                "graceful_drain {} loaded into Envoy {minor}",
+                env!("CARGO_PKG_VERSION")
+            )),
+            "{v}: {loaded}"
+        );
+        // What it gives, per generation (src/compat.rs).
+        assert_eq!(
+            loaded.contains("no active_requests gauge"),
+            minor == "1.38",
+            "{v}: {loaded}"
+        );
+        assert_eq!(
+            loaded.contains("no log_v2"),
+            minor != "1.40",
+            "{v}: {loaded}"
+        );
+        let st = e.drain_status().await;
+        assert_eq!(st["envoy"], minor.as_str(), "{v}: {st}");
+        assert_eq!(st["module_version"], env!("CARGO_PKG_VERSION"), "{v}: {st}");
+        // The version as a scrape sees it.
+        let scrape = clients::get(e.admin, "/stats/prometheus")
+            .await
+            .unwrap()
+            .text();
+        let info = format!(
+            "envoy_graceful_drain_build_info{{version=\"{}\",envoy=\"{minor}\"}} 1",
+            env!("CARGO_PKG_VERSION")
         );
         assert!(
-            line.contains(&format!("but this Envoy is {}", minor_of(&v))),
-            "{v}: {line}"
+            scrape.lines().any(|l| l == info),
+            "{v}: no {info} in:\n{scrape}"
         );
-        assert!(
-            line.contains(&format!("libgraceful_drain-envoy-{}.so", minor_of(&v))),
-            "{v}: {line}"
-        );
-    }
-}
-
-#[test]
-fn builds_for_other_envoys_refuse_the_envoy_under_test() {
-    let found = minor_of(&expected_envoy_version());
-    for v in other_supported_versions() {
-        let line = assert_refused(envoy_bin(), &module_for(&v), &gateway_yaml());
-        assert!(
-            line.contains(&format!("this build is for Envoy {}.x", minor_of(&v))),
-            "{v} build: {line}"
-        );
-        assert!(
-            line.contains(&format!("but this Envoy is {found}")),
-            "{v} build: {line}"
+        sigterm_drains_in_flight_work(&mut e, Slow::FAULT_HEADER).await;
+        drop(e);
+        assert_eq!(
+            sha256(&module),
+            digest,
+            "the module file changed under the test"
         );
     }
 }
@@ -222,6 +238,10 @@ fn envoy_1_37_is_refused_naming_the_minimum_version() {
     let line = assert_refused(&old, module_dir(), &filter_only_yaml());
     assert!(line.contains("this Envoy is 1.37 or older"), "{line}");
     assert!(line.contains("needs Envoy 1.38 or newer"), "{line}");
+    assert!(
+        line.contains("supported: 1.38.x, 1.39.x and 1.40.x"),
+        "{line}"
+    );
 
     // The example gateway itself does not even parse there (no bootstrap hooks, older fields):
     // Envoy refuses it before loading the module.

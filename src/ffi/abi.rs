@@ -1,6 +1,5 @@
 //! Raw declarations of the Envoy dynamic-module ABI subset this module uses (callbacks that Envoy
-//! exports to modules), for the Envoy generation this build targets: 1.40 by default, 1.39 with
-//! the cargo feature `envoy-1-39`, 1.38 with `envoy-1-38`. Hand-written from
+//! exports to modules), for every supported Envoy generation (1.38, 1.39, 1.40). Hand-written from
 //! `source/extensions/dynamic_modules/abi/abi.h` and checked against the symbols (and, where the
 //! header changed, the disassembly) of the official 1.38.3, 1.39.3 and 1.40.0 binaries.
 //!
@@ -8,9 +7,12 @@
 //! module calls the same Rust functions whatever Envoy it runs in.
 //!
 //! Callbacks are not linked as imports: `init` looks each one up in the running Envoy (`dlsym`)
-//! from `on_program_init`, after checking that this Envoy is the one the build is for. So a
-//! module loaded into the wrong Envoy says which build to use, instead of dying in the dynamic
-//! linker with `undefined symbol`, or, worse, loading and calling a callback whose shape differs.
+//! from `on_program_init`, after telling which generation this Envoy is. A callback marked
+//! `#[since(G)]` was added in generation `G`: it is looked up only in `G` and later (and required
+//! there), and left out before; its wrapper then does nothing and returns zero, so callers ask
+//! `gives()` first. So one `.so` loads into each supported Envoy, and an Envoy that lacks a
+//! callback it should have is refused with one line naming it, instead of dying in the dynamic
+//! linker with `undefined symbol`.
 //!
 //! Opaque Envoy handles are plain `*mut c_void`; C enums are passed as `u32`.
 // Each wrapper below has the contract of the C callback of the same name (see the ABI header).
@@ -19,6 +21,7 @@
 use crate::compat;
 use std::ffi::CString;
 use std::os::raw::{c_char, c_void};
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::OnceLock;
 
 /// A borrowed byte range: `envoy_dynamic_module_type_{envoy,module}_buffer`.
@@ -71,41 +74,99 @@ pub const METRICS_SUCCESS: u32 = 0;
 /// Not an Envoy value: the update was not sent (see [`http_filter_metric_add`]).
 pub const METRICS_NOT_SENT: u32 = u32::MAX;
 
-/// The ABI version string this build returns from `envoy_dynamic_module_on_program_init`: the one
-/// of the Envoy it is built for ("v0.1.0" for 1.38 and 1.39, "v0.2.0" for 1.40).
-pub const ABI_VERSION: &[u8] = compat::BUILT_FOR.abi_version_nul();
+/// The table's field for one callback: its address, or for one a generation added (`#[since]`)
+/// an `Option` of it (so the callbacks every generation has cost no check per call).
+macro_rules! callback_field {
+    (; $f:ty) => { $f };
+    ($since:ident; $f:ty) => { Option<$f> };
+}
+
+/// A resolved address `$p` (non-null) as the table's field.
+macro_rules! callback_found {
+    (; $p:expr) => {
+        $p
+    };
+    ($since:ident; $p:expr) => {
+        Some($p)
+    };
+}
+
+/// The table's field when the running generation is older than the callback: `None` for a
+/// `#[since]` one; for one every supported generation has, the Envoy cannot host the module.
+macro_rules! callback_absent {
+    (; $name:ident) => {
+        return Err(stringify!($name))
+    };
+    ($since:ident; $name:ident) => {
+        None
+    };
+}
+
+/// Call the callback `$name` through the table, or give zero ("nothing done") where there is none.
+macro_rules! callback_call {
+    (; $name:ident($($arg:ident),*)) => {
+        match CALLBACKS.get() {
+            // SAFETY: the caller upholds the contract of the C callback.
+            Some(c) => unsafe { (c.$name)($($arg),*) },
+            // Not reachable from Envoy: it calls no hook unless on_program_init, which fills
+            // the table, succeeded. Zero is a valid value of every return type here (bool, u32,
+            // a pointer, unit).
+            #[allow(clippy::unit_arg)]
+            None => unsafe { std::mem::zeroed() },
+        }
+    };
+    ($since:ident; $name:ident($($arg:ident),*)) => {
+        match CALLBACKS.get().and_then(|c| c.$name) {
+            // SAFETY: the caller upholds the contract of the C callback.
+            Some(f) => unsafe { f($($arg),*) },
+            // The running Envoy lacks it: callers check `gives` first.
+            #[allow(clippy::unit_arg)]
+            None => unsafe { std::mem::zeroed() },
+        }
+    };
+}
 
 /// Declares the callbacks: a table of addresses resolved once, and for each callback a wrapper
 /// with the C name and signature, so call sites read like direct calls into Envoy.
 macro_rules! envoy_callbacks {
     ($(
-        $(#[cfg($cfg:meta)])?
+        $(#[since($since:ident)])?
         $(#[doc = $doc:literal])*
         fn $name:ident($($arg:ident: $ty:ty),* $(,)?) $(-> $ret:ty)?;
     )*) => {
-        /// Addresses of the callbacks, looked up in the running Envoy by [`init`].
+        /// Addresses of the callbacks, looked up in the running Envoy by [`init`]; a `#[since]`
+        /// one is `None` where the running generation does not have it.
         #[allow(non_snake_case)]
         struct Callbacks {
-            $($(#[cfg($cfg)])? $name: unsafe extern "C" fn($($ty),*) $(-> $ret)?,)*
+            $($name: callback_field!($($since)?; unsafe extern "C" fn($($ty),*) $(-> $ret)?),)*
         }
 
         impl Callbacks {
-            /// Looks up every callback; the first one missing is the error.
-            fn resolve(find: impl Fn(&str) -> *mut c_void) -> Result<Callbacks, &'static str> {
+            /// Looks up every callback `found` has; the first one missing is the error.
+            fn resolve(
+                found: compat::EnvoyGeneration,
+                find: impl Fn(&str) -> *mut c_void,
+            ) -> Result<Callbacks, &'static str> {
                 Ok(Callbacks {
-                    $($(#[cfg($cfg)])? $name: {
-                        let p = find(stringify!($name));
-                        if p.is_null() {
-                            return Err(stringify!($name));
-                        }
-                        // SAFETY: `p` is the address of the function Envoy exports under this
-                        // name; its C signature in the Envoy generation this build is for (checked
-                        // by `init` before the table is used) is the one declared here.
-                        unsafe {
-                            std::mem::transmute::<
-                                *mut c_void,
-                                unsafe extern "C" fn($($ty),*) $(-> $ret)?,
-                            >(p)
+                    $($name: {
+                        let since = compat::EnvoyGeneration::V1_38
+                            $(.max(compat::EnvoyGeneration::$since))?;
+                        if found < since {
+                            callback_absent!($($since)?; $name)
+                        } else {
+                            let p = find(stringify!($name));
+                            if p.is_null() {
+                                return Err(stringify!($name));
+                            }
+                            // SAFETY: `p` is the address of the function Envoy exports under
+                            // this name; its C signature in every generation that has it (the
+                            // ones from `since` on) is the one declared here.
+                            callback_found!($($since)?; unsafe {
+                                std::mem::transmute::<
+                                    *mut c_void,
+                                    unsafe extern "C" fn($($ty),*) $(-> $ret)?,
+                                >(p)
+                            })
                         }
                     },)*
                 })
@@ -119,7 +180,6 @@ macro_rules! envoy_callbacks {
         pub(crate) mod fake {
             use super::*;
             $(
-                $(#[cfg($cfg)])?
                 #[allow(unused_variables)]
                 unsafe extern "C" fn $name($($arg: $ty),*) $(-> $ret)? {
                     <ret_or_unit!($($ret)?) as FakeReturn>::from_raw(called(stringify!($name)))
@@ -128,7 +188,6 @@ macro_rules! envoy_callbacks {
             /// The stand-in named `name`, or null.
             pub(crate) fn resolve(name: &str) -> *mut c_void {
                 $(
-                    $(#[cfg($cfg)])?
                     if name == stringify!($name) {
                         return $name as *const () as *mut c_void;
                     }
@@ -138,19 +197,10 @@ macro_rules! envoy_callbacks {
         }
 
         $(
-            $(#[cfg($cfg)])?
             $(#[doc = $doc])*
             #[inline]
             pub unsafe extern "C" fn $name($($arg: $ty),*) $(-> $ret)? {
-                match CALLBACKS.get() {
-                    // SAFETY: the caller upholds the contract of the C callback.
-                    Some(c) => unsafe { (c.$name)($($arg),*) },
-                    // Not reachable from Envoy: it calls no hook unless on_program_init, which
-                    // fills the table, succeeded. Zero is a valid value of every return type here
-                    // (bool, u32, a pointer, unit), and means "nothing done".
-                    #[allow(clippy::unit_arg)]
-                    None => unsafe { std::mem::zeroed() },
-                }
+                callback_call!($($since)?; $name($($arg),*))
             }
         )*
     };
@@ -163,11 +213,18 @@ use super::fake_envoy::{called, ret_or_unit, FakeReturn};
 #[cfg(test)]
 pub(crate) use super::fake_envoy::{script, take_calls};
 
+/// The Envoy generation the FFI layer's unit tests pretend to run in.
+#[cfg(test)]
+const FAKE_GENERATION: compat::EnvoyGeneration = compat::EnvoyGeneration::V1_40;
+
 /// The FFI layer's unit tests run against fake callbacks: the table is filled with them once per
-/// test process (no Envoy there to look callbacks up in).
+/// test process (no Envoy there to look callbacks up in), as in a 1.40 Envoy.
 #[cfg(test)]
 pub(crate) fn install_fake() {
-    let _ = CALLBACKS.set(Callbacks::resolve(fake::resolve).expect("a fake for every callback"));
+    FOUND.store(FAKE_GENERATION as u8, Ordering::Relaxed);
+    let _ = CALLBACKS.set(
+        Callbacks::resolve(FAKE_GENERATION, fake::resolve).expect("a fake for every callback"),
+    );
 }
 
 /// Forget this thread's scripts and calls (a test's start).
@@ -187,27 +244,43 @@ fn lookup(name: &str) -> *mut c_void {
     unsafe { libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr()) }
 }
 
-/// Called first in `on_program_init`: detects which Envoy this is, and when it is the one this
-/// build is for, resolves every callback. Otherwise logs one error line naming both versions and
-/// returns false: `on_program_init` then returns null, and Envoy refuses to start
-/// (`Failed to initialize dynamic module`).
-pub(crate) fn init() -> bool {
+/// The generation of the Envoy the module was loaded into (set once by [`init`], before Envoy
+/// calls any hook; a relaxed load on the request path).
+static FOUND: AtomicU8 = AtomicU8::new(compat::EnvoyGeneration::V1_40 as u8);
+
+/// The running Envoy's generation; 1.40 before [`init`] ran (nothing calls Envoy then).
+pub(crate) fn generation() -> compat::EnvoyGeneration {
+    compat::EnvoyGeneration::from_u8(FOUND.load(Ordering::Relaxed))
+}
+
+/// What the module does differently in the running Envoy (`compat::Gives`).
+#[inline]
+pub(crate) fn gives() -> compat::Gives {
+    generation().gives()
+}
+
+/// Called first in `on_program_init`: detects which Envoy this is and, when it can host the
+/// module, resolves every callback it has. Otherwise logs one error line naming the versions
+/// supported and returns `None`: `on_program_init` then returns null, and Envoy refuses to start
+/// (`Failed to initialize dynamic module`). `Some`: the ABI version string for this Envoy.
+pub(crate) fn init() -> Option<&'static [u8]> {
     if CALLBACKS.get().is_some() {
-        return true;
+        return Some(generation().abi_version_nul());
     }
     let found = compat::EnvoyGeneration::detect(|name| !lookup(name).is_null());
-    let resolved = Callbacks::resolve(lookup);
+    let resolved = Callbacks::resolve(found, lookup);
     let missing = resolved.as_ref().err().copied();
-    match (compat::verdict(compat::BUILT_FOR, found, missing), resolved) {
+    match (compat::verdict(found, missing), resolved) {
         (Ok(()), Ok(table)) => {
+            FOUND.store(found as u8, Ordering::Relaxed);
             let _ = CALLBACKS.set(table);
-            true
+            Some(found.abi_version_nul())
         }
         (Err(line), _) => {
             log_early(LOG_ERROR, &line);
-            false
+            None
         }
-        (Ok(()), Err(_)) => false, // verdict always refuses when a callback is missing
+        (Ok(()), Err(_)) => None, // verdict always refuses when a callback is missing
     }
 }
 
@@ -249,7 +322,6 @@ pub enum MetricUpdate {
 /// # Safety
 /// `config` is the live config pointer from `config_new`; `filter` is null or the live stream of
 /// the current hook, on its worker thread.
-#[allow(unused_variables)] // each generation uses only one of the two pointers
 pub unsafe fn http_filter_metric_add(
     config: EnvoyPtr,
     filter: EnvoyPtr,
@@ -257,50 +329,42 @@ pub unsafe fn http_filter_metric_add(
     id: usize,
 ) -> u32 {
     let none = std::ptr::null_mut();
-    #[cfg(not(feature = "envoy-1-38"))]
-    // SAFETY: per the contract; config-level stats are atomics in Envoy.
-    unsafe {
-        match update {
-            MetricUpdate::IncrementCounter => {
-                envoy_dynamic_module_callback_http_filter_config_increment_counter(
-                    config, id, none, 0, 1,
-                )
-            }
-            MetricUpdate::IncrementGauge => {
-                envoy_dynamic_module_callback_http_filter_config_increment_gauge(
-                    config, id, none, 0, 1,
-                )
-            }
-            MetricUpdate::DecrementGauge => {
-                envoy_dynamic_module_callback_http_filter_config_decrement_gauge(
-                    config, id, none, 0, 1,
-                )
-            }
-        }
-    }
-    #[cfg(feature = "envoy-1-38")]
-    {
-        if filter.is_null() {
-            return METRICS_NOT_SENT;
-        }
-        // SAFETY: per the contract: a live stream inside its hook.
-        unsafe {
+    if gives().config_scope_http_metrics {
+        // SAFETY: per the contract; config-level stats are atomics in Envoy.
+        return unsafe {
             match update {
                 MetricUpdate::IncrementCounter => {
-                    envoy_dynamic_module_callback_http_filter_increment_counter(
-                        filter, id, none, 0, 1,
+                    envoy_dynamic_module_callback_http_filter_config_increment_counter(
+                        config, id, none, 0, 1,
                     )
                 }
                 MetricUpdate::IncrementGauge => {
-                    envoy_dynamic_module_callback_http_filter_increment_gauge(
-                        filter, id, none, 0, 1,
+                    envoy_dynamic_module_callback_http_filter_config_increment_gauge(
+                        config, id, none, 0, 1,
                     )
                 }
                 MetricUpdate::DecrementGauge => {
-                    envoy_dynamic_module_callback_http_filter_decrement_gauge(
-                        filter, id, none, 0, 1,
+                    envoy_dynamic_module_callback_http_filter_config_decrement_gauge(
+                        config, id, none, 0, 1,
                     )
                 }
+            }
+        };
+    }
+    if filter.is_null() {
+        return METRICS_NOT_SENT;
+    }
+    // SAFETY: per the contract: a live stream inside its hook.
+    unsafe {
+        match update {
+            MetricUpdate::IncrementCounter => {
+                envoy_dynamic_module_callback_http_filter_increment_counter(filter, id, none, 0, 1)
+            }
+            MetricUpdate::IncrementGauge => {
+                envoy_dynamic_module_callback_http_filter_increment_gauge(filter, id, none, 0, 1)
+            }
+            MetricUpdate::DecrementGauge => {
+                envoy_dynamic_module_callback_http_filter_decrement_gauge(filter, id, none, 0, 1)
             }
         }
     }
@@ -310,7 +374,7 @@ envoy_callbacks! {
     // ---- common -----------------------------------------------------------------------------
     fn envoy_dynamic_module_callback_log(level: u32, message: Buffer);
     fn envoy_dynamic_module_callback_log_enabled(level: u32) -> bool;
-    #[cfg(not(any(feature = "envoy-1-38", feature = "envoy-1-39")))]
+    #[since(V1_40)]
     /// 1.40: `log` with the source location Envoy prints (`log` prints an empty `[:]` there).
     fn envoy_dynamic_module_callback_log_v2(
         level: u32,
@@ -382,7 +446,7 @@ envoy_callbacks! {
     ) -> u32;
     // Config-scope gauge set (1.39 and 1.40 binaries, disassembled: `(config, id, value)`, ids
     // from 1, the gauge's own `set`; absent from 1.38). An atomic store: any thread.
-    #[cfg(not(feature = "envoy-1-38"))]
+    #[since(V1_39)]
     fn envoy_dynamic_module_callback_network_filter_config_set_gauge(
         config: EnvoyPtr,
         id: usize,
@@ -456,7 +520,7 @@ envoy_callbacks! {
         id: *mut usize,
     ) -> u32;
     // Config-scope metric updates (1.39 and later): usable from any worker, with no stream.
-    #[cfg(not(feature = "envoy-1-38"))]
+    #[since(V1_39)]
     fn envoy_dynamic_module_callback_http_filter_config_increment_counter(
         config: EnvoyPtr,
         id: usize,
@@ -464,7 +528,7 @@ envoy_callbacks! {
         label_values_len: usize,
         value: u64,
     ) -> u32;
-    #[cfg(not(feature = "envoy-1-38"))]
+    #[since(V1_39)]
     fn envoy_dynamic_module_callback_http_filter_config_increment_gauge(
         config: EnvoyPtr,
         id: usize,
@@ -472,7 +536,7 @@ envoy_callbacks! {
         label_values_len: usize,
         value: u64,
     ) -> u32;
-    #[cfg(not(feature = "envoy-1-38"))]
+    #[since(V1_39)]
     fn envoy_dynamic_module_callback_http_filter_config_set_gauge(
         config: EnvoyPtr,
         id: usize,
@@ -480,7 +544,7 @@ envoy_callbacks! {
         label_values_len: usize,
         value: u64,
     ) -> u32;
-    #[cfg(not(feature = "envoy-1-38"))]
+    #[since(V1_39)]
     fn envoy_dynamic_module_callback_http_filter_config_decrement_gauge(
         config: EnvoyPtr,
         id: usize,
@@ -489,9 +553,8 @@ envoy_callbacks! {
         value: u64,
     ) -> u32;
 
-    // Stream-scope metric updates: 1.38 has no config-scope form, so the filter's own pointer is
-    // used (valid only inside one of its hooks).
-    #[cfg(feature = "envoy-1-38")]
+    // Stream-scope metric updates (every generation has them): 1.38 has no config-scope form, so
+    // there the filter's own pointer is used (valid only inside one of its hooks).
     fn envoy_dynamic_module_callback_http_filter_increment_counter(
         filter: EnvoyPtr,
         id: usize,
@@ -499,7 +562,6 @@ envoy_callbacks! {
         label_values_len: usize,
         value: u64,
     ) -> u32;
-    #[cfg(feature = "envoy-1-38")]
     fn envoy_dynamic_module_callback_http_filter_increment_gauge(
         filter: EnvoyPtr,
         id: usize,
@@ -507,7 +569,6 @@ envoy_callbacks! {
         label_values_len: usize,
         value: u64,
     ) -> u32;
-    #[cfg(feature = "envoy-1-38")]
     fn envoy_dynamic_module_callback_http_filter_decrement_gauge(
         filter: EnvoyPtr,
         id: usize,

@@ -106,6 +106,15 @@ impl StatsSource for ExtensionStats {
     }
 }
 
+/// `graceful_drain.build_info` = 1, labelled with the module's version and the Envoy minor it
+/// found, as scrapes see it (`envoy_graceful_drain_build_info{version="...",envoy="..."} 1`).
+fn publish_build_info(envoy: ExtensionConfig) {
+    if let Some(id) = envoy.define_labelled_gauge("build_info", &["version", "envoy"]) {
+        let found = super::abi::generation().minor();
+        envoy.set_labelled_gauge(id, &[crate::compat::MODULE_VERSION, found], 1);
+    }
+}
+
 fn register_admin(envoy: ExtensionConfig, path: &[u8], help: &str, mutates: bool) {
     if !envoy.register_admin(path, help, mutates) {
         log::warn!(
@@ -186,6 +195,7 @@ pub extern "C" fn envoy_dynamic_module_on_bootstrap_extension_config_new(
             metrics: Metrics::define(envoy),
             ext,
         });
+        publish_build_info(envoy);
         envoy.signal_init_complete();
         Some(Box::into_raw(glue) as *const c_void)
     })

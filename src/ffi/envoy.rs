@@ -188,8 +188,8 @@ impl HttpConfig {
         unsafe { abi::http_filter_metric_add(self.0, fe, update, id) };
     }
 
-    /// Set an unlabelled gauge (an atomic store in Envoy: any thread, ENVOY_FACTS.md §3b).
-    #[cfg(not(feature = "envoy-1-38"))]
+    /// Set an unlabelled gauge (an atomic store in Envoy: any thread, ENVOY_FACTS.md §3b). Envoy
+    /// 1.39 and later (`compat::Gives::config_scope_http_metrics`); nothing on 1.38.
     pub(crate) fn set_gauge(self, id: usize, value: u64) {
         // SAFETY: live config; `id` defined by `define`; no labels.
         unsafe {
@@ -204,7 +204,6 @@ impl HttpConfig {
     }
 
     /// The config's word (to find it again in a list of live configs).
-    #[cfg(not(feature = "envoy-1-38"))]
     pub(crate) fn word(self) -> usize {
         self.0 as usize
     }
@@ -428,7 +427,6 @@ impl NetConfigNew {
     }
 
     /// Define an unlabelled gauge; `None` (logged) if Envoy refuses it.
-    #[cfg(not(feature = "envoy-1-38"))]
     pub(crate) fn define_gauge(&self, name: &str) -> Option<usize> {
         let mut id = 0usize;
         // SAFETY: inside config_new with Envoy's config pointer; the name lives for the call.
@@ -443,7 +441,6 @@ impl NetConfigNew {
     }
 
     /// The config's word, for [`net_config_set_gauge`] after `config_new`.
-    #[cfg(not(feature = "envoy-1-38"))]
     pub(crate) fn word(&self) -> usize {
         self.0 as usize
     }
@@ -455,7 +452,6 @@ impl NetConfigNew {
 /// # Safety
 /// `ce` is the word of a config whose `config_destroy` has not run; `id` from its
 /// [`NetConfigNew::define_gauge`].
-#[cfg(not(feature = "envoy-1-38"))]
 pub(crate) unsafe fn net_config_set_gauge(ce: usize, id: usize, value: u64) {
     // SAFETY: per the contract.
     unsafe {
@@ -532,6 +528,42 @@ impl ExtensionConfig {
         };
         // SAFETY: the live extension config, the kind `define` takes.
         unsafe { define_metric(define, self.0, name) }
+    }
+
+    /// Define a gauge with labels (inside `config_new` only); `None` (logged) if Envoy refuses it.
+    pub(crate) fn define_labelled_gauge(self, name: &str, labels: &[&str]) -> Option<usize> {
+        let mut names: Vec<Buffer> = labels.iter().map(|l| module_buffer(l.as_bytes())).collect();
+        let mut id = 0usize;
+        // SAFETY: main thread, inside config_new; the buffers live for the call (Envoy copies).
+        let r = unsafe {
+            abi::envoy_dynamic_module_callback_bootstrap_extension_config_define_gauge(
+                self.0,
+                module_buffer(name.as_bytes()),
+                names.as_mut_ptr(),
+                names.len(),
+                &mut id,
+            )
+        };
+        metric_defined(name, r, id)
+    }
+
+    /// Set a labelled gauge. Main thread only: Envoy interns the label values in a pool that is
+    /// not thread-safe (ENVOY_FACTS.md §3b).
+    pub(crate) fn set_labelled_gauge(self, id: usize, values: &[&str], value: u64) {
+        let mut v: Vec<Buffer> = values.iter().map(|l| module_buffer(l.as_bytes())).collect();
+        // SAFETY: main thread, live config; `id` from define_labelled_gauge with as many labels.
+        let r = unsafe {
+            abi::envoy_dynamic_module_callback_bootstrap_extension_config_set_gauge(
+                self.0,
+                id,
+                v.as_mut_ptr(),
+                v.len(),
+                value,
+            )
+        };
+        if r != abi::METRICS_SUCCESS {
+            log::warn!("graceful_drain: could not set a labelled gauge (result {r})");
+        }
     }
 
     /// Add an admin endpoint handled by `on_bootstrap_extension_admin_request`; false if Envoy
@@ -715,22 +747,20 @@ pub(crate) fn log_enabled(level: u32) -> bool {
 
 /// One line to Envoy's `dynamic_modules` logger, with the module's own source location where
 /// Envoy prints one (1.40). Any thread; Envoy copies the buffers.
-#[allow(unused_variables)] // 1.38 and 1.39 take no location
 pub(crate) fn log(level: u32, msg: &str, file: &str, line: u32) {
-    #[cfg(not(any(feature = "envoy-1-38", feature = "envoy-1-39")))]
-    // SAFETY: the buffers point at `msg` and `file`, alive for the call.
-    unsafe {
-        abi::envoy_dynamic_module_callback_log_v2(
-            level,
-            module_buffer(msg.as_bytes()),
-            module_buffer(file.as_bytes()),
-            line,
-        )
-    }
-    #[cfg(any(feature = "envoy-1-38", feature = "envoy-1-39"))]
-    // SAFETY: the buffer points at `msg`, alive for the call.
-    unsafe {
-        abi::envoy_dynamic_module_callback_log(level, module_buffer(msg.as_bytes()))
+    if abi::gives().log_source_location {
+        // SAFETY: the buffers point at `msg` and `file`, alive for the call.
+        unsafe {
+            abi::envoy_dynamic_module_callback_log_v2(
+                level,
+                module_buffer(msg.as_bytes()),
+                module_buffer(file.as_bytes()),
+                line,
+            )
+        }
+    } else {
+        // SAFETY: the buffer points at `msg`, alive for the call.
+        unsafe { abi::envoy_dynamic_module_callback_log(level, module_buffer(msg.as_bytes())) }
     }
 }
 

@@ -165,16 +165,17 @@ pub(crate) fn shared() -> &'static Shared {
 }
 
 /// `envoy_dynamic_module_on_program_init`: called once when Envoy loads the `.so`.
-/// Returns the ABI version string; Envoy compares it with its own and logs the result.
-/// Returns null (Envoy refuses to start) when this Envoy is not the one the build is for.
+/// Returns the ABI version string of the Envoy found; Envoy compares it with its own and logs
+/// the result. Returns null (Envoy refuses to start) when this Envoy cannot host the module.
 #[no_mangle]
 pub extern "C" fn envoy_dynamic_module_on_program_init() -> *const c_char {
     guard("on_program_init", std::ptr::null(), || {
-        if !abi::init() {
+        let Some(abi_version) = abi::init() else {
             return std::ptr::null();
-        }
+        };
         logger::install();
-        shared();
-        abi::ABI_VERSION.as_ptr() as *const c_char
+        log::info!("{}", crate::compat::loaded_line(abi::generation()));
+        shared().set_envoy(abi::generation());
+        abi_version.as_ptr() as *const c_char
     })
 }

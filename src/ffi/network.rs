@@ -36,7 +36,6 @@ struct NetConfig {
     /// them, the tracker saw it).
     sent_away_http1: Option<usize>,
     /// Envoy's word for this config while a module thread sets its `active_requests` gauge.
-    #[cfg(not(feature = "envoy-1-38"))]
     gauge_config: Option<usize>,
 }
 
@@ -102,8 +101,7 @@ pub extern "C" fn envoy_dynamic_module_on_network_filter_config_new(
                 // Connection mode's in-flight count as the HTTP filter's gauge of the same name
                 // (Envoy keeps one stat per name), set from the in-flight table by a module
                 // thread (1.39 and later: 1.38 has no config-scope gauge set for this filter).
-                #[cfg(not(feature = "envoy-1-38"))]
-                let gauge_config = track_requests
+                let gauge_config = (track_requests && super::abi::gives().network_config_gauge)
                     .then(|| envoy.define_gauge("active_requests"))
                     .flatten()
                     .map(|id| {
@@ -130,7 +128,6 @@ pub extern "C" fn envoy_dynamic_module_on_network_filter_config_new(
                     sent_away_http1: track_requests
                         .then(|| envoy.define_counter("connections_sent_away_http1"))
                         .flatten(),
-                    #[cfg(not(feature = "envoy-1-38"))]
                     gauge_config,
                 })) as *const c_void
             }
@@ -143,10 +140,8 @@ pub extern "C" fn envoy_dynamic_module_on_network_filter_config_new(
 }
 
 /// The tracking configs whose `active_requests` gauge a module thread sets.
-#[cfg(not(feature = "envoy-1-38"))]
 static GAUGES: crate::gauges::GaugePublisher = crate::gauges::GaugePublisher::new();
 
-#[cfg(not(feature = "envoy-1-38"))]
 fn set_config_gauge(ce: usize, id: usize, value: u64) {
     // SAFETY: `ce` is a live config: it leaves GAUGES (under the lock the caller holds) in its
     // destroy hook, before Envoy frees it.
@@ -167,7 +162,6 @@ pub extern "C" fn envoy_dynamic_module_on_network_filter_config_destroy(cm: *con
         if !cm.is_null() {
             // SAFETY: from Box::into_raw in config_new; Envoy destroys it once, after its filters.
             let cfg = unsafe { Box::from_raw(cm as *mut NetConfig) };
-            #[cfg(not(feature = "envoy-1-38"))]
             if let Some(ce) = cfg.gauge_config {
                 GAUGES.forget(ce);
             }

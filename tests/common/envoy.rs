@@ -60,6 +60,20 @@ pub fn supported_envoy_versions() -> Vec<String> {
         .collect()
 }
 
+/// Every Envoy the module is loaded into by some test, oldest first: the supported ones and the
+/// older patches platforms ship (scripts/install-envoy.sh).
+pub fn tested_envoy_versions() -> Vec<String> {
+    let mut v = supported_envoy_versions();
+    v.extend(
+        install_script_value("OLDER_TESTED_ENVOY_VERSIONS=")
+            .split_whitespace()
+            .map(str::to_string),
+    );
+    let key = |s: &String| -> Vec<u32> { s.split('.').map(|p| p.parse().unwrap_or(0)).collect() };
+    v.sort_by_key(key);
+    v
+}
+
 /// The Envoy version under test: `$ENVOY_VERSION` (set by `make test ENVOY_VERSION=...`), else
 /// the pinned default.
 pub fn expected_envoy_version() -> String {
@@ -74,11 +88,6 @@ pub fn minor_of(version: &str) -> String {
     version.split('.').take(2).collect::<Vec<_>>().join(".")
 }
 
-/// The cargo feature that builds the module for this Envoy version (`envoy-1-39`).
-pub fn module_feature(version: &str) -> String {
-    format!("envoy-{}", minor_of(version).replace('.', "-"))
-}
-
 /// The ABI version string Envoy of this version reports as matched.
 pub fn abi_version_of(version: &str) -> &'static str {
     match minor_of(version).as_str() {
@@ -87,17 +96,14 @@ pub fn abi_version_of(version: &str) -> &'static str {
     }
 }
 
-/// Build the module for `envoy_version` with extra features into `target_dir` (default `target`).
-pub fn build_module_for(envoy_version: &str, extra: &[&str], target_dir: Option<&str>) -> PathBuf {
-    let mut features = vec![module_feature(envoy_version)];
-    features.extend(extra.iter().map(|f| f.to_string()));
-    build_module(&["--features", &features.join(",")], target_dir)
-}
-
-fn build_module(extra: &[&str], target_dir: Option<&str>) -> PathBuf {
+/// Build the module (one build for every supported Envoy) with extra cargo features into
+/// `target_dir` (default `target`); the directory that holds `libgraceful_drain.so`.
+pub fn build_module(features: &[&str], target_dir: Option<&str>) -> PathBuf {
     let mut cmd = Command::new(env!("CARGO"));
-    cmd.args(["build", "--release", "--lib", "--quiet"])
-        .args(extra);
+    cmd.args(["build", "--release", "--locked", "--lib", "--quiet"]);
+    if !features.is_empty() {
+        cmd.args(["--features", &features.join(",")]);
+    }
     if let Some(t) = target_dir {
         cmd.args(["--target-dir", t]);
     }
@@ -140,7 +146,7 @@ pub fn module_dir() -> &'static Path {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     DIR.get_or_init(|| match std::env::var("GRACEFUL_DRAIN_MODULE_DIR") {
         Ok(p) => PathBuf::from(p),
-        Err(_) => build_module_for(&expected_envoy_version(), &[], None),
+        Err(_) => build_module(&[], None),
     })
 }
 
@@ -148,16 +154,11 @@ pub fn module_dir() -> &'static Path {
 /// can never be mistaken for the release artefact.
 pub fn panic_test_module_dir() -> &'static Path {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
-    DIR.get_or_init(|| {
-        build_module_for(
-            &expected_envoy_version(),
-            &["panic-test"],
-            Some("target/panic-test"),
-        )
-    })
+    DIR.get_or_init(|| build_module(&["panic-test"], Some("target/panic-test")))
 }
 
 /// A private temp dir removed on drop.
+#[derive(Debug)]
 pub struct TempDir(pub PathBuf);
 
 impl TempDir {
@@ -224,6 +225,12 @@ pub struct Options {
     pub data_http_filter: bool,
     /// The network filter follows every exchange from the bytes (`"track_requests": true`).
     pub track_requests: bool,
+    /// Another Envoy binary than the one under test (`envoy_bin`).
+    pub envoy_bin: Option<PathBuf>,
+    /// Load `libgraceful_drain.so` from this directory instead of the module under test.
+    pub module_dir: Option<PathBuf>,
+    /// Run Envoy inside this glibc-only root (Envoy's distroless images), not on the host.
+    pub root: Option<std::sync::Arc<super::image::GlibcRoot>>,
 }
 
 /// How the suites run the example gateway, from `GRACEFUL_DRAIN_TEST_MODE` (`make test
@@ -269,6 +276,9 @@ impl Default for Options {
             network_filter: true,
             data_http_filter: test_mode() != TestMode::Connection,
             track_requests: test_mode() != TestMode::Filter,
+            envoy_bin: None,
+            module_dir: None,
+            root: None,
         }
     }
 }
@@ -450,14 +460,25 @@ impl Envoy {
         std::fs::write(&cfg, yaml).unwrap();
         let log_path = dir.0.join("envoy.log");
         let log = std::fs::File::create(&log_path).unwrap();
-        let modules = if o.panic_test_module {
+        let modules = if let Some(d) = &o.module_dir {
+            d.as_path()
+        } else if o.panic_test_module {
             panic_test_module_dir()
         } else {
             module_dir()
         };
-        let child = Command::new(envoy_bin())
-            .arg("-c")
-            .arg(&cfg)
+        let bin = o.envoy_bin.as_deref().unwrap_or(envoy_bin());
+        let mut cmd = match &o.root {
+            Some(root) => root.envoy_command(bin, &cfg, &modules.join("libgraceful_drain.so")),
+            None => {
+                let mut c = Command::new(bin);
+                c.arg("-c")
+                    .arg(&cfg)
+                    .env("ENVOY_DYNAMIC_MODULES_SEARCH_PATH", modules);
+                c
+            }
+        };
+        let child = cmd
             .args(
                 o.base_args
                     .clone()
@@ -470,7 +491,6 @@ impl Envoy {
                 "--component-log-level",
                 "dynamic_modules:debug",
             ])
-            .env("ENVOY_DYNAMIC_MODULES_SEARCH_PATH", modules)
             .envs(o.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())

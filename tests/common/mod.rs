@@ -5,13 +5,29 @@
 pub mod clients;
 pub mod envoy;
 pub mod front;
+pub mod image;
 pub mod json;
+pub mod scenario;
 pub mod tools;
 pub mod upstream;
 
 use std::future::Future;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
+
+/// The sha256 of a file, as `sha256sum` prints it.
+pub fn sha256(path: &std::path::Path) -> String {
+    let out = std::process::Command::new("sha256sum")
+        .arg(path)
+        .output()
+        .expect("sha256sum");
+    assert!(out.status.success(), "sha256sum {path:?}");
+    String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .next()
+        .unwrap_or_default()
+        .to_string()
+}
 
 pub fn repo_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
