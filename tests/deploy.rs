@@ -1,13 +1,19 @@
 //! Deployable artefacts kept honest: the Kubernetes manifests validate against the Kubernetes
 //! schemas, the ConfigMap's bootstrap validates with the real Envoy and the module, the
-//! Dockerfile lints clean, and the settings agree with each other.
+//! Dockerfile lints clean, the settings agree with each other, and the gateway pod runs as the
+//! manifests describe it: the official distroless Envoy image (a glibc-only root) with the module
+//! from the release image mounted as an image volume.
 
 mod common;
 
-use common::envoy::{envoy_bin, module_dir, pinned_envoy_version, TempDir};
-use common::repo_root;
+use common::envoy::{envoy_bin, module_dir, pinned_envoy_version, Envoy, Options, TempDir};
+use common::image::{Dist, GlibcRoot, CONFIG_IN_ROOT, ENVOY_IN_ROOT, MODULES_IN_ROOT};
+use common::scenario::{sigterm_drains_in_flight_work, Slow};
 use common::tools::{kubernetes_validate, run, tools_dir, yaml};
+use common::upstream::Upstream;
+use common::{free_ports, repo_root, sha256};
 use std::process::Command;
+use std::sync::Arc;
 
 fn read(rel: &str) -> String {
     std::fs::read_to_string(repo_root().join(rel)).unwrap()
@@ -114,17 +120,33 @@ fn grace_period_exceeds_drain_timeout_and_service_hides_control_port() {
 }
 
 #[test]
-fn dockerfile_lints_clean_and_uses_the_pinned_envoy() {
+fn dockerfile_lints_clean_and_takes_the_module_from_the_release_image() {
     let df = repo_root().join("k8s/Dockerfile");
     let (ok, text) = run(Command::new(tools_dir().join("hadolint")).arg(&df));
     assert!(ok, "hadolint:\n{text}");
-    // The Envoy version is a build argument (the module is built for it); its default is the pin.
+    // Nothing is compiled: the module comes from the module image of this version, into the
+    // official (distroless, by default the pinned) Envoy image's search path.
     let text = read("k8s/Dockerfile");
-    assert!(
-        text.contains(&format!("ARG ENVOY_VERSION={}", pinned_envoy_version()))
-            && text.contains("FROM envoyproxy/envoy:v${ENVOY_VERSION}"),
-        "Dockerfile must default to the pinned Envoy version"
-    );
+    for want in [
+        format!(
+            "ARG MODULE_IMAGE=graceful-drain:{}",
+            env!("CARGO_PKG_VERSION")
+        ),
+        format!(
+            "ARG ENVOY_IMAGE=envoyproxy/envoy:distroless-v{}",
+            pinned_envoy_version()
+        ),
+        "FROM ${MODULE_IMAGE} AS module".to_string(),
+        "FROM ${ENVOY_IMAGE}".to_string(),
+        format!("COPY --from=module /libgraceful_drain.so {MODULES_IN_ROOT}/libgraceful_drain.so"),
+        format!("ENV ENVOY_DYNAMIC_MODULES_SEARCH_PATH={MODULES_IN_ROOT}"),
+    ] {
+        assert!(
+            text.contains(&want),
+            "k8s/Dockerfile lacks {want:?}:\n{text}"
+        );
+    }
+    assert!(!text.contains("cargo"), "no build in the image: {text}");
     // hadolint does flag a bad Dockerfile.
     let dir = TempDir::new("df");
     let bad = dir.0.join("Dockerfile");
@@ -135,6 +157,123 @@ fn dockerfile_lints_clean_and_uses_the_pinned_envoy() {
     .unwrap();
     let (ok, _) = run(Command::new(tools_dir().join("hadolint")).arg(&bad));
     assert!(!ok, "hadolint accepted a bad Dockerfile");
+}
+
+/// The gateway container of a Deployment, and the volume its module comes from.
+struct GatewayPod {
+    container: serde_json::Value,
+    volumes: serde_json::Value,
+}
+
+impl GatewayPod {
+    fn of(manifest: &str) -> GatewayPod {
+        let dep = yaml(&read(manifest));
+        let spec = &dep["spec"]["template"]["spec"];
+        GatewayPod {
+            container: spec["containers"][0].clone(),
+            volumes: spec["volumes"].clone(),
+        }
+    }
+
+    fn volume(&self, name: &str) -> &serde_json::Value {
+        self.volumes
+            .as_array()
+            .and_then(|v| v.iter().find(|v| v["name"] == name))
+            .unwrap_or_else(|| panic!("no volume {name}: {}", self.volumes))
+    }
+
+    /// Where the container mounts the volume `name`.
+    fn mount_of(&self, name: &str) -> String {
+        self.container["volumeMounts"]
+            .as_array()
+            .and_then(|m| m.iter().find(|m| m["name"] == name))
+            .and_then(|m| m["mountPath"].as_str())
+            .unwrap_or_else(|| panic!("volume {name} is not mounted: {}", self.container))
+            .to_string()
+    }
+
+    fn env(&self, name: &str) -> Option<String> {
+        self.container["env"]
+            .as_array()?
+            .iter()
+            .find(|e| e["name"] == name)?["value"]
+            .as_str()
+            .map(str::to_string)
+    }
+}
+
+#[test]
+fn the_deployments_run_the_official_envoy_image_with_the_release_module_image() {
+    for d in ["k8s/deployment.yaml", "k8s/deployment-prestop.yaml"] {
+        let pod = GatewayPod::of(d);
+        assert_eq!(
+            pod.container["image"],
+            format!("envoyproxy/envoy:distroless-v{}", pinned_envoy_version()),
+            "{d}: the official image, as it is"
+        );
+        let module = pod.volume("graceful-drain");
+        assert_eq!(
+            module["image"]["reference"],
+            format!("graceful-drain:{}", env!("CARGO_PKG_VERSION")),
+            "{d}: the module image of this version"
+        );
+        let search = pod.env("ENVOY_DYNAMIC_MODULES_SEARCH_PATH");
+        assert_eq!(
+            search.as_deref(),
+            Some(pod.mount_of("graceful-drain").as_str()),
+            "{d}: the module image is mounted where Envoy looks for modules"
+        );
+        assert_eq!(
+            pod.mount_of("graceful-drain"),
+            MODULES_IN_ROOT,
+            "{d}: the path tests/common/image.rs starts Envoy with"
+        );
+        assert_eq!(pod.mount_of("config"), "/etc/envoy", "{d}");
+        assert_eq!(pod.container["command"][0], ENVOY_IN_ROOT, "{d}");
+        assert_eq!(pod.container["command"][1], "-c", "{d}");
+        assert_eq!(pod.container["command"][2], CONFIG_IN_ROOT, "{d}");
+    }
+}
+
+/// The pod as a container runtime assembles it from `k8s/deployment.yaml`: the distroless image's
+/// glibc-only root, the ConfigMap's bootstrap at `/etc/envoy/envoy.yaml`, the module image's
+/// layer as the image volume, Envoy started with the manifest's command. Only the ports (free
+/// ones) and the backend's address (a local upstream, no cluster DNS here) are changed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_gateway_pod_as_the_manifests_describe_it_drains_on_sigterm() {
+    let pod = GatewayPod::of("k8s/deployment.yaml");
+    let dist = Dist::build("pod");
+    let volume = dist.image_volume();
+    assert_eq!(
+        sha256(&volume.0.join("libgraceful_drain.so")),
+        sha256(&module_dir().join("libgraceful_drain.so")),
+        "the image volume holds the module under test"
+    );
+    let upstream = Upstream::start().await;
+    let p = free_ports(3);
+    let bootstrap = configmap_bootstrap()
+        .replace("port_value: 9901", &format!("port_value: {}", p[0]))
+        .replace("127.0.0.1:9901", &format!("127.0.0.1:{}", p[0]))
+        .replace("port_value: 10000", &format!("port_value: {}", p[1]))
+        .replace("port_value: 10001", &format!("port_value: {}", p[2]))
+        .replace(
+            "{ address: backend.default.svc.cluster.local, port_value: 8080 }",
+            &format!("{{ address: 127.0.0.1, port_value: {} }}", upstream.port),
+        );
+    assert!(bootstrap.contains(&format!("port_value: {}", upstream.port)));
+    let concurrency: u32 = pod.container["command"][4]
+        .as_str()
+        .and_then(|c| c.parse().ok())
+        .expect("--concurrency N in the manifest's command");
+    let o = Options {
+        root: Some(Arc::new(GlibcRoot::new())),
+        module_dir: Some(volume.0.clone()),
+        concurrency,
+        ..Options::default()
+    };
+    let mut e = Envoy::start_yaml(&bootstrap, p[0], p[1], p[2], &o).await;
+    assert!(e.log().contains("loaded into Envoy"), "{}", e.log());
+    sigterm_drains_in_flight_work(&mut e, Slow::UPSTREAM_DELAY).await;
 }
 
 #[test]

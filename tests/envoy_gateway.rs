@@ -217,17 +217,15 @@ fn kit_pieces_fit_together() {
         .map(|a| a.as_str().unwrap())
         .collect();
     assert_eq!(cmd.last(), Some(&path));
-    // ... copied from where k8s/Dockerfile installs the module, in an image for EG's Envoy.
+    // ... copied from where k8s/Dockerfile installs the module (one module for every Envoy
+    // EG ships), in an image that has `cp` (built on the Ubuntu-based Envoy image).
     let dockerfile = std::fs::read_to_string(repo_root().join("k8s/Dockerfile")).unwrap();
     assert!(dockerfile.contains(&format!(
-        "COPY --from=build /src/target/release/libgraceful_drain.so {}",
+        "COPY --from=module /libgraceful_drain.so {}",
         cmd[1]
     )));
     let image = init["image"].as_str().unwrap();
-    assert!(
-        image == "graceful-drain-envoy:1.39.3" || image == "graceful-drain-envoy:1.38.3",
-        "{image}: the module must be built for the Envoy minor EG ships"
-    );
+    assert!(image.starts_with("graceful-drain-envoy:"), "{image}");
     // The bootstrap's module (by name, through the search path) is that same file.
     let env = named(
         &deployment["container"]["env"],
