@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 /// Each top-level module of the crate (`src/ffi/*` counts as `ffi`) and the code lines of its
-/// files, without comments and without `#[cfg(test)] mod …` blocks (they close the file).
+/// files, without comments and without `#[cfg(test)] mod …` blocks.
 fn modules() -> BTreeMap<String, Vec<(String, String)>> {
     let src = common::repo_root().join("src");
     let mut files = Vec::new();
@@ -31,24 +31,51 @@ fn modules() -> BTreeMap<String, Vec<(String, String)>> {
             continue;
         }
         let text = std::fs::read_to_string(&p).unwrap();
-        let lines: Vec<&str> = text.lines().collect();
-        let mut code = Vec::new();
-        for (i, line) in lines.iter().enumerate() {
-            let t = line.trim_start();
-            if t == "#[cfg(test)]" {
-                let next = lines.get(i + 1).map(|l| l.trim_start()).unwrap_or("");
-                if next.starts_with("mod ") || next.starts_with("pub(crate) mod ") {
-                    break;
-                }
-            }
-            if t.starts_with("//") {
-                continue;
-            }
-            code.push((format!("src/{rel}:{}", i + 1), line.to_string()));
-        }
+        let code = code_lines(&text)
+            .into_iter()
+            .map(|(n, line)| (format!("src/{rel}:{n}"), line))
+            .collect::<Vec<_>>();
         out.entry(module).or_default().extend(code);
     }
     out
+}
+
+/// A file's code lines (1-based numbers) without comment lines and without the bodies of
+/// `#[cfg(test)] mod …` blocks, wherever they are in the file: the lines after such a block are
+/// read too. A block ends where its braces balance (counted on code lines).
+fn code_lines(text: &str) -> Vec<(usize, String)> {
+    let lines: Vec<&str> = text.lines().collect();
+    let mut code = Vec::new();
+    let mut i = 0;
+    while i < lines.len() {
+        let t = lines[i].trim_start();
+        if t == "#[cfg(test)]" {
+            let next = lines.get(i + 1).map(|l| l.trim_start()).unwrap_or("");
+            let is_mod = next.starts_with("mod ") || next.starts_with("pub(crate) mod ");
+            if is_mod && !next.trim_end().ends_with(';') {
+                // Skip the attribute, the `mod` line and its body.
+                let mut depth = 0i64;
+                let mut j = i + 1;
+                while j < lines.len() {
+                    let l = lines[j].trim_start();
+                    if !l.starts_with("//") {
+                        depth += l.matches('{').count() as i64 - l.matches('}').count() as i64;
+                    }
+                    j += 1;
+                    if depth <= 0 && lines[j - 1].contains('}') {
+                        break;
+                    }
+                }
+                i = j;
+                continue;
+            }
+        }
+        if !t.starts_with("//") {
+            code.push((i + 1, lines[i].to_string()));
+        }
+        i += 1;
+    }
+    code
 }
 
 /// The modules a code line names as `crate::<module>`.
@@ -162,9 +189,22 @@ fn find_cycle(graph: &BTreeMap<&str, BTreeSet<String>>) -> Option<Vec<String>> {
         .find_map(|n| visit(n, graph, &mut Vec::new(), &mut done))
 }
 
-/// The checks themselves can fail: imports are seen in both `use` forms, and a cycle is found.
+/// The checks themselves can fail: imports are seen in both `use` forms, a cycle is found, and
+/// the code after a test module is read (before, the first `#[cfg(test)] mod` ended the file).
 #[test]
 fn the_checks_see_what_they_look_for() {
+    let text = "use crate::a;\n#[cfg(test)]\nmod tests {\n    use crate::b;\n    fn f() { if x { } }\n}\n// crate::c\nuse crate::d;\n#[cfg(test)]\nmod fake;\nunsafe fn e() {}\n";
+    let code: Vec<String> = code_lines(text).into_iter().map(|(_, l)| l).collect();
+    assert_eq!(
+        code,
+        [
+            "use crate::a;",
+            "use crate::d;",
+            "#[cfg(test)]",
+            "mod fake;",
+            "unsafe fn e() {}"
+        ]
+    );
     assert_eq!(named("use crate::{clock::Clock, ffi};"), ["clock", "ffi"]);
     assert_eq!(named("let x = crate::ffi::shared();"), ["ffi"]);
     let edges = |pairs: &[(&'static str, &str)]| {
