@@ -410,8 +410,11 @@ pub fn check_admin_address(
 }
 
 /// The drain start's calls ([`DRAIN_START_CALLS`]), in order, each answer logged.
-pub fn post_drain_start_calls(addr: &AdminAddress, timeout: Duration) {
+pub fn post_drain_start_calls(addr: &AdminAddress, timeout: Duration, go_on: impl Fn() -> bool) {
     for (path, meaning) in DRAIN_START_CALLS {
+        if !go_on() {
+            return; // the module is stopping: no further call
+        }
         match post(addr, path, timeout) {
             Ok(200) => log::info!("graceful_drain: {meaning} (admin answered 200)"),
             Ok(status) => {

@@ -64,6 +64,26 @@ pub const DEFAULT_IDLE_CLOSE_GRACE: Duration = Duration::from_secs(2);
 /// `connection: close` instead.
 pub const DEFAULT_IDLE_AFTER: Duration = Duration::from_secs(1);
 
+/// A connection's own settings, from the network filter config of its listener (listeners may
+/// set them differently; none is process-wide).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConnSettings {
+    /// No request for this long makes it idle.
+    pub idle_after: Duration,
+    /// Told at the drain start (idle HTTP/2: GOAWAY), closed at a re-check at least this long
+    /// after it.
+    pub idle_close_grace: Duration,
+}
+
+impl Default for ConnSettings {
+    fn default() -> Self {
+        ConnSettings {
+            idle_after: DEFAULT_IDLE_AFTER,
+            idle_close_grace: DEFAULT_IDLE_CLOSE_GRACE,
+        }
+    }
+}
+
 /// Re-checks after the drain start, one per grace period: connections that were not idle long
 /// enough at an earlier check are closed at a later one (bounded: the drain ends anyway).
 const RECHECKS: u32 = 30;
@@ -216,6 +236,10 @@ pub struct Conn {
     /// The HTTP filter's latest request on it still in flight, as the word it attached (0: none).
     /// Written and read on the connection's worker only.
     stream: AtomicUsize,
+    /// Its listener's settings.
+    settings: ConnSettings,
+    /// When its worker handled the drain start (`now` of that event; 0 before).
+    drain_seen_at: AtomicU64,
     /// Its worker's lane of the in-flight table: requests on it start there without a lookup.
     lane: Option<Lane>,
     /// Its own slot of the in-flight table, for the requests it carries one at a time.
@@ -261,9 +285,17 @@ impl Conn {
             xc: CrossCheck::default(),
             wakeable: AtomicBool::new(false),
             stream: AtomicUsize::new(0),
+            settings: ConnSettings::default(),
+            drain_seen_at: AtomicU64::new(0),
             lane,
             reserved,
         }
+    }
+
+    /// The same, with its listener's settings.
+    pub fn with_settings(mut self, settings: ConnSettings) -> Conn {
+        self.settings = settings;
+        self
     }
 
     /// Its network filter can be woken at drain start (it has a scheduler).
@@ -382,11 +414,22 @@ impl Conn {
         now: u64,
         send_away_once: impl FnOnce(u64, bool) -> bool,
     ) -> Scheduled {
-        let (counts, idle_after) = (&connections.counts, connections.idle_after());
+        let (counts, idle_after) = (&connections.counts, self.settings.idle_after);
         let before = counts.snapshot();
         let action = match event {
-            EVENT_DRAIN_STARTED => self.on_drain_started(counts, now, idle_after),
-            EVENT_GRACE_OVER => self.on_grace_over(counts, now, idle_after),
+            EVENT_DRAIN_STARTED => {
+                let _ = self.drain_seen_at.compare_exchange(
+                    0,
+                    now.max(1),
+                    Ordering::Relaxed,
+                    Ordering::Relaxed,
+                );
+                self.on_drain_started(counts, now, idle_after)
+            }
+            EVENT_GRACE_OVER => {
+                let grace_over = self.grace_over(now);
+                self.on_grace_over(counts, now, idle_after, grace_over)
+            }
             EVENT_CONFIRM_CLOSE => self.on_confirm_close(counts, now, idle_after),
             _ => Action::Nothing,
         };
@@ -411,6 +454,22 @@ impl Conn {
             sent_away_http2,
             sent_away_http1,
         }
+    }
+
+    /// Whether its own `idle_close_grace` has passed since its worker handled the drain start
+    /// (the re-checks run at the shortest grace any listener has). A connection opened after
+    /// the drain start counts from its first re-check.
+    fn grace_over(&self, now: u64) -> bool {
+        let seen = match self.drain_seen_at.compare_exchange(
+            0,
+            now.max(1),
+            Ordering::Relaxed,
+            Ordering::Relaxed,
+        ) {
+            Ok(_) => return false,
+            Err(seen) => seen,
+        };
+        now.saturating_sub(seen) >= self.settings.idle_close_grace.as_nanos() as u64
     }
 
     /// The server wrote `len` bytes towards the client.
@@ -441,9 +500,9 @@ impl Conn {
         self.stream_ended(now);
     }
 
-    /// An exchange tracker follows the connection (connection mode).
-    pub fn set_followed(&self) {
-        set(&self.followed, true);
+    /// An exchange tracker follows the connection and counts its requests (connection mode).
+    pub fn set_followed(&self, followed: bool) {
+        set(&self.followed, followed);
     }
 
     /// Its exchange tracker can no longer follow the connection: never idle from here on.
@@ -542,7 +601,15 @@ impl Conn {
     }
 
     /// A grace period after the drain start is over (repeats). Marks what may be closed.
-    pub fn on_grace_over(&self, counts: &Counts, now: u64, idle_after: Duration) -> Action {
+    /// `grace_over`: its own `idle_close_grace` has passed since the drain start (what it told
+    /// then may be closed now); a connection still to be told is told whatever it says.
+    pub fn on_grace_over(
+        &self,
+        counts: &Counts,
+        now: u64,
+        idle_after: Duration,
+        grace_over: bool,
+    ) -> Action {
         if get(&self.closed_by_us) {
             return Action::Nothing;
         }
@@ -551,7 +618,9 @@ impl Conn {
             // that had it in flight) keeps the connection; the HTTP filter sent it away and the
             // connection manager closes it after that stream. Without the HTTP filter (never
             // tracked) idle cannot be told from busy, so the close is left to the client.
-            Wire::Http2 if get(&self.told) && self.idle(now, idle_after) => self.mark_candidate(),
+            Wire::Http2 if grace_over && get(&self.told) && self.idle(now, idle_after) => {
+                self.mark_candidate()
+            }
             // Opened (or first written to) after the drain start and no stream on it: tell it now.
             Wire::Http2 if !get(&self.told) && get(&self.server_wrote) && self.streams() == 0 => {
                 set(&self.told, true);
@@ -560,7 +629,9 @@ impl Conn {
             }
             // Busy at drain start and idle since (a client that stopped sending before its next
             // request would have carried `connection: close`): close it.
-            Wire::Http1 if !get(&self.told) && self.idle(now, idle_after) => self.mark_candidate(),
+            Wire::Http1 if grace_over && !get(&self.told) && self.idle(now, idle_after) => {
+                self.mark_candidate()
+            }
             _ => Action::Nothing,
         }
     }
@@ -830,6 +901,13 @@ impl StreamMark {
         self.conn.as_ref().is_some_and(|c| get(&c.wakeable))
     }
 
+    /// Whether the connection's exchange tracker counts its requests (its listener's network
+    /// filter has `track_requests`): the HTTP filter, in the same chain, then counts none of
+    /// them again. Decided per connection, by its own listener.
+    pub fn counted_by_tracker(&self) -> bool {
+        self.conn.as_ref().is_some_and(|c| get(&c.followed))
+    }
+
     /// The in-flight table lane of the connection's worker, if known.
     pub fn lane(&self) -> Option<Lane> {
         self.conn.as_ref().and_then(|c| c.lane)
@@ -1015,8 +1093,10 @@ pub struct Connections {
     pub wakers: Wakers,
     pub counts: Counts,
     draining: AtomicBool,
-    grace_ms: AtomicU64,
-    idle_after_ms: AtomicU64,
+    /// The shortest and longest `idle_close_grace` of the network filter configs loaded (ms;
+    /// 0 for none): the re-checks run at the shortest, for as long as the longest needs.
+    grace_min_ms: AtomicU64,
+    grace_max_ms: AtomicU64,
     commit: OnceLock<fn(usize, u64)>,
     /// A network filter that follows exchanges (`track_requests`) is loaded: its connections'
     /// requests are in the in-flight table (connection mode).
@@ -1032,8 +1112,8 @@ impl Default for Connections {
             wakers: Wakers::default(),
             counts: Counts::default(),
             draining: AtomicBool::new(false),
-            grace_ms: AtomicU64::new(DEFAULT_IDLE_CLOSE_GRACE.as_millis() as u64),
-            idle_after_ms: AtomicU64::new(DEFAULT_IDLE_AFTER.as_millis() as u64),
+            grace_min_ms: AtomicU64::new(0),
+            grace_max_ms: AtomicU64::new(0),
             commit: OnceLock::new(),
             tracking: AtomicBool::new(false),
             untracked_open: AtomicUsize::new(0),
@@ -1047,22 +1127,24 @@ impl Connections {
         let _ = self.commit.set(commit);
     }
 
-    pub fn set_grace(&self, grace: Duration) {
-        self.grace_ms
-            .store(grace.as_millis() as u64, Ordering::Relaxed);
+    /// A network filter config with these settings was loaded (any listener).
+    pub fn note_config(&self, settings: ConnSettings) {
+        let ms = (settings.idle_close_grace.as_millis() as u64).max(1);
+        let _ = self
+            .grace_min_ms
+            .try_update(Ordering::Relaxed, Ordering::Relaxed, |m| {
+                (m == 0 || ms < m).then_some(ms)
+            });
+        self.grace_max_ms.fetch_max(ms, Ordering::Relaxed);
     }
 
-    pub fn grace(&self) -> Duration {
-        Duration::from_millis(self.grace_ms.load(Ordering::Relaxed))
-    }
-
-    pub fn set_idle_after(&self, d: Duration) {
-        self.idle_after_ms
-            .store(d.as_millis() as u64, Ordering::Relaxed);
-    }
-
-    pub fn idle_after(&self) -> Duration {
-        Duration::from_millis(self.idle_after_ms.load(Ordering::Relaxed))
+    /// The shortest and longest `idle_close_grace` of the configs loaded (the default if none).
+    pub fn graces(&self) -> (Duration, Duration) {
+        let ms = |a: &AtomicU64| match a.load(Ordering::Relaxed) {
+            0 => DEFAULT_IDLE_CLOSE_GRACE,
+            v => Duration::from_millis(v),
+        };
+        (ms(&self.grace_min_ms), ms(&self.grace_max_ms))
     }
 
     pub fn is_draining(&self) -> bool {
@@ -1159,18 +1241,24 @@ impl Connections {
             return; // already started, or no network filter loaded
         }
         let n = self.wake_all(EVENT_DRAIN_STARTED);
+        let (shortest, longest) = self.graces();
         log::info!(
             "graceful_drain: telling idle connections about the drain ({n} open connections; idle \
-             HTTP/2 get GOAWAY now and a close after {:?}, HTTP/1.1 idle for {:?} a close)",
-            self.grace(),
-            self.idle_after()
+             HTTP/2 get GOAWAY now and a close after their listener's idle_close_grace \
+             ({shortest:?}{}), idle HTTP/1.1 a close)",
+            if longest > shortest {
+                format!(" to {longest:?}")
+            } else {
+                String::new()
+            }
         );
-        let grace = self.grace().max(Duration::from_millis(10));
+        let grace = shortest.max(Duration::from_millis(10));
+        // Enough rounds at the shortest grace for the longest to pass, then RECHECKS more.
+        let rounds = RECHECKS + (longest.as_millis() / grace.as_millis().max(1)) as u32;
         // One timer thread per process: network filters have no timer of their own, and the
-        // scheduler commit is thread-safe. It ends after RECHECKS rounds, or when the module
-        // stops.
+        // scheduler commit is thread-safe. It ends after its rounds, or when the module stops.
         let spawned = threads.spawn("graceful_drain_idle_grace", on_panic, move || {
-            for round in 0..=RECHECKS {
+            for round in 0..=rounds {
                 if round > 0 {
                     if !threads.sleep(grace.saturating_sub(CONFIRM_DELAY)) || drained() {
                         return;
@@ -1203,7 +1291,7 @@ mod tests {
         let first = if at_drain_start {
             c.on_drain_started(counts, LATER, IDLE)
         } else {
-            c.on_grace_over(counts, LATER, IDLE)
+            c.on_grace_over(counts, LATER, IDLE, true)
         };
         assert_eq!(first, Action::Nothing, "a check only marks");
         c.on_confirm_close(counts, LATER + 50_000_000, IDLE)
@@ -1310,8 +1398,8 @@ mod tests {
         let c = h2_conn(1);
         assert_eq!(c.on_drain_started(&counts, T0, IDLE), Action::Nothing);
         c.on_write(9);
-        assert_eq!(c.on_grace_over(&counts, T0, IDLE), Action::GoAway);
-        assert_eq!(c.on_grace_over(&counts, T0, IDLE), Action::Nothing);
+        assert_eq!(c.on_grace_over(&counts, T0, IDLE, true), Action::GoAway);
+        assert_eq!(c.on_grace_over(&counts, T0, IDLE, true), Action::Nothing);
         assert_eq!(counts.snapshot(), IdleTold { http1: 0, http2: 1 });
     }
 
@@ -1399,7 +1487,7 @@ mod tests {
         c.on_read(40, b"GET / HTTP/1.1\r\n");
         c.stream_started();
         assert_eq!(c.on_drain_started(&counts, LATER, IDLE), Action::Nothing);
-        assert_eq!(c.on_grace_over(&counts, LATER, IDLE), Action::Nothing);
+        assert_eq!(c.on_grace_over(&counts, LATER, IDLE, true), Action::Nothing);
         assert_eq!(counts.snapshot(), IdleTold::default());
     }
 
@@ -1512,7 +1600,6 @@ mod tests {
     #[test]
     fn a_scheduled_event_says_what_to_do_and_which_counters_move() {
         let connections = with_network_filter();
-        connections.set_idle_after(IDLE);
         let c = h2_conn(5);
         c.on_write(9);
         let never = |_, _| panic!("an idle connection is not sent away as busy");
@@ -1532,6 +1619,51 @@ mod tests {
         assert!(!unknown.told_http2, "counted once");
     }
 
+    /// Two listeners with their own idle_close_grace (1 s and 4 s): at a re-check 1.5 s after
+    /// the drain start, the first's idle HTTP/2 connection (sent GOAWAY at the start) is closed,
+    /// the second's is not yet; it is at a re-check past its own 4 s. Before, the settings were
+    /// process-wide: the last config loaded set them for every listener.
+    #[test]
+    fn each_connection_closes_after_its_own_listener_s_grace() {
+        let connections = with_network_filter();
+        let grace = |ms| ConnSettings {
+            idle_close_grace: Duration::from_millis(ms),
+            ..ConnSettings::default()
+        };
+        let short = h2_conn(1).with_settings(grace(1000));
+        let long = h2_conn(2).with_settings(grace(4000));
+        let at = |ms: u64| LATER + ms * 1_000_000;
+        let any = |_, _| true;
+        for c in [&short, &long] {
+            c.on_write(9);
+            let told = c.on_scheduled(&connections, EVENT_DRAIN_STARTED, at(0), any);
+            assert_eq!(told.action, Action::GoAway);
+        }
+        let check_then_confirm = |c: &Conn, ms: u64| {
+            let first = c
+                .on_scheduled(&connections, EVENT_GRACE_OVER, at(ms), any)
+                .action;
+            assert_eq!(first, Action::Nothing, "a check only marks");
+            c.on_scheduled(&connections, EVENT_CONFIRM_CLOSE, at(ms + 50), any)
+                .action
+        };
+        assert_eq!(
+            check_then_confirm(&long, 1500),
+            Action::Nothing,
+            "within its grace"
+        );
+        assert_eq!(
+            check_then_confirm(&short, 1500),
+            Action::Close,
+            "past its grace"
+        );
+        assert_eq!(
+            check_then_confirm(&long, 4500),
+            Action::Close,
+            "past its own"
+        );
+    }
+
     /// A busy HTTP/1.1 connection its tracker follows is counted as sent away at the drain
     /// start (its in-flight response gets `connection: close` from the tracker); one the HTTP
     /// filter counts, or one the tracker lost, is not counted here.
@@ -1540,7 +1672,7 @@ mod tests {
         let connections = with_network_filter();
         let c = Conn::new(6);
         c.on_read(20, b"GET / HTTP/1.1\r\n");
-        c.set_followed();
+        c.set_followed(true);
         c.exchange_started();
         let mut asked = Vec::new();
         let told = c.on_scheduled(&connections, EVENT_DRAIN_STARTED, LATER, |id, h2| {
@@ -1552,7 +1684,7 @@ mod tests {
         assert_eq!(asked, [(6, false)]);
         let lost = Conn::new(7);
         lost.on_read(20, b"GET / HTTP/1.1\r\n");
-        lost.set_followed();
+        lost.set_followed(true);
         lost.exchange_started();
         lost.set_untracked();
         let never = |_, _| panic!("not counted");
@@ -1593,7 +1725,7 @@ mod tests {
         let c = h2_conn(2);
         c.on_write(9);
         assert_eq!(c.on_drain_started(&counts, LATER, IDLE), Action::GoAway);
-        assert_eq!(c.on_grace_over(&counts, LATER, IDLE), Action::Nothing);
+        assert_eq!(c.on_grace_over(&counts, LATER, IDLE, true), Action::Nothing);
         c.first_stream_seen();
         assert_eq!(
             c.on_confirm_close(&counts, LATER + 50_000_000, IDLE),
@@ -1614,7 +1746,7 @@ mod tests {
         c.first_stream_seen();
         c.on_write(9);
         assert_eq!(c.on_drain_started(&counts, LATER, IDLE), Action::GoAway);
-        assert_eq!(c.on_grace_over(&counts, LATER, IDLE), Action::Nothing);
+        assert_eq!(c.on_grace_over(&counts, LATER, IDLE, true), Action::Nothing);
     }
 
     #[test]
@@ -1670,7 +1802,7 @@ mod tests {
             Action::Nothing
         );
         assert_eq!(
-            c.on_grace_over(&counts, T0 + 500_000_000, IDLE),
+            c.on_grace_over(&counts, T0 + 500_000_000, IDLE, true),
             Action::Nothing
         );
         // The client stopped sending: a later check closes it.
@@ -1717,7 +1849,7 @@ mod tests {
         let c = Conn::new(1);
         c.on_read(40, b"GET / HTTP/1.1\r\n");
         assert_eq!(c.on_drain_started(&counts, LATER, IDLE), Action::Nothing);
-        assert_eq!(c.on_grace_over(&counts, LATER, IDLE), Action::Nothing);
+        assert_eq!(c.on_grace_over(&counts, LATER, IDLE, true), Action::Nothing);
         let fresh = Conn::new(2);
         assert_eq!(
             fresh.on_drain_started(&counts, LATER, IDLE),
@@ -1883,7 +2015,23 @@ mod tests {
         assert!(c.mark_draining());
         assert!(!c.mark_draining());
         assert!(c.is_draining());
-        c.set_grace(Duration::from_millis(1500));
-        assert_eq!(c.grace(), Duration::from_millis(1500));
+        assert_eq!(
+            c.graces(),
+            (DEFAULT_IDLE_CLOSE_GRACE, DEFAULT_IDLE_CLOSE_GRACE),
+            "no config: the default"
+        );
+        c.note_config(ConnSettings {
+            idle_close_grace: Duration::from_millis(1500),
+            ..ConnSettings::default()
+        });
+        c.note_config(ConnSettings {
+            idle_close_grace: Duration::from_millis(4000),
+            ..ConnSettings::default()
+        });
+        assert_eq!(
+            c.graces(),
+            (Duration::from_millis(1500), Duration::from_millis(4000)),
+            "two listeners: each keeps its own"
+        );
     }
 }

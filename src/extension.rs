@@ -24,9 +24,12 @@ pub const EVENT_KICK: u64 = 1;
 /// thread).
 pub const EVENT_ADMIN_CHECKED: u64 = 2;
 
-/// How long teardown waits for the module's threads to end (one in a socket call to the admin
-/// may take up to [`ADMIN_CALL_TIMEOUT`]; it is left behind the closed gate then).
-const THREAD_JOIN_BOUND: Duration = Duration::from_secs(1);
+/// How long teardown waits for the module's threads to end: longer than the one call a thread
+/// cannot be interrupted in (a socket call to the admin, at most [`ADMIN_CALL_TIMEOUT`]); every
+/// other wait ends at once when the module stops, and the admin threads make no further call
+/// then. A thread still running past it could make no call into Envoy anyway: every one passes
+/// the closed gate, log lines included (`ffi::logger`).
+const THREAD_JOIN_BOUND: Duration = Duration::from_millis(2500);
 
 /// Bounds each admin call as a whole (connect, write and reads).
 const ADMIN_CALL_TIMEOUT: Duration = Duration::from_secs(2);
@@ -168,13 +171,14 @@ impl EngineHost for Host<'_> {
              to {addr}"
         );
         let if_not = "Envoy's health checks stay as they are";
+        let threads = self.ext.env.threads;
         self.ext
             .on_admin_thread("the drain start's admin calls", if_not, move || {
                 #[cfg(feature = "panic-test")]
                 if crate::faults::active("admin_panic") {
                     panic!("test fault: admin_panic");
                 }
-                admin::post_drain_start_calls(&addr, ADMIN_CALL_TIMEOUT);
+                admin::post_drain_start_calls(&addr, ADMIN_CALL_TIMEOUT, || !threads.is_stopping());
             });
     }
 }

@@ -168,7 +168,10 @@ impl DataStream {
         if !self.conn.is_set() {
             self.conn = shared.connections.stream_started(|| host.connection_id());
         }
-        if self.ticket.is_some() || self.health_check {
+        // Already counted, a health check, or a connection whose own tracker counts its
+        // requests (connection mode on this listener, the HTTP filter in its chain too): it
+        // tells its clients and its count is exact; a ticket here would count them twice.
+        if self.ticket.is_some() || self.health_check || self.conn.counted_by_tracker() {
             return HeadersAction::Continue;
         }
         // Health checks are told from work only while a drain is under way, the only time it
@@ -438,11 +441,13 @@ impl ControlStream {
         if std::mem::replace(&mut self.counted, false) {
             shared.counters.control_ended();
         }
+        let mut ours = true;
         if let Some(id) = self.waiter.take() {
-            // After this the completion never commits to our waker: safe to destroy it.
-            shared.waiters.unregister(id);
+            // After this the completion never commits to our waker (safe to destroy it), unless
+            // it is committing to it right now: then it destroys it after.
+            ours = shared.waiters.unregister(id);
         }
-        if let Some(w) = self.waker.take() {
+        if let Some(w) = self.waker.take().filter(|_| ours) {
             sink.drop_waker(w);
         }
     }

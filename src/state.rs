@@ -27,6 +27,9 @@ pub const EVENT_DRAIN_DONE: u64 = 2;
 pub struct Hooks {
     /// Commit `event` to a stream waker (any thread).
     pub commit: fn(waker: usize, event: u64),
+    /// Delete a stream waker whose owner left it to the drain completion (any thread:
+    /// [`Waiters::unregister`]).
+    pub delete_waker: fn(waker: usize),
     /// Ask the drain engine on the main thread to evaluate the drain now (any thread).
     pub kick_engine: fn(),
     /// The drain started: tell idle connections (the network filter, through
@@ -85,6 +88,9 @@ struct WaitersInner {
     done: bool,
     next_id: u64,
     list: Vec<(u64, Waker)>,
+    /// The waiters the completion took out and is waking, outside the lock; `true` once the
+    /// waiter's stream ended meanwhile (its waker is then the completion's to delete).
+    completing: Vec<(u64, bool)>,
 }
 
 /// Lock a mutex even if a panicking thread poisoned it: the data are plain lists and options
@@ -106,23 +112,44 @@ impl Waiters {
         Wait::Waiting(id)
     }
 
-    /// Forget a waiter (its stream ended). After this returns its waker is never used again.
-    pub fn unregister(&self, id: u64) {
-        lock(&self.inner).list.retain(|(i, _)| *i != id);
+    /// Forget a waiter (its stream ended). `true`: its waker is never used again and the caller
+    /// deletes it; `false`: the completion is committing to it right now, and deletes it after.
+    pub fn unregister(&self, id: u64) -> bool {
+        let mut w = lock(&self.inner);
+        if let Some(at) = w.list.iter().position(|(i, _)| *i == id) {
+            w.list.remove(at);
+            return true;
+        }
+        if let Some(c) = w.completing.iter_mut().find(|(i, _)| *i == id) {
+            c.1 = true;
+            return false;
+        }
+        true
     }
 
     /// The drain completed: wake every waiter once; later registrations answer at once.
     ///
-    /// The commits are made under the lock on purpose: it keeps each waiter's scheduler alive
-    /// (its stream's end unregisters under the same lock before deleting it). That cannot
-    /// deadlock: an HTTP scheduler commit never runs the filter's destroy hook, which always runs
-    /// on the stream's worker from the connection manager's teardown (`src/ffi/ENVOY_FACTS.md`
-    /// §1, HTTP), so no commit re-enters this lock.
-    fn complete(&self, mut wake: impl FnMut(Waker)) {
-        let mut w = lock(&self.inner);
-        w.done = true;
-        for (_, waker) in w.list.drain(..) {
+    /// The commits are made outside the lock: a commit may run one of Envoy's destructors on
+    /// this thread (`src/ffi/ENVOY_FACTS.md` §1), and nothing that can run there may find a lock
+    /// of ours held. Each waker being committed stays alive through it: a stream that ends
+    /// meanwhile leaves its waker to this completion ([`Waiters::unregister`]), which deletes it
+    /// with `delete` after its commit.
+    fn complete(&self, mut wake: impl FnMut(Waker), mut delete: impl FnMut(Waker)) {
+        let taken = {
+            let mut w = lock(&self.inner);
+            w.done = true;
+            let taken = std::mem::take(&mut w.list);
+            w.completing = taken.iter().map(|&(id, _)| (id, false)).collect();
+            taken
+        };
+        for &(_, waker) in &taken {
             wake(waker);
+        }
+        let orphaned = std::mem::take(&mut lock(&self.inner).completing);
+        for (&(_, waker), &(_, gone)) in taken.iter().zip(&orphaned) {
+            if gone {
+                delete(waker);
+            }
         }
     }
 }
@@ -486,7 +513,10 @@ impl Shared {
             Some(d) => d.poll(now, obs),
         };
         if let Decision::Completed(_) = decision {
-            self.waiters.complete(|w| self.commit(w, EVENT_DRAIN_DONE));
+            self.waiters.complete(
+                |w| self.commit(w, EVENT_DRAIN_DONE),
+                |w| (self.hooks.delete_waker)(w),
+            );
         }
         decision
     }
@@ -700,6 +730,8 @@ pub(crate) mod tests {
         pub(crate) static COMMITS: std::cell::RefCell<Vec<(usize, u64)>> =
             const { std::cell::RefCell::new(Vec::new()) };
         pub(crate) static KICKS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+        pub(crate) static DELETED: std::cell::RefCell<Vec<usize>> =
+            const { std::cell::RefCell::new(Vec::new()) };
     }
 
     pub(crate) fn commits() -> Vec<(usize, u64)> {
@@ -730,12 +762,14 @@ pub(crate) mod tests {
 
     fn fixture_ticking(settings: Option<DrainSettings>, tick: u64) -> Fixture {
         COMMITS.with(|c| c.borrow_mut().clear());
+        DELETED.with(|d| d.borrow_mut().clear());
         KICKS.with(|k| k.set(0));
         let clock = Arc::new(FakeClock::new());
         let shared = Shared::with_registry(
             Box::new(ArcClock(clock.clone(), tick)),
             Hooks {
                 commit: |w, e| COMMITS.with(|c| c.borrow_mut().push((w, e))),
+                delete_waker: |w| DELETED.with(|d| d.borrow_mut().push(w)),
                 kick_engine: || KICKS.with(|k| k.set(k.get() + 1)),
                 drain_started: || {},
             },
@@ -828,7 +862,10 @@ pub(crate) mod tests {
         let b = s.waiters.register(0x100);
         assert!(matches!(a, Wait::Waiting(_)));
         if let Wait::Waiting(id) = b {
-            s.waiters.unregister(id);
+            assert!(
+                s.waiters.unregister(id),
+                "not completing: the stream deletes its waker"
+            );
         }
         f.clock.advance(Duration::from_secs(1));
         assert!(matches!(
@@ -845,6 +882,53 @@ pub(crate) mod tests {
             "only the remaining waiter"
         );
         assert_eq!(s.waiters.register(0x20), Wait::AlreadyDone);
+        assert!(
+            DELETED.with(|d| d.borrow().is_empty()),
+            "none left to the completion"
+        );
+    }
+
+    /// A waiter's stream ending inside the completion's own commit (Envoy may run a destructor
+    /// in a commit, on the committing thread): the lock is not held there, so its unregister
+    /// does not deadlock, and its waker, left to the completion, is deleted once, after the
+    /// commit. Before, the completion committed under the lock: this unregister deadlocked.
+    #[test]
+    fn a_waiter_ending_inside_the_completion_s_commit_is_deleted_once_after_it() {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let w = Waiters::default();
+            let Wait::Waiting(a) = w.register(0x10) else {
+                panic!("registered");
+            };
+            let Wait::Waiting(_) = w.register(0x20) else {
+                panic!("registered");
+            };
+            let mut woken = Vec::new();
+            let mut deleted = Vec::new();
+            let mut left_to_completion = None;
+            w.complete(
+                |waker| {
+                    woken.push(waker);
+                    if waker == 0x10 {
+                        left_to_completion = Some(w.unregister(a));
+                    }
+                },
+                |waker| deleted.push(waker),
+            );
+            tx.send((woken, deleted, left_to_completion, w.unregister(a)))
+                .unwrap();
+        });
+        let (woken, deleted, left, after) = rx
+            .recv_timeout(Duration::from_secs(10))
+            .expect("the completion deadlocked on its own lock");
+        assert_eq!(woken, vec![0x10, 0x20]);
+        assert_eq!(
+            left,
+            Some(false),
+            "the completion holds it: the stream must not delete it"
+        );
+        assert_eq!(deleted, vec![0x10], "deleted once, by the completion");
+        assert!(after, "after the completion, nothing holds it");
     }
 
     #[test]

@@ -221,6 +221,11 @@ impl Threads {
         self.wake.notify_all();
     }
 
+    /// Whether the module's threads were told to end ([`Threads::close`] or [`Threads::join`]).
+    pub fn is_stopping(&self) -> bool {
+        self.life().stopping
+    }
+
     /// Whether the gate is open (the exit not released yet).
     pub fn is_open(&self) -> bool {
         self.gate.load(Ordering::SeqCst) & CLOSED == 0

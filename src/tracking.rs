@@ -155,7 +155,8 @@ impl Tracking {
             } else {
                 bytes.get(std::mem::take(&mut skip)..).unwrap_or_default()
             };
-            let (tickets, shadow) = (&mut self.tickets, self.shadow);
+            let shadow = !self.counts();
+            let tickets = &mut self.tickets;
             self.tracker.client(bytes, &mut |ev, t| {
                 on_event(ev, t, tickets, shadow, conn, shared, &now, &mut fed)
             });
@@ -185,7 +186,8 @@ impl Tracking {
             return fed;
         };
         for bytes in chunks {
-            let (tickets, shadow) = (&mut self.tickets, self.shadow);
+            let shadow = !self.counts();
+            let tickets = &mut self.tickets;
             self.tracker.server(bytes, &mut |ev, t| {
                 on_event(ev, t, tickets, shadow, conn, shared, &now, &mut fed)
             });
@@ -203,7 +205,7 @@ impl Tracking {
     pub fn close_to_insert(&mut self, first: Option<&[u8]>, conn: &Conn, shared: &Shared) -> Told {
         let no = Told::default();
         if self.told_close
-            || self.shadow
+            || !self.counts()
             || self.lost
             || !shared.is_draining()
             || !self.tracker.awaiting_response_head()
@@ -241,7 +243,7 @@ impl Tracking {
     /// response cut by the close, requests read ahead that Envoy never answered.
     pub fn on_close(&mut self, conn: &Conn, shared: &Shared) {
         self.end_all(conn, shared);
-        if self.lost && !self.shadow {
+        if self.lost && self.counts() {
             shared.connections.note_untracked(false);
         }
     }
@@ -329,6 +331,7 @@ fn on_event(
     fed: &mut Fed,
 ) {
     if shadow {
+        #[cfg(feature = "cross-check")]
         log::debug!(
             "graceful_drain: cross-check: connection {} tracker {ev:?}",
             conn.id

@@ -320,3 +320,68 @@ async fn proxied_exchanges_are_followed_over_http1_and_http2() {
     envoy.wait_active(0).await;
     assert_followed_throughout(&envoy).await;
 }
+
+/// Two data listeners in one gateway, as a platform may run them: `tracked` in connection mode
+/// (the network filter with `track_requests`, no HTTP filter) and `data` in filter mode with the
+/// tracking network filter in front of its HTTP filter too. Each listener's requests are counted
+/// exactly, once: the connection-mode listener's from their bytes although an HTTP filter is
+/// loaded on the other (before, one data-role HTTP filter anywhere turned tracking off on every
+/// listener, and its requests were counted by nothing but Envoy's stats), and the filter-mode
+/// listener's by its tracker only, the HTTP filter in the same chain taking no second ticket.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn each_listener_is_counted_by_its_own_setup() {
+    if common::envoy::test_mode() == common::envoy::TestMode::CrossCheck {
+        // The cross-check build's tracker counts nothing beside an HTTP filter, by design.
+        return;
+    }
+    let p = common::free_ports(4);
+    let o = Options {
+        settings: LONG,
+        data_http_filter: true,
+        track_requests: true,
+        ..Options::default()
+    };
+    let y = common::envoy::render_gateway(p[0], p[1], p[2], &o);
+    // The `data` listener's block, copied as `tracked` on its own port without the HTTP filter.
+    let start = y.find("  - name: data\n").expect("data listener");
+    let end = y.find("  - name: control\n").expect("control listener");
+    let block = y[start..end]
+        .replacen("  - name: data\n", "  - name: tracked\n", 1)
+        .replacen(
+            &format!("port_value: {}", p[1]),
+            &format!("port_value: {}", p[3]),
+            1,
+        )
+        .replacen("stat_prefix: data", "stat_prefix: tracked", 1);
+    let block = common::envoy::remove_data_http_filter(&block);
+    assert!(block.contains("\"track_requests\": true"), "{block}");
+    let yaml = format!("{}{block}{}", &y[..end], &y[end..]);
+    let mut envoy = Envoy::start_yaml(&yaml, p[0], p[1], p[2], &o).await;
+    let tracked = p[3];
+    let mut on_tracked = H1Conn::connect(tracked).await.unwrap();
+    let mut on_data = H1Conn::connect(envoy.data).await.unwrap();
+    let mut h2_data = H2Conn::connect(envoy.data).await.unwrap();
+    let a = tokio::spawn(async move { on_tracked.send("GET", "/a", &[SLOW]).await });
+    let b = tokio::spawn(async move { on_data.send("GET", "/b", &[SLOW]).await });
+    let s = h2_data.start("/s", &[SLOW]).await.unwrap();
+    envoy.wait_active(3).await;
+    // Counted once each, for as long as they last (not 2 for the filter-mode listener's).
+    for _ in 0..10 {
+        let st = envoy.drain_status().await;
+        assert_eq!(st["active_requests"], 3, "{st}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let t0 = Instant::now();
+    envoy.sigterm();
+    assert_eq!(a.await.unwrap().unwrap().status, 200);
+    assert_eq!(b.await.unwrap().unwrap().status, 200);
+    assert_eq!(s.await.unwrap().status, 200);
+    let (status, _) = envoy.wait_exit(Duration::from_secs(10)).await;
+    assert!(status.success(), "{status:?}");
+    let log = envoy.log();
+    assert!(
+        log.contains("drain started (trigger=sigterm, active_requests=3,"),
+        "{log}"
+    );
+    assert!(t0.elapsed() >= Duration::from_millis(300));
+}

@@ -48,7 +48,7 @@ struct Metrics {
 }
 
 impl Metrics {
-    fn define(envoy: ExtensionConfig) -> Option<Metrics> {
+    fn define(envoy: &ExtensionConfig) -> Option<Metrics> {
         Some(Metrics {
             draining: envoy.define("draining", true)?,
             admin_address_ok: envoy.define("admin_address_ok", true)?,
@@ -108,14 +108,14 @@ impl StatsSource for ExtensionStats {
 
 /// `graceful_drain.build_info` = 1, labelled with the module's version and the Envoy minor it
 /// found, as scrapes see it (`envoy_graceful_drain_build_info{version="...",envoy="..."} 1`).
-fn publish_build_info(envoy: ExtensionConfig) {
+fn publish_build_info(envoy: &ExtensionConfig) {
     if let Some(id) = envoy.define_labelled_gauge("build_info", &["version", "envoy"]) {
         let found = super::abi::generation().minor();
         envoy.set_labelled_gauge(id, &[crate::compat::MODULE_VERSION, found], 1);
     }
 }
 
-fn register_admin(envoy: ExtensionConfig, path: &[u8], help: &str, mutates: bool) {
+fn register_admin(envoy: &ExtensionConfig, path: &[u8], help: &str, mutates: bool) {
     if !envoy.register_admin(path, help, mutates) {
         log::warn!(
             "graceful_drain: could not register admin handler {}",
@@ -185,18 +185,19 @@ pub extern "C" fn envoy_dynamic_module_on_bootstrap_extension_config_new(
             Ordering::Release,
         );
         let help = "graceful_drain: start a graceful drain (same as SIGTERM, without exiting)";
-        register_admin(envoy, ADMIN_DRAIN_PATH, help, true);
+        register_admin(&envoy, ADMIN_DRAIN_PATH, help, true);
         let help = "graceful_drain: drain status as JSON";
-        register_admin(envoy, ADMIN_STATUS_PATH, help, false);
+        register_admin(&envoy, ADMIN_STATUS_PATH, help, false);
+        let metrics = Metrics::define(&envoy);
+        publish_build_info(&envoy);
+        envoy.signal_init_complete();
         let glue = Box::new(Glue {
             envoy,
             timer,
             scheduler,
-            metrics: Metrics::define(envoy),
+            metrics,
             ext,
         });
-        publish_build_info(envoy);
-        envoy.signal_init_complete();
         Some(Box::into_raw(glue) as *const c_void)
     })
     .unwrap_or(ptr::null())

@@ -20,6 +20,21 @@ const EMPTY: Buffer = Buffer {
     len: 0,
 };
 
+/// The stack frame of a hook Envoy is running now. Handles that are valid only inside a hook
+/// (`HttpStream`, `NetConnection`, `NetConfigNew`) are made from a borrow of it, so the compiler
+/// keeps them inside the hook that made them: none can be stored, returned or sent to a thread
+/// (`Hook` is neither `Send` nor `Sync`, and the borrow ends with the frame). What is left to the
+/// `unsafe` constructor's caller is only that Envoy's pointer is the right one for this hook.
+pub(crate) struct Hook(PhantomData<*const ()>);
+
+impl Hook {
+    /// A hook's frame: make one at the top of the hook, on its stack.
+    #[inline]
+    pub(crate) fn frame() -> Hook {
+        Hook(PhantomData)
+    }
+}
+
 // ---- HTTP filter -------------------------------------------------------------------------------
 
 /// An HTTP stream inside one of its filter's hooks, on its worker.
@@ -29,19 +44,21 @@ pub(crate) struct HttpStream<'hook> {
     _hook: PhantomData<&'hook ()>,
 }
 
-impl HttpStream<'_> {
+impl<'hook> HttpStream<'hook> {
     /// # Safety
-    /// `fe` is the filter pointer Envoy passed to the hook running now (or a live filter's,
-    /// inside its connection's scheduled hook on the same worker), and the handle does not
-    /// outlive that hook.
+    /// `fe` is the filter pointer Envoy passed to the hook running now, whose frame `hook` is
+    /// (or a live filter's, inside its connection's scheduled hook on the same worker). The
+    /// handle cannot outlive that frame.
     #[inline]
-    pub(crate) unsafe fn in_hook(fe: EnvoyPtr) -> Self {
+    pub(crate) unsafe fn in_hook(_hook: &'hook Hook, fe: EnvoyPtr) -> Self {
         HttpStream {
             fe,
             _hook: PhantomData,
         }
     }
+}
 
+impl HttpStream<'_> {
     /// `f` with a request header's value (the first, if repeated), or `None`.
     #[inline]
     pub(crate) fn request_header<R>(self, name: &str, f: impl FnOnce(Option<&[u8]>) -> R) -> R {
@@ -151,7 +168,7 @@ impl HttpStream<'_> {
 }
 
 /// An HTTP filter config (Envoy's `ce`), alive from its `config_new` to its `config_destroy`.
-#[derive(Clone, Copy)]
+/// Not `Copy`: it lives in the module's config and is lent from there, so no copy outlives it.
 pub(crate) struct HttpConfig(EnvoyPtr);
 
 impl HttpConfig {
@@ -164,7 +181,7 @@ impl HttpConfig {
 
     /// Define an unlabelled gauge (or counter); `None` (logged) if Envoy refuses it, as it does
     /// outside `config_new`.
-    pub(crate) fn define(self, name: &str, gauge: bool) -> Option<usize> {
+    pub(crate) fn define(&self, name: &str, gauge: bool) -> Option<usize> {
         let define: DefineMetric = if gauge {
             abi::envoy_dynamic_module_callback_http_filter_config_define_gauge
         } else {
@@ -178,7 +195,7 @@ impl HttpConfig {
     /// `abi::http_filter_metric_add`), any thread otherwise.
     #[inline]
     pub(crate) fn metric_add(
-        self,
+        &self,
         stream: Option<HttpStream>,
         update: abi::MetricUpdate,
         id: usize,
@@ -188,24 +205,47 @@ impl HttpConfig {
         unsafe { abi::http_filter_metric_add(self.0, fe, update, id) };
     }
 
-    /// Set an unlabelled gauge (an atomic store in Envoy: any thread, ENVOY_FACTS.md §3b). Envoy
-    /// 1.39 and later (`compat::Gives::config_scope_http_metrics`); nothing on 1.38.
-    pub(crate) fn set_gauge(self, id: usize, value: u64) {
-        // SAFETY: live config; `id` defined by `define`; no labels.
+    /// The gauge `id` (defined by [`HttpConfig::define`]) for the gauge publisher's thread.
+    ///
+    /// # Safety
+    /// The gauge is set only until this config's `config_destroy` (which takes it back out of
+    /// the publisher, waiting for a set under way).
+    pub(crate) unsafe fn gauge(&self, id: usize) -> HttpConfigGauge {
+        HttpConfigGauge { ce: self.0, id }
+    }
+
+    /// The config's word (to find it again in a list of live configs).
+    pub(crate) fn word(&self) -> usize {
+        self.0 as usize
+    }
+}
+
+/// An HTTP filter config's unlabelled gauge, set from a module thread: Envoy 1.39 and later
+/// (`compat::Gives::config_scope_http_metrics`); an atomic store in Envoy, any thread
+/// (ENVOY_FACTS.md §3b).
+pub(crate) struct HttpConfigGauge {
+    ce: EnvoyPtr,
+    id: usize,
+}
+
+// SAFETY: the gauge set is an atomic store on a config that its maker keeps alive while this is
+// used (`HttpConfig::gauge`); nothing else is reached through the pointer.
+unsafe impl Send for HttpConfigGauge {}
+// SAFETY: as above; `set` takes `&self` and is an atomic store.
+unsafe impl Sync for HttpConfigGauge {}
+
+impl crate::gauges::ConfigGauge for HttpConfigGauge {
+    fn set(&self, value: u64) {
+        // SAFETY: live config (see `HttpConfig::gauge`); `id` defined by `define`; no labels.
         unsafe {
             abi::envoy_dynamic_module_callback_http_filter_config_set_gauge(
-                self.0,
-                id,
+                self.ce,
+                self.id,
                 ptr::null_mut(),
                 0,
                 value,
             );
         }
-    }
-
-    /// The config's word (to find it again in a list of live configs).
-    pub(crate) fn word(self) -> usize {
-        self.0 as usize
     }
 }
 
@@ -244,18 +284,20 @@ pub(crate) struct NetConnection<'hook> {
     _hook: PhantomData<&'hook ()>,
 }
 
-impl NetConnection<'_> {
+impl<'hook> NetConnection<'hook> {
     /// # Safety
-    /// `fe` is the filter pointer Envoy passed to the hook running now, and the handle does not
-    /// outlive that hook. In `on_network_filter_scheduled`, only once no close event was raised
-    /// (ENVOY_FACTS.md §1: the connection may be gone by then).
-    pub(crate) unsafe fn in_hook(fe: EnvoyPtr) -> Self {
+    /// `fe` is the filter pointer Envoy passed to the hook running now, whose frame `hook` is
+    /// (the handle cannot outlive it). In `on_network_filter_scheduled`, only once no close
+    /// event was raised (ENVOY_FACTS.md §1: the connection may be gone by then).
+    pub(crate) unsafe fn in_hook(_hook: &'hook Hook, fe: EnvoyPtr) -> Self {
         NetConnection {
             fe,
             _hook: PhantomData,
         }
     }
+}
 
+impl NetConnection<'_> {
     pub(crate) fn id(self) -> u64 {
         // SAFETY: live filter inside a hook (see `in_hook`).
         unsafe { abi::envoy_dynamic_module_callback_network_filter_get_connection_id(self.fe) }
@@ -403,13 +445,13 @@ impl<'a> Iterator for SliceIter<'a> {
 }
 
 /// A network filter config inside its `config_new`.
-pub(crate) struct NetConfigNew(EnvoyPtr);
+pub(crate) struct NetConfigNew<'hook>(EnvoyPtr, PhantomData<&'hook Hook>);
 
-impl NetConfigNew {
+impl<'hook> NetConfigNew<'hook> {
     /// # Safety
-    /// `ce` is the config pointer of the `config_new` hook running now.
-    pub(crate) unsafe fn in_hook(ce: EnvoyPtr) -> Self {
-        NetConfigNew(ce)
+    /// `ce` is the config pointer of the `config_new` hook running now, whose frame `hook` is.
+    pub(crate) unsafe fn in_hook(_hook: &'hook Hook, ce: EnvoyPtr) -> Self {
+        NetConfigNew(ce, PhantomData)
     }
 
     /// Define an unlabelled counter; `None` (logged) if Envoy refuses it.
@@ -440,26 +482,43 @@ impl NetConfigNew {
         metric_defined(name, r, id)
     }
 
-    /// The config's word, for [`net_config_set_gauge`] after `config_new`.
+    /// The config's word (to find it again in a list of live configs).
     pub(crate) fn word(&self) -> usize {
         self.0 as usize
     }
+
+    /// The gauge `id` (from [`NetConfigNew::define_gauge`]) for the gauge publisher's thread.
+    ///
+    /// # Safety
+    /// The gauge is set only until this config's `config_destroy` (which takes it back out of
+    /// the publisher, waiting for a set under way).
+    pub(crate) unsafe fn gauge(&self, id: usize) -> NetConfigGauge {
+        NetConfigGauge { ce: self.0, id }
+    }
 }
 
-/// Set a network filter config's unlabelled gauge. Any thread (an atomic store in Envoy,
-/// ENVOY_FACTS.md §3b).
-///
-/// # Safety
-/// `ce` is the word of a config whose `config_destroy` has not run; `id` from its
-/// [`NetConfigNew::define_gauge`].
-pub(crate) unsafe fn net_config_set_gauge(ce: usize, id: usize, value: u64) {
-    // SAFETY: per the contract.
-    unsafe {
-        abi::envoy_dynamic_module_callback_network_filter_config_set_gauge(
-            ce as EnvoyPtr,
-            id,
-            value,
-        );
+/// A tracking network filter config's `active_requests` gauge, set from a module thread: Envoy
+/// 1.39 and later (`compat::Gives::network_config_gauge`); an atomic store in Envoy, any thread
+/// (ENVOY_FACTS.md §3b).
+pub(crate) struct NetConfigGauge {
+    ce: EnvoyPtr,
+    id: usize,
+}
+
+// SAFETY: the gauge set is an atomic store on a config that its maker keeps alive while this is
+// used (`NetConfigNew::gauge`); nothing else is reached through the pointer.
+unsafe impl Send for NetConfigGauge {}
+// SAFETY: as above.
+unsafe impl Sync for NetConfigGauge {}
+
+impl crate::gauges::ConfigGauge for NetConfigGauge {
+    fn set(&self, value: u64) {
+        // SAFETY: live config (see `NetConfigNew::gauge`); `id` from `define_gauge`.
+        unsafe {
+            abi::envoy_dynamic_module_callback_network_filter_config_set_gauge(
+                self.ce, self.id, value,
+            );
+        }
     }
 }
 
@@ -493,7 +552,6 @@ pub(crate) unsafe fn net_scheduler_delete(word: usize) {
 
 /// The bootstrap extension's config (Envoy's `bce`), alive from its `config_new` to its
 /// `config_destroy`. Main thread, unless a method says otherwise.
-#[derive(Clone, Copy)]
 pub(crate) struct ExtensionConfig(EnvoyPtr);
 
 impl ExtensionConfig {
@@ -504,13 +562,13 @@ impl ExtensionConfig {
         ExtensionConfig(bce)
     }
 
-    pub(crate) fn new_timer(self) -> Option<Timer> {
+    pub(crate) fn new_timer(&self) -> Option<Timer> {
         // SAFETY: main thread, live config.
         let t = unsafe { abi::envoy_dynamic_module_callback_bootstrap_extension_timer_new(self.0) };
         std::ptr::NonNull::new(t).map(Timer)
     }
 
-    pub(crate) fn new_scheduler(self) -> Option<Scheduler> {
+    pub(crate) fn new_scheduler(&self) -> Option<Scheduler> {
         // SAFETY: main thread, live config.
         let s = unsafe {
             abi::envoy_dynamic_module_callback_bootstrap_extension_config_scheduler_new(self.0)
@@ -520,7 +578,7 @@ impl ExtensionConfig {
 
     /// Define an unlabelled gauge (or counter); `None` (logged) if Envoy refuses it, as it does
     /// outside `config_new`.
-    pub(crate) fn define(self, name: &str, gauge: bool) -> Option<usize> {
+    pub(crate) fn define(&self, name: &str, gauge: bool) -> Option<usize> {
         let define: DefineMetric = if gauge {
             abi::envoy_dynamic_module_callback_bootstrap_extension_config_define_gauge
         } else {
@@ -531,7 +589,7 @@ impl ExtensionConfig {
     }
 
     /// Define a gauge with labels (inside `config_new` only); `None` (logged) if Envoy refuses it.
-    pub(crate) fn define_labelled_gauge(self, name: &str, labels: &[&str]) -> Option<usize> {
+    pub(crate) fn define_labelled_gauge(&self, name: &str, labels: &[&str]) -> Option<usize> {
         let mut names: Vec<Buffer> = labels.iter().map(|l| module_buffer(l.as_bytes())).collect();
         let mut id = 0usize;
         // SAFETY: main thread, inside config_new; the buffers live for the call (Envoy copies).
@@ -549,7 +607,7 @@ impl ExtensionConfig {
 
     /// Set a labelled gauge. Main thread only: Envoy interns the label values in a pool that is
     /// not thread-safe (ENVOY_FACTS.md §3b).
-    pub(crate) fn set_labelled_gauge(self, id: usize, values: &[&str], value: u64) {
+    pub(crate) fn set_labelled_gauge(&self, id: usize, values: &[&str], value: u64) {
         let mut v: Vec<Buffer> = values.iter().map(|l| module_buffer(l.as_bytes())).collect();
         // SAFETY: main thread, live config; `id` from define_labelled_gauge with as many labels.
         let r = unsafe {
@@ -568,7 +626,7 @@ impl ExtensionConfig {
 
     /// Add an admin endpoint handled by `on_bootstrap_extension_admin_request`; false if Envoy
     /// refused it.
-    pub(crate) fn register_admin(self, path: &[u8], help: &str, mutates: bool) -> bool {
+    pub(crate) fn register_admin(&self, path: &[u8], help: &str, mutates: bool) -> bool {
         // SAFETY: main thread, live config; the buffers live for the call (Envoy copies).
         unsafe {
             abi::envoy_dynamic_module_callback_bootstrap_extension_register_admin_handler(
@@ -582,7 +640,7 @@ impl ExtensionConfig {
     }
 
     /// Without it Envoy stays INITIALIZING and binds no listener.
-    pub(crate) fn signal_init_complete(self) {
+    pub(crate) fn signal_init_complete(&self) {
         // SAFETY: main thread, live config.
         unsafe {
             abi::envoy_dynamic_module_callback_bootstrap_extension_config_signal_init_complete(
@@ -592,7 +650,7 @@ impl ExtensionConfig {
     }
 
     /// Set an unlabelled gauge (an atomic store in Envoy: any thread, ENVOY_FACTS.md §3b).
-    pub(crate) fn set_gauge(self, id: usize, value: u64) {
+    pub(crate) fn set_gauge(&self, id: usize, value: u64) {
         // SAFETY: live config; `id` defined by `define`; no labels.
         unsafe {
             abi::envoy_dynamic_module_callback_bootstrap_extension_config_set_gauge(
@@ -606,7 +664,7 @@ impl ExtensionConfig {
     }
 
     /// Add one to an unlabelled counter (any thread, as `set_gauge`).
-    pub(crate) fn increment_counter(self, id: usize) {
+    pub(crate) fn increment_counter(&self, id: usize) {
         // SAFETY: as `set_gauge`.
         unsafe {
             abi::envoy_dynamic_module_callback_bootstrap_extension_config_increment_counter(
@@ -623,7 +681,7 @@ impl ExtensionConfig {
     ///
     /// # Safety
     /// Called from inside that hook (Envoy copies the body: ENVOY_FACTS.md §4).
-    pub(crate) unsafe fn admin_respond(self, body: &[u8]) {
+    pub(crate) unsafe fn admin_respond(&self, body: &[u8]) {
         // SAFETY: per the contract.
         unsafe {
             abi::envoy_dynamic_module_callback_bootstrap_extension_admin_set_response(

@@ -2,7 +2,7 @@
 //! Each hook: guard, convert, delegate to [`crate::http_filter`].
 
 use super::abi::{self, Buffer, EnvoyPtr, HttpHeader, MetricUpdate};
-use super::envoy::{self, HttpConfig, HttpStream};
+use super::envoy::{self, Hook, HttpConfig, HttpStream};
 use super::{envoy_bytes, guard};
 use crate::config::{DrainToken, FilterConfig, Role};
 use crate::http_filter::{HeadersAction, Metric, Stream, StreamHost, StreamSink};
@@ -34,7 +34,7 @@ struct DataMetrics {
 }
 
 impl DataMetrics {
-    fn define(envoy: HttpConfig) -> Option<DataMetrics> {
+    fn define(envoy: &HttpConfig) -> Option<DataMetrics> {
         Some(DataMetrics {
             active_requests: envoy.define("active_requests", true)?,
             sent_away_http1: envoy.define("connections_sent_away_http1", false)?,
@@ -103,6 +103,12 @@ struct Filter {
     /// Envoy 1.38: the stream ended (`stream_complete`) inside one of its own hooks; that hook
     /// finishes it (with the live stream, which 1.38 needs to move the gauge).
     finish_pending: Cell<bool>,
+    /// Envoy is done with the stream: `stream_complete` ran (Envoy then destroys its filters:
+    /// `ConnectionManagerImpl::doDeferredStreamDestroy`, ENVOY_FACTS.md §6). From here on no
+    /// path but the destroy hook may reach it: on Envoy 1.40 that hook runs later in the worker's
+    /// loop, after Envoy cleared the filter's callbacks, and a connection's wake in between must
+    /// not call Envoy for it ([`wake_stream`]).
+    envoy_done: Cell<bool>,
     /// Test-only (`cross-check`): the response ended inside one of the filter's own hooks (a
     /// response encoded from within `continue_decoding`); that hook marks it on return.
     #[cfg(feature = "cross-check")]
@@ -268,7 +274,7 @@ impl StreamHost for EnvoyStream<'_> {
     }
 }
 
-fn drop_scheduler(waker: usize) {
+pub(crate) fn drop_scheduler(waker: usize) {
     // SAFETY: the owner deletes its scheduler once, after taking it out of every shared list.
     unsafe { envoy::http_scheduler_delete(waker) }
 }
@@ -288,8 +294,13 @@ enum Ran<R> {
     Skipped,
     /// The filter is already inside one of its hooks (re-entered): nothing was done.
     Busy,
-    /// A panic was contained (logged by the panic hook).
-    Panicked,
+    /// A panic was contained (logged by the panic hook). What the fallback may know, read
+    /// before the filter could be freed: the filter's role, and whether Envoy destroyed the
+    /// stream during the hook (then nothing may be done with it).
+    Panicked {
+        role: Option<Role>,
+        stream_gone: bool,
+    },
 }
 
 /// Run `f` with the filter's stream (borrowed mutably through its RefCell) and a host for it.
@@ -316,12 +327,17 @@ fn with_stream<R>(
             return Some(Ran::Busy);
         };
         outermost = true;
+        let hook = Hook::frame();
         // SAFETY: `fe` is the stream of the hook running now (or, from wake_stream, of a live
         // filter on this worker inside its connection's scheduled hook).
-        let envoy = unsafe { HttpStream::in_hook(fe) };
+        let envoy = unsafe { HttpStream::in_hook(&hook, fe) };
         let host = EnvoyStream { envoy, fm, config };
         let shared = super::shared();
         let r = f(&mut stream, &host, shared);
+        #[cfg(test)]
+        if PANIC_AFTER_GLUE.take() {
+            panic!("test: a panic after the hook's glue");
+        }
         #[cfg(feature = "cross-check")]
         if filter.xc_done_pending.take() {
             stream.cross_check_response_done();
@@ -348,28 +364,40 @@ fn with_stream<R>(
             r
         }
         None => {
+            let (mut role, mut stream_gone) = (None, false);
             guard(hook, (), || {
                 if let Some(f) = alive {
                     f.poisoned.set(true);
+                    stream_gone = f.destroy_pending.get();
                     // SAFETY: the config outlives its filters; read to count the failure.
                     if let Some(config) = unsafe { f.config.as_ref() } {
+                        role = Some(config.role);
                         if config.role == Role::Data {
                             super::shared().counters.module_error();
-                            // SAFETY: as above.
-                            config.metric(
-                                Some(unsafe { HttpStream::in_hook(fe) }),
-                                Metric::ModuleError,
-                            );
+                            let hook = Hook::frame();
+                            // SAFETY: the stream of the hook running now, unless Envoy
+                            // destroyed it in the hook (then none: no call for it).
+                            let stream =
+                                (!stream_gone).then(|| unsafe { HttpStream::in_hook(&hook, fe) });
+                            config.metric(stream, Metric::ModuleError);
                         }
                     }
                 }
-                if outermost && alive.is_some_and(|f| f.destroy_pending.get()) {
+                if outermost && stream_gone {
                     destroy_filter(fm);
                 }
             });
-            Ran::Panicked
+            // The filter may be freed now: only what was read above is known.
+            Ran::Panicked { role, stream_gone }
         }
     }
+}
+
+#[cfg(test)]
+std::thread_local! {
+    /// Test-only: the next hook run by [`with_stream`] on this thread panics after its glue
+    /// (a panic from a fake callback would abort: they are `extern "C"`).
+    static PANIC_AFTER_GLUE: Cell<bool> = const { Cell::new(false) };
 }
 
 // ---- exported hooks --------------------------------------------------------------------------
@@ -391,7 +419,7 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_config_new(
                 let metrics = match c.role {
                     Role::Data => {
                         super::shared().note_data_filter_loaded();
-                        DataMetrics::define(envoy)
+                        DataMetrics::define(&envoy)
                     }
                     Role::Control => None,
                 };
@@ -406,14 +434,9 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_config_new(
                 );
                 let gauge_published = metrics.is_some() && abi::gives().config_scope_http_metrics;
                 if let (Some(m), true) = (&metrics, gauge_published) {
-                    let (threads, shared) = (super::threads(), super::shared());
-                    GAUGES.publish(
-                        envoy.word(),
-                        m.active_requests,
-                        threads,
-                        shared,
-                        set_config_gauge,
-                    );
+                    // SAFETY: config_destroy takes the gauge back out of GAUGES first.
+                    let gauge = Box::new(unsafe { envoy.gauge(m.active_requests) });
+                    GAUGES.publish(envoy.word(), gauge, super::threads(), super::shared());
                 }
                 Box::into_raw(Box::new(Config {
                     envoy,
@@ -435,13 +458,6 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_config_new(
 
 /// The data-role configs whose `active_requests` gauge a module thread sets.
 static GAUGES: crate::gauges::GaugePublisher = crate::gauges::GaugePublisher::new();
-
-/// Set a config-scope gauge (any thread: config-scope gauges are atomics in Envoy).
-fn set_config_gauge(ce: usize, id: usize, value: u64) {
-    // SAFETY: `ce` is a live config: it leaves GAUGES (under the lock the caller holds) in its
-    // destroy hook, before Envoy frees it.
-    unsafe { HttpConfig::new(ce as EnvoyPtr) }.set_gauge(id, value)
-}
 
 #[no_mangle]
 pub extern "C" fn envoy_dynamic_module_on_http_filter_config_destroy(cm: *const c_void) {
@@ -477,6 +493,7 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_new(
                 destroy_pending: Cell::new(false),
                 poisoned: Cell::new(false),
                 finish_pending: Cell::new(false),
+                envoy_done: Cell::new(false),
                 #[cfg(feature = "cross-check")]
                 xc_done_pending: Cell::new(false),
             })
@@ -500,22 +517,22 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_request_headers(
     match r {
         Ran::Done((HeadersAction::Continue, _)) | Ran::Skipped | Ran::Busy => abi::HEADERS_CONTINUE,
         Ran::Done((HeadersAction::Stop, _)) => abi::HEADERS_STOP_ITERATION,
-        Ran::Panicked => {
-            // SAFETY: as in with_stream; only the role is read.
-            let role = guard("request_headers fallback", None, || {
-                unsafe { filter(fm) }
-                    .and_then(|f| unsafe { f.config.as_ref() })
-                    .map(|c| c.role)
-            });
-            if role == Some(Role::Data) {
-                // Fail open: the request goes on through Envoy unharmed; only our bookkeeping
-                // for it is lost (counted in module_errors, logged by the guard).
-                return abi::HEADERS_CONTINUE;
-            }
+        // Fail open: the request goes on through Envoy unharmed; only our bookkeeping for it
+        // is lost (counted in module_errors, logged by the guard). And a stream Envoy
+        // destroyed during the hook has no one left to answer.
+        Ran::Panicked {
+            role: Some(Role::Data),
+            ..
+        }
+        | Ran::Panicked {
+            stream_gone: true, ..
+        } => abi::HEADERS_CONTINUE,
+        Ran::Panicked { .. } => {
             // A control endpoint may fail: answer 500 with a reason.
             guard("request_headers fallback", (), || {
-                // SAFETY: the stream of the hook running now.
-                unsafe { HttpStream::in_hook(fe) }.send_response(
+                let hook = Hook::frame();
+                // SAFETY: the stream of the hook running now (not destroyed: see above).
+                unsafe { HttpStream::in_hook(&hook, fe) }.send_response(
                     500,
                     &[("content-type", "text/plain")],
                     b"graceful_drain: internal error\n",
@@ -623,17 +640,24 @@ fn cross_check_response_done(hook: &'static str, fe: EnvoyPtr, fm: *const c_void
     }
 }
 
-/// Envoy 1.39 and later: nothing here (the gauge is published from the in-flight table). The
-/// connection manager's stream teardown calls this hook and then, in the same call, the destroy
-/// hook, which finishes the stream (and is called for every filter, also one whose stream never
-/// completed). Envoy 1.38 moves the `active_requests` gauge per request and only through a live
-/// stream (`abi::http_filter_metric_add`), which the destroy hook no longer has: there the stream
-/// is finished here.
+/// Envoy is done with the stream: the connection manager's stream teardown calls this hook and
+/// then the filters' destroy (`ConnectionManagerImpl::doDeferredStreamDestroy`: onStreamComplete,
+/// log, destroyFilters). 1.39 runs our destroy hook inside it; 1.40 queues it for later in the
+/// worker's loop, after clearing the filter's callbacks, so from here the stream is marked done
+/// and no wake reaches it (`wake_stream`). The stream itself is finished by the destroy hook
+/// (called for every filter, also one whose stream never completed), except on Envoy 1.38, which
+/// moves the `active_requests` gauge per request and only through a live stream
+/// (`abi::http_filter_metric_add`): there it is finished here.
 #[no_mangle]
 pub extern "C" fn envoy_dynamic_module_on_http_filter_stream_complete(
     fe: EnvoyPtr,
     fm: *const c_void,
 ) {
+    // SAFETY: our filter, alive until its destroy hook, which has not run (Envoy calls this
+    // hook first).
+    if let Some(f) = unsafe { filter(fm) } {
+        f.envoy_done.set(true);
+    }
     if !abi::gives().config_scope_http_metrics {
         finish_on_complete(fe, fm)
     }
@@ -715,10 +739,16 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_scheduled(
 /// `word` is the pointer of a live filter of ours: a stream attaches it to its connection in its
 /// request headers hook and takes it back when it ends (`DataStream::finish`, from
 /// the destroy hook), all on this worker, before the filter is freed.
+/// A stream Envoy is done with ([`Filter::envoy_done`]) is left alone: on 1.40 its word is still
+/// attached until the destroy hook runs later in the loop, while Envoy has already cleared the
+/// filter's callbacks.
 pub(crate) fn wake_stream(word: usize, event: u64) {
     let fm = word as *const c_void;
     // SAFETY: per the contract above, `fm` is a live filter of ours on this thread.
-    let Some(fe) = (unsafe { filter(fm) }).map(|f| f.fe) else {
+    let Some(fe) = (unsafe { filter(fm) })
+        .filter(|f| !f.envoy_done.get())
+        .map(|f| f.fe)
+    else {
         return;
     };
     let _ = with_stream("connection_wake", fe, fm, |s, host, shared| {
@@ -799,6 +829,87 @@ mod tests {
         assert_eq!(free_filters(), free_before);
         envoy_dynamic_module_on_http_filter_destroy(again);
         assert_eq!(free_filters(), free_before + 1);
+        envoy_dynamic_module_on_http_filter_config_destroy(cm);
+        release_free_filters();
+    }
+
+    fn config(role_json: &[u8]) -> *const c_void {
+        let ce: EnvoyPtr = ptr::without_provenance_mut(0x300);
+        let cm = envoy_dynamic_module_on_http_filter_config_new(
+            ce,
+            module_buffer(b"graceful_drain"),
+            module_buffer(role_json),
+        );
+        assert!(!cm.is_null(), "config accepted");
+        cm
+    }
+
+    /// Envoy destroys the filter inside a hook (here while the control stream answers), and the
+    /// hook then panics: the fallback must not read the freed filter nor answer on the destroyed
+    /// stream. Before, it read the role from the freed memory and sent a second response.
+    #[test]
+    fn a_panic_after_envoy_destroyed_the_filter_in_the_hook_touches_neither() {
+        reset_fake();
+        let cm = config(br#"{"role": "control"}"#);
+        let fe: EnvoyPtr = ptr::without_provenance_mut(0x400);
+        let fm = envoy_dynamic_module_on_http_filter_new(cm, fe);
+        let free_before = free_filters();
+        script(
+            "envoy_dynamic_module_callback_http_send_response",
+            move || {
+                envoy_dynamic_module_on_http_filter_destroy(fm);
+                PANIC_AFTER_GLUE.set(true);
+                0
+            },
+        );
+        let status = envoy_dynamic_module_on_http_filter_request_headers(fe, fm, true);
+        let calls = take_calls();
+        assert_eq!(
+            calls.iter().filter(|c| **c == "http_send_response").count(),
+            1,
+            "one answer, from the glue; none from the fallback: {calls:?}"
+        );
+        assert_eq!(
+            status,
+            abi::HEADERS_CONTINUE,
+            "nothing to stop: the stream is gone"
+        );
+        assert_eq!(free_filters(), free_before + 1, "freed once, by the hook");
+        envoy_dynamic_module_on_http_filter_config_destroy(cm);
+        release_free_filters();
+    }
+
+    /// Envoy 1.40 clears a filter's callbacks after `stream_complete` and runs the destroy hook
+    /// later in the loop: a connection's wake in between (the drain start handing the stream back
+    /// through its connection) must make no call into Envoy for it.
+    #[test]
+    fn a_stream_envoy_is_done_with_is_not_reached_by_a_wake() {
+        reset_fake();
+        let cm = config(br#"{"role": "data"}"#);
+        let fe: EnvoyPtr = ptr::without_provenance_mut(0x500);
+        let fm = envoy_dynamic_module_on_http_filter_new(cm, fe);
+        assert_eq!(
+            envoy_dynamic_module_on_http_filter_request_headers(fe, fm, true),
+            abi::HEADERS_CONTINUE
+        );
+        // In flight: a wake reaches it (it asks Envoy about its connection and protocol).
+        take_calls();
+        wake_stream(fm as usize, crate::state::EVENT_GO_AWAY);
+        let awake = take_calls();
+        assert!(!awake.is_empty(), "a live stream is woken: {awake:?}");
+        // Done: the same wake makes no call at all.
+        let fm2 = envoy_dynamic_module_on_http_filter_new(cm, fe);
+        envoy_dynamic_module_on_http_filter_request_headers(fe, fm2, true);
+        envoy_dynamic_module_on_http_filter_stream_complete(fe, fm2);
+        take_calls();
+        wake_stream(fm2 as usize, crate::state::EVENT_GO_AWAY);
+        assert_eq!(
+            take_calls(),
+            Vec::<&str>::new(),
+            "no call for a finished stream"
+        );
+        envoy_dynamic_module_on_http_filter_destroy(fm);
+        envoy_dynamic_module_on_http_filter_destroy(fm2);
         envoy_dynamic_module_on_http_filter_config_destroy(cm);
         release_free_filters();
     }

@@ -3,6 +3,7 @@
 //! `/logging`). Panics are routed here too instead of Envoy's stderr.
 
 use super::abi;
+use crate::threads::Threads;
 
 struct EnvoyLogger;
 
@@ -16,19 +17,46 @@ fn envoy_level(level: log::Level) -> u32 {
     }
 }
 
-impl log::Log for EnvoyLogger {
-    fn enabled(&self, metadata: &log::Metadata) -> bool {
-        super::envoy::log_enabled(envoy_level(metadata.level()))
+/// Whether a line at `level` would be printed, asked of Envoy: on a module thread only while the
+/// gate is open (`threads`), like every other call it makes; `false` once the exit was released.
+fn enabled_via(threads: &Threads, level: u32) -> bool {
+    if Threads::on_module_thread() {
+        threads
+            .call("log", || super::envoy::log_enabled(level))
+            .unwrap_or(false)
+    } else {
+        super::envoy::log_enabled(level)
     }
+}
 
-    fn log(&self, record: &log::Record) {
-        if !self.enabled(record.metadata()) {
+/// One line to Envoy's logger. Envoy's own threads (its hooks, the main thread) may always log;
+/// a module thread only through the gate: after the exit was released the line is dropped
+/// (counted among the refused calls in the teardown line), so no module thread calls into a
+/// tearing-down Envoy, not even to log.
+fn emit_via(threads: &Threads, level: u32, record: &log::Record) {
+    let send = || {
+        if !super::envoy::log_enabled(level) {
             return;
         }
         let msg = record.args().to_string();
         let file = record.file().unwrap_or("graceful_drain");
         let line = record.line().unwrap_or(0);
-        super::envoy::log(envoy_level(record.level()), &msg, file, line);
+        super::envoy::log(level, &msg, file, line);
+    };
+    if Threads::on_module_thread() {
+        let _ = threads.call("log", send);
+    } else {
+        send();
+    }
+}
+
+impl log::Log for EnvoyLogger {
+    fn enabled(&self, metadata: &log::Metadata) -> bool {
+        enabled_via(super::threads(), envoy_level(metadata.level()))
+    }
+
+    fn log(&self, record: &log::Record) {
+        emit_via(super::threads(), envoy_level(record.level()), record);
     }
 
     fn flush(&self) {}
@@ -54,4 +82,77 @@ pub(super) fn install() {
             None => log::error!("graceful_drain: panic: {msg}"),
         }
     }));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ffi::abi::{reset_fake, script, take_calls};
+
+    fn record_and_emit(threads: &Threads) -> Vec<&'static str> {
+        script("envoy_dynamic_module_callback_log_enabled", || 1);
+        emit_via(
+            threads,
+            abi::LOG_INFO,
+            &log::Record::builder()
+                .args(format_args!("a line"))
+                .level(log::Level::Info)
+                .build(),
+        );
+        take_calls()
+    }
+
+    /// A module thread's log line is a call into Envoy like any other: refused once the exit
+    /// was released. Envoy's own threads keep logging.
+    #[test]
+    fn a_module_thread_logs_only_while_the_gate_is_open() {
+        let threads: &'static Threads = Box::leak(Box::new(Threads::default()));
+        let on_module_thread = |threads: &'static Threads| {
+            let (tx, rx) = std::sync::mpsc::channel();
+            threads
+                .spawn(
+                    "log_test",
+                    || {},
+                    move || {
+                        reset_fake();
+                        tx.send(record_and_emit(threads)).unwrap();
+                    },
+                )
+                .unwrap();
+            rx.recv_timeout(std::time::Duration::from_secs(10))
+                .expect("the module thread logged")
+        };
+        let open = on_module_thread(threads);
+        assert!(
+            open.contains(&"log_v2") || open.contains(&"log"),
+            "{open:?}"
+        );
+        // The release closes the gate (and stops the threads; a new one is refused then, so
+        // the closed gate is tried from a thread spawned before).
+        let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+        let (tx, rx) = std::sync::mpsc::channel();
+        threads
+            .spawn(
+                "log_test_late",
+                || {},
+                move || {
+                    reset_fake();
+                    go_rx.recv().unwrap();
+                    tx.send(record_and_emit(threads)).unwrap();
+                },
+            )
+            .unwrap();
+        threads.close();
+        go_tx.send(()).unwrap();
+        let closed = rx
+            .recv_timeout(std::time::Duration::from_secs(10))
+            .expect("the late thread ran");
+        assert!(closed.is_empty(), "a call after the release: {closed:?}");
+        let stopped = threads.join(std::time::Duration::from_secs(5));
+        assert_eq!(stopped.refused, vec![("log", 1)]);
+        // Envoy's thread (this test's) is not gated.
+        reset_fake();
+        let envoy_thread = record_and_emit(threads);
+        assert!(!envoy_thread.is_empty(), "{envoy_thread:?}");
+    }
 }

@@ -151,6 +151,7 @@ pub(crate) fn shared() -> &'static Shared {
             }),
             Hooks {
                 commit: http::commit_scheduler,
+                delete_waker: http::drop_scheduler,
                 kick_engine: bootstrap::kick_engine,
                 drain_started: || {
                     shared()

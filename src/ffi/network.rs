@@ -3,10 +3,12 @@
 //! decides; this file only applies the decision, through `envoy::NetConnection`.
 
 use super::abi::{Buffer, EnvoyPtr};
-use super::envoy::{self, NetConfigNew, NetConnection};
+use super::envoy::{self, Hook, NetConfigNew, NetConnection};
 use super::{envoy_bytes, guard};
 use crate::config::NetworkFilterConfig;
-use crate::connections::{self, Action, Conn, FirstStream, Waker, WakerSlot, GOAWAY_NO_ERROR};
+use crate::connections::{
+    self, Action, Conn, ConnSettings, FirstStream, Waker, WakerSlot, GOAWAY_NO_ERROR,
+};
 use crate::exchange;
 use crate::state::{Protocol, EVENT_GO_AWAY};
 use crate::tracking::{Fed, Told, Tracking, CONNECTION_CLOSE, MAX_STATUS_LINE};
@@ -21,6 +23,8 @@ const EVENT_REMOTE_CLOSE: u32 = 0;
 const EVENT_LOCAL_CLOSE: u32 = 1;
 
 struct NetConfig {
+    /// This listener's idle settings, given to each of its connections.
+    settings: ConnSettings,
     told_http1: Option<usize>,
     told_http2: Option<usize>,
     /// The HTTP filter's counter of the same name (Envoy keeps one stat per name): busy HTTP/2
@@ -86,8 +90,11 @@ pub extern "C" fn envoy_dynamic_module_on_network_filter_config_new(
             }) => {
                 let c = &super::shared().connections;
                 c.install_commit(commit);
-                c.set_grace(grace);
-                c.set_idle_after(idle_after);
+                let settings = ConnSettings {
+                    idle_after,
+                    idle_close_grace: grace,
+                };
+                c.note_config(settings);
                 if track_requests {
                     c.note_tracking();
                 }
@@ -96,8 +103,9 @@ pub extern "C" fn envoy_dynamic_module_on_network_filter_config_new(
                      start; idle_close_grace={grace:?}, idle_after={idle_after:?}, \
                      track_requests={track_requests})"
                 );
+                let hook = Hook::frame();
                 // SAFETY: inside config_new with Envoy's config pointer.
-                let envoy = unsafe { NetConfigNew::in_hook(ce) };
+                let envoy = unsafe { NetConfigNew::in_hook(&hook, ce) };
                 // Connection mode's in-flight count as the HTTP filter's gauge of the same name
                 // (Envoy keeps one stat per name), set from the in-flight table by a module
                 // thread (1.39 and later: 1.38 has no config-scope gauge set for this filter).
@@ -105,16 +113,13 @@ pub extern "C" fn envoy_dynamic_module_on_network_filter_config_new(
                     .then(|| envoy.define_gauge("active_requests"))
                     .flatten()
                     .map(|id| {
-                        GAUGES.publish(
-                            envoy.word(),
-                            id,
-                            super::threads(),
-                            super::shared(),
-                            set_config_gauge,
-                        );
+                        // SAFETY: config_destroy takes the gauge back out of GAUGES first.
+                        let gauge = Box::new(unsafe { envoy.gauge(id) });
+                        GAUGES.publish(envoy.word(), gauge, super::threads(), super::shared());
                         envoy.word()
                     });
                 Box::into_raw(Box::new(NetConfig {
+                    settings,
                     told_http1: envoy.define_counter("idle_connections_told_http1"),
                     told_http2: envoy.define_counter("idle_connections_told_http2"),
                     sent_away_http2: envoy.define_counter("connections_sent_away_http2"),
@@ -141,12 +146,6 @@ pub extern "C" fn envoy_dynamic_module_on_network_filter_config_new(
 
 /// The tracking configs whose `active_requests` gauge a module thread sets.
 static GAUGES: crate::gauges::GaugePublisher = crate::gauges::GaugePublisher::new();
-
-fn set_config_gauge(ce: usize, id: usize, value: u64) {
-    // SAFETY: `ce` is a live config: it leaves GAUGES (under the lock the caller holds) in its
-    // destroy hook, before Envoy frees it.
-    unsafe { envoy::net_config_set_gauge(ce, id, value) }
-}
 
 #[no_mangle]
 pub extern "C" fn envoy_dynamic_module_on_network_filter_config_destroy(cm: *const c_void) {
@@ -178,14 +177,16 @@ pub extern "C" fn envoy_dynamic_module_on_network_filter_new(
     guard("network_filter_new", ptr::null(), || {
         // SAFETY: the config outlives its filters.
         let track = unsafe { (cm as *const NetConfig).as_ref() }.is_some_and(|c| c.track_requests);
-        // With a data-role HTTP filter loaded its streams are the count: following the bytes
-        // too would count each request twice (the cross-check build follows them beside it).
-        let beside_http_filter = super::shared().data_filter_loaded();
-        let tracking = match (track, beside_http_filter) {
-            (true, false) => Some(Tracking::new()),
+        // Per connection, by its listener's own config, whatever other listeners have: where
+        // this listener's chain has the HTTP filter too, the tracker's count is the one, and the
+        // HTTP filter takes no ticket for the connection's requests (`StreamMark::
+        // counted_by_tracker`). The test-only cross-check build follows beside the HTTP filter
+        // without counting instead.
+        let tracking = match track {
             #[cfg(feature = "cross-check")]
-            (true, true) => Some(Tracking::shadow()),
-            _ => None,
+            true if super::shared().data_filter_loaded() => Some(Tracking::shadow()),
+            true => Some(Tracking::new()),
+            false => None,
         };
         Box::into_raw(Box::new(NetFilter {
             config: cm as *const NetConfig,
@@ -216,18 +217,20 @@ pub extern "C" fn envoy_dynamic_module_on_network_filter_new_connection(
         let Some(f) = (unsafe { net_filter(fm) }) else {
             return STATUS_CONTINUE;
         };
+        let hook = Hook::frame();
         // SAFETY: the filter's own pointer inside its hook; callbacks are set by now.
-        let envoy = unsafe { NetConnection::in_hook(fe) };
+        let envoy = unsafe { NetConnection::in_hook(&hook, fe) };
         let id = envoy.id();
         let requests = &super::shared().requests;
         let lane = requests.lane();
-        let conn = Arc::new(Conn::on_lane(
-            id,
-            lane,
-            lane.and_then(|l| requests.reserve(l)),
-        ));
+        // SAFETY: the config outlives its filters.
+        let settings =
+            unsafe { f.config.as_ref() }.map_or_else(ConnSettings::default, |c| c.settings);
+        let conn = Arc::new(
+            Conn::on_lane(id, lane, lane.and_then(|l| requests.reserve(l))).with_settings(settings),
+        );
         if f.tracking.as_ref().is_some_and(|t| t.borrow().counts()) {
-            conn.set_followed();
+            conn.set_followed(true);
         }
         connections::register(&conn);
         let _ = f.conn.set(conn);
@@ -259,8 +262,9 @@ pub extern "C" fn envoy_dynamic_module_on_network_filter_read(
             return STATUS_CONTINUE;
         };
         if let Some(tracking) = &f.tracking {
+            let hook = Hook::frame();
             // SAFETY: the filter's own pointer inside its read hook.
-            let envoy = unsafe { NetConnection::in_hook(fe) };
+            let envoy = unsafe { NetConnection::in_hook(&hook, fe) };
             let fed = envoy.with_read_slices(|chunks| {
                 if conn.following_bytes() {
                     let mut watch = f.first_stream.get();
@@ -276,9 +280,10 @@ pub extern "C" fn envoy_dynamic_module_on_network_filter_read(
             });
             count_fed(f, envoy, fed);
         } else if conn.following_bytes() {
+            let hook = Hook::frame();
             // SAFETY: the filter's own pointer inside its read hook.
             follow_client_bytes(
-                unsafe { NetConnection::in_hook(fe) },
+                unsafe { NetConnection::in_hook(&hook, fe) },
                 conn,
                 &f.first_stream,
                 data_len,
@@ -365,8 +370,9 @@ pub extern "C" fn envoy_dynamic_module_on_network_filter_write(
         // An empty write (Envoy makes one at a proxied response's end, ENVOY_FACTS.md §6) has
         // no byte to follow: no buffer callbacks for it.
         if let Some(tracking) = f.tracking.as_ref().filter(|_| data_len > 0) {
+            let hook = Hook::frame();
             // SAFETY: the filter's own pointer inside its write hook.
-            let envoy = unsafe { NetConnection::in_hook(fe) };
+            let envoy = unsafe { NetConnection::in_hook(&hook, fe) };
             // A write the tracker would skip unread (a body's rest, a frame's payload): fed by
             // its length, without the two buffer callbacks (about 300 instructions).
             let unread = tracking
@@ -455,8 +461,9 @@ pub extern "C" fn envoy_dynamic_module_on_network_filter_scheduled(
         if f.closed.get() {
             return;
         }
+        let hook = Hook::frame();
         // SAFETY: the filter's own pointer inside its hook, not closed (see NetFilter::closed).
-        let envoy = unsafe { NetConnection::in_hook(fe) };
+        let envoy = unsafe { NetConnection::in_hook(&hook, fe) };
         if !envoy.is_open() {
             return;
         }
