@@ -7,9 +7,14 @@
 //! completion callback), `admin_panic` (the thread making the drain start's admin calls panics),
 //! `hold_thread_calls` (every call a module thread makes into Envoy waits until the exit was
 //! released: see `threads::GateFaults`), `no_gate` (with it, such calls pass the closed gate and
-//! are counted as late instead of refused).
+//! are counted as late instead of refused), `slow_stats_scan` (every pass over Envoy's stats
+//! takes [`SLOW_SCAN`] more, as on a very large configuration or a loaded machine).
 
 use std::sync::OnceLock;
+use std::time::Duration;
+
+/// What `slow_stats_scan` adds to each pass over Envoy's stats.
+pub const SLOW_SCAN: Duration = Duration::from_millis(700);
 
 pub fn active(name: &str) -> bool {
     static FAULTS: OnceLock<Vec<String>> = OnceLock::new();

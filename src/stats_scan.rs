@@ -136,25 +136,12 @@ pub struct EnvoyStatsCache {
 }
 
 impl EnvoyStatsCache {
-    /// The next pass and when it is due. With the filter loaded, the first scan of a drain waits
-    /// for its share, measured on the calibration passes, so a large filter-mode gateway pays
-    /// nothing at drain start.
+    /// The next pass and when it is due. A drain's first scan starts at the drain start, filter
+    /// loaded or not: until a scan of this drain is seen, nothing says that every request Envoy
+    /// serves passes the filter (a route can disable it, a listener can lack it), so the drain
+    /// holds ([`Scanner::view`]).
     pub fn due(&mut self, d: DrainTiming) -> (Pass, Instant) {
-        let calibration = self.calibration;
-        *self.next.get_or_insert_with(|| {
-            let at = match calibration {
-                Some((c, g)) if d.filter_loaded => {
-                    let wait = scan_interval(c + g, SCAN_SHARE_PERCENT);
-                    if wait > IN_FLIGHT_RECHECK {
-                        d.started + wait
-                    } else {
-                        d.started
-                    }
-                }
-                _ => d.started,
-            };
-            (Pass::Counters, at)
-        })
+        *self.next.get_or_insert((Pass::Counters, d.started))
     }
 
     /// Record the calibration passes' costs (they also plan a drain's first passes).
@@ -282,9 +269,11 @@ impl EnvoyStatsCache {
         }
     }
 
-    /// What the engine sees between passes: nothing until both kinds are read. A request the
-    /// counters saw start counts as in flight until a gauge pass that started after them says
-    /// otherwise, so a gauge pass read before it started never declares the drain done.
+    /// What the engine sees between passes: nothing until both kinds were read. Only passes of
+    /// this drain are recorded here (the thread scans once the engine asked, during a drain; the
+    /// calibration passes give costs only), so a view is always made of this drain's scans. A
+    /// request the counters saw start counts as in flight until a gauge pass that started after
+    /// them says otherwise, so a gauge pass read before it started never declares the drain done.
     pub fn view(&self, own_now: Counts) -> Option<EnvoyRequestStats> {
         let (mut excess_active, gauges_started) = self.gauges?;
         let (excess_total, _) = self.counters?;
@@ -412,10 +401,12 @@ impl Scanner {
         }
         match st.cache.view(own_now) {
             Some(v) => EnvoyView::Seen(v),
-            None if d.filter_loaded => EnvoyView::Unused,
             // The store can no longer be read: nothing will come; the filter's counts are all
             // there is (Envoy is tearing down anyway).
             None if st.ended => EnvoyView::Unused,
+            // Not seen yet in this drain, the filter loaded or not: hold (drain_timeout bounds
+            // it). A filter on every listener does not mean every request: a route can disable
+            // it, and only Envoy's figures show what it does not see.
             None => EnvoyView::Pending,
         }
     }
@@ -736,26 +727,25 @@ mod tests {
     }
 
     #[test]
-    fn with_the_filter_a_large_configuration_is_first_scanned_after_its_share() {
+    fn a_drain_is_first_scanned_at_its_start_filter_or_not() {
         let t0 = Instant::now();
-        let d = timing(t0, true);
         let calibrated = |c: Duration| {
             let mut cache = EnvoyStatsCache::default();
             cache.calibrate(c * 3 / 4, c / 4);
             cache
         };
-        let wait = scan_interval(400 * MS, SCAN_SHARE_PERCENT);
-        assert_eq!(calibrated(400 * MS).due(d), (Pass::Counters, t0 + wait));
-        // Without the filter the stats are the only signal: scanned at drain start.
-        assert_eq!(
-            calibrated(400 * MS).due(timing(t0, false)),
-            (Pass::Counters, t0)
-        );
-        // With the filter and a cheap scan, as before: at drain start.
-        assert_eq!(
-            calibrated(Duration::from_micros(100)).due(d),
-            (Pass::Counters, t0)
-        );
+        // Before, a large filter-mode gateway's first scan waited for its share (32 times the
+        // calibration's cost): the drain could complete before any scan, with a request on a
+        // route without the filter still in flight.
+        for filter in [true, false] {
+            for cost in [Duration::from_micros(100), 400 * MS, 3000 * MS] {
+                assert_eq!(
+                    calibrated(cost).due(timing(t0, filter)),
+                    (Pass::Counters, t0),
+                    "filter {filter}, a scan costing {cost:?}"
+                );
+            }
+        }
     }
 
     #[test]
@@ -788,6 +778,9 @@ mod tests {
         readable: AtomicBool,
         wakeups: AtomicUsize,
         caller: Mutex<Option<std::thread::ThreadId>>,
+        /// A pass waits while this is set (and says so in `held`): a slow scan.
+        hold: AtomicBool,
+        held: AtomicBool,
     }
 
     struct Source(Arc<FakeStore>);
@@ -802,6 +795,10 @@ mod tests {
                 s.scanned_off_caller.store(true, Ordering::SeqCst);
             }
             s.scans.fetch_add(1, Ordering::SeqCst);
+            while s.hold.load(Ordering::SeqCst) {
+                s.held.store(true, Ordering::SeqCst);
+                std::thread::yield_now();
+            }
             Some(match pass {
                 Pass::Gauges => s.active.load(Ordering::SeqCst),
                 Pass::Counters => 0,
@@ -874,15 +871,38 @@ mod tests {
         );
     }
 
+    /// The engine's view, filter loaded, while the drain's first scan is slow (held here until
+    /// released): `Pending` (the drain holds), never `Unused` (which let a filter-mode drain
+    /// complete at min_drain_duration with a request the filter did not see in flight); `Seen`,
+    /// with that request, once the scan is in.
     #[test]
-    fn in_filter_mode_nothing_is_pending() {
+    fn in_filter_mode_the_drain_holds_until_a_scan_of_it_is_seen() {
         let s = store();
         let threads = Threads::default();
         let scanner = Scanner::start(&threads, Source(s.clone())).unwrap();
         eventually("the calibration scan", || scanner.calibration().is_some());
-        let d = timing(Instant::now() + Duration::from_secs(3600), true);
+        s.hold.store(true, Ordering::SeqCst);
+        s.active.store(1, Ordering::SeqCst); // a request on a route without the filter
         s.draining.store(true, Ordering::SeqCst);
-        assert_eq!(scanner.view(d, counts(1, 1)), EnvoyView::Unused);
+        let d = timing(Instant::now(), true);
+        assert_eq!(scanner.view(d, counts(0, 0)), EnvoyView::Pending);
+        eventually("the drain's first pass under way", || {
+            s.held.load(Ordering::SeqCst)
+        });
+        for _ in 0..10 {
+            assert_eq!(
+                scanner.view(d, counts(0, 0)),
+                EnvoyView::Pending,
+                "no scan of this drain seen: hold"
+            );
+            std::thread::sleep(IN_FLIGHT_RECHECK);
+        }
+        s.hold.store(false, Ordering::SeqCst);
+        eventually("the scan that sees the request", || {
+            scanner.view(d, counts(0, 0)) == EnvoyView::Seen(envoy(1, 0))
+        });
+        scanner.stop();
+        threads.join(Duration::from_secs(30));
     }
 
     #[test]

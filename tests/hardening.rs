@@ -763,6 +763,62 @@ fn faults(f: &str) -> Options {
     }
 }
 
+/// A request on a route the filter is disabled on, while every pass over Envoy's stats is slow
+/// (the test fault `slow_stats_scan`, 700 ms a pass: a large configuration or a loaded
+/// machine): the drain holds until a scan of it shows the request, then until it ends, and the
+/// request is served in full. Before, with a data filter loaded, the drain treated Envoy's
+/// figures as unused until a scan was seen and put its first scan off: it completed at
+/// min_drain_duration (300 ms) and the request was cut.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_request_the_filter_does_not_see_holds_the_drain_while_the_scan_is_slow() {
+    let o = faults("slow_stats_scan");
+    let p = common::free_ports(3);
+    let yaml = common::envoy::add_route_without_the_filter(
+        &common::envoy::render_gateway(p[0], p[1], p[2], &o),
+        "/no-filter/",
+    );
+    let mut envoy = Envoy::start_yaml(&yaml, p[0], p[1], p[2], &o).await;
+    let port = envoy.data;
+    let unseen = tokio::spawn(async move {
+        clients::request(
+            port,
+            "GET",
+            "/no-filter/slow",
+            &[("x-envoy-fault-delay-request", "2500")],
+        )
+        .await
+    });
+    eventually("the request in flight", Duration::from_secs(5), || async {
+        (envoy.stat("http.data.downstream_rq_active").await == Some(1)).then_some(())
+    })
+    .await;
+    if common::envoy::test_mode() == common::envoy::TestMode::Filter {
+        assert_eq!(
+            envoy.drain_status().await["active_requests"],
+            0,
+            "not the filter's"
+        );
+    }
+    envoy.sigterm();
+    let r = unseen.await.unwrap().expect("served, not cut");
+    let done = Instant::now();
+    assert_eq!(r.status, 200);
+    assert_eq!(r.text(), "no filter here\n");
+    let (status, at) = envoy.wait_exit(Duration::from_secs(15)).await;
+    assert!(status.success(), "{status:?}");
+    assert!(
+        at >= done,
+        "exited {:?} before the request ended",
+        done - at
+    );
+    let (reported, timed_out) = envoy.reported_drain();
+    assert!(!timed_out, "the timeout ended the drain ({reported:?})");
+    assert!(
+        reported >= Duration::from_millis(2000),
+        "the drain lasted as long as the request: {reported:?}"
+    );
+}
+
 /// If Envoy cannot give the engine a timer, the drain clock runs on a fallback thread: a SIGTERM
 /// drain still waits for the in-flight request and then completes on time.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

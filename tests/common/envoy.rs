@@ -350,6 +350,20 @@ pub fn remove_data_http_filter(text: &str) -> String {
     out.join("\n") + "\n"
 }
 
+/// Add a route on the data listener, ahead of the catch-all one, on which the module's HTTP
+/// filter is disabled (`typed_per_filter_config`): requests under `prefix` (the embedded backend,
+/// the fault filter's delay header honoured) are seen by Envoy's stats only.
+pub fn add_route_without_the_filter(yaml: &str, prefix: &str) -> String {
+    let catch_all = "              - match: { prefix: \"/\" }\n                direct_response:\n                  status: 200";
+    replace_once(
+        yaml,
+        catch_all,
+        &format!(
+            "              - match: {{ prefix: \"{prefix}\" }}\n                direct_response:\n                  status: 200\n                  body: {{ inline_string: \"no filter here\\n\" }}\n                typed_per_filter_config:\n                  envoy.filters.http.dynamic_modules:\n                    \"@type\": type.googleapis.com/envoy.config.route.v3.FilterConfig\n                    disabled: true\n{catch_all}"
+        ),
+    )
+}
+
 /// Append static clusters, each `(name, port)` with one endpoint 127.0.0.1:`port`, to a rendered
 /// gateway (whose last section is static_resources), opening its `clusters:` list if it has none.
 pub fn push_static_clusters(y: &mut String, clusters: impl IntoIterator<Item = (String, u16)>) {
