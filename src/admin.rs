@@ -369,44 +369,70 @@ impl AdminCheck {
     }
 }
 
-/// Check, when the server is initialized, that `addr` is Envoy's admin: up to `attempts` tries
-/// while nothing answers (the admin may still be starting), `wait` between them (`false`: the
-/// module is stopping; the check ends as `Checking`). Logs what it found, naming the field.
+/// Check, when the server is initialized, which of `addrs` is Envoy's admin: up to `attempts`
+/// rounds while nothing answers (the admin may still be starting), each trying every address in
+/// order, `wait` between them (`false`: the module is stopping; the check ends as `Checking`).
+/// Logs what it found, naming the field. The recognised address, if any, with the outcome.
 pub fn check_admin_address(
-    addr: &AdminAddress,
+    addrs: &[AdminAddress],
     timeout: Duration,
     attempts: u32,
     wait: impl Fn(Duration) -> bool,
-) -> AdminCheck {
+) -> (AdminCheck, Option<AdminAddress>) {
     const FIX: &str = "a drain cannot fail Envoy's health checks through it; set admin_address \
                        to the address of the bootstrap's `admin:` section";
+    let listed = addrs
+        .iter()
+        .map(|a| a.to_string())
+        .collect::<Vec<_>>()
+        .join(", ");
     for attempt in 1..=attempts {
-        match check(addr, timeout) {
-            Ok(state) => {
-                log::info!("graceful_drain: admin_address {addr} is Envoy's admin (state {state})");
-                return AdminCheck::Recognised;
-            }
-            Err(CheckError::NoAnswer(e)) if attempt == attempts => {
-                log::warn!(
-                    "graceful_drain: admin_address did not answer ({e}; {attempt} tries): unless \
-                     Envoy's admin is only slow to start, {FIX}"
-                );
-                return AdminCheck::NotAnswering;
-            }
-            Err(CheckError::NoAnswer(_)) => {
-                if !wait(Duration::from_secs(1)) {
-                    return AdminCheck::Checking;
+        let mut not_admin = Vec::new();
+        let mut no_answer = None;
+        for addr in addrs {
+            match check(addr, timeout) {
+                Ok(state) => {
+                    log::info!(
+                        "graceful_drain: admin_address {addr} is Envoy's admin (state {state})"
+                    );
+                    return (AdminCheck::Recognised, Some(addr.clone()));
                 }
-            }
-            Err(e @ CheckError::NotAdmin { .. }) => {
-                log::warn!(
-                    "graceful_drain: admin_address {addr} is not Envoy's admin ({e}): {FIX}"
-                );
-                return AdminCheck::NotAdmin;
+                Err(CheckError::NoAnswer(e)) => no_answer = Some(e),
+                Err(e @ CheckError::NotAdmin { .. }) => not_admin.push(format!("{addr}: {e}")),
             }
         }
+        if !not_admin.is_empty() && no_answer.is_none() {
+            log::warn!(
+                "graceful_drain: admin_address: none of {listed} is Envoy's admin ({}): {FIX}",
+                not_admin.join("; ")
+            );
+            return (AdminCheck::NotAdmin, None);
+        }
+        if attempt == attempts {
+            let e = no_answer.unwrap_or_default();
+            log::warn!(
+                "graceful_drain: admin_address did not answer ({listed}: {e}; {attempt} tries){}: \
+                 unless Envoy's admin is only slow to start, {FIX}",
+                if not_admin.is_empty() {
+                    String::new()
+                } else {
+                    format!("; not Envoy's admin: {}", not_admin.join("; "))
+                }
+            );
+            return (
+                if not_admin.is_empty() {
+                    AdminCheck::NotAnswering
+                } else {
+                    AdminCheck::NotAdmin
+                },
+                None,
+            );
+        }
+        if !wait(Duration::from_secs(1)) {
+            return (AdminCheck::Checking, None);
+        }
     }
-    AdminCheck::NotAnswering
+    (AdminCheck::NotAnswering, None)
 }
 
 /// The drain start's calls ([`DRAIN_START_CALLS`]), in order, each answer logged.
@@ -735,13 +761,13 @@ mod tests {
             true
         };
         assert_eq!(
-            check_admin_address(&nobody, t, 3, counted),
-            AdminCheck::NotAnswering
+            check_admin_address(std::slice::from_ref(&nobody), t, 3, counted),
+            (AdminCheck::NotAnswering, None)
         );
         assert_eq!(waits.get(), 2, "a wait between tries, none after the last");
         assert_eq!(
-            check_admin_address(&nobody, t, 3, |_| false),
-            AdminCheck::Checking,
+            check_admin_address(std::slice::from_ref(&nobody), t, 3, |_| false),
+            (AdminCheck::Checking, None),
             "the module stopping ends the check"
         );
         // Something answers that is not Envoy's admin: one try is enough.
@@ -753,9 +779,34 @@ mod tests {
         });
         let never = |_| panic!("no retry after an answer");
         assert_eq!(
-            check_admin_address(&addr, t, 3, never),
-            AdminCheck::NotAdmin
+            check_admin_address(std::slice::from_ref(&addr), t, 3, never),
+            (AdminCheck::NotAdmin, None)
         );
         assert!(server.join().unwrap().starts_with("GET /ready "));
+    }
+
+    /// Several candidates (a platform whose releases put the admin in different places): the
+    /// one that answers as Envoy's admin is found, whichever place in the list it has, and one
+    /// where nothing listens does not stop the search.
+    #[test]
+    #[cfg_attr(miri, ignore = "sockets: Miri isolates the process")]
+    fn the_start_check_finds_the_admin_among_several_addresses() {
+        let free = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap();
+        let nobody = AdminAddress::Tcp(free);
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let admin = AdminAddress::Tcp(l.local_addr().unwrap());
+        let server = thread::spawn(move || {
+            let (s, _) = l.accept().unwrap();
+            serve_once(s, b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nLIVE\n")
+        });
+        let never = |_| panic!("found in the first round");
+        assert_eq!(
+            check_admin_address(&[nobody, admin.clone()], Duration::from_secs(2), 3, never),
+            (AdminCheck::Recognised, Some(admin))
+        );
+        server.join().unwrap();
     }
 }

@@ -318,13 +318,21 @@ fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<bool, D::Error> {
     serde::de::IgnoredAny::deserialize(d).map(|_| true)
 }
 
+/// A field that takes one string or a list of them.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum OneOrMany {
+    One(String),
+    Many(Vec<String>),
+}
+
 #[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields)]
 struct RawBootstrapConfig {
     min_drain_duration: Option<String>,
     quiet_period: Option<String>,
     drain_timeout: Option<String>,
-    admin_address: Option<String>,
+    admin_address: Option<OneOrMany>,
     /// Removed; kept to refuse it (whatever its value, `null` included) with a message that
     /// says what replaced it.
     #[serde(default, deserialize_with = "present")]
@@ -340,8 +348,10 @@ pub struct BootstrapConfig {
     pub drain: DrainSettings,
     /// Envoy's admin, which a drain start calls to fail Envoy's health checks and start Envoy's
     /// drain, so listeners without the filter also close HTTP/1.1 connections and send HTTP/2
-    /// GOAWAY with their next response. `None`: Envoy's health-check state is left alone.
-    pub admin_address: Option<AdminAddress>,
+    /// GOAWAY with their next response. Several: where the admin may be (a kit for a platform
+    /// whose releases put it in different places); the one the start-time check recognises is
+    /// used. Empty: Envoy's health-check state is left alone.
+    pub admin_address: Vec<AdminAddress>,
     /// HTTP connection manager stat prefixes whose requests do not hold the drain (Envoy's admin:
     /// metrics scrapes and our own calls). Control listeners need no entry: the module subtracts
     /// the requests it answers itself, whatever the listener is called.
@@ -407,7 +417,7 @@ impl Default for BootstrapConfig {
     fn default() -> Self {
         BootstrapConfig {
             drain: DrainSettings::default(),
-            admin_address: None,
+            admin_address: Vec::new(),
             ignored_stat_prefixes: vec!["admin".to_string()],
             requests: RequestPolicy::default(),
         }
@@ -428,12 +438,27 @@ impl BootstrapConfig {
                  cluster and its admin_guard filter",
             ));
         }
-        let admin_address = match r.admin_address.as_deref() {
-            None | Some("") => None,
-            Some(text) => {
-                Some(AdminAddress::parse(text).map_err(|why| error(S, "admin_address", why))?)
+        let texts = match r.admin_address {
+            None => Vec::new(),
+            Some(OneOrMany::One(t)) if t.is_empty() => Vec::new(),
+            Some(OneOrMany::One(t)) => vec![t],
+            Some(OneOrMany::Many(list)) if list.is_empty() => {
+                return Err(error(
+                    S,
+                    "admin_address",
+                    "an empty list: give one address, several, or \"\" for none",
+                ))
             }
+            Some(OneOrMany::Many(list)) => list,
         };
+        let mut admin_address = Vec::new();
+        for text in &texts {
+            let a = AdminAddress::parse(text).map_err(|why| error(S, "admin_address", why))?;
+            if admin_address.contains(&a) {
+                return Err(error(S, "admin_address", format!("{text} is listed twice")));
+            }
+            admin_address.push(a);
+        }
         let d = DrainSettings::default();
         let field = |name: &str, v: Option<String>, default: Duration| match v {
             None => Ok(default),
@@ -703,25 +728,40 @@ mod tests {
     #[test]
     fn bootstrap_only_fields() {
         let d = BootstrapConfig::parse(b"").unwrap();
-        assert_eq!(d.admin_address, None);
+        assert_eq!(d.admin_address, []);
         assert_eq!(d.ignored_stat_prefixes, ["admin"]);
         assert_eq!(d.requests, RequestPolicy::default());
         let c = BootstrapConfig::parse(
             br#"{"admin_address":"","ignored_stat_prefixes":["admin","ops"]}"#,
         )
         .unwrap();
-        assert_eq!(c.admin_address, None);
+        assert_eq!(c.admin_address, []);
         assert_eq!(c.ignored_stat_prefixes, ["admin", "ops"]);
+        let a = |t: &str| AdminAddress::parse(t).unwrap();
         let c = BootstrapConfig::parse(br#"{"admin_address":"127.0.0.1:9901"}"#).unwrap();
-        assert_eq!(c.admin_address, AdminAddress::parse("127.0.0.1:9901").ok());
+        assert_eq!(c.admin_address, [a("127.0.0.1:9901")]);
         let c = BootstrapConfig::parse(br#"{"admin_address":"/tmp/envoy.admin"}"#).unwrap();
+        assert_eq!(c.admin_address, [a("/tmp/envoy.admin")]);
+        // Several places the admin may be (a platform's releases differ): tried in order.
+        let c =
+            BootstrapConfig::parse(br#"{"admin_address":["127.0.0.1:9901","/tmp/envoy.admin"]}"#)
+                .unwrap();
         assert_eq!(
             c.admin_address,
-            AdminAddress::parse("/tmp/envoy.admin").ok()
+            [a("127.0.0.1:9901"), a("/tmp/envoy.admin")]
         );
         let e = BootstrapConfig::parse(br#"{"admin_address":"localhost:9901"}"#).unwrap_err();
         assert_eq!(e.field, "admin_address");
         assert!(e.problem.contains("\"localhost:9901\""), "{e}");
+        for bad in [
+            &br#"{"admin_address":[]}"#[..],
+            br#"{"admin_address":["127.0.0.1:9901","127.0.0.1:9901"]}"#,
+            br#"{"admin_address":["127.0.0.1:9901","localhost:1"]}"#,
+            br#"{"admin_address":9901}"#,
+        ] {
+            let e = BootstrapConfig::parse(bad).unwrap_err();
+            assert_eq!(e.field, "admin_address", "{e}");
+        }
         // Configs written for the releases that called the admin through a cluster are refused
         // with what to do instead, whatever the value.
         for old in [

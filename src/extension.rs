@@ -84,10 +84,16 @@ pub struct Extension {
     env: Env,
     /// The stats store as the scanner reads it.
     store: Arc<StatsStore>,
-    admin_address: Option<AdminAddress>,
+    /// Where Envoy's admin may be (`admin_address`), and the one the start-time check found.
+    admin_address: Vec<AdminAddress>,
+    admin_found: Arc<Mutex<Option<AdminAddress>>>,
     engine: RefCell<Engine>,
     /// Reads Envoy's stats on its own thread; started when the server has initialised.
     scanner: OnceLock<Option<Scanner>>,
+}
+
+fn lock_or_recover<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// Envoy's stats store as the scanner thread reads it: set when Envoy creates the extension,
@@ -159,9 +165,21 @@ impl EngineHost for Host<'_> {
     }
 
     fn fail_health_checks(&self) {
-        let Some(addr) = self.ext.admin_address.clone() else {
-            return;
+        // The address the start-time check recognised; without one (the check not done, or
+        // nothing recognised), every configured one (a wrong one just fails to connect).
+        let found = lock_or_recover(&self.ext.admin_found).clone();
+        let targets: Vec<AdminAddress> = match found {
+            Some(a) => vec![a],
+            None => self.ext.admin_address.clone(),
         };
+        if targets.is_empty() {
+            return;
+        }
+        let addr = targets
+            .iter()
+            .map(|a| a.to_string())
+            .collect::<Vec<_>>()
+            .join(", ");
         // Envoy's health checks fail (every listener then drain-closes with its next response),
         // and Envoy's own drain state starts too, so its `/ready` says DRAINING like ours.
         // `skip_exit`: the listeners keep accepting; the exit stays the engine's decision.
@@ -178,7 +196,11 @@ impl EngineHost for Host<'_> {
                 if crate::faults::active("admin_panic") {
                     panic!("test fault: admin_panic");
                 }
-                admin::post_drain_start_calls(&addr, ADMIN_CALL_TIMEOUT, || !threads.is_stopping());
+                for target in &targets {
+                    admin::post_drain_start_calls(target, ADMIN_CALL_TIMEOUT, || {
+                        !threads.is_stopping()
+                    });
+                }
             });
     }
 }
@@ -196,7 +218,8 @@ impl Extension {
             }
         };
         env.shared.install_policy(cfg.requests.clone());
-        if cfg.admin_address.is_some() && !cfg.ignored_stat_prefixes.iter().any(|p| p == "admin") {
+        if !cfg.admin_address.is_empty() && !cfg.ignored_stat_prefixes.iter().any(|p| p == "admin")
+        {
             log::warn!(
                 "graceful_drain: ignored_stat_prefixes does not contain \"admin\": every request to \
                  Envoy's admin (metrics scrapes) will count as traffic and can hold drains until \
@@ -231,6 +254,7 @@ impl Extension {
                 env,
             }),
             admin_address: cfg.admin_address,
+            admin_found: Arc::new(Mutex::new(None)),
             engine: RefCell::new(Engine::default()),
             scanner: OnceLock::new(),
         })
@@ -246,19 +270,22 @@ impl Extension {
     /// that `admin_address` is Envoy's admin (a wrong one would only show at the first drain),
     /// and start the scanner (its first pass measures what one costs here).
     pub fn on_server_initialized(&self) {
-        if let Some(addr) = self.admin_address.clone() {
+        if !self.admin_address.is_empty() {
+            let addrs = self.admin_address.clone();
+            let admin_found = self.admin_found.clone();
             let (shared, threads, to_main) =
                 (self.env.shared, self.env.threads, self.env.to_main_thread);
             shared.counters.set_admin_check(AdminCheck::Checking);
             let if_not = "admin_address is not checked";
             self.on_admin_thread("the admin_address check", if_not, move || {
                 let wait = |d| threads.sleep(d);
-                let found = admin::check_admin_address(
-                    &addr,
+                let (found, addr) = admin::check_admin_address(
+                    &addrs,
                     ADMIN_CALL_TIMEOUT,
                     ADMIN_CHECK_ATTEMPTS,
                     wait,
                 );
+                *lock_or_recover(&admin_found) = addr;
                 shared.counters.set_admin_check(found);
                 if found == AdminCheck::Recognised {
                     to_main(EVENT_ADMIN_CHECKED);
