@@ -398,14 +398,26 @@ pub fn check_admin_address(
                     return (AdminCheck::Recognised, Some(addr.clone()));
                 }
                 Err(CheckError::NoAnswer(e)) => no_answer = Some(e),
-                Err(e @ CheckError::NotAdmin { .. }) => not_admin.push(format!("{addr}: {e}")),
+                Err(e @ CheckError::NotAdmin { .. }) => not_admin.push((addr, e.to_string())),
             }
         }
+        let each = || {
+            not_admin
+                .iter()
+                .map(|(a, e)| format!("{a}: {e}"))
+                .collect::<Vec<_>>()
+                .join("; ")
+        };
         if !not_admin.is_empty() && no_answer.is_none() {
-            log::warn!(
-                "graceful_drain: admin_address: none of {listed} is Envoy's admin ({}): {FIX}",
-                not_admin.join("; ")
-            );
+            match not_admin.as_slice() {
+                [(one, why)] if addrs.len() == 1 => log::warn!(
+                    "graceful_drain: admin_address {one} is not Envoy's admin ({why}): {FIX}"
+                ),
+                _ => log::warn!(
+                    "graceful_drain: admin_address: none of {listed} is Envoy's admin ({}): {FIX}",
+                    each()
+                ),
+            }
             return (AdminCheck::NotAdmin, None);
         }
         if attempt == attempts {
@@ -416,7 +428,7 @@ pub fn check_admin_address(
                 if not_admin.is_empty() {
                     String::new()
                 } else {
-                    format!("; not Envoy's admin: {}", not_admin.join("; "))
+                    format!("; not Envoy's admin: {}", each())
                 }
             );
             return (

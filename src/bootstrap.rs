@@ -4,7 +4,7 @@
 //! when the drain completes. Thin: every decision comes from [`crate::drain`].
 
 use crate::drain::{Decision, Observation, Phase, Trigger, IN_FLIGHT_RECHECK};
-use crate::state::{EnvoyObservation, Shared, StartResult};
+use crate::state::{EnvoyObservation, Shared, StartResult, Stat};
 use crate::stats_scan::EnvoyView;
 use std::time::{Duration, Instant};
 
@@ -13,7 +13,6 @@ pub trait EngineHost {
     /// (Re)arm the engine's single timer.
     fn arm_timer(&self, delay: Duration);
     fn set_draining_gauge(&self, value: u64);
-    fn count(&self, metric: EngineMetric);
     /// Envoy's own view of data-plane requests, summed over HTTP connection managers (minus
     /// ignored stat prefixes, health checks and the module's control requests): requests in
     /// flight and requests started so far, or whether they are needed and not read yet. Never
@@ -22,13 +21,6 @@ pub trait EngineHost {
     /// Make Envoy fail its health checks (admin `/healthcheck/fail`), which makes every listener
     /// send connections away with their next response. Called once, when a drain starts.
     fn fail_health_checks(&self);
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum EngineMetric {
-    DrainStarted,
-    DrainCompleted,
-    DrainTimedOut,
 }
 
 /// Envoy's permission to exit, given exactly once: by [`ShutdownRelease::release`], or, if it is
@@ -76,8 +68,10 @@ impl Drop for ShutdownRelease {
     }
 }
 
-#[derive(Default)]
 pub struct Engine {
+    /// The level of its lifecycle lines (`lifecycle_log_level`): the shutdown hold, the drain's
+    /// start and completion, the exit's release.
+    lifecycle: log::Level,
     start_reported: bool,
     completion_reported: bool,
     pending_shutdown: Option<ShutdownRelease>,
@@ -89,7 +83,25 @@ pub struct Engine {
     last_change: Option<Instant>,
 }
 
+impl Default for Engine {
+    fn default() -> Self {
+        Engine::new(log::Level::Info)
+    }
+}
+
 impl Engine {
+    pub fn new(lifecycle: log::Level) -> Self {
+        Engine {
+            lifecycle,
+            start_reported: false,
+            completion_reported: false,
+            pending_shutdown: None,
+            last_total: None,
+            health_to_fail: false,
+            last_change: None,
+        }
+    }
+
     /// SIGTERM: start the drain (if not already) and hold Envoy's exit until it completes. If a
     /// drain already completed (e.g. a preStop `/drain`), the exit is released at once.
     ///
@@ -104,7 +116,8 @@ impl Engine {
     ) -> Option<ShutdownRelease> {
         // Envoy's shutdown hook does not say why: SIGTERM, SIGINT and admin /quitquitquit all
         // come here (trigger `sigterm`).
-        log::info!(
+        log::log!(
+            self.lifecycle,
             "graceful_drain: Envoy is shutting down (SIGTERM, SIGINT or /quitquitquit); holding \
              its exit until the drain completes"
         );
@@ -189,9 +202,10 @@ impl Engine {
                 // process, whose health must not be failed by the old one.
                 self.health_to_fail = trigger != Trigger::DrainListeners;
                 host.set_draining_gauge(1);
-                host.count(EngineMetric::DrainStarted);
+                shared.counters.count(Stat::DrainsStarted);
                 let s = shared.settings().unwrap_or_default();
-                log::info!(
+                log::log!(
+                    self.lifecycle,
                     "graceful_drain: drain started (trigger={}, active_requests={}, \
                      envoy_active_requests={}, min_drain_duration={:?}, quiet_period={:?}, \
                      drain_timeout={:?})",
@@ -233,10 +247,10 @@ impl Engine {
                 if !self.completion_reported {
                     self.completion_reported = true;
                     host.set_draining_gauge(0);
-                    host.count(EngineMetric::DrainCompleted);
+                    shared.counters.count(Stat::DrainsCompleted);
                     let st = shared.status();
                     if outcome.timed_out {
-                        host.count(EngineMetric::DrainTimedOut);
+                        shared.counters.count(Stat::DrainsTimedOut);
                         log::warn!(
                             "graceful_drain: drain timed out after {} ms: requests served during \
                              it: {}, requests still in flight and cut: {}",
@@ -245,7 +259,8 @@ impl Engine {
                             outcome.requests_cut
                         );
                     } else {
-                        log::info!(
+                        log::log!(
+                            self.lifecycle,
                             "graceful_drain: drain completed in {} ms: requests served during it: \
                              {}, requests cut: 0; connections sent away: http1={} http2={} \
                              other={}; idle connections told: http1={} http2={}",
@@ -262,7 +277,7 @@ impl Engine {
             }
         }
         if matches!(shared.phase(), Phase::Drained { .. }) && self.pending_shutdown.is_some() {
-            log::info!("graceful_drain: releasing Envoy's exit");
+            log::log!(self.lifecycle, "graceful_drain: releasing Envoy's exit");
             return self.pending_shutdown.take();
         }
         None
@@ -299,7 +314,7 @@ mod tests {
     use super::*;
     use crate::clock::Clock;
     use crate::config::DrainSettings;
-    use crate::state::tests::fixture;
+    use crate::state::tests::{counted, fixture};
     use crate::stats_scan::EnvoyRequestStats;
     use std::cell::{Cell, RefCell};
     use std::rc::Rc;
@@ -308,7 +323,6 @@ mod tests {
     struct FakeHost {
         timers: RefCell<Vec<Duration>>,
         draining: Cell<Option<u64>>,
-        metrics: RefCell<Vec<EngineMetric>>,
         failed_health_checks: Cell<u32>,
         /// What Envoy's stats say; `None`: idle figures.
         envoy: Cell<Option<EnvoyView>>,
@@ -320,9 +334,6 @@ mod tests {
         }
         fn set_draining_gauge(&self, value: u64) {
             self.draining.set(Some(value));
-        }
-        fn count(&self, metric: EngineMetric) {
-            self.metrics.borrow_mut().push(metric);
         }
         fn envoy_request_stats(&self) -> EnvoyView {
             self.envoy
@@ -381,10 +392,7 @@ mod tests {
         release.release();
         assert_eq!(released.get(), 1);
         assert_eq!(host.draining.get(), Some(0));
-        assert_eq!(
-            *host.metrics.borrow(),
-            [EngineMetric::DrainStarted, EngineMetric::DrainCompleted]
-        );
+        assert_eq!(counted(), [Stat::DrainsStarted, Stat::DrainsCompleted]);
         // SIGTERM after a completed drain: released at once; health checks not failed again.
         let again = engine.on_shutdown(&host, &f.shared, counting_release(&released));
         again.expect("released at once").release();

@@ -44,13 +44,6 @@ const MARK_1_40: &str = "envoy_dynamic_module_callback_log_v2";
 /// What the module does differently in one generation. Every flag is true on 1.40.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Gives {
-    /// The HTTP filter's metrics are updated through its config, from any thread, so the
-    /// `active_requests` gauge is set from the in-flight table by a module thread. Without it
-    /// (1.38) they can only be updated through a live stream, so the gauge moves per request.
-    pub config_scope_http_metrics: bool,
-    /// The network filter can set a config gauge: connection mode publishes `active_requests`
-    /// (1.39 and later; 1.38 has no `network_filter_config_set_gauge`).
-    pub network_config_gauge: bool,
     /// Envoy prints the module's source location in its log lines (`log_v2`, 1.40).
     pub log_source_location: bool,
 }
@@ -110,8 +103,6 @@ impl EnvoyGeneration {
     #[inline]
     pub fn gives(self) -> Gives {
         Gives {
-            config_scope_http_metrics: self >= EnvoyGeneration::V1_39,
-            network_config_gauge: self >= EnvoyGeneration::V1_39,
             log_source_location: self >= EnvoyGeneration::V1_40,
         }
     }
@@ -155,17 +146,6 @@ pub fn verdict(found: EnvoyGeneration, missing: Option<&str>) -> Result<(), Stri
 pub fn loaded_line(found: EnvoyGeneration) -> String {
     let g = found.gives();
     let mut differences = Vec::new();
-    if !g.config_scope_http_metrics {
-        differences.push(
-            "the HTTP filter's active_requests gauge moves per request (no config-scope metrics)",
-        );
-    }
-    if !g.network_config_gauge {
-        differences.push(
-            "connection mode publishes no active_requests gauge (no network_filter_config_set_gauge; \
-             /drain/status has the count)",
-        );
-    }
     if !g.log_source_location {
         differences.push("log lines carry no source location (no log_v2)");
     }
@@ -252,26 +232,17 @@ mod tests {
     #[test]
     fn what_each_generation_gives_grows_with_it() {
         let all = Gives {
-            config_scope_http_metrics: true,
-            network_config_gauge: true,
             log_source_location: true,
         };
         assert_eq!(V1_40.gives(), all);
-        assert_eq!(
-            V1_39.gives(),
-            Gives {
-                log_source_location: false,
-                ..all
-            }
-        );
-        assert_eq!(
-            V1_38.gives(),
-            Gives {
-                config_scope_http_metrics: false,
-                network_config_gauge: false,
-                log_source_location: false,
-            }
-        );
+        for older in [V1_38, V1_39] {
+            assert_eq!(
+                older.gives(),
+                Gives {
+                    log_source_location: false,
+                }
+            );
+        }
     }
 
     #[test]
@@ -289,13 +260,12 @@ mod tests {
             l38.contains("Envoy 1.38 (dynamic module ABI v0.1.0)"),
             "{l38}"
         );
-        assert!(l38.contains("no active_requests gauge"), "{l38}");
-        assert!(l38.contains("moves per request"), "{l38}");
+        assert!(
+            l38.contains("everything, but log lines carry no source location"),
+            "{l38}"
+        );
         assert!(!l38.contains('\n'), "{l38}");
         let l39 = loaded_line(V1_39);
-        assert!(
-            l39.contains("no log_v2") && !l39.contains("per request"),
-            "{l39}"
-        );
+        assert!(l39.contains("no log_v2"), "{l39}");
     }
 }

@@ -341,6 +341,7 @@ struct RawBootstrapConfig {
     readiness_failure_delay: Option<String>,
     health_check_user_agents: Option<Vec<String>>,
     health_check_paths: Option<Vec<String>>,
+    lifecycle_log_level: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -357,6 +358,11 @@ pub struct BootstrapConfig {
     /// the requests it answers itself, whatever the listener is called.
     pub ignored_stat_prefixes: Vec<String>,
     pub requests: RequestPolicy,
+    /// The level of the lines that say what the module does over a gateway's life (loaded, drain
+    /// started, drain completed, exit released): `info`, or `warn` where Envoy runs at
+    /// `--log-level warn` (Envoy Gateway's default) and would print none of them. Problems are
+    /// logged at `warn` or `error` whatever this says.
+    pub lifecycle_log_level: log::Level,
 }
 
 /// Which requests are not work: health checks are answered but neither hold a drain nor count as
@@ -420,6 +426,7 @@ impl Default for BootstrapConfig {
             admin_address: Vec::new(),
             ignored_stat_prefixes: vec!["admin".to_string()],
             requests: RequestPolicy::default(),
+            lifecycle_log_level: log::Level::Info,
         }
     }
 }
@@ -551,11 +558,26 @@ impl BootstrapConfig {
             }
             requests.health_check_paths.push(p);
         }
+        let lifecycle_log_level = match r.lifecycle_log_level.as_deref() {
+            None | Some("info") => log::Level::Info,
+            Some("warn") => log::Level::Warn,
+            Some(other) => {
+                return Err(error(
+                    S,
+                    "lifecycle_log_level",
+                    format!(
+                        "{other:?} is not \"info\" or \"warn\" (use \"warn\" where Envoy runs at \
+                         --log-level warn, as Envoy Gateway does)"
+                    ),
+                ))
+            }
+        };
         Ok(BootstrapConfig {
             drain,
             admin_address,
             ignored_stat_prefixes: ignored,
             requests,
+            lifecycle_log_level,
         })
     }
 }
@@ -723,6 +745,9 @@ mod tests {
         assert_eq!(c.drain.min_drain_duration, Duration::from_secs(5));
         assert_eq!(c.drain.quiet_period, Duration::from_secs(1));
         assert_eq!(c.drain.drain_timeout, Duration::from_secs(25));
+        assert_eq!(c.lifecycle_log_level, log::Level::Info);
+        let warn = BootstrapConfig::parse(br#"{"lifecycle_log_level":"warn"}"#).unwrap();
+        assert_eq!(warn.lifecycle_log_level, log::Level::Warn);
     }
 
     #[test]
@@ -813,6 +838,8 @@ mod tests {
                 br#"{"ignored_stat_prefixes":"admin"}"#,
                 "ignored_stat_prefixes",
             ),
+            (br#"{"lifecycle_log_level":"debug"}"#, "lifecycle_log_level"),
+            (br#"{"lifecycle_log_level":"WARN"}"#, "lifecycle_log_level"),
             (b"{not json", "extension_config"),
             (b"[1, 2]", "extension_config"),
         ];

@@ -7,7 +7,7 @@
 //! the extension, a [`StatsSource`] (the stats store); the process-wide parts as an [`Env`].
 
 use crate::admin::{self, AdminAddress, AdminCheck};
-use crate::bootstrap::{Engine, EngineHost, EngineMetric, ShutdownRelease};
+use crate::bootstrap::{Engine, EngineHost, ShutdownRelease};
 use crate::config::BootstrapConfig;
 use crate::drain::{Phase, IN_FLIGHT_RECHECK};
 use crate::registry::Counts;
@@ -38,19 +38,13 @@ const ADMIN_CALL_TIMEOUT: Duration = Duration::from_secs(2);
 /// warns (the admin may still be coming up when the server is initialized).
 const ADMIN_CHECK_ATTEMPTS: u32 = 3;
 
-/// The extension's own gauges.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Gauge {
-    Draining,
-    AdminAddressOk,
-}
+pub use crate::state::Gauge;
 
 /// What the extension needs from Envoy on the main thread, inside one of its hooks.
 pub trait MainThread {
     /// (Re)arm the extension's timer (nothing if Envoy gave none: the fallback ticker runs).
     fn arm_timer(&self, delay: Duration);
     fn set_gauge(&self, gauge: Gauge, value: u64);
-    fn count(&self, metric: EngineMetric);
 }
 
 /// Envoy's stats store, read on the scanner thread.
@@ -156,10 +150,6 @@ impl EngineHost for Host<'_> {
         self.envoy.set_gauge(Gauge::Draining, value)
     }
 
-    fn count(&self, metric: EngineMetric) {
-        self.envoy.count(metric)
-    }
-
     fn envoy_request_stats(&self) -> EnvoyView {
         self.ext.envoy_view()
     }
@@ -239,9 +229,14 @@ impl Extension {
             );
             start_fallback_ticker(env);
         }
-        log::info!(
-            "graceful_drain: drain engine loaded (min_drain_duration={:?}, quiet_period={:?}, \
-             drain_timeout={:?})",
+        // Also at `lifecycle_log_level`, so a gateway at `--log-level warn` shows the module
+        // loaded, which version, into which Envoy.
+        log::log!(
+            cfg.lifecycle_log_level,
+            "graceful_drain: drain engine loaded (graceful_drain {}, Envoy {}; \
+             min_drain_duration={:?}, quiet_period={:?}, drain_timeout={:?})",
+            crate::compat::MODULE_VERSION,
+            env.shared.envoy_minor().unwrap_or("unknown"),
             cfg.drain.min_drain_duration,
             cfg.drain.quiet_period,
             cfg.drain.drain_timeout
@@ -255,7 +250,7 @@ impl Extension {
             }),
             admin_address: cfg.admin_address,
             admin_found: Arc::new(Mutex::new(None)),
-            engine: RefCell::new(Engine::default()),
+            engine: RefCell::new(Engine::new(cfg.lifecycle_log_level)),
             scanner: OnceLock::new(),
         })
     }
@@ -479,6 +474,7 @@ fn start_fallback_ticker(env: Env) {
 mod tests {
     use super::*;
     use crate::state::tests::fixture;
+    use crate::state::Stat;
     use std::cell::{Cell, RefCell};
     use std::rc::Rc;
     use std::sync::atomic::{AtomicU64, Ordering};
@@ -487,7 +483,6 @@ mod tests {
     struct FakeEnvoy {
         timers: RefCell<Vec<Duration>>,
         gauges: RefCell<Vec<(Gauge, u64)>>,
-        counted: RefCell<Vec<EngineMetric>>,
     }
 
     impl MainThread for FakeEnvoy {
@@ -496,9 +491,6 @@ mod tests {
         }
         fn set_gauge(&self, gauge: Gauge, value: u64) {
             self.gauges.borrow_mut().push((gauge, value));
-        }
-        fn count(&self, metric: EngineMetric) {
-            self.counted.borrow_mut().push(metric);
         }
     }
 
@@ -607,8 +599,8 @@ mod tests {
         assert_eq!(released.get(), 1);
         assert!(ext.on_event(&envoy, EVENT_KICK).is_none(), "given once");
         assert_eq!(
-            *envoy.counted.borrow(),
-            [EngineMetric::DrainStarted, EngineMetric::DrainCompleted]
+            crate::state::tests::counted(),
+            [Stat::DrainsStarted, Stat::DrainsCompleted]
         );
         ext.destroy();
         assert_eq!(released.get(), 1);

@@ -1,110 +1,56 @@
-//! The `active_requests` gauge of every data-role HTTP filter config and tracking network filter
-//! config (Envoy 1.39 and later), set from the in-flight table by a module thread every
+//! The `active_requests` gauge, set from the in-flight table by a module thread every
 //! [`GAUGE_PERIOD`] rather than moved by each request: two calls into Envoy per request saved
-//! (about 80 instructions).
+//! (about 80 instructions). The gauge is the bootstrap extension's (`crate::state::Gauge`), so one
+//! thread serves every listener.
 
 use crate::state::Shared;
 use crate::threads::Threads;
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-/// How often the gauges are set. Envoy flushes stats to sinks every 5 s by default; the status
+/// How often the gauge is set. Envoy flushes stats to sinks every 5 s by default; the status
 /// endpoint's `active_requests` is always exact.
 pub const GAUGE_PERIOD: Duration = Duration::from_millis(500);
 
-/// One config's gauge, as the FFI hands it over in the config's `config_new`: its maker promises
-/// that the config lives until the publisher forgets it ([`GaugePublisher::forget`], from the
-/// config's destroy hook). Setting it is an atomic store in Envoy that runs none of the module's
-/// hooks (`ENVOY_FACTS.md` §3b), so the publisher may set it under its lock.
-pub trait ConfigGauge: Send + Sync {
-    fn set(&self, value: u64);
-}
-
-/// The live configs' gauges, by config word, and whether a thread sets them.
-#[derive(Default)]
-struct Live {
-    gauges: Vec<(usize, Box<dyn ConfigGauge>)>,
-    /// A thread is setting them. Changed only under the lock, with `gauges`: the thread ends
-    /// (clears it) when it finds the list empty, and a new config starts one when it is clear,
-    /// so a config published just as the thread saw an empty list still gets a thread.
-    running: bool,
-}
-
-#[derive(Default)]
+/// The thread that sets the gauge, started by the first config that counts requests (a data-role
+/// HTTP filter, a tracking network filter); without one the table stays empty and the gauge 0.
 pub struct GaugePublisher {
-    /// A config leaves under this lock in its destroy hook, so the thread never sets the gauge
-    /// of a destroyed one.
-    live: Mutex<Live>,
+    started: AtomicBool,
 }
 
 impl GaugePublisher {
     pub const fn new() -> Self {
         GaugePublisher {
-            live: Mutex::new(Live {
-                gauges: Vec::new(),
-                running: false,
-            }),
+            started: AtomicBool::new(false),
         }
     }
 
-    fn live(&self) -> MutexGuard<'_, Live> {
-        self.live.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// Follow the gauge of the config `key`, and start the thread if none is running. The thread
-    /// ends when no config is left (or the module stops).
-    pub fn publish(
-        &'static self,
-        key: usize,
-        gauge: Box<dyn ConfigGauge>,
-        threads: &'static Threads,
-        shared: &'static Shared,
-    ) {
-        {
-            let mut live = self.live();
-            live.gauges.push((key, gauge));
-            if live.running {
-                return;
-            }
-            live.running = true;
+    /// Start the thread unless it runs: until the module stops, it calls `set` with the in-flight
+    /// count every [`GAUGE_PERIOD`], each call through the threads' gate.
+    pub fn start(&'static self, threads: &'static Threads, shared: &'static Shared, set: fn(u64)) {
+        if self.started.swap(true, Ordering::AcqRel) {
+            return;
         }
         let on_panic = move || {
-            self.live().running = false;
+            self.started.store(false, Ordering::Release);
             shared.counters.module_error()
         };
-        let spawned = threads.spawn("graceful_drain_gauge", on_panic, move || loop {
-            if !threads.sleep(GAUGE_PERIOD) {
-                self.live().running = false;
-                return;
-            }
-            if !self.set_all(threads, shared) {
-                return;
+        let spawned = threads.spawn("graceful_drain_gauge", on_panic, move || {
+            while threads.sleep(GAUGE_PERIOD) {
+                let active = shared.requests.counts().active.max(0) as u64;
+                threads.call("active_requests_gauge", || set(active));
             }
         });
         if let Err(e) = spawned {
-            self.live().running = false;
+            self.started.store(false, Ordering::Release);
             log::warn!("graceful_drain: no thread for the active_requests gauge ({e}); it stays 0");
         }
     }
+}
 
-    /// Stop following the config `key` (its destroy hook); waits for a set under way.
-    pub fn forget(&self, key: usize) {
-        self.live().gauges.retain(|(k, _)| *k != key);
-    }
-
-    /// One round: every live config's gauge to the in-flight count. False, with the thread marked
-    /// ended under the same lock, when none is left.
-    fn set_all(&self, threads: &Threads, shared: &Shared) -> bool {
-        let mut live = self.live();
-        if live.gauges.is_empty() {
-            live.running = false;
-            return false;
-        }
-        let active = shared.requests.counts().active.max(0) as u64;
-        for (_, gauge) in live.gauges.iter() {
-            threads.call("active_requests_gauge", || gauge.set(active));
-        }
-        true
+impl Default for GaugePublisher {
+    fn default() -> Self {
+        Self::new()
     }
 }
 
@@ -112,81 +58,48 @@ impl GaugePublisher {
 mod tests {
     use super::*;
     use crate::state::tests::fixture;
-    use std::sync::atomic::{AtomicU64, Ordering};
-    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU64, AtomicUsize};
+    use std::time::Instant;
 
-    struct Recorded(Arc<AtomicU64>);
-    impl ConfigGauge for Recorded {
-        fn set(&self, value: u64) {
-            self.0.store(value, Ordering::SeqCst);
+    static SET_TO: AtomicU64 = AtomicU64::new(u64::MAX);
+    static SETS: AtomicUsize = AtomicUsize::new(0);
+
+    fn record(v: u64) {
+        SET_TO.store(v, Ordering::SeqCst);
+        SETS.fetch_add(1, Ordering::SeqCst);
+    }
+
+    fn wait(what: &str, f: impl Fn() -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !f() {
+            assert!(Instant::now() < deadline, "timed out waiting until {what}");
+            std::thread::sleep(Duration::from_millis(5));
         }
     }
 
-    fn recorded() -> (Box<dyn ConfigGauge>, Arc<AtomicU64>) {
-        let v = Arc::new(AtomicU64::new(u64::MAX));
-        (Box::new(Recorded(v.clone())), v)
-    }
-
+    /// One thread however many configs start it; it follows the table and ends with the module.
     #[test]
-    fn a_round_sets_every_live_gauge_and_ends_with_the_last_config() {
-        let p = GaugePublisher::new();
-        let threads = Threads::default();
-        let shared = fixture(None).shared;
-        let (g, v) = recorded();
-        p.live().gauges.push((0x10, g));
-        p.live().running = true;
-        let (t, _) = shared.requests.start(None, 0);
-        assert!(p.set_all(&threads, &shared));
-        assert_eq!(v.load(Ordering::SeqCst), 1, "the in-flight count");
-        shared.requests.end(t);
-        p.forget(0x10);
-        assert!(!p.set_all(&threads, &shared), "none left: the thread ends");
-        assert!(
-            !p.live().running,
-            "marked ended under the lock that publish takes"
-        );
-        threads.close();
-        let (g, v) = recorded();
-        p.live().gauges.push((0x10, g));
-        v.store(7, Ordering::SeqCst);
-        assert!(p.set_all(&threads, &shared));
-        assert_eq!(
-            v.load(Ordering::SeqCst),
-            7,
-            "gate closed: no call into Envoy"
-        );
-    }
-
-    /// A config published after the thread ended (its last config gone) gets a thread again.
-    #[test]
-    fn a_config_published_as_the_thread_ends_gets_a_thread() {
+    fn one_thread_sets_the_in_flight_count_until_the_module_stops() {
         static P: GaugePublisher = GaugePublisher::new();
         let threads: &'static Threads = Box::leak(Box::new(Threads::default()));
         let shared: &'static Shared = Box::leak(Box::new(fixture(None).shared));
-        let (g, _) = recorded();
-        P.publish(1, g, threads, shared);
-        P.forget(1);
-        // The thread's next round finds the list empty and ends.
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        while P.live().running {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "the thread did not end"
-            );
-            std::thread::sleep(Duration::from_millis(5));
-        }
+        P.start(threads, shared, record);
+        P.start(threads, shared, record);
         let (t, _) = shared.requests.start(None, 0);
-        let (g, v) = recorded();
-        P.publish(2, g, threads, shared);
-        while v.load(Ordering::SeqCst) != 1 {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "the new config's gauge is never set"
-            );
-            std::thread::sleep(Duration::from_millis(5));
-        }
+        wait("the gauge shows the request", || {
+            SET_TO.load(Ordering::SeqCst) == 1
+        });
         shared.requests.end(t);
-        threads.close();
-        threads.join(Duration::from_secs(5));
+        wait("the gauge shows it ended", || {
+            SET_TO.load(Ordering::SeqCst) == 0
+        });
+        let stopped = threads.join(Duration::from_secs(5));
+        assert!(
+            stopped.left.is_empty() && stopped.joined == 1,
+            "{stopped:?}"
+        );
+        let sets = SETS.load(Ordering::SeqCst);
+        std::thread::sleep(GAUGE_PERIOD * 2);
+        assert_eq!(SETS.load(Ordering::SeqCst), sets, "a set after the stop");
     }
 }

@@ -15,23 +15,11 @@ use crate::registry::Ticket;
 use crate::state::{Protocol, Shared, StartResult, Wait, Waker, EVENT_DRAIN_DONE, EVENT_GO_AWAY};
 use std::sync::Arc;
 
-/// Metric updates the glue asks for; the FFI layer maps them to Envoy stats.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Metric {
-    RequestStarted,
-    RequestEnded,
-    ServedWhileDraining,
-    SentAway(Protocol),
-    /// A failure of the module was contained on the data path; the request went through.
-    ModuleError,
-}
-
 /// What the glue needs from Envoy that does not need a live stream (also usable in the destroy
 /// hook, after the stream is gone).
 pub trait StreamSink {
     /// Destroy a waker made by [`StreamHost::new_waker`]. Called once per waker.
     fn drop_waker(&self, waker: Waker);
-    fn metric(&self, m: Metric);
     /// The request path's coarse monotonic time in nanoseconds, the clock the network filter's
     /// idle checks read too (a direct call: a stream's end pays no virtual call for it).
     fn now_nanos(&self) -> u64;
@@ -211,7 +199,6 @@ impl DataStream {
         {
             panic!("test panic requested by x-graceful-drain-test-panic: after_start");
         }
-        host.metric(Metric::RequestStarted);
         if by_connection && !draining {
             // Either the connection's drain wake-up runs after this hook on this worker and finds
             // the stream attached, or it ran before, and then this hook saw the drain flag (set
@@ -220,7 +207,6 @@ impl DataStream {
         }
         if draining {
             shared.counters.served_while_draining();
-            host.metric(Metric::ServedWhileDraining);
             if self.waker.is_none() {
                 // The drain started between the two reads of the flag above.
                 self.waker = host.new_waker();
@@ -266,9 +252,10 @@ impl DataStream {
         }
         if !self.sent_away {
             self.sent_away = true;
-            if let Some(protocol) = shared.send_away_once(host.connection_id(), || host.protocol())
+            if shared
+                .send_away_once(host.connection_id(), || host.protocol())
+                .is_some()
             {
-                host.metric(Metric::SentAway(protocol));
                 host.go_away_gracefully();
             }
         }
@@ -282,9 +269,8 @@ impl DataStream {
             if ticket.is_reserved() {
                 // Its connection's own slot: ended there (the connection is still held here).
                 shared.request_ended_on(&self.conn, ticket);
-                sink.metric(Metric::RequestEnded);
             } else {
-                self.end_in_table(ticket, sink, shared);
+                self.end_in_table(ticket, shared);
             }
         }
         #[cfg(feature = "cross-check")]
@@ -298,14 +284,13 @@ impl DataStream {
         }
     }
 
-    fn end_in_table(&mut self, ticket: Ticket, sink: &impl StreamSink, shared: &Shared) {
+    fn end_in_table(&mut self, ticket: Ticket, shared: &Shared) {
         // First out of the table (after this no scan can use the waker), then destroyed (by
         // `finish`); unless the scan using it is up this very stack: it is then left to the scan.
         let slotted = ticket.has_slot();
         if shared.request_ended(ticket).is_none() && slotted && self.waker_in_table {
             self.waker = None;
         }
-        sink.metric(Metric::RequestEnded);
     }
 }
 
@@ -456,7 +441,7 @@ impl ControlStream {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::state::tests::{commits, fast, fixture, Fixture};
+    use crate::state::tests::{commits, counted, fast, fixture, Fixture};
     use std::cell::{Cell, RefCell};
     use std::time::Duration;
 
@@ -473,7 +458,6 @@ mod tests {
         continued: Cell<u32>,
         wakes: RefCell<Vec<(Waker, u64)>>,
         dropped: RefCell<Vec<Waker>>,
-        metrics: RefCell<Vec<Metric>>,
         /// Names of the request headers read, in order.
         headers_read: RefCell<Vec<String>>,
     }
@@ -514,9 +498,6 @@ mod tests {
     impl StreamSink for FakeHost {
         fn drop_waker(&self, waker: Waker) {
             self.dropped.borrow_mut().push(waker);
-        }
-        fn metric(&self, m: Metric) {
-            self.metrics.borrow_mut().push(m);
         }
         fn now_nanos(&self) -> u64 {
             FAKE_NOW
@@ -600,10 +581,7 @@ mod tests {
             vec![0x1010],
             "waker destroyed exactly once"
         );
-        assert_eq!(
-            *host.metrics.borrow(),
-            vec![Metric::RequestStarted, Metric::RequestEnded]
-        );
+        assert_eq!(counted(), [], "no stat moves for a request while serving");
         assert_eq!(host.go_aways.get(), 0);
     }
 
@@ -922,7 +900,7 @@ mod tests {
             );
             assert_eq!(shared.status().active_requests, 0, "not in flight");
             s.finish(&host, &shared);
-            assert!(host.metrics.borrow().is_empty(), "no gauge movement");
+            assert_eq!(counted(), [], "not served while draining");
         }
         let st = shared.status();
         assert_eq!(st.health_checks_seen, 3);

@@ -35,6 +35,94 @@ pub struct Hooks {
     /// The drain started: tell idle connections (the network filter, through
     /// [`Connections::drain_started`] on this state's `connections`; any thread).
     pub drain_started: fn(),
+    /// Add one to the module's Envoy stat `stat` (any thread; [`Counters::count`] calls it).
+    pub count: fn(stat: Stat),
+}
+
+/// A counter the module reports through Envoy's stats, `<metrics_namespace>.<name>` (every one
+/// defined by the bootstrap extension's config, so by one namespace whichever filters are
+/// loaded). The status report's figures of the same names are counted by [`Counters::count`] at
+/// the same moment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stat {
+    DrainsStarted,
+    DrainsCompleted,
+    DrainsTimedOut,
+    /// A connection told to go away (GOAWAY or `connection: close`) while draining, once per
+    /// connection whoever told it.
+    SentAway(Protocol),
+    /// A request that started during a drain.
+    ServedWhileDraining,
+    /// A failure of the module contained on the data path or on a module thread.
+    ModuleErrors,
+    /// An idle keep-alive connection told at the drain start (HTTP/1.1 closed, HTTP/2 GOAWAY).
+    IdleTold(Protocol),
+    /// A connection whose bytes the exchange tracker could not follow (connection mode).
+    ConnectionsUntracked,
+}
+
+impl Stat {
+    /// Every counter, in the order they are defined.
+    pub const ALL: [Stat; 11] = [
+        Stat::DrainsStarted,
+        Stat::DrainsCompleted,
+        Stat::DrainsTimedOut,
+        Stat::SentAway(Protocol::Http1),
+        Stat::SentAway(Protocol::Http2),
+        Stat::SentAway(Protocol::Other),
+        Stat::ServedWhileDraining,
+        Stat::ModuleErrors,
+        Stat::IdleTold(Protocol::Http1),
+        Stat::IdleTold(Protocol::Http2),
+        Stat::ConnectionsUntracked,
+    ];
+
+    /// Its name under the namespace (documented in docs/configuration.md; dashboards and alerts
+    /// use them: k8s/monitoring/).
+    pub fn name(self) -> &'static str {
+        match self {
+            Stat::DrainsStarted => "drains_started",
+            Stat::DrainsCompleted => "drains_completed",
+            Stat::DrainsTimedOut => "drains_timed_out",
+            Stat::SentAway(Protocol::Http1) => "connections_sent_away_http1",
+            Stat::SentAway(Protocol::Http2) => "connections_sent_away_http2",
+            Stat::SentAway(Protocol::Other) => "connections_sent_away_other",
+            Stat::ServedWhileDraining => "requests_served_while_draining",
+            Stat::ModuleErrors => "module_errors",
+            Stat::IdleTold(Protocol::Http1) => "idle_connections_told_http1",
+            // Idle connections have no third protocol: the network filter tells HTTP/1.1 and
+            // HTTP/2 ones only.
+            Stat::IdleTold(_) => "idle_connections_told_http2",
+            Stat::ConnectionsUntracked => "connections_untracked",
+        }
+    }
+}
+
+/// A gauge the module reports through Envoy's stats (as [`Stat`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Gauge {
+    /// 1 from the drain's start.
+    Draining,
+    /// 1 once the start-time check recognised Envoy's admin at `admin_address`.
+    AdminAddressOk,
+    /// The in-flight table's count, set every [`crate::gauges::GAUGE_PERIOD`].
+    ActiveRequests,
+}
+
+impl Gauge {
+    pub const ALL: [Gauge; 3] = [
+        Gauge::Draining,
+        Gauge::AdminAddressOk,
+        Gauge::ActiveRequests,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Gauge::Draining => "draining",
+            Gauge::AdminAddressOk => "admin_address_ok",
+            Gauge::ActiveRequests => "active_requests",
+        }
+    }
 }
 
 /// HTTP protocol family of a connection sent away. Stats and status use the same three labels.
@@ -154,9 +242,11 @@ impl Waiters {
     }
 }
 
-/// Counters behind the status report (relaxed atomics: reports, not synchronisation).
-#[derive(Default)]
+/// Counters behind the status report (relaxed atomics: reports, not synchronisation), and the
+/// one way the module's Envoy counters move ([`Counters::count`]).
 pub struct Counters {
+    /// Envoy's side ([`Hooks::count`]).
+    publish: fn(Stat),
     served_while_draining: AtomicU64,
     sent_away: [AtomicU64; 3],
     /// Envoy's own in-flight gauge sum as last seen by the drain engine (+1; 0 = never seen).
@@ -175,14 +265,43 @@ pub struct Counters {
 }
 
 impl Counters {
+    pub fn new(publish: fn(Stat)) -> Self {
+        Counters {
+            publish,
+            served_while_draining: AtomicU64::new(0),
+            sent_away: Default::default(),
+            envoy_active_plus_one: AtomicU64::new(0),
+            module_errors: AtomicU64::new(0),
+            accounting_error: AtomicBool::new(false),
+            health_checks: AtomicU64::new(0),
+            control_started: AtomicU64::new(0),
+            control_active: AtomicI64::new(0),
+            admin_check: AtomicU8::new(0),
+        }
+    }
+    /// One event: Envoy's stat moves, and the report's figure of the same name with it.
+    pub fn count(&self, stat: Stat) {
+        let figure = match stat {
+            Stat::ServedWhileDraining => Some(&self.served_while_draining),
+            Stat::SentAway(p) => Some(&self.sent_away[p as usize]),
+            Stat::ModuleErrors => Some(&self.module_errors),
+            // The report has these from their owners (the drain's outcome, the connections'
+            // counts) or not at all.
+            _ => None,
+        };
+        if let Some(f) = figure {
+            f.fetch_add(1, Ordering::Relaxed);
+        }
+        (self.publish)(stat)
+    }
     pub fn served_while_draining(&self) {
-        self.served_while_draining.fetch_add(1, Ordering::Relaxed);
+        self.count(Stat::ServedWhileDraining)
     }
     pub fn sent_away(&self, p: Protocol) {
-        self.sent_away[p as usize].fetch_add(1, Ordering::Relaxed);
+        self.count(Stat::SentAway(p))
     }
     pub fn module_error(&self) {
-        self.module_errors.fetch_add(1, Ordering::Relaxed);
+        self.count(Stat::ModuleErrors)
     }
     pub fn health_check(&self) {
         self.health_checks.fetch_add(1, Ordering::Relaxed);
@@ -272,7 +391,7 @@ impl Shared {
             clock,
             requests,
             waiters: Waiters::default(),
-            counters: Counters::default(),
+            counters: Counters::new(hooks.count),
             connections: Connections::default(),
             drain: Mutex::new(None),
             policy: OnceLock::new(),
@@ -281,6 +400,11 @@ impl Shared {
             envoy: OnceLock::new(),
             hooks,
         }
+    }
+
+    /// The Envoy minor the module was loaded into (`None` before program init, in unit tests).
+    pub fn envoy_minor(&self) -> Option<&'static str> {
+        self.envoy.get().map(|g| g.minor())
     }
 
     /// The Envoy generation the module was loaded into (program init; once).
@@ -558,7 +682,7 @@ impl Shared {
         let (not_work_started, _) = c.not_work();
         Status {
             module_version: crate::compat::MODULE_VERSION,
-            envoy: self.envoy.get().map(|g| g.minor()),
+            envoy: self.envoy_minor(),
             state: phase.name(),
             ready: self.is_ready(),
             trigger: trigger.map(Trigger::as_str),
@@ -732,6 +856,13 @@ pub(crate) mod tests {
         pub(crate) static KICKS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
         pub(crate) static DELETED: std::cell::RefCell<Vec<usize>> =
             const { std::cell::RefCell::new(Vec::new()) };
+        /// The Envoy stats counted on this thread ([`Hooks::count`]).
+        pub(crate) static COUNTED: std::cell::RefCell<Vec<Stat>> =
+            const { std::cell::RefCell::new(Vec::new()) };
+    }
+
+    pub(crate) fn counted() -> Vec<Stat> {
+        COUNTED.with(|c| c.borrow().clone())
     }
 
     pub(crate) fn commits() -> Vec<(usize, u64)> {
@@ -763,6 +894,7 @@ pub(crate) mod tests {
     fn fixture_ticking(settings: Option<DrainSettings>, tick: u64) -> Fixture {
         COMMITS.with(|c| c.borrow_mut().clear());
         DELETED.with(|d| d.borrow_mut().clear());
+        COUNTED.with(|c| c.borrow_mut().clear());
         KICKS.with(|k| k.set(0));
         let clock = Arc::new(FakeClock::new());
         let shared = Shared::with_registry(
@@ -772,6 +904,7 @@ pub(crate) mod tests {
                 delete_waker: |w| DELETED.with(|d| d.borrow_mut().push(w)),
                 kick_engine: || KICKS.with(|k| k.set(k.get() + 1)),
                 drain_started: || {},
+                count: |s| COUNTED.with(|c| c.borrow_mut().push(s)),
             },
             Registry::with_limits(4, 8),
         );
@@ -973,8 +1106,43 @@ pub(crate) mod tests {
                 other: 1
             }
         );
+        assert_eq!(
+            counted(),
+            [
+                Stat::SentAway(Protocol::Http2),
+                Stat::SentAway(Protocol::Http1),
+                Stat::SentAway(Protocol::Other)
+            ],
+            "Envoy's stats move with the report"
+        );
         assert_eq!(Protocol::from_envoy(b"HTTP/1.0"), Protocol::Http1);
         assert_eq!(Protocol::from_envoy(b"HTTP/2"), Protocol::Http2);
+    }
+
+    /// Every stat has its own name, and the names a scrape sees are the documented ones.
+    #[test]
+    fn each_stat_has_its_own_documented_name() {
+        let mut names: Vec<&str> = Stat::ALL.iter().map(|s| s.name()).collect();
+        names.extend(Gauge::ALL.iter().map(|g| g.name()));
+        let docs = include_str!("../docs/configuration.md");
+        for n in &names {
+            assert!(
+                docs.contains(&format!("`{n}`")),
+                "{n} is not in docs/configuration.md"
+            );
+        }
+        let all = names.len();
+        names.sort();
+        names.dedup();
+        assert_eq!(names.len(), all, "two stats share a name");
+        let f = fixture(None);
+        f.shared.counters.count(Stat::IdleTold(Protocol::Http1));
+        f.shared.counters.module_error();
+        assert_eq!(
+            counted(),
+            [Stat::IdleTold(Protocol::Http1), Stat::ModuleErrors]
+        );
+        assert_eq!(f.shared.status().module_errors, 1);
     }
 
     #[test]

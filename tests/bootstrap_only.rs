@@ -219,6 +219,19 @@ async fn xds_listeners_drain_with_the_bootstrap_extension_only() {
         !envoy.log().contains("filter config loaded"),
         "no filter may be loaded in this mode"
     );
+    // The same stats as in the other modes, by the same names (the dashboard and alerts work
+    // unchanged): the bootstrap extension defines them all.
+    let scrape = clients::get(envoy.admin, "/stats/prometheus")
+        .await
+        .unwrap()
+        .text();
+    for m in common::STAT_NAMES {
+        let series = format!("envoy_graceful_drain_{m}");
+        assert!(
+            scrape.lines().any(|l| common::series_of(l) == series),
+            "{series} missing in bootstrap-only mode:\n{scrape}"
+        );
+    }
     sigterm_drains_without_the_filter(envoy).await;
 }
 

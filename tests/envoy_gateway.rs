@@ -45,8 +45,10 @@ const CONTROL_LISTENER: &str = "graceful-drain-control";
 /// EG's infrastructure name for the Gateway, which kubelet puts in `$(ENVOY_PROXY_INFRA_NAME)`.
 const INFRA_NAME: &str = "envoy-default-eg-e41e7b31";
 
-/// Where the policy's HTTP filter reports its stats: EG sets no `metrics_namespace` in the filter
-/// config it writes, so Envoy's default for modules applies (Prometheus `envoy_dynamicmodulescustom_*`).
+/// Envoy's namespace for a module's stats when its config names none, as EG writes the policy's
+/// HTTP filter (`internal/xds/translator/dynamicmodule.go`, v1.8.3 and v1.9.0: no
+/// `metrics_namespace`). The module defines its stats in the bootstrap extension (the kit's
+/// bootstrap merge names `graceful_drain`), so none of them may land here.
 const EG_FILTER_STATS: &str = "dynamicmodulescustom";
 
 const LISTENER: &str = "type.googleapis.com/envoy.config.listener.v3.Listener";
@@ -1250,24 +1252,31 @@ async fn kit_drains_an_eg_gateway_without_losing_a_request() {
     // The busy HTTP/2 connection got GOAWAY while its streams are in flight.
     let e = h2.wait_goaway(Duration::from_secs(3)).await;
     assert_eq!(e.reason(), Some(h2::Reason::NO_ERROR));
-    // Stats: EG writes the policy's filter without a metrics_namespace, so the HTTP filter's
-    // counters are in Envoy's default namespace for modules; the drain engine's and the network
-    // filter's (the kit's own config) are graceful_drain.*.
+    // Stats: every one is the bootstrap extension's, under graceful_drain.* (what the kit's
+    // dashboard and alerts read), though EG writes the policy's filter without a namespace.
     assert_eq!(envoy.stat("graceful_drain.drains_started").await, Some(1));
     eventually(
         "the HTTP filter's counters",
         Duration::from_secs(3),
         || async {
             let h1 = envoy
-                .stat(&format!("{EG_FILTER_STATS}.connections_sent_away_http1"))
+                .stat("graceful_drain.connections_sent_away_http1")
                 .await;
             let h2 = envoy
-                .stat(&format!("{EG_FILTER_STATS}.connections_sent_away_http2"))
+                .stat("graceful_drain.connections_sent_away_http2")
                 .await;
             (h1 >= Some(2) && h2 == Some(1)).then_some(())
         },
     )
     .await;
+    let scrape = clients::get(envoy.admin, "/stats/prometheus")
+        .await
+        .unwrap()
+        .text();
+    assert!(
+        !scrape.contains(&format!("envoy_{EG_FILTER_STATS}_")),
+        "a stat outside graceful_drain.*:\n{scrape}"
+    );
     assert_eq!(
         envoy
             .stat("graceful_drain.idle_connections_told_http2")

@@ -221,16 +221,12 @@ async fn stats_are_visible_in_prometheus() {
         .await
         .unwrap();
     let text = r.text();
-    for m in [
-        "envoy_graceful_drain_active_requests",
-        "envoy_graceful_drain_draining",
-        "envoy_graceful_drain_drains_started",
-        "envoy_graceful_drain_connections_sent_away_http1",
-        "envoy_graceful_drain_connections_sent_away_http2",
-        "envoy_graceful_drain_requests_served_while_draining",
-        "envoy_graceful_drain_drains_timed_out",
-    ] {
-        assert!(text.contains(m), "{m} missing from /stats/prometheus");
+    for m in common::STAT_NAMES {
+        let series = format!("envoy_graceful_drain_{m}");
+        assert!(
+            text.lines().any(|l| common::series_of(l) == series),
+            "{series} missing from /stats/prometheus:\n{text}"
+        );
     }
 }
 

@@ -932,12 +932,13 @@ fn thread_calls(log: &str, which: &str) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn no_module_thread_calls_into_envoy_after_the_exit_is_released() {
     // Each thread that calls into Envoy: the admin check's and the stats scanner's engine kicks,
-    // the scanner's stats passes, the idle-connection re-checks, and (Envoy 1.39 and later) the
-    // active_requests gauge.
-    let mut callers = vec!["engine_kick", "stats_scan", "connection_wake"];
-    if common::envoy::minor_of(&common::envoy::expected_envoy_version()) != "1.38" {
-        callers.push("active_requests_gauge");
-    }
+    // the scanner's stats passes, the idle-connection re-checks, and the active_requests gauge.
+    let callers = [
+        "engine_kick",
+        "stats_scan",
+        "connection_wake",
+        "active_requests_gauge",
+    ];
     for (fault, gated) in [
         ("hold_thread_calls", true),
         ("hold_thread_calls,no_gate", false),

@@ -430,6 +430,57 @@ async fn the_admin_address_is_checked_at_start() {
     assert_eq!(control.log().matches("is not Envoy's admin").count(), 1);
 }
 
+/// Envoy Gateway runs Envoy at `--log-level warn` (its `EnvoyProxy` default): there the module's
+/// lifecycle lines (loaded, drain started, drain completed, exit released) show only with
+/// `lifecycle_log_level: "warn"`, and Envoy itself prints nothing below warn either way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_lifecycle_shows_at_log_level_warn_when_asked() {
+    const LIFECYCLE: [&str; 4] = [
+        "graceful_drain: drain engine loaded (graceful_drain ",
+        "graceful_drain: drain started (trigger=sigterm",
+        "graceful_drain: drain completed in ",
+        "graceful_drain: releasing Envoy's exit",
+    ];
+    for (extra, shown) in [
+        (None, false),
+        (Some(r#""lifecycle_log_level": "warn""#), true),
+    ] {
+        let o = Options {
+            log_args: Some(vec!["--log-level".into(), "warn".into()]),
+            bootstrap_extra: extra,
+            ..options()
+        };
+        let mut envoy = Envoy::start(o).await;
+        let data = envoy.data;
+        let slow = tokio::spawn(async move {
+            clients::request(data, "GET", "/", &[("x-envoy-fault-delay-request", "400")]).await
+        });
+        envoy.wait_active(1).await;
+        envoy.sigterm();
+        assert_eq!(slow.await.unwrap().unwrap().status, 200);
+        let (status, _) = envoy.wait_exit(Duration::from_secs(15)).await;
+        assert!(status.success(), "{status:?}");
+        let log = envoy.log();
+        for line in LIFECYCLE {
+            assert_eq!(log.contains(line), shown, "{extra:?}: {line:?} in:\n{log}");
+        }
+        if shown {
+            assert!(
+                log.contains(&format!(
+                    "(graceful_drain {}, Envoy {};",
+                    env!("CARGO_PKG_VERSION"),
+                    common::envoy::minor_of(&common::envoy::expected_envoy_version())
+                )),
+                "the load line names the module and the Envoy:\n{log}"
+            );
+        }
+        assert!(
+            !log.contains("][info]["),
+            "Envoy at warn printed info lines:\n{log}"
+        );
+    }
+}
+
 /// Hot restart: the new process serves normally (never put into a failed health state by the old
 /// one), while the old one drains its own connections and exits on time.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

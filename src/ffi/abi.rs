@@ -71,8 +71,6 @@ pub const LOG_WARN: u32 = 3;
 pub const LOG_ERROR: u32 = 4;
 // envoy_dynamic_module_type_metrics_result
 pub const METRICS_SUCCESS: u32 = 0;
-/// Not an Envoy value: the update was not sent (see [`http_filter_metric_add`]).
-pub const METRICS_NOT_SENT: u32 = u32::MAX;
 
 /// The table's field for one callback: its address, or for one a generation added (`#[since]`)
 /// an `Option` of it (so the callbacks every generation has cost no check per call).
@@ -305,71 +303,6 @@ fn log_early(level: u32, message: &str) {
     }
 }
 
-/// Which metric update [`http_filter_metric_add`] makes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum MetricUpdate {
-    IncrementCounter,
-    IncrementGauge,
-    DecrementGauge,
-}
-
-/// Adds 1 to (or, for [`MetricUpdate::DecrementGauge`], takes 1 from) an unlabelled metric
-/// defined in an HTTP filter's `config_new`. Envoy 1.39 and later update it through the config
-/// (`config`, any thread); 1.38 only has the per-stream form, so it needs `filter`, the stream's
-/// Envoy pointer inside one of its hooks. Without one (null), 1.38 sends nothing and this returns
-/// [`METRICS_NOT_SENT`].
-///
-/// # Safety
-/// `config` is the live config pointer from `config_new`; `filter` is null or the live stream of
-/// the current hook, on its worker thread.
-pub unsafe fn http_filter_metric_add(
-    config: EnvoyPtr,
-    filter: EnvoyPtr,
-    update: MetricUpdate,
-    id: usize,
-) -> u32 {
-    let none = std::ptr::null_mut();
-    if gives().config_scope_http_metrics {
-        // SAFETY: per the contract; config-level stats are atomics in Envoy.
-        return unsafe {
-            match update {
-                MetricUpdate::IncrementCounter => {
-                    envoy_dynamic_module_callback_http_filter_config_increment_counter(
-                        config, id, none, 0, 1,
-                    )
-                }
-                MetricUpdate::IncrementGauge => {
-                    envoy_dynamic_module_callback_http_filter_config_increment_gauge(
-                        config, id, none, 0, 1,
-                    )
-                }
-                MetricUpdate::DecrementGauge => {
-                    envoy_dynamic_module_callback_http_filter_config_decrement_gauge(
-                        config, id, none, 0, 1,
-                    )
-                }
-            }
-        };
-    }
-    if filter.is_null() {
-        return METRICS_NOT_SENT;
-    }
-    // SAFETY: per the contract: a live stream inside its hook.
-    unsafe {
-        match update {
-            MetricUpdate::IncrementCounter => {
-                envoy_dynamic_module_callback_http_filter_increment_counter(filter, id, none, 0, 1)
-            }
-            MetricUpdate::IncrementGauge => {
-                envoy_dynamic_module_callback_http_filter_increment_gauge(filter, id, none, 0, 1)
-            }
-            MetricUpdate::DecrementGauge => {
-                envoy_dynamic_module_callback_http_filter_decrement_gauge(filter, id, none, 0, 1)
-            }
-        }
-    }
-}
-
 envoy_callbacks! {
     // ---- common -----------------------------------------------------------------------------
     fn envoy_dynamic_module_callback_log(level: u32, message: Buffer);
@@ -434,29 +367,6 @@ envoy_callbacks! {
         event_id: u64,
     );
     fn envoy_dynamic_module_callback_network_filter_scheduler_delete(scheduler: *mut c_void);
-    fn envoy_dynamic_module_callback_network_filter_config_define_counter(
-        config: EnvoyPtr,
-        name: Buffer,
-        id: *mut usize,
-    ) -> u32;
-    fn envoy_dynamic_module_callback_network_filter_config_define_gauge(
-        config: EnvoyPtr,
-        name: Buffer,
-        id: *mut usize,
-    ) -> u32;
-    // Config-scope gauge set (1.39 and 1.40 binaries, disassembled: `(config, id, value)`, ids
-    // from 1, the gauge's own `set`; absent from 1.38). An atomic store: any thread.
-    #[since(V1_39)]
-    fn envoy_dynamic_module_callback_network_filter_config_set_gauge(
-        config: EnvoyPtr,
-        id: usize,
-        value: u64,
-    ) -> u32;
-    fn envoy_dynamic_module_callback_network_filter_increment_counter(
-        filter: EnvoyPtr,
-        id: usize,
-        value: u64,
-    ) -> u32;
 
     // ---- HTTP filter: stream scope (worker thread, inside a hook) ----------------------------
     fn envoy_dynamic_module_callback_http_get_header(
@@ -503,79 +413,6 @@ envoy_callbacks! {
         event_id: u64,
     );
     fn envoy_dynamic_module_callback_http_filter_scheduler_delete(scheduler: *mut c_void);
-
-    // ---- HTTP filter: config scope (metrics; define only inside config_new) --------------------
-    fn envoy_dynamic_module_callback_http_filter_config_define_counter(
-        config: EnvoyPtr,
-        name: Buffer,
-        label_names: *mut Buffer,
-        label_names_len: usize,
-        id: *mut usize,
-    ) -> u32;
-    fn envoy_dynamic_module_callback_http_filter_config_define_gauge(
-        config: EnvoyPtr,
-        name: Buffer,
-        label_names: *mut Buffer,
-        label_names_len: usize,
-        id: *mut usize,
-    ) -> u32;
-    // Config-scope metric updates (1.39 and later): usable from any worker, with no stream.
-    #[since(V1_39)]
-    fn envoy_dynamic_module_callback_http_filter_config_increment_counter(
-        config: EnvoyPtr,
-        id: usize,
-        label_values: *mut Buffer,
-        label_values_len: usize,
-        value: u64,
-    ) -> u32;
-    #[since(V1_39)]
-    fn envoy_dynamic_module_callback_http_filter_config_increment_gauge(
-        config: EnvoyPtr,
-        id: usize,
-        label_values: *mut Buffer,
-        label_values_len: usize,
-        value: u64,
-    ) -> u32;
-    #[since(V1_39)]
-    fn envoy_dynamic_module_callback_http_filter_config_set_gauge(
-        config: EnvoyPtr,
-        id: usize,
-        label_values: *mut Buffer,
-        label_values_len: usize,
-        value: u64,
-    ) -> u32;
-    #[since(V1_39)]
-    fn envoy_dynamic_module_callback_http_filter_config_decrement_gauge(
-        config: EnvoyPtr,
-        id: usize,
-        label_values: *mut Buffer,
-        label_values_len: usize,
-        value: u64,
-    ) -> u32;
-
-    // Stream-scope metric updates (every generation has them): 1.38 has no config-scope form, so
-    // there the filter's own pointer is used (valid only inside one of its hooks).
-    fn envoy_dynamic_module_callback_http_filter_increment_counter(
-        filter: EnvoyPtr,
-        id: usize,
-        label_values: *mut Buffer,
-        label_values_len: usize,
-        value: u64,
-    ) -> u32;
-    fn envoy_dynamic_module_callback_http_filter_increment_gauge(
-        filter: EnvoyPtr,
-        id: usize,
-        label_values: *mut Buffer,
-        label_values_len: usize,
-        value: u64,
-    ) -> u32;
-    fn envoy_dynamic_module_callback_http_filter_decrement_gauge(
-        filter: EnvoyPtr,
-        id: usize,
-        label_values: *mut Buffer,
-        label_values_len: usize,
-        value: u64,
-    ) -> u32;
 
     // ---- bootstrap extension (main thread unless noted) -------------------------------------
     fn envoy_dynamic_module_callback_bootstrap_extension_config_signal_init_complete(

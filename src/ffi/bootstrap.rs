@@ -7,7 +7,7 @@
 use super::abi::{Buffer, EnvoyPtr, HttpHeader};
 use super::envoy::{self, ExtensionConfig, ExtensionStats, Scheduler, Timer};
 use super::{envoy_bytes, guard};
-use crate::bootstrap::{EngineMetric, ShutdownRelease, ADMIN_DRAIN_PATH, ADMIN_STATUS_PATH};
+use crate::bootstrap::{ShutdownRelease, ADMIN_DRAIN_PATH, ADMIN_STATUS_PATH};
 use crate::extension::{Env, Extension, Gauge, MainThread, StatsSource, EVENT_KICK};
 use crate::stats_scan::Pass;
 use std::os::raw::c_void;
@@ -39,32 +39,11 @@ fn to_main_thread(event: u64) {
     });
 }
 
-struct Metrics {
-    draining: usize,
-    admin_address_ok: usize,
-    drains_started: usize,
-    drains_completed: usize,
-    drains_timed_out: usize,
-}
-
-impl Metrics {
-    fn define(envoy: &ExtensionConfig) -> Option<Metrics> {
-        Some(Metrics {
-            draining: envoy.define("draining", true)?,
-            admin_address_ok: envoy.define("admin_address_ok", true)?,
-            drains_started: envoy.define("drains_started", false)?,
-            drains_completed: envoy.define("drains_completed", false)?,
-            drains_timed_out: envoy.define("drains_timed_out", false)?,
-        })
-    }
-}
-
 /// What Envoy holds for us: the config pointer (the extension object is the same one).
 struct Glue {
     envoy: ExtensionConfig,
     timer: Option<Timer>,
     scheduler: Option<Scheduler>,
-    metrics: Option<Metrics>,
     ext: Extension,
 }
 
@@ -78,21 +57,7 @@ impl MainThread for Glue {
     }
 
     fn set_gauge(&self, gauge: Gauge, value: u64) {
-        let Some(m) = &self.metrics else { return };
-        let id = match gauge {
-            Gauge::Draining => m.draining,
-            Gauge::AdminAddressOk => m.admin_address_ok,
-        };
-        self.envoy.set_gauge(id, value);
-    }
-
-    fn count(&self, metric: EngineMetric) {
-        let Some(m) = &self.metrics else { return };
-        self.envoy.increment_counter(match metric {
-            EngineMetric::DrainStarted => m.drains_started,
-            EngineMetric::DrainCompleted => m.drains_completed,
-            EngineMetric::DrainTimedOut => m.drains_timed_out,
-        });
+        super::stats::set(gauge, value)
     }
 }
 
@@ -192,14 +157,13 @@ pub extern "C" fn envoy_dynamic_module_on_bootstrap_extension_config_new(
         register_admin(&envoy, ADMIN_DRAIN_PATH, help, true);
         let help = "graceful_drain: drain status as JSON";
         register_admin(&envoy, ADMIN_STATUS_PATH, help, false);
-        let metrics = Metrics::define(&envoy);
+        super::stats::define(&envoy);
         publish_build_info(&envoy);
         envoy.signal_init_complete();
         let glue = Box::new(Glue {
             envoy,
             timer,
             scheduler,
-            metrics,
             ext,
         });
         Some(Box::into_raw(glue) as *const c_void)
@@ -222,6 +186,7 @@ pub extern "C" fn envoy_dynamic_module_on_bootstrap_extension_config_destroy(bcm
         } = *unsafe { Box::from_raw(bcm as *mut Glue) };
         // Disarms a pending hold, closes the gate, stops and joins the module's threads.
         ext.destroy();
+        super::stats::forget();
         KICK_SCHEDULER.store(0, Ordering::Release);
         if crate::threads::Threads::on_module_thread() {
             // Run inside a module thread's commit (Envoy dropped its last reference there):

@@ -21,7 +21,7 @@ const EMPTY: Buffer = Buffer {
 };
 
 /// The stack frame of a hook Envoy is running now. Handles that are valid only inside a hook
-/// (`HttpStream`, `NetConnection`, `NetConfigNew`) are made from a borrow of it, so the compiler
+/// (`HttpStream`, `NetConnection`) are made from a borrow of it, so the compiler
 /// keeps them inside the hook that made them: none can be stored, returned or sent to a thread
 /// (`Hook` is neither `Send` nor `Sync`, and the borrow ends with the frame). What is left to the
 /// `unsafe` constructor's caller is only that Envoy's pointer is the right one for this hook.
@@ -167,88 +167,6 @@ impl HttpStream<'_> {
     }
 }
 
-/// An HTTP filter config (Envoy's `ce`), alive from its `config_new` to its `config_destroy`.
-/// Not `Copy`: it lives in the module's config and is lent from there, so no copy outlives it.
-pub(crate) struct HttpConfig(EnvoyPtr);
-
-impl HttpConfig {
-    /// # Safety
-    /// `ce` is the config pointer Envoy passed to `config_new`, used only until its
-    /// `config_destroy` (Envoy destroys a config after all its filters).
-    pub(crate) unsafe fn new(ce: EnvoyPtr) -> Self {
-        HttpConfig(ce)
-    }
-
-    /// Define an unlabelled gauge (or counter); `None` (logged) if Envoy refuses it, as it does
-    /// outside `config_new`.
-    pub(crate) fn define(&self, name: &str, gauge: bool) -> Option<usize> {
-        let define: DefineMetric = if gauge {
-            abi::envoy_dynamic_module_callback_http_filter_config_define_gauge
-        } else {
-            abi::envoy_dynamic_module_callback_http_filter_config_define_counter
-        };
-        // SAFETY: a live HTTP filter config, the kind `define` takes.
-        unsafe { define_metric(define, self.0, name) }
-    }
-
-    /// Move an unlabelled metric by one; through `stream` where Envoy 1.38 needs it (see
-    /// `abi::http_filter_metric_add`), any thread otherwise.
-    #[inline]
-    pub(crate) fn metric_add(
-        &self,
-        stream: Option<HttpStream>,
-        update: abi::MetricUpdate,
-        id: usize,
-    ) {
-        let fe = stream.map_or(ptr::null_mut(), |s| s.fe);
-        // SAFETY: live config; `fe` is null or the live stream of the current hook.
-        unsafe { abi::http_filter_metric_add(self.0, fe, update, id) };
-    }
-
-    /// The gauge `id` (defined by [`HttpConfig::define`]) for the gauge publisher's thread.
-    ///
-    /// # Safety
-    /// The gauge is set only until this config's `config_destroy` (which takes it back out of
-    /// the publisher, waiting for a set under way).
-    pub(crate) unsafe fn gauge(&self, id: usize) -> HttpConfigGauge {
-        HttpConfigGauge { ce: self.0, id }
-    }
-
-    /// The config's word (to find it again in a list of live configs).
-    pub(crate) fn word(&self) -> usize {
-        self.0 as usize
-    }
-}
-
-/// An HTTP filter config's unlabelled gauge, set from a module thread: Envoy 1.39 and later
-/// (`compat::Gives::config_scope_http_metrics`); an atomic store in Envoy, any thread
-/// (ENVOY_FACTS.md §3b).
-pub(crate) struct HttpConfigGauge {
-    ce: EnvoyPtr,
-    id: usize,
-}
-
-// SAFETY: the gauge set is an atomic store on a config that its maker keeps alive while this is
-// used (`HttpConfig::gauge`); nothing else is reached through the pointer.
-unsafe impl Send for HttpConfigGauge {}
-// SAFETY: as above; `set` takes `&self` and is an atomic store.
-unsafe impl Sync for HttpConfigGauge {}
-
-impl crate::gauges::ConfigGauge for HttpConfigGauge {
-    fn set(&self, value: u64) {
-        // SAFETY: live config (see `HttpConfig::gauge`); `id` defined by `define`; no labels.
-        unsafe {
-            abi::envoy_dynamic_module_callback_http_filter_config_set_gauge(
-                self.ce,
-                self.id,
-                ptr::null_mut(),
-                0,
-                value,
-            );
-        }
-    }
-}
-
 /// Commit `event` to an HTTP filter scheduler. Any thread.
 ///
 /// # Safety
@@ -352,13 +270,6 @@ impl NetConnection<'_> {
         with_slices(n, fill, f)
     }
 
-    pub(crate) fn increment_counter(self, id: usize) {
-        // SAFETY: as above; `id` was defined in the filter's config_new.
-        unsafe {
-            abi::envoy_dynamic_module_callback_network_filter_increment_counter(self.fe, id, 1)
-        };
-    }
-
     /// Inside the write hook: replace the first `line.len()` bytes of this write (a response's
     /// status line, `line` being a copy of them) by `line` followed by `insert`. Whether Envoy
     /// took it: the drain fails only without a current write buffer (nothing changed then),
@@ -444,84 +355,6 @@ impl<'a> Iterator for SliceIter<'a> {
     }
 }
 
-/// A network filter config inside its `config_new`.
-pub(crate) struct NetConfigNew<'hook>(EnvoyPtr, PhantomData<&'hook Hook>);
-
-impl<'hook> NetConfigNew<'hook> {
-    /// # Safety
-    /// `ce` is the config pointer of the `config_new` hook running now, whose frame `hook` is.
-    pub(crate) unsafe fn in_hook(_hook: &'hook Hook, ce: EnvoyPtr) -> Self {
-        NetConfigNew(ce, PhantomData)
-    }
-
-    /// Define an unlabelled counter; `None` (logged) if Envoy refuses it.
-    pub(crate) fn define_counter(&self, name: &str) -> Option<usize> {
-        let mut id = 0usize;
-        // SAFETY: inside config_new with Envoy's config pointer; the name lives for the call.
-        let r = unsafe {
-            abi::envoy_dynamic_module_callback_network_filter_config_define_counter(
-                self.0,
-                module_buffer(name.as_bytes()),
-                &mut id,
-            )
-        };
-        metric_defined(name, r, id)
-    }
-
-    /// Define an unlabelled gauge; `None` (logged) if Envoy refuses it.
-    pub(crate) fn define_gauge(&self, name: &str) -> Option<usize> {
-        let mut id = 0usize;
-        // SAFETY: inside config_new with Envoy's config pointer; the name lives for the call.
-        let r = unsafe {
-            abi::envoy_dynamic_module_callback_network_filter_config_define_gauge(
-                self.0,
-                module_buffer(name.as_bytes()),
-                &mut id,
-            )
-        };
-        metric_defined(name, r, id)
-    }
-
-    /// The config's word (to find it again in a list of live configs).
-    pub(crate) fn word(&self) -> usize {
-        self.0 as usize
-    }
-
-    /// The gauge `id` (from [`NetConfigNew::define_gauge`]) for the gauge publisher's thread.
-    ///
-    /// # Safety
-    /// The gauge is set only until this config's `config_destroy` (which takes it back out of
-    /// the publisher, waiting for a set under way).
-    pub(crate) unsafe fn gauge(&self, id: usize) -> NetConfigGauge {
-        NetConfigGauge { ce: self.0, id }
-    }
-}
-
-/// A tracking network filter config's `active_requests` gauge, set from a module thread: Envoy
-/// 1.39 and later (`compat::Gives::network_config_gauge`); an atomic store in Envoy, any thread
-/// (ENVOY_FACTS.md §3b).
-pub(crate) struct NetConfigGauge {
-    ce: EnvoyPtr,
-    id: usize,
-}
-
-// SAFETY: the gauge set is an atomic store on a config that its maker keeps alive while this is
-// used (`NetConfigNew::gauge`); nothing else is reached through the pointer.
-unsafe impl Send for NetConfigGauge {}
-// SAFETY: as above.
-unsafe impl Sync for NetConfigGauge {}
-
-impl crate::gauges::ConfigGauge for NetConfigGauge {
-    fn set(&self, value: u64) {
-        // SAFETY: live config (see `NetConfigNew::gauge`); `id` from `define_gauge`.
-        unsafe {
-            abi::envoy_dynamic_module_callback_network_filter_config_set_gauge(
-                self.ce, self.id, value,
-            );
-        }
-    }
-}
-
 /// Commit `event` to a network filter scheduler. Any thread.
 ///
 /// # Safety
@@ -588,6 +421,15 @@ impl ExtensionConfig {
         unsafe { define_metric(define, self.0, name) }
     }
 
+    /// The config's unlabelled stats, for updates from any thread ([`ExtensionMetrics`]).
+    ///
+    /// # Safety
+    /// The handle (and any made again from its word) is used only until this config's
+    /// `config_destroy`.
+    pub(crate) unsafe fn metrics(&self) -> ExtensionMetrics {
+        ExtensionMetrics(self.0)
+    }
+
     /// Define a gauge with labels (inside `config_new` only); `None` (logged) if Envoy refuses it.
     pub(crate) fn define_labelled_gauge(&self, name: &str, labels: &[&str]) -> Option<usize> {
         let mut names: Vec<Buffer> = labels.iter().map(|l| module_buffer(l.as_bytes())).collect();
@@ -649,9 +491,41 @@ impl ExtensionConfig {
         }
     }
 
+    /// The answer's body, inside `on_bootstrap_extension_admin_request` only.
+    ///
+    /// # Safety
+    /// Called from inside that hook (Envoy copies the body: ENVOY_FACTS.md §4).
+    pub(crate) unsafe fn admin_respond(&self, body: &[u8]) {
+        // SAFETY: per the contract.
+        unsafe {
+            abi::envoy_dynamic_module_callback_bootstrap_extension_admin_set_response(
+                self.0,
+                module_buffer(body),
+            )
+        }
+    }
+}
+
+/// The bootstrap extension config's unlabelled stats, updated from any thread: a bounds-checked
+/// atomic in Envoy (ENVOY_FACTS.md §3b). Valid while the config lives (`ExtensionConfig::metrics`).
+#[derive(Clone, Copy)]
+pub(crate) struct ExtensionMetrics(EnvoyPtr);
+
+impl ExtensionMetrics {
+    /// The handle's word, to keep in an atomic.
+    pub(crate) fn word(self) -> usize {
+        self.0 as usize
+    }
+
+    /// # Safety
+    /// `word` is from [`ExtensionMetrics::word`] of a config that is still alive.
+    pub(crate) unsafe fn from_word(word: usize) -> Self {
+        ExtensionMetrics(word as EnvoyPtr)
+    }
+
     /// Set an unlabelled gauge (an atomic store in Envoy: any thread, ENVOY_FACTS.md §3b).
-    pub(crate) fn set_gauge(&self, id: usize, value: u64) {
-        // SAFETY: live config; `id` defined by `define`; no labels.
+    pub(crate) fn set_gauge(self, id: usize, value: u64) {
+        // SAFETY: live config (the maker's promise); `id` from `ExtensionConfig::define`; no labels.
         unsafe {
             abi::envoy_dynamic_module_callback_bootstrap_extension_config_set_gauge(
                 self.0,
@@ -664,7 +538,7 @@ impl ExtensionConfig {
     }
 
     /// Add one to an unlabelled counter (any thread, as `set_gauge`).
-    pub(crate) fn increment_counter(&self, id: usize) {
+    pub(crate) fn increment_counter(self, id: usize) {
         // SAFETY: as `set_gauge`.
         unsafe {
             abi::envoy_dynamic_module_callback_bootstrap_extension_config_increment_counter(
@@ -674,20 +548,6 @@ impl ExtensionConfig {
                 0,
                 1,
             );
-        }
-    }
-
-    /// The answer's body, inside `on_bootstrap_extension_admin_request` only.
-    ///
-    /// # Safety
-    /// Called from inside that hook (Envoy copies the body: ENVOY_FACTS.md §4).
-    pub(crate) unsafe fn admin_respond(&self, body: &[u8]) {
-        // SAFETY: per the contract.
-        unsafe {
-            abi::envoy_dynamic_module_callback_bootstrap_extension_admin_set_response(
-                self.0,
-                module_buffer(body),
-            )
         }
     }
 }
@@ -824,8 +684,8 @@ pub(crate) fn log(level: u32, msg: &str, file: &str, line: u32) {
 
 // ---- shared ----------------------------------------------------------------------------------
 
-/// The shape of the four `*_config_define_{counter,gauge}` callbacks (HTTP filter and bootstrap
-/// extension): config, name, label names, their count, the id out.
+/// The shape of the bootstrap extension's `config_define_{counter,gauge}` callbacks: config, name,
+/// label names, their count, the id out.
 type DefineMetric = unsafe extern "C" fn(EnvoyPtr, Buffer, *mut Buffer, usize, *mut usize) -> u32;
 
 /// Define one unlabelled metric with `define`; `None` (logged) if Envoy refuses it.

@@ -1,11 +1,11 @@
 //! Exported HTTP filter hooks and the [`StreamHost`] implementation over Envoy's stream callbacks.
 //! Each hook: guard, convert, delegate to [`crate::http_filter`].
 
-use super::abi::{self, Buffer, EnvoyPtr, HttpHeader, MetricUpdate};
-use super::envoy::{self, Hook, HttpConfig, HttpStream};
+use super::abi::{self, Buffer, EnvoyPtr, HttpHeader};
+use super::envoy::{self, Hook, HttpStream};
 use super::{envoy_bytes, guard};
 use crate::config::{DrainToken, FilterConfig, Role};
-use crate::http_filter::{HeadersAction, Metric, Stream, StreamHost, StreamSink};
+use crate::http_filter::{HeadersAction, Stream, StreamHost, StreamSink};
 use crate::state::{Protocol, Shared};
 use std::cell::{Cell, RefCell};
 use std::os::raw::c_void;
@@ -13,76 +13,10 @@ use std::ptr;
 use std::sync::Arc;
 
 /// Per-config state: one per `filter_config` in the Envoy config (per listener, in practice).
+/// Its stats are the bootstrap extension's (`super::stats`, through `Shared::counters`).
 struct Config {
-    envoy: HttpConfig,
     role: Role,
     token: Option<Arc<DrainToken>>,
-    metrics: Option<DataMetrics>,
-    /// The `active_requests` gauge is set by the gauge publisher (Envoy 1.39 and later), not per
-    /// request.
-    gauge_published: bool,
-}
-
-/// Stat ids, defined in `config_new` (Envoy freezes metric creation afterwards).
-struct DataMetrics {
-    active_requests: usize,
-    sent_away_http1: usize,
-    sent_away_http2: usize,
-    sent_away_other: usize,
-    served_while_draining: usize,
-    module_errors: usize,
-}
-
-impl DataMetrics {
-    fn define(envoy: &HttpConfig) -> Option<DataMetrics> {
-        Some(DataMetrics {
-            active_requests: envoy.define("active_requests", true)?,
-            sent_away_http1: envoy.define("connections_sent_away_http1", false)?,
-            sent_away_http2: envoy.define("connections_sent_away_http2", false)?,
-            sent_away_other: envoy.define("connections_sent_away_other", false)?,
-            served_while_draining: envoy.define("requests_served_while_draining", false)?,
-            module_errors: envoy.define("module_errors", false)?,
-        })
-    }
-}
-
-impl Config {
-    /// `stream`: inside one of its hooks, or none outside them (Envoy 1.38 can only update
-    /// filter metrics through a stream; see `abi::http_filter_metric_add`).
-    #[inline]
-    fn metric(&self, stream: Option<HttpStream>, m: Metric) {
-        // The request path's case, tested first and inline: the gauge is set from the in-flight
-        // table by the gauge publisher (1.39 and later), not per request (two Envoy calls per
-        // request saved, about 80 instructions). 1.38 moves it per request, through the stream.
-        if self.gauge_published && matches!(m, Metric::RequestStarted | Metric::RequestEnded) {
-            return;
-        }
-        self.send_metric(stream, m)
-    }
-
-    #[inline(never)]
-    fn send_metric(&self, stream: Option<HttpStream>, m: Metric) {
-        let Some(ids) = &self.metrics else { return };
-        let (id, update) = match m {
-            Metric::RequestStarted => (ids.active_requests, MetricUpdate::IncrementGauge),
-            Metric::RequestEnded => (ids.active_requests, MetricUpdate::DecrementGauge),
-            Metric::ServedWhileDraining => {
-                (ids.served_while_draining, MetricUpdate::IncrementCounter)
-            }
-            Metric::SentAway(Protocol::Http1) => {
-                (ids.sent_away_http1, MetricUpdate::IncrementCounter)
-            }
-            Metric::SentAway(Protocol::Http2) => {
-                (ids.sent_away_http2, MetricUpdate::IncrementCounter)
-            }
-            Metric::SentAway(Protocol::Other) => {
-                (ids.sent_away_other, MetricUpdate::IncrementCounter)
-            }
-            Metric::ModuleError => (ids.module_errors, MetricUpdate::IncrementCounter),
-        };
-        // Config-level stats are atomics in Envoy, callable from any worker.
-        self.envoy.metric_add(stream, update, id);
-    }
 }
 
 struct Filter {
@@ -100,9 +34,6 @@ struct Filter {
     /// acting (the request goes on through Envoy, fail open); only the destroy hook still ends
     /// its request in the in-flight count.
     poisoned: Cell<bool>,
-    /// Envoy 1.38: the stream ended (`stream_complete`) inside one of its own hooks; that hook
-    /// finishes it (with the live stream, which 1.38 needs to move the gauge).
-    finish_pending: Cell<bool>,
     /// Envoy is done with the stream: `stream_complete` ran (Envoy then destroys its filters:
     /// `ConnectionManagerImpl::doDeferredStreamDestroy`, ENVOY_FACTS.md §6). From here on no
     /// path but the destroy hook may reach it: on Envoy 1.40 that hook runs later in the worker's
@@ -191,7 +122,6 @@ unsafe fn free_filter(p: *mut Filter) {
 struct EnvoyStream<'a> {
     envoy: HttpStream<'a>,
     fm: *const c_void,
-    config: &'a Config,
 }
 
 /// Commit an event to an HTTP filter scheduler. Thread-safe on Envoy's side.
@@ -204,15 +134,11 @@ pub(crate) fn commit_scheduler(waker: usize, event: u64) {
 }
 
 /// The part of a host that needs no live stream (usable from the destroy hook).
-struct ConfigSink<'a>(&'a Config);
+struct ConfigSink;
 
-impl StreamSink for ConfigSink<'_> {
+impl StreamSink for ConfigSink {
     fn drop_waker(&self, waker: usize) {
         drop_scheduler(waker)
-    }
-    /// No stream: Envoy 1.38 cannot update filter metrics here (see `abi::http_filter_metric_add`).
-    fn metric(&self, m: Metric) {
-        self.0.metric(None, m)
     }
     fn now_nanos(&self) -> u64 {
         super::coarse_monotonic_nanos()
@@ -222,9 +148,6 @@ impl StreamSink for ConfigSink<'_> {
 impl StreamSink for EnvoyStream<'_> {
     fn drop_waker(&self, waker: usize) {
         drop_scheduler(waker)
-    }
-    fn metric(&self, m: Metric) {
-        self.config.metric(Some(self.envoy), m)
     }
     fn now_nanos(&self) -> u64 {
         super::coarse_monotonic_nanos()
@@ -316,10 +239,6 @@ fn with_stream<R>(
         let Some(filter) = (unsafe { filter(fm) }) else {
             return Some(Ran::Skipped);
         };
-        // SAFETY: the config outlives all its filters (Envoy holds it for them).
-        let Some(config) = (unsafe { filter.config.as_ref() }) else {
-            return Some(Ran::Skipped);
-        };
         if filter.poisoned.get() {
             return Some(Ran::Skipped);
         }
@@ -331,7 +250,7 @@ fn with_stream<R>(
         // SAFETY: `fe` is the stream of the hook running now (or, from wake_stream, of a live
         // filter on this worker inside its connection's scheduled hook).
         let envoy = unsafe { HttpStream::in_hook(&hook, fe) };
-        let host = EnvoyStream { envoy, fm, config };
+        let host = EnvoyStream { envoy, fm };
         let shared = super::shared();
         let r = f(&mut stream, &host, shared);
         #[cfg(test)]
@@ -341,13 +260,6 @@ fn with_stream<R>(
         #[cfg(feature = "cross-check")]
         if filter.xc_done_pending.take() {
             stream.cross_check_response_done();
-        }
-        // Only ever set on Envoy 1.38 (`finish_on_complete`): a load, no store, on the others.
-        if filter.finish_pending.get() {
-            filter.finish_pending.set(false);
-            if !filter.destroy_pending.get() {
-                stream.finish(&host, shared);
-            }
         }
         Some(Ran::Done(r))
     });
@@ -374,12 +286,6 @@ fn with_stream<R>(
                         role = Some(config.role);
                         if config.role == Role::Data {
                             super::shared().counters.module_error();
-                            let hook = Hook::frame();
-                            // SAFETY: the stream of the hook running now, unless Envoy
-                            // destroyed it in the hook (then none: no call for it).
-                            let stream =
-                                (!stream_gone).then(|| unsafe { HttpStream::in_hook(&hook, fe) });
-                            config.metric(stream, Metric::ModuleError);
                         }
                     }
                 }
@@ -404,7 +310,7 @@ std::thread_local! {
 
 #[no_mangle]
 pub extern "C" fn envoy_dynamic_module_on_http_filter_config_new(
-    ce: EnvoyPtr,
+    _ce: EnvoyPtr,
     _name: Buffer,
     config: Buffer,
 ) -> *const c_void {
@@ -413,16 +319,10 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_config_new(
         let raw = unsafe { envoy_bytes(config) };
         match FilterConfig::parse(raw) {
             Ok(c) => {
-                // SAFETY: Envoy's config pointer inside its config_new, kept until its
-                // config_destroy.
-                let envoy = unsafe { HttpConfig::new(ce) };
-                let metrics = match c.role {
-                    Role::Data => {
-                        super::shared().note_data_filter_loaded();
-                        DataMetrics::define(&envoy)
-                    }
-                    Role::Control => None,
-                };
+                if c.role == Role::Data {
+                    super::shared().note_data_filter_loaded();
+                    super::publish_active_requests();
+                }
                 log::info!(
                     "graceful_drain: filter config loaded (role={:?}{})",
                     c.role,
@@ -432,18 +332,9 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_config_new(
                         ""
                     }
                 );
-                let gauge_published = metrics.is_some() && abi::gives().config_scope_http_metrics;
-                if let (Some(m), true) = (&metrics, gauge_published) {
-                    // SAFETY: config_destroy takes the gauge back out of GAUGES first.
-                    let gauge = Box::new(unsafe { envoy.gauge(m.active_requests) });
-                    GAUGES.publish(envoy.word(), gauge, super::threads(), super::shared());
-                }
                 Box::into_raw(Box::new(Config {
-                    envoy,
                     role: c.role,
                     token: c.drain_token.map(Arc::new),
-                    metrics,
-                    gauge_published,
                 })) as *const c_void
             }
             Err(e) => {
@@ -454,18 +345,9 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_config_new(
     })
 }
 
-// ---- the active_requests gauge (Envoy 1.39 and later) ----------------------------------------
-
-/// The data-role configs whose `active_requests` gauge a module thread sets.
-static GAUGES: crate::gauges::GaugePublisher = crate::gauges::GaugePublisher::new();
-
 #[no_mangle]
 pub extern "C" fn envoy_dynamic_module_on_http_filter_config_destroy(cm: *const c_void) {
     guard("http_filter_config_destroy", (), || {
-        // SAFETY: our config, not yet freed.
-        if let Some(c) = unsafe { (cm as *const Config).as_ref() }.filter(|c| c.gauge_published) {
-            GAUGES.forget(c.envoy.word());
-        }
         if !cm.is_null() {
             // SAFETY: `cm` came from Box::into_raw in config_new and is destroyed once.
             drop(unsafe { Box::from_raw(cm as *mut Config) });
@@ -492,7 +374,6 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_new(
                 stream: RefCell::new(Stream::new(config.role, config.token.as_ref())),
                 destroy_pending: Cell::new(false),
                 poisoned: Cell::new(false),
-                finish_pending: Cell::new(false),
                 envoy_done: Cell::new(false),
                 #[cfg(feature = "cross-check")]
                 xc_done_pending: Cell::new(false),
@@ -645,36 +526,16 @@ fn cross_check_response_done(hook: &'static str, fe: EnvoyPtr, fm: *const c_void
 /// log, destroyFilters). 1.39 runs our destroy hook inside it; 1.40 queues it for later in the
 /// worker's loop, after clearing the filter's callbacks, so from here the stream is marked done
 /// and no wake reaches it (`wake_stream`). The stream itself is finished by the destroy hook
-/// (called for every filter, also one whose stream never completed), except on Envoy 1.38, which
-/// moves the `active_requests` gauge per request and only through a live stream
-/// (`abi::http_filter_metric_add`): there it is finished here.
+/// (called for every filter, also one whose stream never completed).
 #[no_mangle]
 pub extern "C" fn envoy_dynamic_module_on_http_filter_stream_complete(
-    fe: EnvoyPtr,
+    _fe: EnvoyPtr,
     fm: *const c_void,
 ) {
     // SAFETY: our filter, alive until its destroy hook, which has not run (Envoy calls this
     // hook first).
     if let Some(f) = unsafe { filter(fm) } {
         f.envoy_done.set(true);
-    }
-    if !abi::gives().config_scope_http_metrics {
-        finish_on_complete(fe, fm)
-    }
-}
-
-/// Envoy 1.38's stream end (out of line: the hook above costs a test on later Envoys).
-#[inline(never)]
-fn finish_on_complete(fe: EnvoyPtr, fm: *const c_void) {
-    let ran = with_stream("stream_complete", fe, fm, |s, host, shared| {
-        s.finish(host, shared)
-    });
-    if let Ran::Busy = ran {
-        // Inside another hook of this filter: that hook finishes the stream when it returns.
-        // SAFETY: alive (its outer hook is running).
-        if let Some(f) = unsafe { filter(fm) } {
-            f.finish_pending.set(true);
-        }
     }
 }
 
@@ -691,11 +552,8 @@ fn finish_and_free(fm: *const c_void) {
         // SAFETY: `fm` came from filter_new; it is freed exactly once, here, when no hook of it
         // is running (the destroy hook defers to a running one).
         let filter = unsafe { &*p };
-        // SAFETY: the config outlives its filters.
-        if let Some(config) = unsafe { filter.config.as_ref() } {
-            if let Ok(mut stream) = filter.stream.try_borrow_mut() {
-                stream.finish(&ConfigSink(config), super::shared());
-            }
+        if let Ok(mut stream) = filter.stream.try_borrow_mut() {
+            stream.finish(&ConfigSink, super::shared());
         }
     }
     // SAFETY: as above; nothing uses the filter after this.

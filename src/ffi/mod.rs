@@ -6,6 +6,7 @@
 //! - [`http`], [`network`], [`bootstrap`]: the exported hooks. Each guards against panics,
 //!   converts pointers and buffers, and delegates to safe code ([`crate::http_filter`],
 //!   [`crate::connections`], [`crate::extension`]). Nothing here makes drain decisions;
+//! - `stats`: the module's Envoy stats, all defined by the bootstrap extension's config;
 //! - here: the panic guard, buffer helpers, the clock, and the process-wide instances.
 //!
 //! What Envoy's side does (which thread may call what, what a call may run re-entrantly, who
@@ -34,6 +35,7 @@ mod fake_envoy;
 pub mod http;
 mod logger;
 pub mod network;
+mod stats;
 
 use crate::clock::Clock;
 use crate::state::{Hooks, Shared};
@@ -139,6 +141,14 @@ pub(crate) fn count_module_error() {
     shared().counters.module_error();
 }
 
+/// Start setting the `active_requests` gauge (a config that counts requests was loaded).
+pub(crate) fn publish_active_requests() {
+    static PUBLISHER: crate::gauges::GaugePublisher = crate::gauges::GaugePublisher::new();
+    PUBLISHER.start(threads(), shared(), |v| {
+        stats::set(crate::state::Gauge::ActiveRequests, v)
+    });
+}
+
 /// The process-wide drain state, wired to Envoy. The logic layers receive it as a parameter
 /// from the hooks.
 pub(crate) fn shared() -> &'static Shared {
@@ -153,6 +163,7 @@ pub(crate) fn shared() -> &'static Shared {
                 commit: http::commit_scheduler,
                 delete_waker: http::drop_scheduler,
                 kick_engine: bootstrap::kick_engine,
+                count: stats::count,
                 drain_started: || {
                     shared()
                         .connections

@@ -3,14 +3,14 @@
 //! decides; this file only applies the decision, through `envoy::NetConnection`.
 
 use super::abi::{Buffer, EnvoyPtr};
-use super::envoy::{self, Hook, NetConfigNew, NetConnection};
+use super::envoy::{self, Hook, NetConnection};
 use super::{envoy_bytes, guard};
 use crate::config::NetworkFilterConfig;
 use crate::connections::{
     self, Action, Conn, ConnSettings, FirstStream, Waker, WakerSlot, GOAWAY_NO_ERROR,
 };
 use crate::exchange;
-use crate::state::{Protocol, EVENT_GO_AWAY};
+use crate::state::{Protocol, Stat, EVENT_GO_AWAY};
 use crate::tracking::{Fed, Told, Tracking, CONNECTION_CLOSE, MAX_STATUS_LINE};
 use std::cell::{Cell, OnceCell, RefCell};
 use std::os::raw::c_void;
@@ -22,25 +22,14 @@ const STATUS_CONTINUE: u32 = 0;
 const EVENT_REMOTE_CLOSE: u32 = 0;
 const EVENT_LOCAL_CLOSE: u32 = 1;
 
+/// Its stats are the bootstrap extension's (`super::stats`, through `Shared::counters`): what
+/// its connections count (told idle, sent away, served while draining, untracked) lands in the
+/// same stats as the HTTP filter's.
 struct NetConfig {
     /// This listener's idle settings, given to each of its connections.
     settings: ConnSettings,
-    told_http1: Option<usize>,
-    told_http2: Option<usize>,
-    /// The HTTP filter's counter of the same name (Envoy keeps one stat per name): busy HTTP/2
-    /// connections this filter sent the GOAWAY to itself.
-    sent_away_http2: Option<usize>,
     /// Follow every exchange from the bytes (`track_requests`: connection mode).
     track_requests: bool,
-    /// The HTTP filter's counter of the same name: requests that started during a drain.
-    served_while_draining: Option<usize>,
-    /// Connections whose bytes the tracker could not follow.
-    untracked: Option<usize>,
-    /// The HTTP filter's counter of the same name (connection mode: Envoy's drain-close told
-    /// them, the tracker saw it).
-    sent_away_http1: Option<usize>,
-    /// Envoy's word for this config while a module thread sets its `active_requests` gauge.
-    gauge_config: Option<usize>,
 }
 
 /// One connection's filter. Only shared references to it are ever made: its hooks can nest (a
@@ -75,7 +64,7 @@ fn delete_scheduler(waker: usize) {
 
 #[no_mangle]
 pub extern "C" fn envoy_dynamic_module_on_network_filter_config_new(
-    ce: EnvoyPtr,
+    _ce: EnvoyPtr,
     _name: Buffer,
     config: Buffer,
 ) -> *const c_void {
@@ -103,37 +92,12 @@ pub extern "C" fn envoy_dynamic_module_on_network_filter_config_new(
                      start; idle_close_grace={grace:?}, idle_after={idle_after:?}, \
                      track_requests={track_requests})"
                 );
-                let hook = Hook::frame();
-                // SAFETY: inside config_new with Envoy's config pointer.
-                let envoy = unsafe { NetConfigNew::in_hook(&hook, ce) };
-                // Connection mode's in-flight count as the HTTP filter's gauge of the same name
-                // (Envoy keeps one stat per name), set from the in-flight table by a module
-                // thread (1.39 and later: 1.38 has no config-scope gauge set for this filter).
-                let gauge_config = (track_requests && super::abi::gives().network_config_gauge)
-                    .then(|| envoy.define_gauge("active_requests"))
-                    .flatten()
-                    .map(|id| {
-                        // SAFETY: config_destroy takes the gauge back out of GAUGES first.
-                        let gauge = Box::new(unsafe { envoy.gauge(id) });
-                        GAUGES.publish(envoy.word(), gauge, super::threads(), super::shared());
-                        envoy.word()
-                    });
+                if track_requests {
+                    super::publish_active_requests();
+                }
                 Box::into_raw(Box::new(NetConfig {
                     settings,
-                    told_http1: envoy.define_counter("idle_connections_told_http1"),
-                    told_http2: envoy.define_counter("idle_connections_told_http2"),
-                    sent_away_http2: envoy.define_counter("connections_sent_away_http2"),
                     track_requests,
-                    served_while_draining: track_requests
-                        .then(|| envoy.define_counter("requests_served_while_draining"))
-                        .flatten(),
-                    untracked: track_requests
-                        .then(|| envoy.define_counter("connections_untracked"))
-                        .flatten(),
-                    sent_away_http1: track_requests
-                        .then(|| envoy.define_counter("connections_sent_away_http1"))
-                        .flatten(),
-                    gauge_config,
                 })) as *const c_void
             }
             Err(e) => {
@@ -143,9 +107,6 @@ pub extern "C" fn envoy_dynamic_module_on_network_filter_config_new(
         }
     })
 }
-
-/// The tracking configs whose `active_requests` gauge a module thread sets.
-static GAUGES: crate::gauges::GaugePublisher = crate::gauges::GaugePublisher::new();
 
 #[no_mangle]
 pub extern "C" fn envoy_dynamic_module_on_network_filter_config_destroy(cm: *const c_void) {
@@ -160,11 +121,7 @@ pub extern "C" fn envoy_dynamic_module_on_network_filter_config_destroy(cm: *con
         }
         if !cm.is_null() {
             // SAFETY: from Box::into_raw in config_new; Envoy destroys it once, after its filters.
-            let cfg = unsafe { Box::from_raw(cm as *mut NetConfig) };
-            if let Some(ce) = cfg.gauge_config {
-                GAUGES.forget(ce);
-            }
-            drop(cfg);
+            drop(unsafe { Box::from_raw(cm as *mut NetConfig) });
         }
     })
 }
@@ -278,7 +235,7 @@ pub extern "C" fn envoy_dynamic_module_on_network_filter_read(
                     .ok()
                     .map(|mut t| t.on_read(data_len, chunks(), conn, super::shared(), now))
             });
-            count_fed(f, envoy, fed);
+            count_fed(fed);
         } else if conn.following_bytes() {
             let hook = Hook::frame();
             // SAFETY: the filter's own pointer inside its read hook.
@@ -316,14 +273,15 @@ fn now() -> u64 {
     super::coarse_monotonic_nanos()
 }
 
-/// A feed's counters. `None`: the tracker was in use further up this stack (cannot be: its
-/// hooks do not nest into a read or write hook), so these bytes were not followed.
+/// A feed's one counter of its own: the tracker lost the connection (requests served while
+/// draining and connections sent away are counted where they happen, `Shared::counters`).
+/// `None`: the tracker was in use further up this stack (cannot be: its hooks do not nest into a
+/// read or write hook), so these bytes were not followed.
 #[inline]
-fn count_fed(f: &NetFilter, envoy: NetConnection, fed: Option<Fed>) {
+fn count_fed(fed: Option<Fed>) {
     match fed {
-        // The common case: nothing to count.
-        Some(fed) if fed.served_while_draining == 0 && !fed.lost && !fed.sent_away_http1 => {}
-        Some(fed) => count_fed_counters(f, envoy, fed),
+        Some(Fed { lost: false, .. }) => {}
+        Some(_) => count_untracked(),
         None => {
             log::warn!("graceful_drain: a connection's tracker was in use: bytes not followed")
         }
@@ -331,24 +289,8 @@ fn count_fed(f: &NetFilter, envoy: NetConnection, fed: Option<Fed>) {
 }
 
 #[cold]
-fn count_fed_counters(f: &NetFilter, envoy: NetConnection, fed: Fed) {
-    // SAFETY: the config outlives its filters.
-    let Some(cfg) = (unsafe { f.config.as_ref() }) else {
-        return;
-    };
-    if let (Some(id), n @ 1..) = (cfg.served_while_draining, fed.served_while_draining) {
-        for _ in 0..n {
-            envoy.increment_counter(id);
-        }
-    }
-    for (id, moved) in [
-        (cfg.untracked, fed.lost),
-        (cfg.sent_away_http1, fed.sent_away_http1),
-    ] {
-        if let (Some(id), true) = (id, moved) {
-            envoy.increment_counter(id);
-        }
-    }
+fn count_untracked() {
+    super::shared().counters.count(Stat::ConnectionsUntracked);
 }
 
 #[no_mangle]
@@ -382,7 +324,7 @@ pub extern "C" fn envoy_dynamic_module_on_network_filter_write(
                 let fed = tracking.try_borrow_mut().ok().map(|mut t| {
                     t.on_write(Some(exchange::unread(data_len)), conn, super::shared(), now)
                 });
-                count_fed(f, envoy, fed);
+                count_fed(fed);
                 return STATUS_CONTINUE;
             }
             // Not zeroed on every write: only the write that is told fills it.
@@ -412,14 +354,7 @@ pub extern "C" fn envoy_dynamic_module_on_network_filter_write(
                     conn.id
                 );
             }
-            if told.counted {
-                // SAFETY: the config outlives its filters.
-                let cfg = unsafe { f.config.as_ref() };
-                if let Some(id) = cfg.and_then(|c| c.sent_away_http1) {
-                    envoy.increment_counter(id);
-                }
-            }
-            count_fed(f, envoy, fed);
+            count_fed(fed);
         }
         STATUS_CONTINUE
     })
@@ -479,17 +414,13 @@ pub extern "C" fn envoy_dynamic_module_on_network_filter_scheduled(
             shared.send_away_once(Some(id), || p).is_some()
         };
         let done = conn.on_scheduled(&shared.connections, event_id, now, send_away_once);
-        // SAFETY: the config outlives its filters.
-        if let Some(cfg) = unsafe { f.config.as_ref() } {
-            for (id, moved) in [
-                (cfg.told_http1, done.told_http1),
-                (cfg.told_http2, done.told_http2),
-                (cfg.sent_away_http2, done.sent_away_http2),
-                (cfg.sent_away_http1, done.sent_away_http1),
-            ] {
-                if let (Some(id), true) = (id, moved) {
-                    envoy.increment_counter(id);
-                }
+        // Sent-away connections were counted by `send_away_once`.
+        for (p, told) in [
+            (Protocol::Http1, done.told_http1),
+            (Protocol::Http2, done.told_http2),
+        ] {
+            if told {
+                shared.counters.count(Stat::IdleTold(p));
             }
         }
         let action = done.action;

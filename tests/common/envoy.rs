@@ -214,6 +214,9 @@ pub struct Options {
     pub bootstrap_extra: Option<&'static str>,
     /// Replaces `--use-dynamic-base-id` (e.g. `--base-id N --restart-epoch E` for hot restart).
     pub base_args: Option<Vec<String>>,
+    /// Replaces the log arguments (`--log-level info --component-log-level
+    /// dynamic_modules:debug`), e.g. a platform's own.
+    pub log_args: Option<Vec<String>>,
     /// Keep the module's HTTP filter (false: connection mode, the network filter and the
     /// bootstrap extension only; `/ready` then comes from Envoy's health_check filter).
     pub http_filter: bool,
@@ -272,6 +275,7 @@ impl Default for Options {
             test_upstream: None,
             bootstrap_extra: None,
             base_args: None,
+            log_args: None,
             http_filter: true,
             network_filter: true,
             data_http_filter: test_mode() != TestMode::Connection,
@@ -499,12 +503,16 @@ impl Envoy {
                     .unwrap_or_else(|| vec!["--use-dynamic-base-id".to_string()]),
             )
             .args(["--concurrency", &o.concurrency.to_string()])
-            .args([
-                "--log-level",
-                "info",
-                "--component-log-level",
-                "dynamic_modules:debug",
-            ])
+            .args(o.log_args.clone().unwrap_or_else(|| {
+                [
+                    "--log-level",
+                    "info",
+                    "--component-log-level",
+                    "dynamic_modules:debug",
+                ]
+                .map(String::from)
+                .to_vec()
+            }))
             .envs(o.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())

@@ -15,6 +15,32 @@ use std::future::Future;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+/// Every stat the module defines, by its name under the bootstrap extension's namespace
+/// (docs/configuration.md, "Stats"): a scrape has each as `envoy_graceful_drain_<name>`, from
+/// the start, in every mode, on every supported Envoy. Written out here, not read from the
+/// crate: it is what dashboards and alerts were built against.
+pub const STAT_NAMES: [&str; 14] = [
+    "active_requests",
+    "draining",
+    "admin_address_ok",
+    "drains_started",
+    "drains_completed",
+    "drains_timed_out",
+    "connections_sent_away_http1",
+    "connections_sent_away_http2",
+    "connections_sent_away_other",
+    "requests_served_while_draining",
+    "module_errors",
+    "idle_connections_told_http1",
+    "idle_connections_told_http2",
+    "connections_untracked",
+];
+
+/// The series name of a Prometheus sample line (`name{labels} value` or `name value`).
+pub fn series_of(line: &str) -> &str {
+    line.split(['{', ' ']).next().unwrap_or_default()
+}
+
 /// The sha256 of a file, as `sha256sum` prints it.
 pub fn sha256(path: &std::path::Path) -> String {
     let out = std::process::Command::new("sha256sum")
