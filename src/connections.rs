@@ -459,6 +459,13 @@ impl Conn {
     /// Whether its own `idle_close_grace` has passed since its worker handled the drain start
     /// (the re-checks run at the shortest grace any listener has). A connection opened after
     /// the drain start counts from its first re-check.
+    ///
+    /// Judged at the close, [`CONFIRM_DELAY`] after this check: the re-check timer counts the
+    /// grace from the moment it woke the workers, and each worker stamps the drain start a
+    /// little later (its own turn, the coarse clock's tick). Judged at the check itself, the
+    /// first re-check, exactly one grace after the wake-up, found the grace short by that much
+    /// and the close waited a whole grace more (seen with Envoy Gateway's shutdown-manager: an
+    /// idle connection 4 s instead of 2 s, past its last poll before Envoy's exit).
     fn grace_over(&self, now: u64) -> bool {
         let seen = match self.drain_seen_at.compare_exchange(
             0,
@@ -469,7 +476,8 @@ impl Conn {
             Ok(_) => return false,
             Err(seen) => seen,
         };
-        now.saturating_sub(seen) >= self.settings.idle_close_grace.as_nanos() as u64
+        let closed_at = now.saturating_add(CONFIRM_DELAY.as_nanos() as u64);
+        closed_at.saturating_sub(seen) >= self.settings.idle_close_grace.as_nanos() as u64
     }
 
     /// The server wrote `len` bytes towards the client.
@@ -1662,6 +1670,65 @@ mod tests {
             Action::Close,
             "past its own"
         );
+    }
+
+    /// The re-check timer wakes the workers one grace after it woke them for the drain start;
+    /// a worker that stamped the drain start a few milliseconds after that wake-up still closes
+    /// its connections at that first re-check (the close, CONFIRM_DELAY after it, is past the
+    /// grace the client was given), not a whole grace later. Before, the check alone was judged,
+    /// a few milliseconds short. The connections: an HTTP/1.1 one whose last request ended just
+    /// before the drain start (not idle yet then), and an idle HTTP/2 one told at the start.
+    #[test]
+    fn a_connection_whose_worker_saw_the_drain_start_late_closes_at_the_first_re_check() {
+        let connections = with_network_filter();
+        let at = |ms: u64| LATER + ms * 1_000_000;
+        let any = |_, _| true;
+        let grace = DEFAULT_IDLE_CLOSE_GRACE.as_millis() as u64;
+        let confirm = CONFIRM_DELAY.as_millis() as u64;
+        let conns = || {
+            let h1 = Conn::new(7);
+            h1.on_read(20, b"GET / HTTP/1.1\r\n");
+            h1.exchange_started();
+            h1.exchange_ended(at(0) - 200_000_000);
+            let h2 = h2_conn(8);
+            h2.on_write(9);
+            // The timer woke the workers at at(0); they stamped the drain start 4 ms later.
+            let h1_start = h1.on_scheduled(&connections, EVENT_DRAIN_STARTED, at(4), any);
+            assert_eq!(
+                h1_start.action,
+                Action::Nothing,
+                "busy 200 ms ago: not idle yet"
+            );
+            let h2_start = h2.on_scheduled(&connections, EVENT_DRAIN_STARTED, at(4), any);
+            assert_eq!(h2_start.action, Action::GoAway);
+            [h1, h2]
+        };
+        // A re-check at `check_ms`, its confirmation CONFIRM_DELAY later.
+        let recheck = |c: &Conn, check_ms: u64| {
+            let first = c.on_scheduled(&connections, EVENT_GRACE_OVER, at(check_ms), any);
+            assert_eq!(first.action, Action::Nothing, "a check only marks");
+            c.on_scheduled(
+                &connections,
+                EVENT_CONFIRM_CLOSE,
+                at(check_ms + confirm),
+                any,
+            )
+            .action
+        };
+        // The timer's first re-check: one grace after its wake-up (after its CONFIRM_DELAY
+        // for the drain start's confirmation, it sleeps grace - CONFIRM_DELAY).
+        for c in conns() {
+            assert_eq!(recheck(&c, grace), Action::Close, "{:?}", c.wire());
+        }
+        // A re-check earlier than that closes neither: the clients had less than their grace.
+        for c in conns() {
+            assert_eq!(
+                recheck(&c, grace - confirm - 10),
+                Action::Nothing,
+                "{:?}",
+                c.wire()
+            );
+        }
     }
 
     /// A busy HTTP/1.1 connection its tracker follows is counted as sent away at the drain
