@@ -77,9 +77,15 @@ impl Stream {
         }
     }
 
-    pub fn on_request_headers(&mut self, host: &impl StreamHost, shared: &Shared) -> HeadersAction {
+    /// `end_of_stream`: the request has no body (its headers end it).
+    pub fn on_request_headers(
+        &mut self,
+        host: &impl StreamHost,
+        shared: &Shared,
+        end_of_stream: bool,
+    ) -> HeadersAction {
         match self {
-            Stream::Data(s) => s.on_request_headers(host, shared),
+            Stream::Data(s) => s.on_request_headers(host, shared, end_of_stream),
             Stream::Control(s) => s.on_request_headers(host, shared),
         }
     }
@@ -143,7 +149,12 @@ pub struct DataStream {
 }
 
 impl DataStream {
-    fn on_request_headers(&mut self, host: &impl StreamHost, shared: &Shared) -> HeadersAction {
+    fn on_request_headers(
+        &mut self,
+        host: &impl StreamHost,
+        shared: &Shared,
+        end_of_stream: bool,
+    ) -> HeadersAction {
         #[cfg(feature = "panic-test")]
         if host
             .request_header("x-graceful-drain-test-panic")
@@ -214,12 +225,20 @@ impl DataStream {
             // A request that arrives during the drain on a connection not yet sent away is held
             // for one dispatcher turn: the go-away must happen while the stream is still in
             // flight (a direct or fast response would otherwise complete first, and Envoy only
-            // adds `connection: close` to responses encoded after the go-away).
+            // adds `connection: close` to responses encoded after the go-away). Only a request
+            // without a body is held: holding one with a body would hand the body to the later
+            // filters in one piece, which changes what they see (a buffer filter enforces its
+            // limit only on what it buffers itself, so a body it answers 413 would reach the
+            // upstream: tests/envoy_gateway.rs). Its body usually keeps such a stream in flight
+            // past the wake-up; one answered within the turn that read it is not sent away by
+            // this filter (Envoy's drain-close and the idle checks still close its connection).
             if let Some(w) = self.waker {
                 if !shared.requests.is_sent_away(host.connection_id()) {
-                    self.paused = true;
                     host.wake(w, EVENT_GO_AWAY);
-                    return HeadersAction::Stop;
+                    if end_of_stream {
+                        self.paused = true;
+                        return HeadersAction::Stop;
+                    }
                 }
             }
         }
@@ -567,7 +586,7 @@ mod tests {
             "nothing counted before the headers"
         );
         assert_eq!(
-            s.on_request_headers(&host, &shared),
+            s.on_request_headers(&host, &shared, true),
             HeadersAction::Continue
         );
         assert_eq!(shared.status().active_requests, 1);
@@ -590,8 +609,8 @@ mod tests {
         let Fixture { shared, .. } = fixture(Some(fast()));
         let host = FakeHost::get("/").on_connection(7);
         let (mut a, mut b) = (data(), data());
-        a.on_request_headers(&host, &shared);
-        b.on_request_headers(&host, &shared);
+        a.on_request_headers(&host, &shared, true);
+        b.on_request_headers(&host, &shared, true);
         shared.start_drain(Trigger::Sigterm);
         let woken: Vec<_> = commits();
         assert_eq!(woken.len(), 2, "both in-flight requests woken: {woken:?}");
@@ -617,7 +636,10 @@ mod tests {
         let mut host = FakeHost::get("/").on_connection(3);
         host.protocol = Some(Protocol::Http1);
         let mut s = data();
-        assert_eq!(s.on_request_headers(&host, &shared), HeadersAction::Stop);
+        assert_eq!(
+            s.on_request_headers(&host, &shared, true),
+            HeadersAction::Stop
+        );
         assert!(s.is_paused());
         assert_eq!(*host.wakes.borrow(), vec![(0x4010, EVENT_GO_AWAY)]);
         s.on_scheduled(&host, &shared, EVENT_GO_AWAY);
@@ -630,11 +652,32 @@ mod tests {
         // The next request on the same connection goes straight through.
         let mut next = data();
         assert_eq!(
-            next.on_request_headers(&host, &shared),
+            next.on_request_headers(&host, &shared, true),
             HeadersAction::Continue
         );
         next.finish(&host, &shared);
         assert_eq!(shared.status().active_requests, 0);
+    }
+
+    /// One with a body goes on at once (its body reaches the later filters as it arrives) and
+    /// its connection is sent away from the wake-up all the same.
+    #[test]
+    fn a_request_with_a_body_during_the_drain_is_not_held_but_still_sends_its_connection_away() {
+        let Fixture { shared, .. } = fixture(Some(fast()));
+        shared.start_drain(Trigger::Admin);
+        let mut host = FakeHost::get("/").on_connection(3);
+        host.protocol = Some(Protocol::Http1);
+        let mut s = data();
+        assert_eq!(
+            s.on_request_headers(&host, &shared, false),
+            HeadersAction::Continue
+        );
+        assert!(!s.is_paused());
+        assert_eq!(*host.wakes.borrow(), vec![(0x4010, EVENT_GO_AWAY)]);
+        s.on_scheduled(&host, &shared, EVENT_GO_AWAY);
+        assert_eq!((host.go_aways.get(), host.continued.get()), (1, 0));
+        assert_eq!(shared.status().connections_sent_away.http1, 1);
+        s.finish(&host, &shared);
     }
 
     #[test]
@@ -649,7 +692,7 @@ mod tests {
         let first_waker = host.next_waker.get();
         let mut s = data();
         assert_eq!(
-            s.on_request_headers(&host, &shared),
+            s.on_request_headers(&host, &shared, true),
             HeadersAction::Continue
         );
         assert_eq!(
@@ -671,7 +714,7 @@ mod tests {
         // (here the connection was already sent away: it goes straight through).
         let mut late = data();
         assert_eq!(
-            late.on_request_headers(&host, &shared),
+            late.on_request_headers(&host, &shared, true),
             HeadersAction::Continue
         );
         assert_ne!(host.next_waker.get(), first_waker, "a waker of its own");
@@ -697,7 +740,7 @@ mod tests {
         let Fixture { shared, .. } = fixture(Some(fast()));
         let host = FakeHost::get("/");
         let mut s = data();
-        s.on_request_headers(&host, &shared);
+        s.on_request_headers(&host, &shared, true);
         s.finish(&host, &shared);
         s.on_scheduled(&host, &shared, EVENT_GO_AWAY);
         assert_eq!(host.go_aways.get(), 0);
@@ -711,7 +754,7 @@ mod tests {
         host.no_wakers = true;
         let mut s = data();
         assert_eq!(
-            s.on_request_headers(&host, &shared),
+            s.on_request_headers(&host, &shared, true),
             HeadersAction::Continue
         );
         assert_eq!(shared.status().active_requests, 1);
@@ -739,8 +782,8 @@ mod tests {
                             for i in 0..50u64 {
                                 let host = FakeHost::get("/").on_connection(t * 1000 + i);
                                 let mut s = data();
-                                let paused =
-                                    s.on_request_headers(&host, shared) == HeadersAction::Stop;
+                                let paused = s.on_request_headers(&host, shared, true)
+                                    == HeadersAction::Stop;
                                 out.push((host.next_waker.get(), paused, s));
                             }
                             out
@@ -771,12 +814,12 @@ mod tests {
     fn ready_flips_to_503_when_the_drain_starts() {
         let Fixture { shared, .. } = fixture(Some(fast()));
         let host = FakeHost::get("/ready");
-        control(None).on_request_headers(&host, &shared);
+        control(None).on_request_headers(&host, &shared, true);
         assert_eq!(host.status(), Some(200));
         shared.start_drain(Trigger::Sigterm);
         let host = FakeHost::get("/ready");
         assert_eq!(
-            control(None).on_request_headers(&host, &shared),
+            control(None).on_request_headers(&host, &shared, true),
             HeadersAction::Stop
         );
         assert_eq!(host.status(), Some(503));
@@ -792,7 +835,7 @@ mod tests {
         let Fixture { shared, clock } = fixture(Some(fast()));
         let host = FakeHost::get("/drain");
         let mut s = control(None);
-        s.on_request_headers(&host, &shared);
+        s.on_request_headers(&host, &shared, true);
         assert!(host.responses.borrow().is_empty(), "waits");
         assert!(shared.is_draining());
         clock.advance(Duration::from_secs(1));
@@ -809,7 +852,7 @@ mod tests {
         assert_eq!(*host.dropped.borrow(), vec![0x1010]);
         // After completion a new /drain answers at once.
         let late = FakeHost::get("/drain");
-        control(None).on_request_headers(&late, &shared);
+        control(None).on_request_headers(&late, &shared, true);
         assert_eq!(late.status(), Some(200));
     }
 
@@ -818,7 +861,7 @@ mod tests {
         let Fixture { shared, clock } = fixture(Some(fast()));
         let host = FakeHost::get("/drain");
         let mut s = control(None);
-        s.on_request_headers(&host, &shared);
+        s.on_request_headers(&host, &shared, true);
         s.finish(&host, &shared);
         clock.advance(Duration::from_secs(1));
         shared.poll(crate::state::EnvoyObservation::Unused);
@@ -833,11 +876,11 @@ mod tests {
     fn drain_without_waiting_and_without_an_engine() {
         let Fixture { shared, .. } = fixture(Some(fast()));
         let host = FakeHost::get("/drain?wait=false");
-        control(None).on_request_headers(&host, &shared);
+        control(None).on_request_headers(&host, &shared, true);
         assert_eq!(host.status(), Some(202));
         let Fixture { shared, .. } = fixture(None);
         let host = FakeHost::request("POST", "/drain");
-        control(None).on_request_headers(&host, &shared);
+        control(None).on_request_headers(&host, &shared, true);
         assert_eq!(host.status(), Some(503));
         assert!(host.body().contains("bootstrap extension"));
     }
@@ -858,7 +901,7 @@ mod tests {
             if let Some(a) = auth {
                 host = host.with_header("authorization", a);
             }
-            control(Some("s3cret")).on_request_headers(&host, &shared);
+            control(Some("s3cret")).on_request_headers(&host, &shared, true);
             assert_eq!(host.status(), Some(want), "{auth:?}");
         }
     }
@@ -872,7 +915,7 @@ mod tests {
             ("GET", "/nope", 404, "control endpoints"),
         ] {
             let host = FakeHost::request(method, path);
-            control(None).on_request_headers(&host, &shared);
+            control(None).on_request_headers(&host, &shared, true);
             assert_eq!(host.status(), Some(want), "{method} {path}");
             assert!(host.body().contains(says), "{}", host.body());
         }
@@ -895,7 +938,7 @@ mod tests {
         ] {
             let mut s = data();
             assert_eq!(
-                s.on_request_headers(&host, &shared),
+                s.on_request_headers(&host, &shared, true),
                 HeadersAction::Continue
             );
             assert_eq!(shared.status().active_requests, 0, "not in flight");
@@ -911,7 +954,7 @@ mod tests {
         // During a drain they are still answered (passed on), never paused.
         let host = FakeHost::get("/").with_header("user-agent", "GoogleHC/1.0");
         assert_eq!(
-            data().on_request_headers(&host, &shared),
+            data().on_request_headers(&host, &shared, true),
             HeadersAction::Continue
         );
         assert!(host.wakes.borrow().is_empty());
@@ -922,7 +965,7 @@ mod tests {
         let Fixture { shared, .. } = fixture(Some(fast()));
         let host = FakeHost::get("/").with_header("user-agent", "kube-probe/1.31");
         let mut s = data();
-        s.on_request_headers(&host, &shared);
+        s.on_request_headers(&host, &shared, true);
         assert_eq!(
             host.headers_read
                 .borrow()
@@ -947,10 +990,10 @@ mod tests {
         let Fixture { shared, .. } = fixture(Some(fast()));
         let host = FakeHost::get("/drain");
         let mut waiting = control(None);
-        waiting.on_request_headers(&host, &shared);
+        waiting.on_request_headers(&host, &shared, true);
         let ready = FakeHost::get("/ready");
         let mut r = control(None);
-        r.on_request_headers(&ready, &shared);
+        r.on_request_headers(&ready, &shared, true);
         r.finish(&ready, &shared);
         assert_eq!(
             shared.counters.not_work(),
@@ -972,15 +1015,15 @@ mod tests {
         // A request in flight at the drain start is sent away at once, delay or not.
         let h = FakeHost::get("/");
         let mut s = data();
-        s.on_request_headers(&h, &shared);
+        s.on_request_headers(&h, &shared, true);
         shared.start_drain(Trigger::Sigterm);
         assert_eq!(commits().len(), 1, "connections are sent away at once");
         let ready = FakeHost::get("/ready");
-        control(None).on_request_headers(&ready, &shared);
+        control(None).on_request_headers(&ready, &shared, true);
         assert_eq!(ready.status(), Some(200));
         clock.advance(Duration::from_millis(20));
         let ready = FakeHost::get("/ready");
-        control(None).on_request_headers(&ready, &shared);
+        control(None).on_request_headers(&ready, &shared, true);
         assert_eq!(ready.status(), Some(503));
         s.finish(&h, &shared);
     }

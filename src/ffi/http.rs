@@ -387,11 +387,11 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_new(
 pub extern "C" fn envoy_dynamic_module_on_http_filter_request_headers(
     fe: EnvoyPtr,
     fm: *const c_void,
-    _end_of_stream: bool,
+    end_of_stream: bool,
 ) -> u32 {
     let r = with_stream("request_headers", fe, fm, |s, host, shared| {
         (
-            s.on_request_headers(host, shared),
+            s.on_request_headers(host, shared, end_of_stream),
             matches!(s, Stream::Control(_)),
         )
     });
