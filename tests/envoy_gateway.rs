@@ -1,15 +1,21 @@
-//! The Envoy Gateway kit (`k8s/envoy-gateway`), verified without a cluster: `kubectl kustomize`
-//! renders it; its resources pass trimmed schemas of EG's CRDs and the Kubernetes schemas; EG's
-//! default bootstrap (reproduced in `tests/fixtures/envoy-gateway/` for EG 1.8 and 1.9) with the
-//! kit's bootstrap merged in by EG's rules keeps what EG requires and passes
-//! `envoy --mode validate`; and a real Envoy running that bootstrap, with listeners, routes and
-//! clusters from a file-based xDS source shaped as EG builds them (the Gateway listener
-//! `default/eg/http` with the policy's HTTP filter `disabled: true` and enabled per route, the
-//! EnvoyPatchPolicy's network filter first, EG's readiness listener on 19003), drains with
-//! requests in flight and idle keep-alive connections and loses none. EG's own shutdown sequence
-//! (its shutdown-manager's admin calls and connection polling, reproduced below) runs against it
-//! and stops waiting for idle connections; against stock EG it waits for its timeout. A mixed
-//! Gateway (one route covered by the policy, one not) shows what the uncovered route gets.
+//! The Envoy Gateway kit (`k8s/envoy-gateway`), checked against Envoy Gateway's releases
+//! v1.8.3 and v1.9.0 without a cluster. `tests/fixtures/envoy-gateway/` holds, per release, EG's
+//! own reference rendering of the proxy Deployment (the envoy container's arguments with the
+//! whole bootstrap EG writes, and the shutdown-manager sidecar), byte for byte, and the
+//! release's CRD schemas for the fields the kit writes. `kubectl kustomize` renders the kit; its
+//! resources pass that release's schemas; EG's handling of the EnvoyProxy (volumes, env, mounts,
+//! shutdown settings, the strategic-merge patch; the bootstrap Merge by EG's proto rules) turns
+//! EG's Deployment into the kit's; EG's filter ordering puts the module's HTTP filter before
+//! every filter EG can place ahead of it; Envoy validates the result; and a real Envoy started
+//! with the envoy container's arguments as kubelet gives them (EG's `--log-level warn`
+//! included), with listeners, routes and clusters from a file-based xDS source shaped as EG
+//! builds them (the Gateway listener `default/eg/http` with the policy's HTTP filter
+//! `disabled: true` and enabled per route, the EnvoyPatchPolicy's network filter first, EG's
+//! readiness listener on 19003), drains with requests in flight and idle keep-alive connections
+//! and loses none. EG's own shutdown sequence (its shutdown-manager's admin calls and connection
+//! polling, reproduced below) runs against it and stops waiting for idle connections; against
+//! stock EG it waits for its timeout. A mixed Gateway (one route covered by the policy, one not)
+//! shows what the uncovered route gets.
 
 mod common;
 
@@ -31,7 +37,9 @@ use std::time::{Duration, Instant};
 
 const KIT: &str = "k8s/envoy-gateway";
 const FIXTURES: &str = "tests/fixtures/envoy-gateway";
-/// Where the kit puts the module in the pod (an emptyDir filled by the init container).
+/// The Envoy Gateway releases the kit is checked against (`tests/fixtures/envoy-gateway/SOURCES`).
+const EG_RELEASES: [&str; 2] = ["v1.8.3", "v1.9.0"];
+/// Where the kit mounts the module in the pod (the module image's volume).
 const POD_MODULE_DIR: &str = "/var/lib/graceful-drain";
 /// EG's admin address (internal/xds/bootstrap: EnvoyAdminAddress, EnvoyAdminPort).
 const EG_ADMIN: (&str, u64) = ("127.0.0.1", 19000);
@@ -42,8 +50,9 @@ const HTTP_STAT_PREFIX: &str = "http-10080";
 const READY_LISTENER: &str = "envoy-gateway-proxy-ready-0.0.0.0-19003";
 const STATS_LISTENER: &str = "envoy-gateway-proxy-stats-0.0.0.0-19001";
 const CONTROL_LISTENER: &str = "graceful-drain-control";
-/// EG's infrastructure name for the Gateway, which kubelet puts in `$(ENVOY_PROXY_INFRA_NAME)`.
-const INFRA_NAME: &str = "envoy-default-eg-e41e7b31";
+/// EG's infrastructure name in its reference rendering (the fixtures): the local cluster's name,
+/// `--service-cluster`.
+const INFRA_NAME: &str = "default";
 
 /// Envoy's namespace for a module's stats when its config names none, as EG writes the policy's
 /// HTTP filter (`internal/xds/translator/dynamicmodule.go`, v1.8.3 and v1.9.0: no
@@ -96,7 +105,7 @@ impl Kit {
     }
 }
 
-/// `kubectl kustomize k8s/envoy-gateway` as a user applies it.
+/// `kubectl kustomize k8s/envoy-gateway` as a user applies it (Envoy Gateway 1.9).
 fn kit_default() -> &'static Kit {
     static K: OnceLock<Kit> = OnceLock::new();
     K.get_or_init(|| {
@@ -107,15 +116,29 @@ fn kit_default() -> &'static Kit {
     })
 }
 
-/// The kit with its optional `idle-connections` component enabled, as a user would.
+/// The kit with `components` enabled, as a user enables them.
+fn kit_with(components: &[&str]) -> Kit {
+    let text = kustomize_with_components(&repo_root().join(KIT), components);
+    Kit {
+        docs: yaml_docs(&text),
+    }
+}
+
+/// The components a user of `release` enables (with the optional idle-connections one).
+fn components_for(release: &str) -> &'static [&'static str] {
+    match release {
+        "v1.8.3" => &["eg-1.8", "idle-connections"],
+        "v1.9.0" => &["idle-connections"],
+        other => panic!("not a tested EG release: {other}"),
+    }
+}
+
+/// The kit as a user of the EG release under test applies it (idle-connections enabled).
 fn kit() -> &'static Kit {
-    static K: OnceLock<Kit> = OnceLock::new();
-    K.get_or_init(|| {
-        let text = kustomize_with_components(&repo_root().join(KIT), &["idle-connections"]);
-        Kit {
-            docs: yaml_docs(&text),
-        }
-    })
+    static K: [OnceLock<Kit>; 2] = [const { OnceLock::new() }; 2];
+    let release = eg_release();
+    let at = EG_RELEASES.iter().position(|r| *r == release).unwrap();
+    K[at].get_or_init(|| kit_with(components_for(release)))
 }
 
 /// Remove strategic-merge directives (`$patch`) so a patch fragment is a plain object.
@@ -132,20 +155,72 @@ fn without_directives(v: &Value) -> Value {
     }
 }
 
+/// The release's CRD schema for `kind` (cut from EG's CRD by scripts/eg-crd-schemas.py).
+fn schema(release: &str, kind: &str) -> std::path::PathBuf {
+    repo_root().join(FIXTURES).join(format!(
+        "schemas/{release}/{}.json",
+        kind.to_ascii_lowercase()
+    ))
+}
+
+fn objects(k: &Kit) -> Vec<String> {
+    k.docs
+        .iter()
+        .map(|d| {
+            format!(
+                "{}/{}",
+                d["kind"].as_str().unwrap(),
+                d["metadata"]["name"].as_str().unwrap()
+            )
+        })
+        .collect()
+}
+
+/// Every fixture is the release's own file: its git blob id is the one recorded from it, and
+/// each schema names the CRD it was cut from.
 #[test]
-fn kit_renders_and_passes_the_schemas() {
-    let objects = |k: &Kit| -> Vec<String> {
-        k.docs
-            .iter()
-            .map(|d| {
-                format!(
-                    "{}/{}",
-                    d["kind"].as_str().unwrap(),
-                    d["metadata"]["name"].as_str().unwrap()
-                )
-            })
-            .collect()
-    };
+fn the_fixtures_are_envoy_gateway_s_own_release_files() {
+    let sources = std::fs::read_to_string(repo_root().join(FIXTURES).join("SOURCES")).unwrap();
+    let mut tags = Vec::new();
+    for line in sources
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+    {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        let [tag, commit, path, blob, fixture] = f[..] else {
+            panic!("bad SOURCES line: {line}")
+        };
+        assert_eq!(commit.len(), 40, "{line}");
+        let out = Command::new("git")
+            .arg("hash-object")
+            .arg(repo_root().join(FIXTURES).join(fixture))
+            .output()
+            .expect("git hash-object");
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout).trim(),
+            blob,
+            "{fixture} is not {path} of {tag}"
+        );
+        tags.push(tag);
+    }
+    assert_eq!(tags, EG_RELEASES);
+    for release in EG_RELEASES {
+        for kind in ["EnvoyProxy", "EnvoyExtensionPolicy", "EnvoyPatchPolicy"] {
+            let s: Value =
+                serde_json::from_str(&std::fs::read_to_string(schema(release, kind)).unwrap())
+                    .unwrap();
+            let note = s["$comment"].as_str().unwrap_or_default();
+            assert!(
+                note.contains(&format!("envoyproxy/gateway {release}:charts/"))
+                    && note.contains("blob "),
+                "{release} {kind}: {note}"
+            );
+        }
+    }
+}
+
+#[test]
+fn kit_renders_and_passes_each_release_s_schemas() {
     assert_eq!(
         objects(kit_default()),
         [
@@ -153,36 +228,48 @@ fn kit_renders_and_passes_the_schemas() {
             "EnvoyProxy/graceful-drain"
         ]
     );
+    let variants: [&[&str]; 2] = [&["idle-connections"], &["without-image-volumes"]];
+    for release in EG_RELEASES {
+        for extra in variants {
+            let mut components: Vec<&str> = components_for(release)
+                .iter()
+                .copied()
+                .filter(|c| *c != "idle-connections")
+                .collect();
+            components.extend(extra);
+            let k = kit_with(&components);
+            for doc in &k.docs {
+                let kind = doc["kind"].as_str().unwrap();
+                let (ok, errors) = json_schema_validate(&schema(release, kind), doc);
+                assert!(ok, "{release} {components:?} {kind}: {errors}");
+            }
+        }
+    }
     assert_eq!(
-        objects(kit()),
+        objects(&kit_with(&["idle-connections"])),
         [
             "EnvoyExtensionPolicy/graceful-drain",
             "EnvoyPatchPolicy/graceful-drain-idle-connections",
             "EnvoyProxy/graceful-drain"
         ]
     );
-    // EG's resources against trimmed schemas of EG's CRDs (the fields the kit uses; see the
-    // schemas' description for where they come from).
-    for doc in &kit().docs {
-        let kind = doc["kind"].as_str().unwrap().to_ascii_lowercase();
-        let schema = repo_root()
-            .join(FIXTURES)
-            .join(format!("schemas/{kind}.json"));
-        let (ok, errors) = json_schema_validate(&schema, doc);
-        assert!(ok, "{kind}: {errors}");
-    }
-    // The schemas can fail: a misspelt field and a wrong enum value are refused.
-    let schema = repo_root().join(FIXTURES).join("schemas/envoyproxy.json");
-    let mut bad = kit().envoy_proxy().clone();
+    // The schemas can fail: EG 1.8's CRD has no csrf filter to order (why eg-1.8 exists), a
+    // misspelt field and a wrong enum value are refused.
+    let ep = kit_default().envoy_proxy();
+    let (ok, errors) = json_schema_validate(&schema("v1.8.3", "EnvoyProxy"), ep);
+    assert!(!ok && errors.contains("filterOrder"), "{errors}");
+    let mut bad = ep.clone();
     bad["spec"]["dynamicModule"] = bad["spec"]["dynamicModules"].take();
     assert!(
-        !json_schema_validate(&schema, &bad).0,
+        !json_schema_validate(&schema("v1.9.0", "EnvoyProxy"), &bad).0,
         "misspelt field accepted"
     );
-    let mut bad = kit().envoy_proxy().clone();
+    let mut bad = ep.clone();
     bad["spec"]["bootstrap"]["type"] = json!("Append");
-    assert!(!json_schema_validate(&schema, &bad).0, "bad enum accepted");
-
+    assert!(
+        !json_schema_validate(&schema("v1.9.0", "EnvoyProxy"), &bad).0,
+        "bad enum accepted"
+    );
     // The Kubernetes objects the EnvoyProxy adds to EG's pod are checked in EG's Deployment
     // (kit_applied_to_eg_deployment_keeps_eg_pod_and_changes_only_the_stop).
 }
@@ -192,7 +279,7 @@ fn kit_pieces_fit_together() {
     let k = kit();
     let ep = &k.envoy_proxy()["spec"];
     let deployment = &ep["provider"]["kubernetes"]["envoyDeployment"];
-    // The policy's module is allowlisted, by the path the init container fills.
+    // The policy's module is allowlisted, by its path in the module volume ...
     let dm = &items(&k.policy()["spec"]["dynamicModule"], "dynamicModule")[0];
     assert_eq!(dm["filterName"], "graceful_drain");
     assert_eq!(dm["config"], json!({"role": "data"}));
@@ -202,8 +289,13 @@ fn kit_pieces_fit_together() {
     assert_eq!(entry["source"]["type"], "Local");
     let path = entry["source"]["local"]["path"].as_str().unwrap();
     assert_eq!(path, format!("{POD_MODULE_DIR}/libgraceful_drain.so"));
+    // ... the module image, as a volume mounted read-only where the path points.
     let volume = items(&deployment["pod"]["volumes"], "volumes")[0].clone();
-    assert!(volume["emptyDir"].is_object(), "{volume}");
+    assert_eq!(
+        volume["image"]["reference"],
+        format!("graceful-drain:{}", env!("CARGO_PKG_VERSION")),
+        "the module image `make dist` tags"
+    );
     let mount = named(
         &deployment["container"]["volumeMounts"],
         volume["name"].as_str().unwrap(),
@@ -211,23 +303,8 @@ fn kit_pieces_fit_together() {
     .expect("the module volume mounted in envoy");
     assert_eq!(mount["mountPath"], POD_MODULE_DIR);
     assert_eq!(mount["readOnly"], true);
-    let init = &items(&k.pod_patch()["initContainers"], "initContainers")[0];
-    assert_eq!(init["volumeMounts"][0]["name"], volume["name"]);
-    assert_eq!(init["volumeMounts"][0]["mountPath"], POD_MODULE_DIR);
-    let cmd: Vec<&str> = items(&init["command"], "command")
-        .iter()
-        .map(|a| a.as_str().unwrap())
-        .collect();
-    assert_eq!(cmd.last(), Some(&path));
-    // ... copied from where k8s/Dockerfile installs the module (one module for every Envoy
-    // EG ships), in an image that has `cp` (built on the Ubuntu-based Envoy image).
-    let dockerfile = std::fs::read_to_string(repo_root().join("k8s/Dockerfile")).unwrap();
-    assert!(dockerfile.contains(&format!(
-        "COPY --from=module /libgraceful_drain.so {}",
-        cmd[1]
-    )));
-    let image = init["image"].as_str().unwrap();
-    assert!(image.starts_with("graceful-drain-envoy:"), "{image}");
+    // No init container (an image volume needs none).
+    assert!(deployment["initContainers"].is_null() && k.pod_patch()["initContainers"].is_null());
     // The bootstrap's module (by name, through the search path) is that same file.
     let env = named(
         &deployment["container"]["env"],
@@ -250,11 +327,18 @@ fn kit_pieces_fit_together() {
     // The drain engine reaches EG's admin; requests on EG's stats and readiness listeners never
     // hold a drain.
     let settings = module_settings(&merge);
+    // EG's admin with ipFamily IPv4 or DualStack (the fixtures), and with IPv6 (EG's
+    // internal/xds/bootstrap/bootstrap.go: EnvoyAdminAddressV6 "::1", EnvoyAdminPort 19000).
     assert_eq!(
         settings["admin_address"],
-        format!("{}:{}", EG_ADMIN.0, EG_ADMIN.1)
+        json!([
+            format!("{}:{}", EG_ADMIN.0, EG_ADMIN.1),
+            format!("[::1]:{}", EG_ADMIN.1)
+        ])
     );
-    let eg = eg_bootstrap("1.9");
+    // EG runs Envoy at --log-level warn: the module's lifecycle lines are written at warn.
+    assert_eq!(settings["lifecycle_log_level"], "warn");
+    let eg = eg_bootstrap("v1.9.0");
     assert_eq!(
         eg["admin"]["address"]["socket_address"]["port_value"],
         EG_ADMIN.1
@@ -286,6 +370,18 @@ fn kit_pieces_fit_together() {
     let port = named(&c["ports"], "drain-control").unwrap();
     assert_eq!(port["containerPort"].as_u64(), Some(control_port));
     assert!(!(19000..=19003).contains(&control_port), "EG's ports");
+    // Dual-stack; its listener stats named so EG's shutdown-manager leaves them out of its count
+    // (EG's regex `admin|19001|19003|worker`), and /drain refused from outside the pod.
+    assert_eq!(
+        control["address"]["socket_address"],
+        json!({"address": "::", "port_value": 19010, "ipv4_compat": true})
+    );
+    assert!(control["stat_prefix"].as_str().unwrap().contains("admin"));
+    let filters = &hcm(control)["http_filters"];
+    assert_eq!(filters[0]["name"], "envoy.filters.http.rbac");
+    assert_eq!(filters[0]["typed_config"]["rules"]["action"], "DENY");
+    // Merged over a GatewayClass-level EnvoyProxy instead of replacing it.
+    assert_eq!(ep["mergeType"], "StrategicMerge");
     // EG's shutdown-manager agrees with the module: it finishes before the module's earliest exit,
     // and the grace period EG derives (drainTimeout + 300s) leaves the module its drain_timeout.
     let sm_min = duration(&ep["shutdown"]["minDrainDuration"]);
@@ -322,11 +418,171 @@ fn kit_pieces_fit_together() {
 }
 
 // ---------------------------------------------------------------------------------------------
+// EG's HTTP filter order
+
+/// EG's default order of HTTP filter types for `release` (internal/xds/translator/httpfilters.go,
+/// `newOrderedHTTPFilter`: the order numbers 0 to 310; EG 1.9 added csrf at 4).
+fn eg_filter_types(release: &str) -> Vec<&'static str> {
+    let mut t = vec![
+        "envoy.filters.http.custom_response",
+        "envoy.filters.http.health_check",
+        "envoy.filters.http.fault",
+        "envoy.filters.http.cors",
+        "envoy.filters.http.csrf",
+        "envoy.filters.http.header_mutation",
+        "envoy.filters.http.ext_authz",
+        "envoy.filters.http.api_key_auth",
+        "envoy.filters.http.basic_auth",
+        "envoy.filters.http.oauth2",
+        "envoy.filters.http.jwt_authn",
+        "envoy.filters.http.stateful_session",
+        "envoy.filters.http.buffer",
+        "envoy.filters.http.lua",
+        "envoy.filters.http.ext_proc",
+        "envoy.filters.http.wasm",
+        "envoy.filters.http.dynamic_modules",
+        "envoy.filters.http.geoip",
+        "envoy.filters.http.rbac",
+        "envoy.filters.http.local_ratelimit",
+        "envoy.filters.http.ratelimit",
+        "envoy.filters.http.bandwidth_limit",
+        "envoy.filters.http.grpc_web",
+        "envoy.filters.http.grpc_stats",
+        "envoy.filters.http.credential_injector",
+        "envoy.filters.http.compressor",
+        "envoy.filters.http.dynamic_forward_proxy",
+        "envoy.filters.http.router",
+    ];
+    if release == "v1.8.3" {
+        t.retain(|f| *f != "envoy.filters.http.csrf");
+    }
+    t
+}
+
+/// EG's ordering of a listener's HTTP filters (`sortHTTPFilters`): by the default order of their
+/// types, then each `filterOrder` entry in turn moves every filter of its type right before the
+/// first filter of the `before` type, or right after the last of the `after` type; an entry
+/// whose filters (or whose `before`/`after` filter) are absent changes nothing. A filter's type
+/// is the prefix of its name.
+fn eg_sort(release: &str, present: &[&str], filter_order: &Value) -> Vec<String> {
+    let types = eg_filter_types(release);
+    let type_of = |f: &str| {
+        types
+            .iter()
+            .position(|t| f.starts_with(t))
+            .expect("a known type")
+    };
+    let mut l: Vec<String> = present.iter().map(|f| f.to_string()).collect();
+    l.sort_by_key(|f| type_of(f));
+    for e in filter_order.as_array().into_iter().flatten() {
+        let name = e["name"].as_str().unwrap();
+        let moving: Vec<String> = l.iter().filter(|f| f.starts_with(name)).cloned().collect();
+        if moving.is_empty() {
+            continue;
+        }
+        let rest: Vec<String> = l.iter().filter(|f| !f.starts_with(name)).cloned().collect();
+        let at = if let Some(b) = e["before"].as_str() {
+            rest.iter().position(|f| f.starts_with(b))
+        } else {
+            let a = e["after"].as_str().unwrap();
+            rest.iter().rposition(|f| f.starts_with(a)).map(|i| i + 1)
+        };
+        if let Some(at) = at {
+            l = rest;
+            for (i, f) in moving.into_iter().enumerate() {
+                l.insert(at + i, f);
+            }
+        }
+    }
+    l
+}
+
+/// EG places these filter types ahead of dynamic modules, and each can answer a request itself
+/// (a 401/403, a 413, a fault's abort, a CORS preflight) or change it before the module would see
+/// it; with the kit's filterOrder the module's filter runs before each of them, alone or all
+/// together, in both releases. Two stay ahead where EG puts them: health_check (its answers to
+/// load balancers never hold a drain) and, when there is a health_check filter, custom_response
+/// (EG orders it first; it answers nothing on the way in, it only rewrites responses, health
+/// checks' included, on their way out, so moving it would change what it rewrites). Without the
+/// kit's filterOrder the module would run after all of them.
+#[test]
+fn the_module_s_filter_runs_before_every_filter_eg_places_ahead_of_it() {
+    const DM: &str = "envoy.filters.http.dynamic_modules/envoyextensionpolicy/default/graceful-drain/dynamic-module/0";
+    const HC: &str = "envoy.filters.http.health_check";
+    for release in EG_RELEASES {
+        let k = kit_with(components_for(release));
+        let order = &k.envoy_proxy()["spec"]["filterOrder"];
+        let types = eg_filter_types(release);
+        let dm_at = types.iter().position(|t| DM.starts_with(t)).unwrap();
+        let ahead: Vec<&str> = types[..dm_at].to_vec();
+        let pos = |l: &[String], f: &str| l.iter().position(|x| x.starts_with(f)).unwrap();
+        for x in &ahead {
+            let named = format!("{x}/policy/default/p/0");
+            let present = [DM, named.as_str(), "envoy.filters.http.router"];
+            let sorted = eg_sort(release, &present, order);
+            let unsorted = eg_sort(release, &present, &json!([]));
+            assert!(
+                pos(&unsorted, x) < pos(&unsorted, DM),
+                "{release} {x}: EG's default"
+            );
+            if *x == HC {
+                assert!(pos(&sorted, x) < pos(&sorted, DM), "{release}: {sorted:?}");
+            } else {
+                assert!(
+                    pos(&sorted, DM) < pos(&sorted, x),
+                    "{release} {x}: {sorted:?}"
+                );
+            }
+        }
+        // All of them at once, with the filters EG places after dynamic modules.
+        const CR: &str = "envoy.filters.http.custom_response";
+        let mut present: Vec<String> = types.iter().map(|t| format!("{t}/x")).collect();
+        present[dm_at] = DM.to_string();
+        let present: Vec<&str> = present.iter().map(String::as_str).collect();
+        let sorted = eg_sort(release, &present, order);
+        let dm = pos(&sorted, DM);
+        for x in types.iter().filter(|t| !DM.starts_with(**t)) {
+            let stays_ahead = *x == HC || *x == CR;
+            assert_eq!(
+                pos(&sorted, x) < dm,
+                stays_ahead,
+                "{release} {x}: {sorted:?}"
+            );
+        }
+        assert_eq!(
+            pos(&sorted, HC),
+            dm - 1,
+            "right after health_check: {sorted:?}"
+        );
+        assert_eq!(
+            sorted.last().map(String::as_str),
+            Some("envoy.filters.http.router/x")
+        );
+        // Every type the kit orders is in this release's filterOrder enum (the CRD refuses others).
+        for e in order.as_array().unwrap() {
+            for k in ["before", "after"] {
+                if let Some(t) = e[k].as_str() {
+                    assert!(types.contains(&t), "{release}: {t}");
+                }
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
 // EG's Deployment with the kit's EnvoyProxy applied
 
-/// EG's generated proxy Deployment, reproduced (`tests/fixtures/envoy-gateway/deployment-eg.yaml`).
-fn eg_deployment() -> Value {
-    yaml(&std::fs::read_to_string(repo_root().join(FIXTURES).join("deployment-eg.yaml")).unwrap())
+/// EG's proxy Deployment for `release`, as EG renders it (`tests/fixtures/envoy-gateway`).
+fn eg_deployment(release: &str) -> Value {
+    yaml(
+        &std::fs::read_to_string(
+            repo_root()
+                .join(FIXTURES)
+                .join(release)
+                .join("deployment.yaml"),
+        )
+        .unwrap(),
+    )
 }
 
 /// The merge key of a list in a pod spec, for the lists the kit patches.
@@ -374,21 +630,26 @@ fn strategic_merge(dst: &mut Value, patch: &Value) {
     }
 }
 
-/// EG's Deployment after the kit's EnvoyProxy, applied in EG's order: `pod.volumes` added to the
-/// pod's, `container.env` and `container.volumeMounts` to the envoy container's, the shutdown
-/// settings to Envoy's `--drain-time-s` and the grace period (drainTimeout + 300s), then the
-/// strategic-merge patch.
-fn kit_deployment() -> Value {
-    let mut d = eg_deployment();
-    let ep = &kit().envoy_proxy()["spec"];
+/// EG's Deployment for `release` after `kit`'s EnvoyProxy, applied as EG applies it
+/// (internal/infrastructure/kubernetes/proxy/resource.go, resource_provider.go): `pod.volumes`
+/// added to the pod's, `container.env` and `container.volumeMounts` to the envoy container's,
+/// `initContainers` as given; the shutdown settings to Envoy's `--drain-time-s`, the
+/// shutdown-manager's `--ready-timeout` (drainTimeout + 10s) and preStop flags, and the grace
+/// period (drainTimeout + 300s); then the strategic-merge patch, last.
+fn kit_deployment_of(release: &str, kit: &Kit) -> Value {
+    let mut d = eg_deployment(release);
+    let ep = &kit.envoy_proxy()["spec"];
     let k = &ep["provider"]["kubernetes"]["envoyDeployment"];
     let pod = &mut d["spec"]["template"]["spec"];
     strategic_merge(pod, &json!({"volumes": k["pod"]["volumes"]}));
+    if k["initContainers"].is_array() {
+        pod["initContainers"] = k["initContainers"].clone();
+    }
     let drain_timeout = duration(&ep["shutdown"]["drainTimeout"]).as_secs();
+    let min_drain = duration(&ep["shutdown"]["minDrainDuration"]).as_secs();
     pod["terminationGracePeriodSeconds"] = json!(drain_timeout + 300);
-    let envoy = pod["containers"]
-        .as_array_mut()
-        .unwrap()
+    let containers = pod["containers"].as_array_mut().unwrap();
+    let envoy = containers
         .iter_mut()
         .find(|c| c["name"] == "envoy")
         .unwrap();
@@ -396,14 +657,35 @@ fn kit_deployment() -> Value {
         envoy,
         &json!({"env": k["container"]["env"], "volumeMounts": k["container"]["volumeMounts"]}),
     );
-    for a in envoy["args"].as_array_mut().unwrap() {
-        if a.as_str().unwrap().starts_with("--drain-time-s ") {
-            *a = json!(format!("--drain-time-s {drain_timeout}"));
-        }
-    }
+    let args = envoy["args"].as_array_mut().unwrap();
+    let at = args.iter().position(|a| a == "--drain-time-s").unwrap();
+    args[at + 1] = json!(drain_timeout.to_string());
+    // EG merges the kit's bootstrap into its own before it writes the argument.
+    let at = args.iter().position(|a| a == "--config-yaml").unwrap();
+    let mut b = yaml(args[at + 1].as_str().unwrap());
+    proto_merge(&mut b, &kit.bootstrap_merge());
+    args[at + 1] = json!(b.to_string());
+    let sm = containers
+        .iter_mut()
+        .find(|c| c["name"] == "shutdown-manager")
+        .unwrap();
+    sm["args"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!(format!("--ready-timeout={}s", drain_timeout + 10)));
+    let stop = sm["lifecycle"]["preStop"]["exec"]["command"]
+        .as_array_mut()
+        .unwrap();
+    stop.push(json!(format!("--drain-timeout={drain_timeout}s")));
+    stop.push(json!(format!("--min-drain-duration={min_drain}s")));
     assert_eq!(k["patch"]["type"], "StrategicMerge");
     strategic_merge(&mut d, &k["patch"]["value"]);
     d
+}
+
+/// The kit's Deployment for the EG release under test.
+fn kit_deployment() -> Value {
+    kit_deployment_of(eg_release(), kit())
 }
 
 fn container<'a>(d: &'a Value, name: &str) -> &'a Value {
@@ -411,124 +693,207 @@ fn container<'a>(d: &'a Value, name: &str) -> &'a Value {
         .unwrap_or_else(|| panic!("no container {name}"))
 }
 
-/// The flags of EG's envoy container that shape the drain and the node identity, as argv
-/// (EG writes each flag and its value as one argument; Envoy splits them at the space). The
-/// bootstrap, log level and thread count are the test's own (`-c`, the guard's flags).
-fn eg_envoy_args(d: &Value) -> Vec<String> {
-    let mut argv = Vec::new();
-    for a in items(&container(d, "envoy")["args"], "args") {
-        let (flag, value) = a
+/// The bootstrap EG gives Envoy in Deployment `d`: the envoy container's `--config-yaml` value,
+/// `$(ENVOY_SERVICE_ZONE)` expanded as kubelet would.
+fn container_bootstrap(d: &Value) -> Value {
+    let args = items(&container(d, "envoy")["args"], "args");
+    let at = args
+        .iter()
+        .position(|a| a == "--config-yaml")
+        .expect("--config-yaml");
+    yaml(
+        &args[at + 1]
             .as_str()
             .unwrap()
-            .split_once(' ')
-            .unwrap_or((a.as_str().unwrap(), ""));
-        if [
-            "--service-cluster",
-            "--service-node",
-            "--drain-strategy",
-            "--drain-time-s",
-        ]
-        .contains(&flag)
-        {
-            argv.push(flag.to_string());
-            argv.push(value.replace("$(ENVOY_POD_NAME)", "envoy-default-eg-7d9f-abcde"));
+            .replace("$(ENVOY_SERVICE_ZONE)", "zone-a"),
+    )
+}
+
+/// The envoy container's command line as kubelet gives it (EG writes each flag and its value as
+/// separate arguments), with the bootstrap (`--config-yaml`'s value) replaced by `bootstrap` and
+/// `$(ENVOY_POD_NAME)` expanded.
+fn eg_envoy_args(d: &Value, bootstrap: &Value) -> Vec<String> {
+    let c = container(d, "envoy");
+    assert_eq!(c["command"], json!(["envoy"]));
+    let mut out = Vec::new();
+    let mut args = items(&c["args"], "args")
+        .iter()
+        .map(|a| a.as_str().unwrap());
+    while let Some(a) = args.next() {
+        out.push(a.replace("$(ENVOY_POD_NAME)", "envoy-default-37a8eec1-7d9f-abcde"));
+        if a == "--config-yaml" {
+            args.next().expect("the bootstrap");
+            out.push(bootstrap.to_string());
         }
     }
-    argv
+    out
 }
 
 #[test]
 fn kit_applied_to_eg_deployment_keeps_eg_pod_and_changes_only_the_stop() {
-    let eg = eg_deployment();
-    let d = kit_deployment();
-    let (_dir, path) = temp_file("eg-kit", "deployment.yaml", &d.to_string());
-    let (ok, text) = kubernetes_validate(&path);
-    assert!(
-        ok && text.contains("passed for resource deployment/"),
-        "{text}"
-    );
+    for release in EG_RELEASES {
+        let k = kit_with(components_for(release));
+        let eg = eg_deployment(release);
+        let d = kit_deployment_of(release, &k);
+        let (_dir, path) = temp_file("eg-kit", "deployment.yaml", &d.to_string());
+        let (ok, text) = kubernetes_validate(&path);
+        assert!(
+            ok && text.contains("passed for resource deployment/"),
+            "{release}: {text}"
+        );
 
-    let (envoy, stock) = (container(&d, "envoy"), container(&eg, "envoy"));
-    // No preStop hook any more (EG's waited for the shutdown-manager): SIGTERM starts the drain.
-    assert!(stock["lifecycle"]["preStop"].is_object());
-    assert!(envoy["lifecycle"].is_null(), "{}", envoy["lifecycle"]);
-    // Liveness on the control listener's /drain/status, nothing of EG's /ready left in it;
-    // readiness and startup are EG's /ready on 19003 (503 from the drain start).
-    assert_eq!(
-        envoy["livenessProbe"],
-        json!({"httpGet": {"path": "/drain/status", "port": 19010, "scheme": "HTTP"},
-               "periodSeconds": 10, "timeoutSeconds": 1, "failureThreshold": 3, "successThreshold": 1})
-    );
-    for probe in ["readinessProbe", "startupProbe"] {
-        assert_eq!(envoy[probe], stock[probe], "{probe}");
-        assert_eq!(envoy[probe]["httpGet"]["path"], "/ready");
-    }
-    // The module: an init container fills an emptyDir, mounted read-only, on the search path.
-    let init = &d["spec"]["template"]["spec"]["initContainers"];
-    assert_eq!(items(init, "initContainers").len(), 1);
-    assert!(named(
-        &d["spec"]["template"]["spec"]["volumes"],
-        "graceful-drain-module"
-    )
-    .is_some());
-    for (field, key) in [
-        ("env", "name"),
-        ("volumeMounts", "mountPath"),
-        ("ports", "containerPort"),
-    ] {
-        // EG's own entries stay, the kit's are added.
-        for x in items(&stock[field], field) {
+        let (envoy, stock) = (container(&d, "envoy"), container(&eg, "envoy"));
+        // No preStop hook any more (EG's waited for the shutdown-manager): SIGTERM starts the
+        // drain.
+        assert!(stock["lifecycle"]["preStop"].is_object());
+        assert!(envoy["lifecycle"].is_null(), "{}", envoy["lifecycle"]);
+        // Liveness on the control listener's /drain/status, nothing of EG's /ready left in it;
+        // readiness and startup are EG's /ready on 19003 (503 from the drain start).
+        assert_eq!(
+            envoy["livenessProbe"],
+            json!({"httpGet": {"path": "/drain/status", "port": 19010, "scheme": "HTTP"},
+                   "periodSeconds": 10, "timeoutSeconds": 1, "failureThreshold": 3, "successThreshold": 1})
+        );
+        for probe in ["readinessProbe", "startupProbe"] {
+            assert_eq!(envoy[probe], stock[probe], "{probe}");
+            assert_eq!(envoy[probe]["httpGet"]["path"], "/ready");
+        }
+        // The module: the module image as a volume, mounted read-only on the search path; no
+        // init container.
+        let pod = &d["spec"]["template"]["spec"];
+        assert!(pod["initContainers"].is_null(), "{release}");
+        let volume = named(&pod["volumes"], "graceful-drain-module").expect("module volume");
+        assert!(volume["image"]["reference"].is_string(), "{volume}");
+        for (field, key) in [
+            ("env", "name"),
+            ("volumeMounts", "mountPath"),
+            ("ports", "containerPort"),
+        ] {
+            // EG's own entries stay, the kit's are added.
+            for x in items(&stock[field], field) {
+                assert!(
+                    items(&envoy[field], field)
+                        .iter()
+                        .any(|y| y[key] == x[key] && y == x),
+                    "{field}: {x}"
+                );
+            }
             assert!(
-                items(&envoy[field], field)
-                    .iter()
-                    .any(|y| y[key] == x[key] && y == x),
-                "{field}: {x}"
+                items(&envoy[field], field).len() > items(&stock[field], field).len(),
+                "{field}"
             );
         }
-        assert!(
-            items(&envoy[field], field).len() > items(&stock[field], field).len(),
-            "{field}"
+        // Envoy's arguments: EG's, with the drain time and the bootstrap EG derives from the
+        // kit; the log level stays EG's (warn).
+        let args = |c: &Value| -> Vec<String> {
+            let a: Vec<String> = items(&c["args"], "args")
+                .iter()
+                .map(|a| a.as_str().unwrap().to_string())
+                .collect();
+            let skip = |flag: &str| a.iter().position(|x| x == flag).unwrap() + 1;
+            let (t, b) = (skip("--drain-time-s"), skip("--config-yaml"));
+            a.iter()
+                .enumerate()
+                .filter(|(i, _)| *i != t && *i != b)
+                .map(|(_, x)| x.clone())
+                .collect()
+        };
+        assert_eq!(args(envoy), args(stock), "{release}");
+        let a = items(&envoy["args"], "args");
+        let at = a.iter().position(|x| x == "--drain-time-s").unwrap();
+        assert_eq!(a[at + 1], "25");
+        let at = a.iter().position(|x| x == "--log-level").unwrap();
+        assert_eq!(a[at + 1], "warn");
+        for field in ["command", "image", "resources", "securityContext", "name"] {
+            assert_eq!(envoy[field], stock[field], "{field}");
+        }
+        // The shutdown-manager: EG's, with the timings EG derives from the kit's shutdown
+        // settings.
+        let sm = container(&d, "shutdown-manager");
+        assert_eq!(
+            sm["args"],
+            json!(["envoy", "shutdown-manager", "--ready-timeout=35s"])
         );
+        assert_eq!(
+            sm["lifecycle"]["preStop"]["exec"]["command"],
+            json!([
+                "envoy-gateway",
+                "envoy",
+                "shutdown",
+                "--drain-timeout=25s",
+                "--min-drain-duration=3s"
+            ])
+        );
+        for field in [
+            "metadata",
+            "spec/selector",
+            "spec/strategy",
+            "spec/template/metadata",
+        ] {
+            let p = format!("/{field}");
+            assert_eq!(d.pointer(&p), eg.pointer(&p), "{field}");
+        }
+        assert_eq!(pod["terminationGracePeriodSeconds"], 325);
+        for field in [
+            "automountServiceAccountToken",
+            "serviceAccountName",
+            "securityContext",
+        ] {
+            assert_eq!(pod[field], eg["spec"]["template"]["spec"][field], "{field}");
+        }
     }
-    // Everything else of EG's: the shutdown-manager, the Envoy flags but the drain time, the
-    // envoy container's other fields, the pod's identity and the remaining pod fields.
-    assert_eq!(
-        container(&d, "shutdown-manager"),
-        container(&eg, "shutdown-manager")
-    );
-    let args = |c: &Value| -> Vec<String> {
-        items(&c["args"], "args")
-            .iter()
-            .map(|a| a.as_str().unwrap().to_string())
-            .filter(|a| !a.starts_with("--drain-time-s"))
-            .collect()
-    };
-    assert_eq!(args(envoy), args(stock));
-    assert!(items(&envoy["args"], "args").contains(&json!("--drain-time-s 25")));
-    for field in ["command", "image", "resources", "securityContext", "name"] {
-        assert_eq!(envoy[field], stock[field], "{field}");
-    }
-    for field in [
-        "metadata",
-        "spec/selector",
-        "spec/strategy",
-        "spec/template/metadata",
-    ] {
-        let p = format!("/{field}");
-        assert_eq!(d.pointer(&p), eg.pointer(&p), "{field}");
-    }
-    assert_eq!(
-        d["spec"]["template"]["spec"]["terminationGracePeriodSeconds"],
-        325
-    );
     // The strategic merge above can fail: without `$patch: replace` EG's liveness path would
     // have survived next to the kit's fields.
-    let mut merged = container(&eg, "envoy").clone();
+    let mut merged = container(&eg_deployment("v1.9.0"), "envoy").clone();
     strategic_merge(
         &mut merged,
         &json!({"livenessProbe": {"httpGet": {"port": 19010}}}),
     );
     assert_eq!(merged["livenessProbe"]["httpGet"]["path"], "/ready");
+}
+
+/// Without image volumes (the `without-image-volumes` component): an emptyDir that an init
+/// container, EG's own `initContainers` field, fills from an image that has `cp` and the module
+/// where k8s/Dockerfile puts it; it runs within the restricted Pod Security Standard.
+#[test]
+fn without_image_volumes_an_init_container_copies_the_module() {
+    for release in EG_RELEASES {
+        let mut components: Vec<&str> = components_for(release).to_vec();
+        components.push("without-image-volumes");
+        let k = kit_with(&components);
+        let d = kit_deployment_of(release, &k);
+        let (_dir, path) = temp_file("eg-kit", "deployment.yaml", &d.to_string());
+        let (ok, text) = kubernetes_validate(&path);
+        assert!(ok, "{release}: {text}");
+        let pod = &d["spec"]["template"]["spec"];
+        let volume = named(&pod["volumes"], "graceful-drain-module").unwrap();
+        assert_eq!(volume["emptyDir"], json!({}), "{volume}");
+        let init = &items(&pod["initContainers"], "initContainers")[0];
+        assert_eq!(init["volumeMounts"][0]["name"], "graceful-drain-module");
+        assert_eq!(init["volumeMounts"][0]["mountPath"], POD_MODULE_DIR);
+        let cmd: Vec<&str> = items(&init["command"], "command")
+            .iter()
+            .map(|a| a.as_str().unwrap())
+            .collect();
+        assert_eq!(cmd[0], "cp");
+        assert_eq!(cmd[2], format!("{POD_MODULE_DIR}/libgraceful_drain.so"));
+        let dockerfile = std::fs::read_to_string(repo_root().join("k8s/Dockerfile")).unwrap();
+        assert!(dockerfile.contains(&format!(
+            "COPY --from=module /libgraceful_drain.so {}",
+            cmd[1]
+        )));
+        // The restricted Pod Security Standard's rules for a container.
+        let sc = &init["securityContext"];
+        assert_eq!(sc["allowPrivilegeEscalation"], false);
+        assert_eq!(sc["capabilities"]["drop"], json!(["ALL"]));
+        assert_eq!(sc["runAsNonRoot"], true);
+        assert_eq!(sc["seccompProfile"]["type"], "RuntimeDefault");
+        // The same identity as EG's containers (the emptyDir it writes, envoy reads).
+        assert_eq!(
+            sc["runAsUser"],
+            container(&d, "envoy")["securityContext"]["runAsUser"]
+        );
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -538,28 +903,18 @@ fn kit_applied_to_eg_deployment_keeps_eg_pod_and_changes_only_the_stop() {
 /// ships Envoy 1.39; no EG release ships 1.40, so on 1.40 the newest (1.9) is used.
 fn eg_release() -> &'static str {
     match minor_of(&expected_envoy_version()).as_str() {
-        "1.38" => "1.8",
-        "1.39" => "1.9",
+        "1.38" => "v1.8.3",
+        "1.39" => "v1.9.0",
         other => {
-            println!("Envoy {other}: no Envoy Gateway release ships it; using EG 1.9's bootstrap");
-            "1.9"
+            println!("Envoy {other}: no Envoy Gateway release ships it; using EG v1.9.0's");
+            "v1.9.0"
         }
     }
 }
 
-/// EG's default bootstrap for `release`, as kubelet hands it to Envoy (its `$(VAR)`s expanded).
+/// EG's default bootstrap for `release`, as kubelet hands it to Envoy.
 fn eg_bootstrap(release: &str) -> Value {
-    let text = std::fs::read_to_string(
-        repo_root()
-            .join(FIXTURES)
-            .join(format!("bootstrap-eg-{release}.yaml")),
-    )
-    .unwrap();
-    yaml(
-        &text
-            .replace("$(ENVOY_PROXY_INFRA_NAME)", INFRA_NAME)
-            .replace("$(ENVOY_SERVICE_ZONE)", "zone-a"),
-    )
+    container_bootstrap(&eg_deployment(release))
 }
 
 /// EG's `Merge` (internal/xds/bootstrap/util.go: both sides parsed as Bootstrap protos, then Go's
@@ -607,8 +962,9 @@ fn merged_bootstrap(release: &str) -> Value {
     b
 }
 
-/// `envoy --mode validate` the way EG's pod runs Envoy (node identity on the command line), with
-/// the xDS client certificate files EG mounts at /sds replaced by empty stand-ins.
+/// `envoy --mode validate` with the envoy container's own command line (EG's flags, its log
+/// level warn included, and `bootstrap` as `--config-yaml`), the xDS client certificate files EG
+/// mounts at /sds replaced by empty stand-ins.
 fn validate(bootstrap: &Value, modules: &Path) -> (bool, String) {
     let dir = TempDir::new("eg-validate");
     let mut text = bootstrap.to_string();
@@ -619,12 +975,10 @@ fn validate(bootstrap: &Value, modules: &Path) -> (bool, String) {
         std::fs::write(&to, r#"{"resources": []}"#).unwrap();
         text = text.replace(&from, &to.display().to_string());
     }
-    let cfg = dir.0.join("envoy.json");
-    std::fs::write(&cfg, text).unwrap();
+    let b: Value = serde_json::from_str(&text).unwrap();
     run(Command::new(envoy_bin())
-        .args(["--mode", "validate", "-c"])
-        .arg(&cfg)
-        .args(eg_envoy_args(&kit_deployment()))
+        .args(["--mode", "validate"])
+        .args(eg_envoy_args(&kit_deployment(), &b))
         .env("ENVOY_DYNAMIC_MODULES_SEARCH_PATH", modules)
         .env_remove("LD_LIBRARY_PATH"))
 }
@@ -634,6 +988,8 @@ fn merged_bootstrap_keeps_what_eg_requires_and_validates() {
     let release = eg_release();
     let default = eg_bootstrap(release);
     let merged = merged_bootstrap(release);
+    // What the kit's Deployment gives Envoy.
+    assert_eq!(container_bootstrap(&kit_deployment()), merged);
     // EG accepts it ...
     eg_validate(&merged, &default).unwrap();
     // ... and its checks can fail: a merge that touches xDS is refused.
@@ -675,7 +1031,14 @@ fn merged_bootstrap_keeps_what_eg_requires_and_validates() {
         ok && log.contains("OK"),
         "EG {release} bootstrap + kit:\n{log}"
     );
-    assert!(log.contains("graceful_drain: drain engine loaded"), "{log}");
+    // At EG's log level (warn) the module still says it loaded, which version, into which
+    // Envoy (lifecycle_log_level), and Envoy itself prints nothing below warn.
+    assert!(
+        log.contains("][warning][dynamic_modules]")
+            && log.contains("graceful_drain: drain engine loaded (graceful_drain "),
+        "{log}"
+    );
+    assert!(!log.contains("][info]["), "{log}");
     assert!(!log.contains("envoy_bug"), "{log}");
     // EG's own bootstrap validates the same way (the stand-ins are not what makes it pass) ...
     let (ok, log) = validate(&default, module_dir());
@@ -787,6 +1150,9 @@ fn eg_ready_listener(port: u16) -> Value {
 /// The HTTPRoutes of the test Gateway: `covered` (the policy's target in the mixed case) and
 /// `uncovered`, both to the test upstream.
 const ROUTES: [&str; 2] = ["covered", "uncovered"];
+/// EG's buffer filter on the Gateway's listener, and its limit.
+const BUFFER_FILTER: &str = "envoy.filters.http.buffer/backendtrafficpolicy/default/buffer";
+const BUFFER_LIMIT: u64 = 1024;
 
 /// Write LDS, RDS, CDS and EDS files shaped as EG's translator writes its resources for the
 /// Gateway `default/eg` with one HTTP listener; returns the LDS and CDS paths.
@@ -834,8 +1200,26 @@ fn write_eg_xds(
             "virtual_hosts": [{"name": format!("{GATEWAY_LISTENER}/*"), "domains": ["*"], "routes": routes}]
         }]),
     );
+    // The policy's filter, a request buffer (a BackendTrafficPolicy's `requestBuffer`: EG's
+    // buffer filter, which answers 413 to a body over its limit) and the router, in the order EG
+    // gives them (with the kit's filterOrder when the kit is applied).
     let mut http_filters: Vec<Value> = module_filter.iter().map(|(_, f)| f.clone()).collect();
+    http_filters.push(json!({"name": BUFFER_FILTER, "typed_config": {
+        "@type": "type.googleapis.com/envoy.extensions.filters.http.buffer.v3.Buffer",
+        "max_request_bytes": BUFFER_LIMIT
+    }}));
     http_filters.push(json!({"name": "envoy.filters.http.router", "typed_config": {"@type": ROUTER, "suppress_envoy_headers": true}}));
+    let order = match policy {
+        Policy::None => json!([]),
+        _ => kit().envoy_proxy()["spec"]["filterOrder"].clone(),
+    };
+    let names: Vec<String> = http_filters
+        .iter()
+        .map(|f| f["name"].as_str().unwrap().to_string())
+        .collect();
+    let names: Vec<&str> = names.iter().map(String::as_str).collect();
+    let sorted = eg_sort(eg_release(), &names, &order);
+    http_filters.sort_by_key(|f| sorted.iter().position(|n| f["name"] == n.as_str()).unwrap());
     let mut listener = json!({
         "@type": LISTENER,
         "name": GATEWAY_LISTENER,
@@ -919,12 +1303,23 @@ fn relocate(listener_or_endpoint: &mut Value, pod_port: u64, port: u16) {
 /// ADS) by a loopback address without its TLS certificates, and (with the kit) the drain settings
 /// by `settings` when given.
 async fn start_gateway(policy: Policy, settings: Option<Settings>, upstream: u16) -> Gateway {
+    start_gateway_with(policy, settings, upstream, |_| {}).await
+}
+
+/// [`start_gateway`] with the merged bootstrap changed by `edit` first (a test's variation).
+async fn start_gateway_with(
+    policy: Policy,
+    settings: Option<Settings>,
+    upstream: u16,
+    edit: impl FnOnce(&mut Value),
+) -> Gateway {
     let release = eg_release();
     let mut b = if policy == Policy::None {
         eg_bootstrap(release)
     } else {
         merged_bootstrap(release)
     };
+    edit(&mut b);
     let dir = TempDir::new("eg");
     let p = free_ports(6);
     let (admin, stats, ready, http, control, unused) = (p[0], p[1], p[2], p[3], p[4], p[5]);
@@ -986,7 +1381,13 @@ async fn start_gateway(policy: Policy, settings: Option<Settings>, upstream: u16
         match l["name"].as_str().unwrap() {
             STATS_LISTENER => relocate(l, 19001, stats),
             CONTROL_LISTENER => {
-                relocate(l, 19010, control);
+                // Dual-stack `::` in the pod; IPv6 loopback here.
+                let sa = &mut l["address"]["socket_address"];
+                assert_eq!(
+                    *sa,
+                    json!({"address": "::", "port_value": 19010, "ipv4_compat": true})
+                );
+                *sa = json!({"address": "::1", "port_value": control});
                 has_control = true;
             }
             other => panic!("unexpected static listener {other}"),
@@ -999,36 +1400,39 @@ async fn start_gateway(policy: Policy, settings: Option<Settings>, upstream: u16
             s["quiet_period"] = json!(t.quiet);
             s["drain_timeout"] = json!(t.timeout);
         }
-        assert_eq!(s["admin_address"], format!("{}:{}", EG_ADMIN.0, EG_ADMIN.1));
-        s["admin_address"] = json!(format!("127.0.0.1:{admin}"));
+        assert_eq!(
+            s["admin_address"],
+            json!(["127.0.0.1:19000", "[::1]:19000"])
+        );
+        s["admin_address"] = json!([format!("127.0.0.1:{admin}"), format!("[::1]:{admin}")]);
         b["bootstrap_extensions"][0]["typed_config"]["extension_config"]["value"] =
             json!(s.to_string());
     }
-    let mut base_args = vec!["--use-dynamic-base-id".to_string()];
+    // The envoy container's own command line (EG's flags, --log-level warn included), with this
+    // bootstrap as its --config-yaml.
     let deployment = if policy == Policy::None {
-        eg_deployment()
+        eg_deployment(eg_release())
     } else {
         kit_deployment()
     };
-    base_args.extend(eg_envoy_args(&deployment));
+    let args = eg_envoy_args(&deployment, &b);
     let o = Options {
-        base_args: Some(base_args),
+        log_args: Some(Vec::new()),
         ..Options::default()
     };
-    let mut envoy = Envoy::start_yaml(
-        &b.to_string(),
-        admin,
-        http,
-        if has_control { control } else { ready },
-        &o,
-    )
-    .await;
-    envoy.keep(dir);
+    let ports = [admin, http, if has_control { control } else { ready }];
+    let mut envoy = Envoy::start_args(&args, dir, ports, &o).await;
     if has_control {
-        let line = format!("admin_address 127.0.0.1:{admin} is Envoy's admin");
-        envoy
-            .wait_log("the drain engine found EG's admin", &line)
-            .await;
+        envoy.control_on_ipv6();
+        // The start-time check found EG's admin (its log line is info: below EG's level).
+        eventually(
+            "the drain engine found EG's admin",
+            Duration::from_secs(10),
+            || async {
+                (envoy.drain_status().await["admin_address_check"] == "recognised").then_some(())
+            },
+        )
+        .await;
     }
     for (port, path, want) in [
         (http, "/covered/ok", 200),
@@ -1054,6 +1458,11 @@ async fn start_gateway(policy: Policy, settings: Option<Settings>, upstream: u16
 
 async fn status(port: u16, path: &str) -> Option<u16> {
     clients::get(port, path).await.ok().map(|r| r.status)
+}
+
+/// [`status`] on the control listener, which is on `[::1]` here.
+async fn status6(port: u16, path: &str) -> Option<u16> {
+    clients::status_v6(port, path).await.ok()
 }
 
 /// An HTTP/1.1 and an HTTP/2 connection, each idle in keep-alive after one request.
@@ -1210,7 +1619,7 @@ async fn kit_drains_an_eg_gateway_without_losing_a_request() {
         ..
     } = start_gateway(Policy::Gateway, Some(FAST), upstream.port).await;
     let control = control.unwrap();
-    assert_eq!(status(control, "/ready").await, Some(200));
+    assert_eq!(status6(control, "/ready").await, Some(200));
     assert_eq!(
         status(ready, "/ready").await,
         Some(200),
@@ -1231,11 +1640,21 @@ async fn kit_drains_an_eg_gateway_without_losing_a_request() {
     // The policy's filter, disabled in the HCM and enabled on the route, counts them.
     envoy.wait_active(4).await;
 
+    // EG's buffer filter answers an over-limit body 413 itself.
+    let big = format!(
+        "POST /covered/upload HTTP/1.1\r\nhost: x\r\ncontent-length: {n}\r\n\r\n{}",
+        "x".repeat(2 * BUFFER_LIMIT as usize),
+        n = 2 * BUFFER_LIMIT
+    );
+    let a = clients::exchange_at("127.0.0.1", http, big.as_bytes())
+        .await
+        .unwrap();
+    assert_eq!(a.status, 413, "{}", a.head);
     // Kubelet: no preStop hook on the envoy container any more, so SIGTERM at once.
     let t0 = Instant::now();
     envoy.sigterm();
     eventually("control /ready 503", Duration::from_secs(3), || async {
-        (status(control, "/ready").await == Some(503)).then_some(())
+        (status6(control, "/ready").await == Some(503)).then_some(())
     })
     .await;
     // EG's readiness listener turns 503 too: the drain engine failed Envoy's health checks.
@@ -1244,10 +1663,37 @@ async fn kit_drains_an_eg_gateway_without_losing_a_request() {
     })
     .await;
     // The liveness probe keeps passing: a draining Envoy is not restarted.
-    assert_eq!(status(control, "/drain/status").await, Some(200));
+    assert_eq!(status6(control, "/drain/status").await, Some(200));
     // A late request (a load balancer not yet updated) is served and told to go.
     let r = clients::get(http, "/covered/late").await.unwrap();
     assert_eq!((r.status, r.header("connection")), (200, Some("close")));
+    // A late request EG's buffer filter answers itself (413: its body is over the limit) is seen
+    // by the module too: its filter runs first (the kit's filterOrder).
+    let served = envoy
+        .stat("graceful_drain.requests_served_while_draining")
+        .await
+        .unwrap();
+    let big = format!(
+        "POST /covered/upload HTTP/1.1\r\nhost: x\r\ncontent-length: {n}\r\n\r\n{}",
+        "x".repeat(2 * BUFFER_LIMIT as usize),
+        n = 2 * BUFFER_LIMIT
+    );
+    let a = clients::exchange_at("127.0.0.1", http, big.as_bytes())
+        .await
+        .unwrap();
+    assert_eq!(a.status, 413, "{}", a.head);
+    assert!(
+        a.head.to_ascii_lowercase().contains("connection: close"),
+        "{}",
+        a.head
+    );
+    assert_eq!(
+        envoy
+            .stat("graceful_drain.requests_served_while_draining")
+            .await,
+        Some(served + 1),
+        "the 413 was not seen by the module"
+    );
     let last_start = Instant::now();
     // The busy HTTP/2 connection got GOAWAY while its streams are in flight.
     let e = h2.wait_goaway(Duration::from_secs(3)).await;
@@ -1304,11 +1750,16 @@ async fn kit_drains_an_eg_gateway_without_losing_a_request() {
     // Well before drain_timeout (20s): the exit follows the work, not a timer.
     let latest = earliest.max(last_start + duration(&json!(FAST.quiet))) + Duration::from_secs(5);
     assert!(at <= latest, "exited {:?} late", at - latest);
-    assert!(
-        envoy.log().contains("drain completed in"),
-        "{}",
-        envoy.log()
-    );
+    // At EG's log level (warn): the drain's start and outcome are in the log
+    // (lifecycle_log_level), and nothing of Envoy's below warn.
+    let log = envoy.log();
+    for line in [
+        "graceful_drain: drain started (trigger=sigterm",
+        "graceful_drain: drain completed in ",
+    ] {
+        assert!(log.contains(line), "{line} not in:\n{log}");
+    }
+    assert!(!log.contains("][info]["), "{log}");
 }
 
 /// The kit's shutdown-manager settings (its EnvoyProxy's `spec.shutdown`).
@@ -1331,6 +1782,23 @@ async fn eg_sequence_with_the_kit(health_check_failure_delay: Option<Duration>) 
     let http = gw.http;
     let busy = tokio::spawn(async move { clients::get(http, "/covered/delay/1500").await });
     gw.envoy.wait_active(1).await;
+    // A connection open on the control listener all along (a kubelet probe, at its longest):
+    // EG's count leaves it out, as it leaves out its own readiness listener's.
+    let probe = tokio::net::TcpStream::connect(("::1", gw.control.unwrap()))
+        .await
+        .unwrap();
+    eventually(
+        "the control connection in Envoy's stats",
+        Duration::from_secs(5),
+        || async {
+            (gw.envoy
+                .stat("listener.graceful-drain-admin.downstream_cx_active")
+                .await
+                == Some(1))
+            .then_some(())
+        },
+    )
+    .await;
     let mut sm = kit_shutdown_manager(&gw);
     sm.health_check_failure_delay = health_check_failure_delay;
     let Gateway { mut envoy, .. } = gw;
@@ -1351,6 +1819,7 @@ async fn eg_sequence_with_the_kit(health_check_failure_delay: Option<Duration>) 
     let e = idle_h2.wait_goaway(Duration::from_secs(1)).await;
     assert_eq!(e.reason(), Some(h2::Reason::NO_ERROR));
     assert_eq!(busy.await.unwrap().unwrap().status, 200);
+    drop(probe);
     // Envoy exits by the module's rules (at least its min_drain_duration, 5s), after the
     // shutdown-manager's last poll (so that poll found Envoy's admin answering).
     let (exit, at) = envoy.wait_exit(Duration::from_secs(30)).await;
@@ -1448,4 +1917,59 @@ async fn mixed_gateway_a_route_the_policy_does_not_cover_still_holds_the_drain()
     let filter_only =
         (t0 + duration(&json!(FAST.min_drain))).max(covered_done + duration(&json!(FAST.quiet)));
     assert!(done > filter_only + Duration::from_millis(500));
+}
+
+/// `/drain` starts a drain, so the control listener admits it only from inside the pod
+/// (loopback); the probes' paths answer anyone. The loopback call is shown on the kit as it is,
+/// the refusal with the kit's rule narrowed to an address the test's client does not have (every
+/// test connection is loopback), the rule otherwise unchanged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn only_the_pod_itself_may_start_a_drain_through_the_control_listener() {
+    let upstream = Upstream::start().await;
+    let gw = start_gateway(Policy::Gateway, Some(FAST), upstream.port).await;
+    let (status, body) = clients::request_v6(gw.control.unwrap(), "POST", "/drain?wait=false")
+        .await
+        .unwrap();
+    assert_eq!(status, 202, "from inside the pod: {body}");
+    drop(gw);
+
+    let narrow = |b: &mut Value| {
+        let control = b["static_resources"]["listeners"]
+            .as_array_mut()
+            .unwrap()
+            .iter_mut()
+            .find(|l| l["name"] == CONTROL_LISTENER)
+            .unwrap();
+        let rbac =
+            &mut control["filter_chains"][0]["filters"][0]["typed_config"]["http_filters"][0];
+        assert_eq!(rbac["name"], "envoy.filters.http.rbac");
+        let ids = &mut rbac["typed_config"]["rules"]["policies"]["drain-from-outside-the-pod"]
+            ["principals"][0]["not_id"]["or_ids"]["ids"];
+        assert_eq!(
+            *ids,
+            json!([
+                {"direct_remote_ip": {"address_prefix": "127.0.0.0", "prefix_len": 8}},
+                {"direct_remote_ip": {"address_prefix": "::1", "prefix_len": 128}}
+            ])
+        );
+        *ids = json!([{"direct_remote_ip": {"address_prefix": "127.0.0.2", "prefix_len": 32}}]);
+    };
+    let gw = start_gateway_with(Policy::Gateway, Some(FAST), upstream.port, narrow).await;
+    let control = gw.control.unwrap();
+    let (status, body) = clients::request_v6(control, "POST", "/drain?wait=false")
+        .await
+        .unwrap();
+    assert_eq!((status, body.as_str()), (403, "RBAC: access denied"));
+    for path in ["/ready", "/drain/status"] {
+        assert_eq!(
+            status6(control, path).await,
+            Some(200),
+            "{path} open to anyone"
+        );
+    }
+    assert_eq!(
+        gw.envoy.drain_status().await["state"],
+        "serving",
+        "no drain started"
+    );
 }

@@ -85,19 +85,28 @@ pub async fn raw_exchange_at(ip: &str, port: u16, request: &[u8]) -> Result<Vec<
     .await
 }
 
-/// One request over IPv6 loopback (`[::1]:port`), on a connection of its own: the status and the
-/// body. The answer ends at its `content-length` (not at the close: Envoy delays its close of a
-/// `connection: close` exchange up to a second for the client's own).
-pub async fn request_v6(port: u16, method: &str, path: &str) -> Result<(u16, String), String> {
+/// An answer read by [`exchange_at`]: its status, head and body.
+pub struct Answer {
+    pub status: u16,
+    pub head: String,
+    pub body: String,
+}
+
+/// Write `request` as it is on a new connection to a loopback address and read one answer,
+/// ending at its `content-length` (not at the close: Envoy delays its close of a `connection:
+/// close` exchange up to a second for the client's own).
+pub async fn exchange_at(ip: &str, port: u16, request: &[u8]) -> Result<Answer, String> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    bounded("IPv6 request", async {
-        let mut tcp = TcpStream::connect(("::1", port))
+    assert!(
+        ip.parse::<std::net::IpAddr>()
+            .is_ok_and(|a| a.is_loopback()),
+        "loopback only: {ip}"
+    );
+    bounded("exchange", async {
+        let mut tcp = TcpStream::connect((ip, port))
             .await
-            .map_err(|e| format!("connect [::1]:{port}: {e}"))?;
-        let req = format!(
-            "{method} {path} HTTP/1.1\r\nhost: [::1]:{port}\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
-        );
-        tcp.write_all(req.as_bytes()).await.map_err(|e| e.to_string())?;
+            .map_err(|e| format!("connect {ip} port {port}: {e}"))?;
+        tcp.write_all(request).await.map_err(|e| e.to_string())?;
         let mut answer = Vec::new();
         let mut buf = [0u8; 4096];
         loop {
@@ -117,7 +126,11 @@ pub async fn request_v6(port: u16, method: &str, path: &str) -> Result<(u16, Str
                         .nth(1)
                         .and_then(|s| s.parse().ok())
                         .ok_or_else(|| format!("no status line in {head:?}"))?;
-                    return Ok((status, body[..length].to_string()));
+                    return Ok(Answer {
+                        status,
+                        head: head.to_string(),
+                        body: body[..length].to_string(),
+                    });
                 }
             }
             let n = tcp.read(&mut buf).await.map_err(|e| e.to_string())?;
@@ -128,6 +141,16 @@ pub async fn request_v6(port: u16, method: &str, path: &str) -> Result<(u16, Str
         }
     })
     .await
+}
+
+/// One request over IPv6 loopback (`[::1]:port`), on a connection of its own: the status and the
+/// body.
+pub async fn request_v6(port: u16, method: &str, path: &str) -> Result<(u16, String), String> {
+    let req = format!(
+        "{method} {path} HTTP/1.1\r\nhost: [::1]:{port}\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+    );
+    let a = exchange_at("::1", port, req.as_bytes()).await?;
+    Ok((a.status, a.body))
 }
 
 /// The status of `GET path` over IPv6 loopback ([`request_v6`]).

@@ -479,6 +479,8 @@ pub struct Envoy {
     /// Envoy bugs this test expects (a substring of each `envoy bug failure` line), from a
     /// configuration that is not ours; any other one fails the test.
     expected_bugs: Vec<&'static str>,
+    /// The control listener is on `[::1]` ([`Envoy::control_on_ipv6`]).
+    control_v6: bool,
 }
 
 impl Envoy {
@@ -565,6 +567,7 @@ impl Envoy {
             kept: Vec::new(),
             reserved: None,
             expected_bugs: Vec::new(),
+            control_v6: false,
         };
         e.wait_ready().await;
         e
@@ -692,11 +695,24 @@ impl Envoy {
 
     /// `/drain/status` of the control listener as JSON.
     pub async fn drain_status(&self) -> serde_json::Value {
+        if self.control_v6 {
+            let (status, body) = clients::request_v6(self.control, "GET", "/drain/status")
+                .await
+                .expect("GET /drain/status");
+            assert_eq!(status, 200);
+            return serde_json::from_str(&body).expect("status is JSON");
+        }
         let r = clients::get(self.control, "/drain/status")
             .await
             .expect("GET /drain/status");
         assert_eq!(r.status, 200);
         serde_json::from_slice(&r.body).expect("status is JSON")
+    }
+
+    /// The control listener is on `[::1]` (a platform's dual-stack `::`, on loopback):
+    /// [`Envoy::drain_status`] and what uses it go there over IPv6.
+    pub fn control_on_ipv6(&mut self) {
+        self.control_v6 = true;
     }
 
     /// Wait until Envoy's stat `name` reads `want` (gauges the module sets periodically follow
