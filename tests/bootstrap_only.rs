@@ -194,20 +194,15 @@ async fn sigterm_drains_without_the_filter(mut envoy: Envoy) {
         );
         last_done = Instant::now();
     }
-    let (status, at) = envoy.wait_exit(Duration::from_secs(10)).await;
-    assert!(status.success());
-    let earliest = (t0 + MIN_DRAIN).max(last_done);
-    assert!(at >= earliest, "exited {:?} early", earliest - at);
-    // Not late: the drain ended by its rules (the quiet period after the last request, plus
-    // polling slack of Envoy's counters), as the module measured it from its start (at or after
-    // t0) on its own clock; this test's scheduling only makes the bound later.
-    let latest = earliest.max(last_start + QUIET) + Duration::from_millis(700);
-    let (reported, timed_out) = envoy.reported_drain();
-    assert!(
-        !timed_out && reported <= latest - t0,
-        "drain ended after {reported:?} (timed out: {timed_out}), allowed {:?}",
-        latest - t0
-    );
+    envoy
+        .wait_exit_by_the_drain_rules(
+            "bootstrap-only",
+            t0,
+            [MIN_DRAIN, QUIET],
+            last_start,
+            last_done,
+        )
+        .await;
     let log = envoy.log();
     assert!(log.contains("Envoy's health checks now fail"), "{log}");
 }

@@ -1955,21 +1955,5 @@ async fn only_the_pod_itself_may_start_a_drain_through_the_control_listener() {
         *ids = json!([{"direct_remote_ip": {"address_prefix": "127.0.0.2", "prefix_len": 32}}]);
     };
     let gw = start_gateway_with(Policy::Gateway, Some(FAST), upstream.port, narrow).await;
-    let control = gw.control.unwrap();
-    let (status, body) = clients::request_v6(control, "POST", "/drain?wait=false")
-        .await
-        .unwrap();
-    assert_eq!((status, body.as_str()), (403, "RBAC: access denied"));
-    for path in ["/ready", "/drain/status"] {
-        assert_eq!(
-            status6(control, path).await,
-            Some(200),
-            "{path} open to anyone"
-        );
-    }
-    assert_eq!(
-        gw.envoy.drain_status().await["state"],
-        "serving",
-        "no drain started"
-    );
+    clients::assert_drain_refused_probes_open(gw.control.unwrap()).await;
 }

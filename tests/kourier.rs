@@ -14,7 +14,7 @@ mod common;
 
 use common::clients::{self, status_v6, H1Conn, H2Conn};
 use common::envoy::{module_dir, validate_args, Envoy, Options, TempDir};
-use common::json::{duration, hcm, items, module_settings, named};
+use common::json::{config_yaml, container_args, duration, hcm, items, module_settings, named};
 use common::tools::{kubernetes_validate, kustomize, relative, temp_file, yaml, yaml_docs};
 use common::upstream::Upstream;
 use common::{eventually, free_ports, repo_root};
@@ -126,40 +126,9 @@ fn stock(tag: &str) -> &'static Manifests {
     rendered(tag, false)
 }
 
-/// The command line kubelet gives the gateway's Envoy: the container's args, `$(VAR)` expanded
-/// from its env (Kubernetes' own expansion; each list item is one argument).
+/// Kubelet's command line for Kourier's Envoy (its env holds plain values only).
 fn envoy_args(c: &Value) -> Vec<String> {
-    let env: Vec<(String, String)> = c["env"]
-        .as_array()
-        .map(|e| {
-            e.iter()
-                .map(|v| {
-                    let value = v["value"].as_str().expect("plain env values").to_string();
-                    (v["name"].as_str().unwrap().to_string(), value)
-                })
-                .collect()
-        })
-        .unwrap_or_default();
-    items(&c["args"], "args")
-        .iter()
-        .map(|a| {
-            let mut a = a.as_str().expect("string args").to_string();
-            for (name, value) in &env {
-                a = a.replace(&format!("$({name})"), value);
-            }
-            assert!(!a.contains("$("), "unexpanded variable in {a:?}");
-            a
-        })
-        .collect()
-}
-
-/// The value after `--config-yaml` (the kit's addition), parsed.
-fn config_yaml(args: &[String]) -> Value {
-    let at = args
-        .iter()
-        .position(|a| a == "--config-yaml")
-        .expect("--config-yaml in Envoy's arguments");
-    yaml(&args[at + 1])
+    container_args(c, &[])
 }
 
 fn env_value<'a>(c: &'a Value, name: &str) -> Option<&'a str> {
@@ -818,15 +787,9 @@ async fn the_kit_drains_without_losing_a_request(tag: &str) {
 
     let t0 = Instant::now();
     envoy.sigterm();
-    eventually("readiness 503", Duration::from_secs(3), || async {
-        (status_v6(control, "/ready").await == Ok(503)).then_some(())
-    })
-    .await;
-    // The drain failed Envoy's health through the admin the list found.
-    eventually("Kourier's /ready 503", Duration::from_secs(3), || async {
-        (status(stats, "/ready", &[]).await == Some(503)).then_some(())
-    })
-    .await;
+    // The drain failed Envoy's health through the admin the list found: Kourier's own check
+    // (the admin's /ready through its stats listener) fails too.
+    clients::wait_not_ready(control, stats).await;
     // The liveness probe still passes: a draining gateway is not restarted.
     assert_eq!(status_v6(control, "/drain/status").await, Ok(200), "{tag}");
     // Late requests are served, and told to go away.
@@ -847,19 +810,10 @@ async fn the_kit_drains_without_losing_a_request(tag: &str) {
         assert_eq!(r.status, 200, "{tag}");
         last_done = Instant::now();
     }
-    let (exit, at) = envoy.wait_exit(Duration::from_secs(10)).await;
-    assert!(exit.success(), "{tag}: {exit}");
-    let earliest = (t0 + MIN_DRAIN).max(last_done);
-    assert!(at >= earliest, "{tag}: exited {:?} early", earliest - at);
-    // By the drain's rules (the quiet period after the last request, and the polling slack of
-    // Envoy's counters), as the module measured it: the idle connections held nothing.
-    let latest = earliest.max(last_start + QUIET) + Duration::from_millis(700);
-    let (reported, timed_out) = envoy.reported_drain();
-    assert!(
-        !timed_out && reported <= latest - t0,
-        "{tag}: drain ended after {reported:?} (timed out: {timed_out}), allowed {:?}",
-        latest - t0
-    );
+    // By the drain's rules: the idle connections held nothing.
+    envoy
+        .wait_exit_by_the_drain_rules(tag, t0, [MIN_DRAIN, QUIET], last_start, last_done)
+        .await;
     drop((idle_h1, idle_h2));
 }
 
@@ -959,25 +913,7 @@ async fn only_the_pod_itself_may_start_a_drain_through_the_control_listener() {
     *ids = json!([{"direct_remote_ip": {"address_prefix": "127.0.0.2", "prefix_len": 32}}]);
     *last = json!(extra.to_string());
     let gw = start_gateway(&m, upstream.port).await;
-    let control = gw.control.unwrap();
-    let (status, body) = clients::request_v6(control, "POST", "/drain?wait=false")
-        .await
-        .unwrap();
-    assert_eq!((status, body.as_str()), (403, "RBAC: access denied"));
-    for path in ["/ready", "/drain/status"] {
-        assert_eq!(
-            status_v6(control, path).await,
-            Ok(200),
-            "{path} open to anyone"
-        );
-    }
-    let (_, st) = clients::request_v6(control, "GET", "/drain/status")
-        .await
-        .unwrap();
-    assert!(
-        st.contains("\"state\":\"serving\""),
-        "no drain started: {st}"
-    );
+    clients::assert_drain_refused_probes_open(gw.control.unwrap()).await;
 }
 
 fn rbac_action(extra: &Value) -> &str {

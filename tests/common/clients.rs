@@ -49,6 +49,50 @@ pub async fn get(port: u16, path: &str) -> Result<Resp, String> {
     request(port, "GET", path, &[]).await
 }
 
+/// One request on a fresh HTTP/1.1 connection to a unix socket (an admin bound to a `pipe`, as
+/// a platform's shutdown sidecar reaches it), with `host: unix` as Go's client sends it.
+pub async fn unix_request(
+    socket: &std::path::Path,
+    method: &str,
+    path: &str,
+) -> Result<Resp, String> {
+    bounded("unix request", async {
+        let s = tokio::net::UnixStream::connect(socket)
+            .await
+            .map_err(|e| format!("connect {}: {e}", socket.display()))?;
+        let (mut sender, conn) =
+            hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(s))
+                .await
+                .map_err(|e| format!("h1 handshake: {e}"))?;
+        let driver = tokio::spawn(conn);
+        let req = http::Request::builder()
+            .method(method)
+            .uri(path)
+            .header("host", "unix")
+            .body(Full::new(Bytes::new()))
+            .map_err(|e| e.to_string())?;
+        let resp = sender
+            .send_request(req)
+            .await
+            .map_err(|e| format!("request failed: {e}"));
+        let out = match resp {
+            Ok(resp) => {
+                let (status, headers) = (resp.status().as_u16(), resp.headers().clone());
+                let body = resp.into_body().collect().await.map_err(|e| e.to_string());
+                body.map(|b| Resp {
+                    status,
+                    headers,
+                    body: b.to_bytes(),
+                })
+            }
+            Err(e) => Err(e),
+        };
+        driver.abort();
+        out
+    })
+    .await
+}
+
 /// An HTTP/1.1 keep-alive connection.
 /// Dropping it closes the socket (aborts the connection task), like a client going away.
 pub struct H1Conn {
@@ -350,4 +394,45 @@ impl H2Conn {
             Ok(Ok(Ok(()))) => Ok(()),
         }
     }
+}
+
+/// The module's control listener at `[::1]:control` with its RBAC rule refusing this client:
+/// `/drain` gets the rule's 403, the probes' paths (`/ready`, `/drain/status`) answer 200, and no
+/// drain started.
+pub async fn assert_drain_refused_probes_open(control: u16) {
+    let (status, body) = request_v6(control, "POST", "/drain?wait=false")
+        .await
+        .unwrap();
+    assert_eq!((status, body.as_str()), (403, "RBAC: access denied"));
+    for path in ["/ready", "/drain/status"] {
+        assert_eq!(
+            status_v6(control, path).await,
+            Ok(200),
+            "{path} open to anyone"
+        );
+    }
+    let (_, st) = request_v6(control, "GET", "/drain/status").await.unwrap();
+    assert!(
+        st.contains("\"state\":\"serving\""),
+        "no drain started: {st}"
+    );
+}
+
+/// Wait (bounded) until readiness says the drain started: the module's `/ready` on the control
+/// listener (`[::1]:control`) and the platform's own check (`GET /ready` on `platform`, the
+/// admin's answer through a platform listener; the module failed Envoy's health checks) both
+/// answer 503.
+pub async fn wait_not_ready(control: u16, platform: u16) {
+    super::eventually("readiness 503", Duration::from_secs(3), || async {
+        (status_v6(control, "/ready").await == Ok(503)).then_some(())
+    })
+    .await;
+    super::eventually(
+        "the platform's /ready 503",
+        Duration::from_secs(3),
+        || async {
+            (get(platform, "/ready").await.ok().map(|r| r.status) == Some(503)).then_some(())
+        },
+    )
+    .await;
 }

@@ -673,6 +673,34 @@ impl Envoy {
             .and_then(|v| v.trim().parse().ok())
     }
 
+    /// Wait for the exit of a drain without the HTTP filter (bootstrap-only: Envoy's own counts)
+    /// that started at `t0`, and check it came by the drain's rules: a clean exit, not before
+    /// `min_drain` nor before the last request ended (`last_done`), and, as the module measured
+    /// it from its start on its own clock (this test's scheduling only makes the bound later),
+    /// not later than `quiet` after the last request started (`last_start`) plus the polling
+    /// slack of Envoy's counters (700 ms). Returns the exit time.
+    pub async fn wait_exit_by_the_drain_rules(
+        &mut self,
+        what: &str,
+        t0: Instant,
+        [min_drain, quiet]: [Duration; 2],
+        last_start: Instant,
+        last_done: Instant,
+    ) -> Instant {
+        let (status, at) = self.wait_exit(Duration::from_secs(10)).await;
+        assert!(status.success(), "{what}: {status}");
+        let earliest = (t0 + min_drain).max(last_done);
+        assert!(at >= earliest, "{what}: exited {:?} early", earliest - at);
+        let latest = earliest.max(last_start + quiet) + Duration::from_millis(700);
+        let (reported, timed_out) = self.reported_drain();
+        assert!(
+            !timed_out && reported <= latest - t0,
+            "{what}: drain ended after {reported:?} (timed out: {timed_out}), allowed {:?}",
+            latest - t0
+        );
+        at
+    }
+
     /// The drain's duration as the module logged it at completion (its own clock, from the drain
     /// start to the completion: neither the test's nor the process's scheduling delays count),
     /// and whether the timeout ended it. Panics if the log has no completion.

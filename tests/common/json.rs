@@ -52,3 +52,54 @@ pub fn duration(v: &Value) -> Duration {
 pub fn hcm(listener: &Value) -> &Value {
     &listener["filter_chains"][0]["filters"][0]["typed_config"]
 }
+
+/// The command-line arguments kubelet gives container `c` (a Kubernetes container spec as
+/// JSON): each `args` item is one argument, `$(NAME)` expanded from the container's env as
+/// Kubernetes expands it. Env values from `fieldRef` take their value from `field_refs`
+/// (`("metadata.namespace", "projectcontour")`); any other source fails the test.
+pub fn container_args(c: &Value, field_refs: &[(&str, &str)]) -> Vec<String> {
+    let env: Vec<(String, String)> = c["env"]
+        .as_array()
+        .map(|e| {
+            e.iter()
+                .map(|v| {
+                    let name = v["name"].as_str().expect("env name").to_string();
+                    let value = match v["value"].as_str() {
+                        Some(value) => value.to_string(),
+                        None => {
+                            let field = v["valueFrom"]["fieldRef"]["fieldPath"]
+                                .as_str()
+                                .unwrap_or_else(|| panic!("env {name}: not a value or fieldRef"));
+                            let (_, value) = field_refs
+                                .iter()
+                                .find(|(f, _)| *f == field)
+                                .unwrap_or_else(|| panic!("env {name}: no value for {field}"));
+                            value.to_string()
+                        }
+                    };
+                    (name, value)
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    items(&c["args"], "args")
+        .iter()
+        .map(|a| {
+            let mut a = a.as_str().expect("string args").to_string();
+            for (name, value) in &env {
+                a = a.replace(&format!("$({name})"), value);
+            }
+            assert!(!a.contains("$("), "unexpanded variable in {a:?}");
+            a
+        })
+        .collect()
+}
+
+/// The value after `--config-yaml` in Envoy's arguments (what a kit adds), parsed.
+pub fn config_yaml(args: &[String]) -> Value {
+    let at = args
+        .iter()
+        .position(|a| a == "--config-yaml")
+        .expect("--config-yaml in Envoy's arguments");
+    super::tools::yaml(&args[at + 1])
+}
