@@ -11,7 +11,7 @@ use crate::bootstrap::{Engine, EngineHost, ShutdownRelease};
 use crate::config::BootstrapConfig;
 use crate::drain::{Phase, IN_FLIGHT_RECHECK};
 use crate::registry::Counts;
-use crate::state::Shared;
+use crate::state::{NotWork, Shared};
 use crate::stats_scan::{DrainTiming, EnvoyView, Pass, ScanSource, Scanner, StatSums};
 use crate::threads::Threads;
 use std::cell::RefCell;
@@ -110,6 +110,8 @@ impl ScanSource for Arc<StatsStore> {
     fn scan(&self, pass: Pass) -> Option<u64> {
         let source = self.source();
         let mut sums = StatSums::new(pass, &self.ignored_stat_prefixes);
+        let counters = &self.env.shared.counters;
+        let before = counters.not_work_now();
         if !source
             .as_ref()?
             .visit(pass, &mut |name, value| sums.add(name, value))
@@ -118,8 +120,8 @@ impl ScanSource for Arc<StatsStore> {
         }
         drop(source);
         // Less what the module knows is not work (health checks it recognised, requests to its
-        // control listeners such as a waiting /drain), taken at the same moment as the pass.
-        Some(sums.total_less(self.env.shared.counters.not_work()))
+        // control listeners such as a waiting /drain) and the pass certainly counted.
+        Some(sums.total_less(NotWork::within(before, counters.not_work_now())))
     }
 
     fn own_counts(&self) -> Counts {
@@ -474,7 +476,7 @@ fn start_fallback_ticker(env: Env) {
 mod tests {
     use super::*;
     use crate::state::tests::fixture;
-    use crate::state::Stat;
+    use crate::state::{Counters, Stat};
     use std::cell::{Cell, RefCell};
     use std::rc::Rc;
     use std::sync::atomic::{AtomicU64, Ordering};
@@ -541,6 +543,59 @@ mod tests {
 
     const FAST: &[u8] =
         br#"{"min_drain_duration": "50ms", "quiet_period": "0s", "drain_timeout": "5s"}"#;
+
+    /// A gauge pass during which control requests start and end (kubelet's probes, a waiting
+    /// `/drain`), one data request in flight all along: the figure never falls below it.
+    /// Taking off the control requests counted at the end of the pass, as before, gave 0 when a
+    /// probe started after the pass had read the control listener's gauge: the drain saw nothing
+    /// in flight and could complete, cutting that request.
+    #[test]
+    fn control_requests_starting_during_a_pass_never_hide_a_request_in_flight() {
+        /// Reads the control listener's gauge as `control`, then runs `during` (on the module's
+        /// counters), then reads the data listener's gauge: one request in flight.
+        struct Racing {
+            control: u64,
+            shared: &'static Shared,
+            during: fn(&Counters),
+        }
+        impl StatsSource for Racing {
+            fn visit(&self, _: Pass, stat: &mut dyn FnMut(&[u8], u64)) -> bool {
+                stat(b"http.control.downstream_rq_active", self.control);
+                (self.during)(&self.shared.counters);
+                stat(b"http.ingress.downstream_rq_active", 1);
+                true
+            }
+        }
+        let (env, _) = env!();
+        let gauges = |control: u64, during: fn(&Counters)| {
+            let store = Arc::new(StatsStore {
+                source: Mutex::new(Some(Arc::new(Racing {
+                    control,
+                    shared: env.shared,
+                    during,
+                }))),
+                ignored_stat_prefixes: vec!["admin".to_string()],
+                env: Env {
+                    shared: env.shared,
+                    threads: env.threads,
+                    to_main_thread: env.to_main_thread,
+                },
+            });
+            store.scan(Pass::Gauges).expect("the pass")
+        };
+        // A probe arrives after the pass read the control listener's gauge (0 then).
+        assert_eq!(gauges(0, |c| c.control_started()), 1, "a probe arriving");
+        // It is answered (its count ends) while a second pass reads it in Envoy's gauge.
+        assert_eq!(
+            gauges(1, |c| c.control_ended()),
+            2,
+            "a probe ending: counted, safe"
+        );
+        // A waiting /drain in flight all through a pass is taken off.
+        env.shared.counters.control_started();
+        assert_eq!(gauges(1, |_| {}), 1, "a waiting /drain is not work");
+        env.shared.counters.control_ended();
+    }
 
     #[test]
     fn a_bad_config_and_a_second_engine_are_refused() {

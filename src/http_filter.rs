@@ -360,15 +360,17 @@ impl ControlStream {
         match route(&method, &path) {
             Route::Ready => {
                 if !shared.is_ready() {
-                    host.send_response(503, &[TEXT], b"draining\n")
+                    self.respond(host, shared, 503, &[TEXT], b"draining\n")
                 } else {
-                    host.send_response(200, &[TEXT], b"ready\n")
+                    self.respond(host, shared, 200, &[TEXT], b"ready\n")
                 }
             }
-            Route::Status => host.send_response(200, &[JSON], &status_body(shared)),
-            Route::Drain { .. } if !self.authorized(host) => {}
+            Route::Status => self.respond(host, shared, 200, &[JSON], &status_body(shared)),
+            Route::Drain { .. } if !self.authorized(host, shared) => {}
             Route::Drain { wait } => match shared.start_drain(Trigger::ControlEndpoint) {
-                StartResult::NoEngine => host.send_response(
+                StartResult::NoEngine => self.respond(
+                    host,
+                    shared,
                     503,
                     &[JSON],
                     &error_body(
@@ -377,29 +379,41 @@ impl ControlStream {
                     ),
                 ),
                 StartResult::Started | StartResult::AlreadyStarted if !wait => {
-                    host.send_response(202, &[JSON], &status_body(shared))
+                    self.respond(host, shared, 202, &[JSON], &status_body(shared))
                 }
                 StartResult::Started | StartResult::AlreadyStarted => {
                     let Some(waker) = host.new_waker() else {
-                        host.send_response(500, &[JSON], &error_body("cannot wait: no scheduler"));
+                        self.respond(
+                            host,
+                            shared,
+                            500,
+                            &[JSON],
+                            &error_body("cannot wait: no scheduler"),
+                        );
                         return HeadersAction::Stop;
                     };
                     self.waker = Some(waker);
                     match shared.waiters.register(waker) {
-                        Wait::AlreadyDone => host.send_response(200, &[JSON], &status_body(shared)),
+                        Wait::AlreadyDone => {
+                            self.respond(host, shared, 200, &[JSON], &status_body(shared))
+                        }
                         Wait::Waiting(id) => self.waiter = Some(id),
                     }
                 }
             },
-            Route::MethodNotAllowed { allow } => host.send_response(
+            Route::MethodNotAllowed { allow } => self.respond(
+                host,
+                shared,
                 405,
                 &[TEXT, ("allow", allow)],
                 format!("method not allowed; allowed: {allow}\n").as_bytes(),
             ),
             Route::BadRequest(reason) => {
-                host.send_response(400, &[TEXT], format!("{reason}\n").as_bytes())
+                self.respond(host, shared, 400, &[TEXT], format!("{reason}\n").as_bytes())
             }
-            Route::NotFound => host.send_response(
+            Route::NotFound => self.respond(
+                host,
+                shared,
                 404,
                 &[TEXT],
                 b"not found; control endpoints: /ready, /drain/status, /drain\n",
@@ -410,13 +424,15 @@ impl ControlStream {
 
     /// With a drain token configured, `/drain` needs `Authorization: Bearer <token>`. Answers
     /// 401/403 itself when the check fails. The token is never echoed or logged.
-    fn authorized(&self, host: &impl StreamHost) -> bool {
+    fn authorized(&mut self, host: &impl StreamHost, shared: &Shared) -> bool {
         let Some(token) = &self.token else {
             return true;
         };
         match host.request_header("authorization") {
             None => {
-                host.send_response(
+                self.respond(
+                    host,
+                    shared,
                     401,
                     &[
                         TEXT,
@@ -429,7 +445,7 @@ impl ControlStream {
             Some(v) if token.accepts(&v) => true,
             Some(_) => {
                 log::warn!("graceful_drain: /drain refused: wrong token");
-                host.send_response(403, &[TEXT], b"wrong drain token\n");
+                self.respond(host, shared, 403, &[TEXT], b"wrong drain token\n");
                 false
             }
         }
@@ -437,14 +453,34 @@ impl ControlStream {
 
     fn on_scheduled(&mut self, host: &impl StreamHost, shared: &Shared, event: u64) {
         if event == EVENT_DRAIN_DONE && self.waiter.take().is_some() {
-            host.send_response(200, &[JSON], &status_body(shared));
+            self.respond(host, shared, 200, &[JSON], &status_body(shared));
+        }
+    }
+
+    /// Answer the request: its count as not work ends first, so it always ends inside Envoy's
+    /// own count of the stream (which Envoy ends when the stream completes, before the filters
+    /// hear of it: a stats pass must never take off a request Envoy no longer counts;
+    /// `crate::state::NotWork::within`).
+    fn respond(
+        &mut self,
+        host: &impl StreamHost,
+        shared: &Shared,
+        status: u32,
+        headers: &[(&str, &str)],
+        body: &[u8],
+    ) {
+        self.uncount(shared);
+        host.send_response(status, headers, body)
+    }
+
+    fn uncount(&mut self, shared: &Shared) {
+        if std::mem::replace(&mut self.counted, false) {
+            shared.counters.control_ended();
         }
     }
 
     fn finish(&mut self, sink: &impl StreamSink, shared: &Shared) {
-        if std::mem::replace(&mut self.counted, false) {
-            shared.counters.control_ended();
-        }
+        self.uncount(shared);
         let mut ours = true;
         if let Some(id) = self.waiter.take() {
             // After this the completion never commits to our waker (safe to destroy it), unless

@@ -260,6 +260,7 @@ pub struct Counters {
     health_checks: AtomicU64,
     control_started: AtomicU64,
     control_active: AtomicI64,
+    control_ended: AtomicU64,
     /// What the start-time check of `admin_address` found ([`AdminCheck`] as u8).
     admin_check: AtomicU8,
 }
@@ -276,6 +277,7 @@ impl Counters {
             health_checks: AtomicU64::new(0),
             control_started: AtomicU64::new(0),
             control_active: AtomicI64::new(0),
+            control_ended: AtomicU64::new(0),
             admin_check: AtomicU8::new(0),
         }
     }
@@ -312,6 +314,7 @@ impl Counters {
     }
     pub fn control_ended(&self) {
         self.control_active.fetch_sub(1, Ordering::Relaxed);
+        self.control_ended.fetch_add(1, Ordering::Relaxed);
     }
     pub fn set_admin_check(&self, c: AdminCheck) {
         self.admin_check.store(c as u8, Ordering::Relaxed);
@@ -327,12 +330,57 @@ impl Counters {
     }
     /// Requests not work: (started so far, in flight now).
     pub fn not_work(&self) -> (u64, u64) {
-        let started = self.health_checks.load(Ordering::Relaxed)
-            + self.control_started.load(Ordering::Relaxed);
-        (
+        let n = self.not_work_now();
+        (n.started, n.active)
+    }
+
+    /// Requests not work at one moment, for a stats pass to take before and after it
+    /// ([`NotWork::within`]). Ended is read first: a request that ends between the reads is then
+    /// counted as ended, never as still in flight.
+    pub fn not_work_now(&self) -> NotWork {
+        let ended = self.control_ended.load(Ordering::SeqCst);
+        let active = self.control_active.load(Ordering::SeqCst).max(0) as u64;
+        let started =
+            self.health_checks.load(Ordering::SeqCst) + self.control_started.load(Ordering::SeqCst);
+        NotWork {
             started,
-            self.control_active.load(Ordering::Relaxed).max(0) as u64,
-        )
+            active,
+            ended,
+        }
+    }
+}
+
+/// The module's requests that are not work (health checks it recognised, requests to its control
+/// listeners), at one moment ([`Counters::not_work_now`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct NotWork {
+    /// Started so far.
+    pub started: u64,
+    /// Control requests in flight.
+    pub active: u64,
+    /// Control requests ended so far.
+    pub ended: u64,
+}
+
+impl NotWork {
+    /// What to take off the figure of a pass over Envoy's stats made between `before` and
+    /// `after`: `(started, in flight)`, each erring on the side that holds a drain. Envoy counts a
+    /// request in `downstream_rq_total` and `downstream_rq_active` when it creates the stream,
+    /// before any filter sees it, and takes it off `downstream_rq_active` before the filters hear
+    /// the stream end (`src/ffi/ENVOY_FACTS.md` §6); the control filter ends its count before it
+    /// answers (`http_filter::ControlStream::respond`).
+    /// - In flight: a control request in flight before the pass and not ended by its end was in
+    ///   `downstream_rq_active` all through it; one that started or ended during the pass may or
+    ///   may not be in what the pass read, so it is not taken off (the drain may hold a little
+    ///   longer, never complete early). Taking off what was in flight at the end of the pass
+    ///   instead let a readiness probe arriving during a gauge pass hide a request in flight.
+    /// - Started: what the module counted by the end of the pass. One it counted during the pass
+    ///   after the pass read Envoy's counter makes this pass's figure lower and the next one's
+    ///   higher: a start seen (the drain holds), never one hidden. (Taken before the pass, a start
+    ///   counted during it would lower the next figure and could cancel a real start.)
+    pub fn within(before: NotWork, after: NotWork) -> (u64, u64) {
+        let ended_during = after.ended.saturating_sub(before.ended);
+        (after.started, before.active.saturating_sub(ended_during))
     }
 }
 

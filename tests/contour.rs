@@ -301,7 +301,8 @@ fn the_fixtures_are_contour_s_own_release_files() {
     }
 }
 
-/// Valid for the Kubernetes schemas; Contour's objects stay Contour's but for the Envoy pod:
+/// Over Contour v1.33.6's Envoy DaemonSet: valid for the Kubernetes schemas; Contour's objects
+/// stay Contour's but for the Envoy pod:
 /// the shutdown-manager sidecar gone, and in the envoy container only what the module needs.
 #[test]
 fn the_kit_changes_only_how_contour_s_envoy_pod_stops() {
@@ -358,6 +359,9 @@ fn the_kit_changes_only_how_contour_s_envoy_pod_stops() {
         json!({"path": "/ready", "port": "drain-control"})
     );
     assert_eq!(c["readinessProbe"]["failureThreshold"], 1);
+    // Liveness: none, as Contour has none: nothing restarts a draining Envoy (a probe on the
+    // admin's /ready would, since the drain fails it).
+    assert!(sc["livenessProbe"].is_null() && c["livenessProbe"].is_null());
     let startup = &c["startupProbe"]["httpGet"];
     assert_eq!(
         (&startup["path"], &startup["port"]),
@@ -408,7 +412,7 @@ fn the_kit_changes_only_how_contour_s_envoy_pod_stops() {
     }
 }
 
-/// The module's pieces Envoy adds to Contour's bootstrap: the drain engine with the admin where
+/// The module's pieces Envoy adds to Contour v1.33.6's bootstrap: the drain engine with the admin where
 /// Contour's bootstrap puts it (a unix socket in the volume Envoy's container mounts) and
 /// Contour's own admin and stats listeners ignored; a control listener whose name and port no
 /// Contour listener has, the same listener as the Kourier kit's (whose tests show its RBAC rule
@@ -483,7 +487,7 @@ fn the_kit_s_bootstrap_pieces_fit_contour_s_bootstrap() {
     assert_eq!(hcm(&k)["route_config"], hcm(control)["route_config"]);
 }
 
-/// Kubelet's command line for Envoy (Contour's arguments and the kit's) over Contour's
+/// Kubelet's command line for Envoy (Contour v1.33.6's arguments and the kit's) over Contour's
 /// bootstrap validates with the module, and not without it.
 #[test]
 fn the_envoy_command_line_validates_with_the_module() {
@@ -796,8 +800,8 @@ fn steady_client(port: u16) -> tokio::task::JoinHandle<Steady> {
     })
 }
 
-/// SIGTERM (kubelet's stop: the kit leaves no preStop) with HTTP/1.1 and HTTP/2 requests in
-/// flight, a client that keeps sending, late requests and idle keep-alive connections: every
+/// Contour v1.33.6's Envoy with the kit. SIGTERM (kubelet's stop: the kit leaves no preStop)
+/// with HTTP/1.1 and HTTP/2 requests in flight, a client that keeps sending, late requests and idle keep-alive connections: every
 /// request is answered, the busy connections are told to go, the probes say what kubelet must
 /// see, and Envoy exits by the drain's rules, not waiting for the idle connections.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -922,7 +926,7 @@ fn readiness_detection(c: &Value) -> Duration {
     Duration::from_secs(period * threshold)
 }
 
-/// Contour's stock pod (the shutdown-manager, and Envoy's preStop waiting for it) run the same
+/// Contour v1.33.6's stock pod (the shutdown-manager, and Envoy's preStop waiting for it) run the same
 /// way, its sequence reproduced from Contour's source: an idle keep-alive connection holds it
 /// (failing health checks tells only connections that send a request; Envoy closes an idle one
 /// at its idle timeout, which Contour leaves at Envoy's default, 1 h: in practice the pod's
