@@ -16,9 +16,11 @@ mod common;
 use common::clients::{self, status_v6, unix_request, H1Conn, H2Conn};
 use common::envoy::{module_dir, validate_args, Envoy, Options, TempDir};
 use common::json::{config_yaml, container_args, duration, hcm, items, module_settings, named};
-use common::tools::{kubernetes_validate, kustomize, relative, temp_file, yaml, yaml_docs};
+use common::tools::{
+    checked_fixture_sources, kubernetes_validate, kustomize, relative, temp_file, yaml, yaml_docs,
+};
 use common::upstream::Upstream;
-use common::{eventually, free_ports, repo_root, sha256};
+use common::{eventually, free_ports, repo_root};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
@@ -242,33 +244,10 @@ fn local_args(args: &[String], bootstrap: &Path) -> Vec<String> {
 #[test]
 fn the_fixtures_are_contour_s_own_release_files() {
     let dir = repo_root().join("tests/fixtures/contour");
-    let sources = std::fs::read_to_string(dir.join("SOURCES")).unwrap();
     let mut checked = Vec::new();
-    for line in sources
-        .lines()
-        .filter(|l| !l.starts_with('#') && !l.is_empty())
-    {
-        let f: Vec<&str> = line.split_whitespace().collect();
-        let [tag, commit, path, id, file] = f[..] else {
-            panic!("bad SOURCES line: {line}")
-        };
-        assert_eq!(tag, RELEASE, "{line}");
-        assert_eq!(commit.len(), 40, "{line}");
-        let got = match id.split_once(':') {
-            Some(("blob", _)) => {
-                let out = std::process::Command::new("git")
-                    .arg("hash-object")
-                    .arg(dir.join(file))
-                    .output()
-                    .expect("git hash-object");
-                assert!(out.status.success());
-                format!("blob:{}", String::from_utf8_lossy(&out.stdout).trim())
-            }
-            Some(("sha256", _)) => format!("sha256:{}", sha256(&dir.join(file))),
-            _ => panic!("bad id in {line}"),
-        };
-        assert_eq!(got, id, "{file} is not what {path} of {tag} gives");
-        checked.push(file.to_string());
+    for f in checked_fixture_sources(&dir) {
+        assert_eq!(f.tag, RELEASE, "{f:?}");
+        checked.push(f.fixture);
     }
     checked.sort();
     assert_eq!(

@@ -23,10 +23,10 @@ use common::clients::{self, H1Conn, H2Conn};
 use common::envoy::{envoy_bin, expected_envoy_version, minor_of, module_dir, Envoy, Options};
 use common::envoy::{Settings, TempDir};
 use common::json::{duration, hcm, items, module_settings, named};
+use common::tools::{checked_fixture_sources, temp_file, yaml, yaml_docs};
 use common::tools::{
     json_schema_validate, kubernetes_validate, kustomize, kustomize_with_components, run,
 };
-use common::tools::{temp_file, yaml, yaml_docs};
 use common::upstream::Upstream;
 use common::{eventually, free_ports, repo_root};
 use serde_json::{json, Value};
@@ -180,29 +180,10 @@ fn objects(k: &Kit) -> Vec<String> {
 /// each schema names the CRD it was cut from.
 #[test]
 fn the_fixtures_are_envoy_gateway_s_own_release_files() {
-    let sources = std::fs::read_to_string(repo_root().join(FIXTURES).join("SOURCES")).unwrap();
-    let mut tags = Vec::new();
-    for line in sources
-        .lines()
-        .filter(|l| !l.starts_with('#') && !l.is_empty())
-    {
-        let f: Vec<&str> = line.split_whitespace().collect();
-        let [tag, commit, path, blob, fixture] = f[..] else {
-            panic!("bad SOURCES line: {line}")
-        };
-        assert_eq!(commit.len(), 40, "{line}");
-        let out = Command::new("git")
-            .arg("hash-object")
-            .arg(repo_root().join(FIXTURES).join(fixture))
-            .output()
-            .expect("git hash-object");
-        assert_eq!(
-            String::from_utf8_lossy(&out.stdout).trim(),
-            blob,
-            "{fixture} is not {path} of {tag}"
-        );
-        tags.push(tag);
-    }
+    let tags: Vec<String> = checked_fixture_sources(&repo_root().join(FIXTURES))
+        .into_iter()
+        .map(|f| f.tag)
+        .collect();
     assert_eq!(tags, EG_RELEASES);
     for release in EG_RELEASES {
         for kind in ["EnvoyProxy", "EnvoyExtensionPolicy", "EnvoyPatchPolicy"] {

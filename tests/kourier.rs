@@ -15,7 +15,9 @@ mod common;
 use common::clients::{self, status_v6, H1Conn, H2Conn};
 use common::envoy::{module_dir, validate_args, Envoy, Options, TempDir};
 use common::json::{config_yaml, container_args, duration, hcm, items, module_settings, named};
-use common::tools::{kubernetes_validate, kustomize, relative, temp_file, yaml, yaml_docs};
+use common::tools::{
+    checked_fixture_sources, kubernetes_validate, kustomize, relative, temp_file, yaml, yaml_docs,
+};
 use common::upstream::Upstream;
 use common::{eventually, free_ports, repo_root};
 use serde_json::{json, Value};
@@ -159,30 +161,11 @@ fn endpoint_address(cluster: &mut Value) -> &mut Value {
 /// release, and the kit names the newest release's manifest as its base.
 #[test]
 fn the_fixtures_are_kourier_s_own_release_files() {
-    let sources = std::fs::read_to_string(fixtures().join("SOURCES")).unwrap();
     let mut tags = Vec::new();
-    for line in sources
-        .lines()
-        .filter(|l| !l.starts_with('#') && !l.is_empty())
-    {
-        let f: Vec<&str> = line.split_whitespace().collect();
-        let [tag, commit, path, blob, fixture] = f[..] else {
-            panic!("bad SOURCES line: {line}")
-        };
-        assert!(commit.len() == 40 && path.starts_with("config/"), "{line}");
-        let out = std::process::Command::new("git")
-            .arg("hash-object")
-            .arg(fixtures().join(fixture))
-            .output()
-            .expect("git hash-object");
-        assert!(out.status.success());
-        assert_eq!(
-            String::from_utf8_lossy(&out.stdout).trim(),
-            blob,
-            "{fixture} is not {path} of {tag}"
-        );
-        if !tags.contains(&tag) {
-            tags.push(tag);
+    for f in checked_fixture_sources(&fixtures()) {
+        assert!(f.path.starts_with("config/"), "{f:?}");
+        if !tags.contains(&f.tag) {
+            tags.push(f.tag);
         }
     }
     assert_eq!(tags, [NEWEST, OLDER]);

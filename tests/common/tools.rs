@@ -158,3 +158,50 @@ pub fn kustomize_with_components(base: &Path, components: &[&str]) -> String {
     std::fs::write(dir.0.join("kustomization.yaml"), k).unwrap();
     kustomize(&dir.0)
 }
+
+/// One line of a platform fixtures' `SOURCES` file: the release tag and commit a fixture comes
+/// from, the file's path in the platform's repository, and how the fixture is checked against it
+/// (`blob:<git blob id>`: the file as it is; `sha256:<digest>`: a part cut from it, as the
+/// script named in the file's header writes it).
+#[derive(Debug)]
+pub struct FixtureSource {
+    pub tag: String,
+    pub commit: String,
+    pub path: String,
+    pub fixture: String,
+}
+
+/// Every line of `dir/SOURCES`, each fixture checked against its recorded id (a mismatch
+/// fails the test, naming the file and the release).
+pub fn checked_fixture_sources(dir: &Path) -> Vec<FixtureSource> {
+    let sources = std::fs::read_to_string(dir.join("SOURCES")).expect("SOURCES");
+    let mut out = Vec::new();
+    for line in sources
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+    {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        let [tag, commit, path, id, fixture] = f[..] else {
+            panic!("bad SOURCES line: {line}")
+        };
+        assert_eq!(commit.len(), 40, "{line}");
+        let file = dir.join(fixture);
+        let got = match id.split_once(':') {
+            Some(("blob", _)) => {
+                let (ok, text) = run(Command::new("git").arg("hash-object").arg(&file));
+                assert!(ok, "git hash-object {}: {text}", file.display());
+                format!("blob:{}", text.trim())
+            }
+            Some(("sha256", _)) => format!("sha256:{}", super::sha256(&file)),
+            _ => panic!("bad id in SOURCES line: {line}"),
+        };
+        assert_eq!(got, id, "{fixture} is not what {path} of {tag} gives");
+        out.push(FixtureSource {
+            tag: tag.to_string(),
+            commit: commit.to_string(),
+            path: path.to_string(),
+            fixture: fixture.to_string(),
+        });
+    }
+    out
+}
