@@ -1135,6 +1135,19 @@ const ROUTES: [&str; 2] = ["covered", "uncovered"];
 const BUFFER_FILTER: &str = "envoy.filters.http.buffer/backendtrafficpolicy/default/buffer";
 const BUFFER_LIMIT: u64 = 1024;
 
+/// A covered route's POST with a body twice EG's buffer filter's limit, on a connection of its
+/// own: the answer as the client reads it.
+async fn upload_over_the_buffer_limit(http: u16) -> clients::Answer {
+    let big = format!(
+        "POST /covered/upload HTTP/1.1\r\nhost: x\r\ncontent-length: {n}\r\n\r\n{}",
+        "x".repeat(2 * BUFFER_LIMIT as usize),
+        n = 2 * BUFFER_LIMIT
+    );
+    clients::exchange_at("127.0.0.1", http, big.as_bytes())
+        .await
+        .unwrap()
+}
+
 /// Write LDS, RDS, CDS and EDS files shaped as EG's translator writes its resources for the
 /// Gateway `default/eg` with one HTTP listener; returns the LDS and CDS paths.
 fn write_eg_xds(
@@ -1622,27 +1635,13 @@ async fn kit_drains_an_eg_gateway_without_losing_a_request() {
     envoy.wait_active(4).await;
 
     // EG's buffer filter answers an over-limit body 413 itself.
-    let big = format!(
-        "POST /covered/upload HTTP/1.1\r\nhost: x\r\ncontent-length: {n}\r\n\r\n{}",
-        "x".repeat(2 * BUFFER_LIMIT as usize),
-        n = 2 * BUFFER_LIMIT
-    );
-    let a = clients::exchange_at("127.0.0.1", http, big.as_bytes())
-        .await
-        .unwrap();
+    let a = upload_over_the_buffer_limit(http).await;
     assert_eq!(a.status, 413, "{}", a.head);
     // Kubelet: no preStop hook on the envoy container any more, so SIGTERM at once.
     let t0 = Instant::now();
     envoy.sigterm();
-    eventually("control /ready 503", Duration::from_secs(3), || async {
-        (status6(control, "/ready").await == Some(503)).then_some(())
-    })
-    .await;
     // EG's readiness listener turns 503 too: the drain engine failed Envoy's health checks.
-    eventually("EG's /ready 503", Duration::from_secs(3), || async {
-        (status(ready, "/ready").await == Some(503)).then_some(())
-    })
-    .await;
+    clients::wait_not_ready(control, ready).await;
     // The liveness probe keeps passing: a draining Envoy is not restarted.
     assert_eq!(status6(control, "/drain/status").await, Some(200));
     // A late request (a load balancer not yet updated) is served and told to go.
@@ -1654,14 +1653,7 @@ async fn kit_drains_an_eg_gateway_without_losing_a_request() {
         .stat("graceful_drain.requests_served_while_draining")
         .await
         .unwrap();
-    let big = format!(
-        "POST /covered/upload HTTP/1.1\r\nhost: x\r\ncontent-length: {n}\r\n\r\n{}",
-        "x".repeat(2 * BUFFER_LIMIT as usize),
-        n = 2 * BUFFER_LIMIT
-    );
-    let a = clients::exchange_at("127.0.0.1", http, big.as_bytes())
-        .await
-        .unwrap();
+    let a = upload_over_the_buffer_limit(http).await;
     assert_eq!(a.status, 413, "{}", a.head);
     assert!(
         a.head.to_ascii_lowercase().contains("connection: close"),

@@ -472,14 +472,7 @@ async fn try_read_http1_response(tcp: &mut TcpStream) -> Result<String, String> 
     loop {
         let text = String::from_utf8_lossy(&buf).to_string();
         if let Some(end) = text.find("\r\n\r\n") {
-            let len = text[..end]
-                .lines()
-                .find_map(|l| {
-                    let (k, v) = l.split_once(':')?;
-                    k.eq_ignore_ascii_case("content-length")
-                        .then(|| v.trim().parse::<usize>().ok())?
-                })
-                .unwrap_or(0);
+            let len = clients::content_length(&text[..end]);
             if buf.len() >= end + 4 + len {
                 return Ok(text);
             }

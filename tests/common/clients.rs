@@ -129,6 +129,17 @@ pub async fn raw_exchange_at(ip: &str, port: u16, request: &[u8]) -> Result<Vec<
     .await
 }
 
+/// The `content-length` of an HTTP/1.1 response head (0 without one).
+pub fn content_length(head: &str) -> usize {
+    head.lines()
+        .find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            k.eq_ignore_ascii_case("content-length")
+                .then(|| v.trim().parse::<usize>().ok())?
+        })
+        .unwrap_or(0)
+}
+
 /// An answer read by [`exchange_at`]: its status, head and body.
 pub struct Answer {
     pub status: u16,
@@ -156,14 +167,7 @@ pub async fn exchange_at(ip: &str, port: u16, request: &[u8]) -> Result<Answer, 
         loop {
             let text = String::from_utf8_lossy(&answer).to_string();
             if let Some((head, body)) = text.split_once("\r\n\r\n") {
-                let length = head
-                    .lines()
-                    .find_map(|l| {
-                        let (k, v) = l.split_once(':')?;
-                        k.eq_ignore_ascii_case("content-length")
-                            .then(|| v.trim().parse::<usize>().ok())?
-                    })
-                    .unwrap_or(0);
+                let length = content_length(head);
                 if body.len() >= length {
                     let status = head
                         .split(' ')
