@@ -199,6 +199,10 @@ pub struct Registry {
     /// call): still counted here, exactly, and sent away at their response instead.
     overflow_started: AtomicU64,
     overflow_ended: AtomicU64,
+    /// Requests ended by [`Registry::give_back`]: counted before their ends (`begun`) and
+    /// after (`done`), see there.
+    given_back_begun: AtomicU64,
+    given_back_done: AtomicU64,
     /// Rounds that ends spent waiting for a scan holding their waker: lets a test hold its scan
     /// until an end is really waiting for it. Test builds only (a plain std atomic, outside
     /// loom's model).
@@ -207,7 +211,7 @@ pub struct Registry {
 }
 
 /// A consistent-enough reading of the counts for the drain engine.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Counts {
     /// Started minus ended. Negative only if the accounting is broken (a double end).
     pub active: i64,
@@ -215,6 +219,12 @@ pub struct Counts {
     pub last_start: u64,
     /// Requests started so far (wrapping).
     pub started: u64,
+    /// Requests given back so far ([`Registry::give_back`]) whose ends had *completed* before
+    /// `active` was read (read first): a count taken with `active` excludes all of them.
+    pub given_back_before: u64,
+    /// Requests given back so far whose ends had *begun* by the time the reading ended (read
+    /// last): every give-back missing from `active` is in it.
+    pub given_back: u64,
 }
 
 /// Table size, for the status report (memory stays bounded by the peak concurrency).
@@ -248,6 +258,8 @@ impl Registry {
             draining: AtomicBool::new(false),
             overflow_started: AtomicU64::new(0),
             overflow_ended: AtomicU64::new(0),
+            given_back_begun: AtomicU64::new(0),
+            given_back_done: AtomicU64::new(0),
             #[cfg(test)]
             busy_waits: std::sync::atomic::AtomicUsize::new(0),
         };
@@ -596,8 +608,23 @@ impl Registry {
         visited
     }
 
+    /// End `n` requests that Envoy may still be serving (`end` ends their tickets): what
+    /// counts them instead, Envoy's gauges, was read with them counted here, so a reader that
+    /// adds Envoy's excess to `active` must add these back until a gauge pass read after their
+    /// ends ([`Counts::given_back_before`] at its start) includes them
+    /// ([`crate::stats_scan::EnvoyStatsCache::view`]). Counted before and after the ends, so
+    /// that neither reading can miss one: a reading whose `active` lacks one has it in
+    /// `given_back`; a pass baseline (`given_back_before`) holds only ends its `active` lacks.
+    pub fn give_back(&self, n: u64, end: impl FnOnce()) {
+        self.given_back_begun.fetch_add(n, Ordering::SeqCst);
+        end();
+        self.given_back_done.fetch_add(n, Ordering::SeqCst);
+    }
+
     /// Requests in flight and the latest start, summed over workers.
     pub fn counts(&self) -> Counts {
+        // Before the sums: a give-back counted done here had ended its requests already.
+        let given_back_before = self.given_back_done.load(Ordering::SeqCst);
         let mut active: i64 = 0;
         let mut last_start = 0;
         let mut total_started: u64 = 0;
@@ -613,10 +640,15 @@ impl Registry {
             add(&slab.ended, &slab.started);
             last_start = last_start.max(slab.last_start.load(Ordering::Relaxed));
         }
+        // After the sums (the fence keeps their loads before this one): a give-back whose end
+        // the sums saw had begun before it.
+        fence(Ordering::SeqCst);
         Counts {
             active,
             last_start,
             started: total_started,
+            given_back_before,
+            given_back: self.given_back_begun.load(Ordering::SeqCst),
         }
     }
 
@@ -795,7 +827,8 @@ mod tests {
             Counts {
                 active: 3,
                 last_start: 9,
-                started: 3
+                started: 3,
+                ..Counts::default()
             }
         );
         assert_eq!(r.occupied(), 3);
@@ -812,11 +845,46 @@ mod tests {
             Counts {
                 active: 0,
                 last_start: 9,
-                started: 3
+                started: 3,
+                ..Counts::default()
             }
         );
         assert_eq!(r.occupied(), 0);
         assert_eq!(r.oldest_start(), None);
+    }
+
+    /// A give-back is counted before its ends and after them: every reading taken around them
+    /// either still has a request in `active` or has it in `given_back` (so a view that adds
+    /// back what was given back since a pass never misses it), and a reading's
+    /// `given_back_before` (a pass's baseline) holds only requests its `active` lacks.
+    #[test]
+    fn a_give_back_is_seen_by_every_reading_around_its_ends() {
+        let r = Registry::with_limits(8, 4);
+        let (a, _) = r.start(None, 1);
+        let (b, _) = r.start(Some(0x10), 2);
+        let before = r.counts();
+        let mut readings = vec![before];
+        r.give_back(2, || {
+            readings.push(r.counts());
+            r.end(a);
+            readings.push(r.counts());
+            r.end(b);
+            readings.push(r.counts());
+        });
+        readings.push(r.counts());
+        for (i, c) in readings.iter().enumerate() {
+            let seen = c.active as u64 + c.given_back - before.given_back_before;
+            assert!(seen >= 2, "reading {i}: {c:?}");
+            assert!(
+                c.active as u64 + c.given_back_before <= 2,
+                "reading {i}: {c:?}"
+            );
+        }
+        let last = readings[readings.len() - 1];
+        assert_eq!(
+            (last.active, last.given_back, last.given_back_before),
+            (0, 2, 2)
+        );
     }
 
     #[test]
@@ -941,7 +1009,8 @@ mod tests {
             Counts {
                 active: 1,
                 last_start: 7,
-                started: 1
+                started: 1,
+                ..Counts::default()
             }
         );
         assert_eq!(r.oldest_start(), Some(7));
@@ -982,7 +1051,8 @@ mod tests {
             Counts {
                 active: 2,
                 last_start: 6,
-                started: 2
+                started: 2,
+                ..Counts::default()
             }
         );
         assert_eq!((r.occupied(), r.oldest_start()), (2, Some(5)));

@@ -117,8 +117,9 @@ impl PassReading {
 /// The last passes' results and what to read next, when.
 #[derive(Debug, Default)]
 pub struct EnvoyStatsCache {
-    /// Excess in flight at the last gauge pass, and when that pass started.
-    gauges: Option<(u64, Instant)>,
+    /// Excess in flight at the last gauge pass, when that pass started, and the requests given
+    /// back before it started ([`Counts::given_back_before`]: its reading includes them).
+    gauges: Option<(u64, Instant, u64)>,
     /// Excess started at the last counter pass, and when it ended.
     counters: Option<(u64, Instant)>,
     /// Counter passes of this drain.
@@ -170,7 +171,11 @@ impl EnvoyStatsCache {
                 // A filtered request that started or ended during the pass is in one of the two
                 // readings: subtract the larger, so it is not taken for one without the filter.
                 let own = r.own_before.active.max(r.own_after.active).max(0) as u64;
-                self.gauges = Some((r.value.saturating_sub(own), r.started));
+                self.gauges = Some((
+                    r.value.saturating_sub(own),
+                    r.started,
+                    r.own_before.given_back_before,
+                ));
                 self.gauge_cost = self.gauge_cost.max(r.cost());
             }
         }
@@ -196,7 +201,7 @@ impl EnvoyStatsCache {
     /// rounds follow at their share of a CPU; their counter pass only while starts are seen or
     /// when due at its own share: only the gauges can show the last request end.
     fn plan(&self, pass: Pass, now: Instant, d: DrainTiming) -> (Pass, Instant) {
-        let busy = self.gauges.is_none_or(|(a, _)| a > 0) || self.moving;
+        let busy = self.gauges.is_none_or(|(a, _, _)| a > 0) || self.moving;
         let share = if busy || !d.filter_loaded {
             BUSY_SCAN_SHARE_PERCENT
         } else {
@@ -274,14 +279,21 @@ impl EnvoyStatsCache {
     /// calibration passes give costs only), so a view is always made of this drain's scans. A
     /// request the counters saw start counts as in flight until a gauge pass that started after
     /// them says otherwise, so a gauge pass read before it started never declares the drain done.
+    /// Requests the module stopped counting while Envoy may still serve them (a connection its
+    /// tracker lost: [`crate::registry::Registry::give_back`]) count as in flight until a gauge
+    /// pass that started after they were given back was recorded: the last pass subtracted them
+    /// as the module's own, so without them here the view would undercount until the next.
     pub fn view(&self, own_now: Counts) -> Option<EnvoyRequestStats> {
-        let (mut excess_active, gauges_started) = self.gauges?;
+        let (mut excess_active, gauges_started, given_back_before) = self.gauges?;
         let (excess_total, _) = self.counters?;
         if self.moved_at.is_some_and(|m| gauges_started < m) {
             excess_active = excess_active.max(1);
         }
+        let given_back_since = own_now.given_back.saturating_sub(given_back_before);
         Some(EnvoyRequestStats {
-            active: (own_now.active.max(0) as u64).saturating_add(excess_active),
+            active: (own_now.active.max(0) as u64)
+                .saturating_add(excess_active)
+                .saturating_add(given_back_since),
             total: excess_total,
         })
     }
@@ -514,6 +526,7 @@ mod tests {
             active,
             last_start: 0,
             started,
+            ..Counts::default()
         }
     }
 

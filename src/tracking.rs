@@ -10,7 +10,9 @@
 //!   check keeps its connection busy but is not work (no ticket), as in the HTTP filter;
 //! - what the tracker cannot follow (`Event::Lost`) gives its tickets back and marks the
 //!   connection untracked: never idle, never closed early, and while it is open the drain waits
-//!   for Envoy's gauges too (`Connections::tracking_is_exact`).
+//!   for Envoy's gauges too (`Connections::tracking_is_exact`). Its requests are given back
+//!   through `Registry::give_back`, so the drain's view of Envoy's gauges keeps counting them
+//!   until a gauge pass that started after the loss shows them (never an undercount between).
 //!
 //! Bytes fed twice: Envoy's HTTP/1.1 codec takes one request at a time. It stops reading after
 //! a complete request and leaves the bytes behind it in the read buffer, which the next read
@@ -291,7 +293,12 @@ impl Tracking {
     fn lose(&mut self, conn: &Conn, shared: &Shared, why: &str, fed: &mut Fed) {
         fed.lost = true;
         self.lost = true;
-        self.end_all(conn, shared);
+        // Envoy may still be serving them: given back, so that the drain counts them from
+        // Envoy's gauges instead, and until a gauge pass shows them (`Registry::give_back`).
+        let counted = self.tickets.iter().filter(|(_, t)| t.is_some()).count() as u64;
+        shared
+            .requests
+            .give_back(counted, || self.end_all(conn, shared));
         if self.shadow {
             conn.cross_check_event(None);
             log::info!(
@@ -529,6 +536,64 @@ mod tests {
         assert_eq!(read(&mut t, &[GET], &conn, &f.shared), Fed::default());
         t.on_close(&conn, &f.shared);
         assert!(f.shared.count_is_exact());
+    }
+
+    /// Losing the thread gives the connection's tickets back while Envoy still serves their
+    /// requests. The last gauge pass took them for the module's own (its excess is 0), so the
+    /// drain's view keeps them until a gauge pass that started after the loss counts them in
+    /// Envoy's excess; then it follows Envoy's gauge down. (Before `Registry::give_back`, the
+    /// view fell to 0 at the loss with the request in flight: the drain could complete on it.)
+    #[test]
+    fn a_lost_connection_s_requests_stay_counted_until_a_gauge_pass_sees_them() {
+        use crate::stats_scan::{DrainTiming, EnvoyStatsCache, Pass, PassReading};
+        use std::time::{Duration, Instant};
+        let f = fixture(Some(fast()));
+        let conn = Conn::new(1);
+        let mut t = Tracking::new();
+        read(&mut t, &[GET, GET], &conn, &f.shared);
+        let t0 = Instant::now();
+        let d = DrainTiming {
+            started: t0,
+            earliest_completion: t0,
+            quiet_period: Duration::ZERO,
+            filter_loaded: false,
+        };
+        let mut cache = EnvoyStatsCache::default();
+        // Envoy's gauge shows the two requests: the module's own, no excess.
+        let pass = |cache: &mut EnvoyStatsCache, pass: Pass, value: u64, ms: u64| {
+            let own_before = f.shared.requests.counts();
+            let own_after = f.shared.requests.counts();
+            let at = t0 + Duration::from_millis(ms);
+            let r = PassReading {
+                value,
+                own_before,
+                own_after,
+                started: at,
+                ended: at,
+            };
+            cache.record(pass, r, d);
+        };
+        pass(&mut cache, Pass::Counters, 2, 0);
+        pass(&mut cache, Pass::Gauges, 2, 1);
+        let view = |cache: &EnvoyStatsCache| cache.view(f.shared.requests.counts()).unwrap();
+        assert_eq!(view(&cache).active, 2);
+        let fed = write(&mut t, b"HTTP/1.1 2x0 what\r\n\r\n", &conn, &f.shared);
+        assert!(fed.lost);
+        assert_eq!(f.shared.requests.counts().active, 0, "tickets given back");
+        assert_eq!(
+            view(&cache).active,
+            2,
+            "still in flight for the drain until a gauge pass counts them"
+        );
+        // A pass after the loss: Envoy still serves both, now all excess.
+        pass(&mut cache, Pass::Gauges, 2, 2);
+        assert_eq!(view(&cache).active, 2);
+        // Envoy served one, then the other.
+        pass(&mut cache, Pass::Gauges, 1, 3);
+        assert_eq!(view(&cache).active, 1);
+        pass(&mut cache, Pass::Gauges, 0, 4);
+        assert_eq!(view(&cache).active, 0);
+        t.on_close(&conn, &f.shared);
     }
 
     #[test]
