@@ -276,6 +276,18 @@ impl Tracker {
         }
     }
 
+    /// HTTP/1.1: client bytes were fed past the end of a request whose response has not ended
+    /// (pipelined: Envoy's codec stops at that end and leaves the rest in its read buffer,
+    /// `src/ffi/ENVOY_FACTS.md` §6). Never for HTTP/2, whose codec takes every byte it is given.
+    pub fn pipelined(&self) -> bool {
+        match &self.wire {
+            Wire::Http1(h) => {
+                h.fifo.len >= 2 || (h.fifo.len == 1 && (h.req.st.in_head() || h.waited))
+            }
+            _ => false,
+        }
+    }
+
     /// Client bytes fed so far (every call of [`Tracker::client`] counts), the offset in the
     /// client's byte stream of the next byte to feed.
     pub fn client_fed(&self) -> u64 {

@@ -18,10 +18,23 @@
 //! a complete request and leaves the bytes behind it in the read buffer, which the next read
 //! hook sees again (`src/ffi/ENVOY_FACTS.md` §6). Which bytes those are cannot be told from
 //! the count alone (Envoy may have answered the request at once and read on, or later), so a
-//! read finds them by where they are: bytes Envoy left in its buffer stay where they were in
-//! memory, so a buffer whose first byte lies strictly inside a slice of the previous read's
-//! buffer starts at that byte's offset, already fed. A buffer that starts anywhere else starts
-//! with new bytes (a slice Envoy freed and reuses begins at its own start, never inside).
+//! read finds them by where they are, and checks them by what they are:
+//! - where: bytes Envoy left in its buffer stay where they were in memory (a drain moves a
+//!   slice's start, never its bytes), so a buffer whose first byte lies strictly inside a slice
+//!   of the previous read's buffer starts at that byte's offset, already fed. A buffer that
+//!   starts anywhere else starts with new bytes (a slice Envoy freed and reuses from its start
+//!   is not inside).
+//! - what: the bytes left behind end where the previous buffer ended, so their last bytes must
+//!   be that buffer's last [`TAIL`] bytes, kept at each read. Memory reused inside an old slice
+//!   for new bytes fails the check unless those bytes agree there too; a failed check loses
+//!   the connection (handed to Envoy's gauges) rather than guess.
+//! - when: only a read that fed bytes past a complete request ([`Tracker::pipelined`]) can
+//!   have left any (Envoy's codec takes every byte up to the end of a request, and all of
+//!   them for HTTP/2); after any other read, every byte of the next is new, wherever it is.
+//! - what cannot be told loses the connection rather than count it wrong: a buffer that starts
+//!   at the start of a remembered slice other than the first (Envoy drained the slices before it
+//!   whole, or reuses that memory for new bytes), or outside the remembered slices when the
+//!   last buffer had more ([`READ_SLICES`]).
 
 use crate::connections::Conn;
 use crate::exchange::{Event, Protocol, Tracker};
@@ -35,15 +48,35 @@ pub struct Tracking {
     tracker: Tracker,
     /// The requests in flight: the tracker's id and the ticket (`None`: a health check).
     tickets: Vec<(u32, Option<Ticket>)>,
-    /// The previous read buffer's first slices: address, length, client offset of its first
-    /// byte (see the module doc).
-    last_read: [(usize, usize, u64); READ_SLICES],
+    /// The previous read buffer's first slices (see the module doc): addresses, lengths, and
+    /// the client offsets of their first bytes (apart: 16 bytes less than as tuples).
+    read_at: [usize; READ_SLICES],
+    read_len: [u32; READ_SLICES],
+    read_offset: [u64; READ_SLICES],
+    /// The previous read buffer's last bytes.
+    tail: Tail,
+    /// The previous read fed bytes past a complete request ([`Tracker::pipelined`]): Envoy may
+    /// have left them in its buffer (else it took every byte).
+    may_be_left_behind: bool,
+    /// The previous read buffer had more slices than remembered.
+    more_slices: bool,
     lost: bool,
     /// This module put `connection: close` on one of the connection's responses.
     told_close: bool,
     /// Test-only (`cross-check` builds, beside the HTTP filter): follow without counting, and
     /// report to the connection's cross-check instead.
     shadow: bool,
+}
+
+/// Where a read buffer's first byte lies in the last read buffer (see the module doc).
+enum Behind {
+    /// Strictly inside a remembered slice: the bytes from this client offset were left behind.
+    Inside(u64),
+    /// At the start of a remembered slice other than the first: left behind (Envoy drained the
+    /// slices before it whole) or new bytes in a slice reused from its start; cannot be told.
+    AtSlice,
+    /// Anywhere else.
+    Elsewhere,
 }
 
 /// What [`Tracking::close_to_insert`] decided for a write.
@@ -62,9 +95,48 @@ const CLOSE_HEADER: &[u8] = b"\nconnection: close\r";
 /// A status line longer than this is left alone (Envoy writes `HTTP/1.1 200 OK`).
 pub const MAX_STATUS_LINE: usize = 128;
 
-/// Slices of a read buffer remembered (Envoy's read buffer has one or two in practice; bytes
-/// left behind beyond these are fed again, which the tracker then cannot follow: counted).
+/// Slices of a read buffer remembered (Envoy's read buffer has one or two in practice; a read
+/// that may start beyond these loses the connection, see the module doc).
 const READ_SLICES: usize = 4;
+/// Bytes of a read buffer's end kept to check the bytes Envoy leaves behind.
+pub const TAIL: usize = 16;
+
+/// The last bytes fed of the client's stream, at most [`TAIL`] (the valid ones at the end).
+#[derive(Debug, Default, Clone, Copy)]
+struct Tail {
+    bytes: [u8; TAIL],
+    len: u8,
+}
+
+impl Tail {
+    fn push(&mut self, b: &[u8]) {
+        if let Some(last) = b.len().checked_sub(TAIL).and_then(|from| b.get(from..)) {
+            self.bytes.copy_from_slice(last);
+            self.len = TAIL as u8;
+            return;
+        }
+        self.bytes.copy_within(b.len().., 0);
+        if let Some(to) = self.bytes.get_mut(TAIL - b.len()..) {
+            to.copy_from_slice(b);
+        }
+        self.len = (usize::from(self.len) + b.len()).min(TAIL) as u8;
+    }
+
+    /// Whether `bytes`, at position `at` of a buffer whose first `run` bytes are the ones left
+    /// behind, agree with the tail where they overlap the run's last bytes.
+    fn agrees(&self, at: usize, bytes: &[u8], run: usize) -> bool {
+        let overlap = usize::from(self.len).min(run);
+        let from = run - overlap;
+        let (lo, hi) = (at.max(from), at.saturating_add(bytes.len()).min(run));
+        if lo >= hi {
+            return true;
+        }
+        let kept = self
+            .bytes
+            .get(TAIL - overlap + (lo - from)..TAIL - overlap + (hi - from));
+        kept.is_some() && bytes.get(lo - at..hi - at) == kept
+    }
+}
 
 /// What one read or write did, for the glue's counters and log.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -132,11 +204,36 @@ impl Tracking {
         let fed_before = self.tracker.client_fed();
         // Where the buffer starts in the client's bytes: inside what the last read saw (bytes
         // Envoy left behind), or at the first byte not fed yet.
-        let start = chunks
-            .peek()
-            .and_then(|first| self.left_behind_at(first.as_ptr() as usize))
-            .unwrap_or(fed_before);
-        let Some(mut skip) = fed_before
+        let first = chunks.peek().map(|first| first.as_ptr() as usize);
+        let start = match first.filter(|_| self.may_be_left_behind) {
+            // The last read ended before any complete request: Envoy's codec took it all.
+            None => fed_before,
+            Some(addr) => match self.left_behind_at(addr) {
+                Behind::Inside(offset) => offset,
+                Behind::AtSlice => {
+                    self.lose(
+                        conn,
+                        shared,
+                        "a read buffer starts where a slice of the last one started",
+                        &mut fed,
+                    );
+                    return fed;
+                }
+                Behind::Elsewhere if self.more_slices => {
+                    self.lose(
+                        conn,
+                        shared,
+                        "a read buffer may start in a slice not remembered",
+                        &mut fed,
+                    );
+                    return fed;
+                }
+                // Envoy answered the requests at once and read on (each answer lets its codec
+                // take the next): every byte is new.
+                Behind::Elsewhere => fed_before,
+            },
+        };
+        let Some(run) = fed_before
             .checked_sub(start)
             .and_then(|s| usize::try_from(s).ok())
             .filter(|&s| s <= len)
@@ -144,25 +241,48 @@ impl Tracking {
             self.lose(conn, shared, "the read buffer does not match", &mut fed);
             return fed;
         };
-        self.last_read = [(0, 0, 0); READ_SLICES];
-        let mut offset = start;
-        for (i, bytes) in chunks.enumerate() {
-            if let Some(slot) = self.last_read.get_mut(i) {
-                *slot = (bytes.as_ptr() as usize, bytes.len(), offset);
+        let old_tail = self.tail;
+        let (mut offset, mut at, mut slices) = (start, 0usize, 0usize);
+        for bytes in chunks {
+            if let (Some(a), Some(l), Some(o)) = (
+                self.read_at.get_mut(slices),
+                self.read_len.get_mut(slices),
+                self.read_offset.get_mut(slices),
+            ) {
+                (*a, *l, *o) = (bytes.as_ptr() as usize, bytes.len() as u32, offset);
             }
+            slices += 1;
             offset = offset.saturating_add(bytes.len() as u64);
-            let bytes = if skip >= bytes.len() {
-                skip -= bytes.len();
-                continue;
+            self.tail.push(bytes);
+            let fresh = if at < run {
+                if !old_tail.agrees(at, bytes, run) {
+                    self.lose(
+                        conn,
+                        shared,
+                        "the bytes left in Envoy's read buffer are not the ones read",
+                        &mut fed,
+                    );
+                    return fed;
+                }
+                bytes.get(run - at..).unwrap_or_default()
             } else {
-                bytes.get(std::mem::take(&mut skip)..).unwrap_or_default()
+                bytes
             };
+            at += bytes.len();
+            if fresh.is_empty() {
+                continue;
+            }
             let shadow = !self.counts();
             let tickets = &mut self.tickets;
-            self.tracker.client(bytes, &mut |ev, t| {
+            self.tracker.client(fresh, &mut |ev, t| {
                 on_event(ev, t, tickets, shadow, conn, shared, &now, &mut fed)
             });
         }
+        for i in slices..READ_SLICES {
+            (self.read_at[i], self.read_len[i]) = (0, 0);
+        }
+        self.may_be_left_behind = self.tracker.pipelined();
+        self.more_slices = slices > READ_SLICES;
         self.after_feed(conn, shared, &mut fed);
         fed
     }
@@ -250,13 +370,18 @@ impl Tracking {
         }
     }
 
-    /// The client offset of the byte at `addr`, if it lies strictly inside a slice of the last
-    /// read buffer (Envoy consumed the bytes before it and left the rest).
-    fn left_behind_at(&self, addr: usize) -> Option<u64> {
-        self.last_read
-            .iter()
-            .find(|&&(at, len, _)| at < addr && addr < at.saturating_add(len))
-            .map(|&(at, _, offset)| offset.saturating_add((addr - at) as u64))
+    /// Where the byte at `addr` lies in the last read buffer's remembered slices.
+    fn left_behind_at(&self, addr: usize) -> Behind {
+        for i in 0..READ_SLICES {
+            let (at, len) = (self.read_at[i], self.read_len[i] as usize);
+            if at < addr && addr < at.saturating_add(len) {
+                return Behind::Inside(self.read_offset[i].saturating_add((addr - at) as u64));
+            }
+            if at == addr && i > 0 && len > 0 {
+                return Behind::AtSlice;
+            }
+        }
+        Behind::Elsewhere
     }
 
     /// A read's or write's bytes, if they are to be fed: not once the connection is lost or a
@@ -491,6 +616,92 @@ mod tests {
         write(&mut t, OK, &conn, &f.shared);
         assert_eq!(f.shared.requests.counts().active, 0);
         assert_eq!(t.tracker().totals(), (3, 3));
+    }
+
+    /// After a read that ended at a request's end, Envoy's codec took every byte: a buffer
+    /// inside that read's memory (reused for new bytes) is all new, never skipped.
+    #[test]
+    fn after_a_read_that_ends_at_a_request_s_end_every_byte_is_new_wherever_it_lies() {
+        let f = fixture(Some(fast()));
+        let conn = Conn::new(1);
+        let mut t = Tracking::new();
+        let mut mem = [0u8; 128];
+        mem[..GET.len()].copy_from_slice(GET);
+        read(&mut t, &[&mem[..GET.len()]], &conn, &f.shared);
+        write(&mut t, OK, &conn, &f.shared);
+        // The same memory reused from inside for the next request.
+        mem[10..10 + GET.len()].copy_from_slice(GET);
+        let fed = read(&mut t, &[&mem[10..10 + GET.len()]], &conn, &f.shared);
+        assert_eq!((fed.started, fed.lost), (1, false));
+        write(&mut t, OK, &conn, &f.shared);
+        assert_eq!(t.tracker().totals(), (2, 2));
+        assert_eq!(f.shared.requests.counts().active, 0);
+    }
+
+    /// Memory inside the last buffer, reused for new bytes while that buffer held pipelined
+    /// requests: its bytes are not the ones the last read ended with, so they are not taken
+    /// for bytes left behind (which would skip new requests): the connection is lost instead.
+    #[test]
+    fn new_bytes_inside_the_last_buffer_are_not_taken_for_bytes_left_behind() {
+        let f = fixture(Some(fast()));
+        let conn = Conn::new(1);
+        let mut t = Tracking::new();
+        let mut mem = [GET, GET].concat();
+        read(&mut t, &[&mem], &conn, &f.shared);
+        write(&mut t, OK, &conn, &f.shared);
+        // Where the second request was: a new one whose end differs from the last read's.
+        let other = b"GET /b HTTP/1.1\r\nhost: y\r\n\r\n";
+        mem[GET.len()..GET.len() + other.len()].copy_from_slice(other);
+        let fed = read(&mut t, &[&mem[GET.len()..]], &conn, &f.shared);
+        assert!(fed.lost, "{fed:?}");
+        assert_eq!(
+            fed.started, 0,
+            "nothing fed from a buffer that does not match"
+        );
+        t.on_close(&conn, &f.shared);
+    }
+
+    /// Envoy drains whole slices: bytes left behind can start at a later slice's own start,
+    /// where new bytes in a reused slice would start too. Cannot be told: lost, never counted
+    /// twice (phantom requests would hold the drain until its timeout).
+    #[test]
+    fn a_buffer_starting_at_a_later_slice_s_start_is_lost_not_counted_twice() {
+        let f = fixture(Some(fast()));
+        let conn = Conn::new(1);
+        let mut t = Tracking::new();
+        let rest = [GET, GET].concat();
+        assert_eq!(read(&mut t, &[GET, &rest], &conn, &f.shared).started, 3);
+        write(&mut t, OK, &conn, &f.shared);
+        let fed = read(&mut t, &[&rest], &conn, &f.shared);
+        assert!(fed.lost, "{fed:?}");
+        assert_eq!(fed.started, 0);
+        t.on_close(&conn, &f.shared);
+    }
+
+    /// A buffer of more slices than remembered, holding pipelined requests: the next buffer may
+    /// start inside a slice not remembered; lost, never counted twice.
+    #[test]
+    fn a_buffer_that_may_start_in_a_slice_not_remembered_is_lost_not_counted_twice() {
+        let f = fixture(Some(fast()));
+        let conn = Conn::new(1);
+        let mut t = Tracking::new();
+        // The first request in four pieces, its end and two more requests in a fifth slice.
+        let cut = [3, 6, 9, 12];
+        let last = [&GET[12..], GET, GET].concat();
+        let slices = [
+            &GET[..cut[0]],
+            &GET[cut[0]..cut[1]],
+            &GET[cut[1]..cut[2]],
+            &GET[cut[2]..cut[3]],
+            &last[..],
+        ];
+        assert_eq!(read(&mut t, &slices, &conn, &f.shared).started, 3);
+        write(&mut t, OK, &conn, &f.shared);
+        // Envoy took the first request and left the other two, inside the fifth slice.
+        let fed = read(&mut t, &[&last[GET.len() - 12..]], &conn, &f.shared);
+        assert!(fed.lost, "{fed:?}");
+        assert_eq!(fed.started, 0);
+        t.on_close(&conn, &f.shared);
     }
 
     #[test]
