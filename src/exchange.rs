@@ -43,16 +43,25 @@
 //! with the HTTP/2 state. Nothing grows for HTTP/1.1. HTTP/2 adds a `Vec` of 8 bytes per open
 //! stream, which only grows (capacity is kept) and is bounded by [`MAX_STREAMS`] (8 KiB).
 
+// The limits: above them the tracker gives up ([`Event::Lost`]), which is safe: the connection's
+// requests are then counted from Envoy's gauges (`crate::tracking`, `Registry::give_back`), the
+// connection is never taken for idle, and nothing is undercounted in between.
+
 /// HTTP/1.1 requests read ahead of their responses (pipelining) before the tracker gives up.
+/// Envoy sets no such limit (it reads one request at a time and buffers the rest up to the
+/// connection's buffer limit); clients that pipeline at all send a few.
 pub const MAX_PIPELINED: usize = 16;
-/// HTTP/2 streams open at once before the tracker gives up (Envoy's default limit is higher, but
-/// clients use about 100; more would make the stream table large).
+/// HTTP/2 streams open at once before the tracker gives up. Envoy's default
+/// `max_concurrent_streams` is 2^31-1, but clients open about 100 (browsers, gRPC); a table for
+/// more would cost 8 bytes each per connection.
 pub const MAX_STREAMS: usize = 1024;
 /// Bytes of the User-Agent value and of the request-target kept for health-check recognition.
 pub const HINT_LEN: usize = 64;
 /// A request or response head (or a chunk-size line, or a trailer section) longer than this:
-/// Unknown (Envoy refuses heads above its `max_request_headers_kb`, 60 KiB by default).
-pub const MAX_HEAD: usize = 96 * 1024;
+/// Unknown. Above the largest head Envoy can be configured to take (`max_request_headers_kb` and
+/// `max_response_headers_kb` are at most 8192 KiB; 60 KiB by default): nothing is kept of a head,
+/// so following the largest costs no memory.
+pub const MAX_HEAD: usize = 8 * 1024 * 1024 + 64 * 1024;
 
 /// What the connection speaks, as far as the tracker follows it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -2253,6 +2262,23 @@ mod tests {
         body.extend(std::iter::repeat_n(b'x', MAX_HEAD + 1));
         let (_, out) = play(&vec![c(&body)]);
         assert_eq!(events(&out), [Started(1), Lost]);
+    }
+
+    /// Envoy takes heads up to 8 MiB when configured to (`max_request_headers_kb: 8192`): a
+    /// 4 MiB cookie header, whole and in 16 KiB reads, is followed.
+    #[test]
+    fn heads_as_large_as_envoy_can_take_are_followed() {
+        let mut head = b"GET / HTTP/1.1\r\ncookie: ".to_vec();
+        head.extend(std::iter::repeat_n(b'c', 4 << 20));
+        head.extend_from_slice(b"\r\n\r\n");
+        let (_, out) = play(&vec![c(&head)]);
+        assert_eq!(events(&out), [Started(1)]);
+        let mut t = Tracker::new();
+        let mut evs = Vec::new();
+        for piece in head.chunks(16 * 1024) {
+            t.client(piece, &mut |e, _| evs.push(e));
+        }
+        assert_eq!(evs, [Started(1)]);
     }
 
     #[test]
