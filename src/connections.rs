@@ -33,6 +33,7 @@
 //! worker's own map, without a lock), and the drain side never holds a lock while it commits: it
 //! takes counted references to the wakers ([`Wakers`]) and commits after releasing the lock.
 
+use crate::exchange::{FrameReader, Read};
 use crate::registry::{Lane, ReservedSlot};
 use crate::threads::Threads;
 use serde::Serialize;
@@ -110,30 +111,29 @@ pub enum Wire {
 }
 
 /// Follows what an HTTP/2 client sends until it opens its first stream (RFC 9113 §3.4, §4.1):
-/// the 24-byte preface, then 9-byte frame headers whose payloads it skips, across reads of any
-/// size and without copying payloads. A client that opened no stream has sent only SETTINGS,
-/// PING, WINDOW_UPDATE, PRIORITY or GOAWAY frames, none larger than the default maximum frame
-/// size; anything else (a HEADERS frame, or bytes that do not fit, such as a buffer fed twice)
-/// ends the watch, and the connection is then treated as one that may carry a stream.
+/// the 24-byte preface, then its frames, through the tracker's frame reader
+/// ([`crate::exchange::FrameReader`]: headers across reads of any size, payloads skipped
+/// without copying). A client that opened no stream has sent only SETTINGS, PING,
+/// WINDOW_UPDATE, PRIORITY or GOAWAY frames, none larger than the default maximum frame size;
+/// anything else (a HEADERS frame, or bytes that do not fit, such as a buffer fed twice) ends
+/// the watch, and the connection is then treated as one that may carry a stream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FirstStream {
-    /// Bytes of the preface or of the current frame's payload still to skip.
-    skip: usize,
-    head: [u8; 9],
-    have: usize,
+    /// Bytes of the preface still to skip.
+    preface: u8,
+    frames: FrameReader,
 }
 
 /// The client's connection preface (RFC 9113 §3.4).
-const H2_PREFACE_LEN: usize = 24;
+const H2_PREFACE_LEN: u8 = 24;
 /// SETTINGS_MAX_FRAME_SIZE's initial value (RFC 9113 §6.5.2); Envoy does not raise it by default.
-const H2_DEFAULT_MAX_FRAME: usize = 1 << 14;
+const H2_DEFAULT_MAX_FRAME: u32 = 1 << 14;
 
 impl Default for FirstStream {
     fn default() -> Self {
         FirstStream {
-            skip: H2_PREFACE_LEN,
-            head: [0; 9],
-            have: 0,
+            preface: H2_PREFACE_LEN,
+            frames: FrameReader::default(),
         }
     }
 }
@@ -142,37 +142,25 @@ impl FirstStream {
     /// Feed the next bytes the client sent. `false` once the client may have opened a stream
     /// (stop feeding then); `true` while it has sent connection-level frames only.
     pub fn feed(&mut self, mut bytes: &[u8]) -> bool {
+        let n = usize::from(self.preface).min(bytes.len());
+        self.preface -= n as u8;
+        bytes = bytes.get(n..).unwrap_or_default();
         while !bytes.is_empty() {
-            if self.skip > 0 {
-                let n = self.skip.min(bytes.len());
-                self.skip -= n;
-                bytes = &bytes[n..];
-                continue;
-            }
-            let n = (9 - self.have).min(bytes.len());
-            self.head[self.have..self.have + n].copy_from_slice(&bytes[..n]);
-            self.have += n;
-            bytes = &bytes[n..];
-            if self.have < 9 {
-                break;
-            }
-            self.have = 0;
-            let h = &self.head;
-            let len = u32::from_be_bytes([0, h[0], h[1], h[2]]) as usize;
-            let stream = u32::from_be_bytes([h[5], h[6], h[7], h[8]]) & 0x7fff_ffff;
-            let connection_level = match h[3] {
+            let (n, read) = self.frames.read(bytes);
+            bytes = bytes.get(n..).unwrap_or_default();
+            let Some(Read::Head(h)) = read else { continue };
+            let connection_level = match h.ty {
                 // PRIORITY may name any stream and opens none.
                 0x2 => true,
                 // SETTINGS, PING, GOAWAY, WINDOW_UPDATE on the connection itself.
-                0x4 | 0x6 | 0x7 | 0x8 => stream == 0,
+                0x4 | 0x6 | 0x7 | 0x8 => h.id == 0,
                 // HEADERS opens a stream; DATA, RST_STREAM, CONTINUATION and anything unknown
                 // mean a stream or bytes this does not follow.
                 _ => false,
             };
-            if !connection_level || len > H2_DEFAULT_MAX_FRAME {
+            if !connection_level || h.len > H2_DEFAULT_MAX_FRAME {
                 return false;
             }
-            self.skip = len;
         }
         true
     }

@@ -1,0 +1,348 @@
+//! Follows the HTTP/1.1 (RFC 9112) or HTTP/2 (RFC 9113) framing of one downstream connection
+//! from the bytes the network filter sees in both directions, and tells how many requests are in
+//! flight on it and when it is idle. Pure: no FFI, no clock, no allocation on the HTTP/1.1 path.
+//!
+//! Why: the network filter in front of the connection manager sees every connection, but only
+//! the HTTP filter (when it is in the chain) sees requests. Following the framing lets the
+//! network filter alone know whether a connection carries a request, so an idle one can be
+//! closed (or sent a GOAWAY) at drain start without an HTTP filter. Client→server bytes are what
+//! the client sent; server→client bytes are Envoy's own codec output, which is well-formed, so
+//! the server side is what ends requests.
+//!
+//! Cost: this runs on every read and write of the request path. It never walks payload bytes
+//! (bodies, chunk data and HTTP/2 payloads are skipped by length, and a write made only of them
+//! need not be fetched at all: [`Tracker::server_unread_ahead`], [`unread`]). A head whose
+//! lines are whole in the bytes fed is read a line at a time: a word-at-a-time scan for each
+//! LF, the start line, and the value of a header only when its name is one of the five it
+//! needs (`content-length`, `connection`, `transfer-encoding`, `user-agent`, `upgrade`; any
+//! case), compared eight bytes at a time. Every other header line costs its LF scan. Where a
+//! head is split between feeds, the byte-by-byte parse takes over at the split line (the
+//! property tests feed the same bytes whole and byte by byte and want the same).
+//!
+//! What it does not follow it gives up on: the first thing it cannot follow emits
+//! [`Event::Lost`] once, [`Tracker::protocol`] becomes [`Protocol::Unknown`] and every later
+//! feed returns at once. The caller then treats the connection as busy until close (or asks the
+//! HTTP filter). Unknown: a malformed start line, header value or chunk size; a head or line
+//! longer than [`MAX_HEAD`]; both `Transfer-Encoding` and `Content-Length`, differing
+//! `Content-Length` values, a request `Transfer-Encoding` not ending in chunked; more than
+//! [`MAX_PIPELINED`] requests waiting; a response nobody asked for; bytes the client sent while
+//! a CONNECT or upgrade waited for its answer when that answer was not a tunnel (not buffered,
+//! so they cannot be parsed later); for HTTP/2, a bad preface, a server whose first frame is not
+//! SETTINGS, HEADERS/DATA/CONTINUATION on stream 0, CONTINUATION out of place, a client HEADERS
+//! on an even id, more than [`MAX_STREAMS`] streams open, a GOAWAY shorter than 8 bytes. (A
+//! client header block on a stream closed here, as trailers after the server's RST_STREAM,
+//! opens nothing and is followed on.)
+//!
+//! Tunnels: a 101, a 2xx to CONNECT, or a response whose body runs until close make the
+//! connection busy until it closes ([`Tracker::tunnel`]); the request stays in flight (no
+//! `Ended`, as in Envoy, whose stream lives as long as the tunnel) and later feeds are ignored.
+//!
+//! Memory per connection: `size_of::<Tracker>()` is 264 bytes on 64-bit targets (a unit test
+//! holds it to at most 272): the HTTP/1.1 state (both directions' parse positions, the FIFO of
+//! [`MAX_PIPELINED`] request flags and the two [`HINT_LEN`]-byte hint buffers) shares its space
+//! with the HTTP/2 state. Nothing grows for HTTP/1.1. HTTP/2 adds a `Vec` of 8 bytes per open
+//! stream, which only grows (capacity is kept) and is bounded by [`MAX_STREAMS`] (8 KiB).
+
+mod http1;
+mod http2;
+#[cfg(test)]
+mod tests;
+
+use http1::*;
+use http2::*;
+pub use http2::{FrameHead, FrameReader, Read};
+
+// The limits: above them the tracker gives up ([`Event::Lost`]), which is safe: the connection's
+// requests are then counted from Envoy's gauges (`crate::tracking`, `Registry::give_back`), the
+// connection is never taken for idle, and nothing is undercounted in between.
+
+/// HTTP/1.1 requests read ahead of their responses (pipelining) before the tracker gives up.
+/// Envoy sets no such limit (it reads one request at a time and buffers the rest up to the
+/// connection's buffer limit); clients that pipeline at all send a few.
+pub const MAX_PIPELINED: usize = 16;
+/// HTTP/2 streams open at once before the tracker gives up. Envoy's default
+/// `max_concurrent_streams` is 2^31-1, but clients open about 100 (browsers, gRPC); a table for
+/// more would cost 8 bytes each per connection.
+pub const MAX_STREAMS: usize = 1024;
+/// Bytes of the User-Agent value and of the request-target kept for health-check recognition.
+pub const HINT_LEN: usize = 64;
+/// A request or response head (or a chunk-size line, or a trailer section) longer than this:
+/// Unknown. Above the largest head Envoy can be configured to take (`max_request_headers_kb` and
+/// `max_response_headers_kb` are at most 8192 KiB; 60 KiB by default): nothing is kept of a head,
+/// so following the largest costs no memory.
+pub const MAX_HEAD: usize = 8 * 1024 * 1024 + 64 * 1024;
+
+/// What the connection speaks, as far as the tracker follows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Protocol {
+    /// The client sent nothing yet, or only a prefix of `PRI * HTTP/2`.
+    Undecided,
+    /// HTTP/1.1 (or 1.0): anything that does not start with `PRI * HTTP/2`.
+    Http1,
+    /// HTTP/2 with prior knowledge: the client preface was sent.
+    Http2,
+    /// The tracker could not follow the bytes and stopped ([`Event::Lost`]).
+    Unknown,
+}
+
+/// Something the last feed did. `id`: HTTP/2 stream id; HTTP/1.1: the request's sequence number on the connection (1, 2, 3, ...).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Event {
+    /// A request's head is complete (HTTP/1.1), a stream's request header block is (HTTP/2).
+    Started(u32),
+    /// The request's final response is complete (HTTP/1.1), the stream closed or was reset.
+    Ended(u32),
+    /// The tracker cannot follow the connection any more (emitted once; see the module doc).
+    Lost,
+}
+
+/// HTTP/1.1 only: what identifies the request whose head completed last.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Hints<'a> {
+    /// The `User-Agent` value, trimmed, at most [`HINT_LEN`] bytes (the last such header).
+    pub user_agent: Option<&'a [u8]>,
+    /// The request-target, at most [`HINT_LEN`] bytes.
+    pub path: Option<&'a [u8]>,
+    /// Either was longer than [`HINT_LEN`] and cut.
+    pub truncated: bool,
+}
+
+/// One connection's exchange tracker: feed it both directions' bytes in order.
+#[derive(Debug, Clone, Default)]
+pub struct Tracker {
+    ctx: Ctx,
+    wire: Wire,
+    /// Client bytes fed so far.
+    fed: u64,
+}
+
+/// What both protocols' parsers update, kept apart from their state so that a parser can hold
+/// its own state mutably while it changes these.
+#[derive(Debug, Clone, Copy, Default)]
+struct Ctx {
+    started: u64,
+    ended: u64,
+    lost: bool,
+    tunnel: bool,
+    will_close: bool,
+}
+
+#[derive(Debug, Clone)]
+enum Wire {
+    /// How many bytes of [`H2_PREFIX`] the client sent so far (all it sent).
+    Undecided(u8),
+    Http1(H1),
+    Http2(H2),
+}
+
+impl Default for Wire {
+    fn default() -> Self {
+        Wire::Undecided(0)
+    }
+}
+
+/// What `codec_type: AUTO` looks for (Envoy's `Http2::CLIENT_MAGIC_PREFIX`).
+const H2_PREFIX: &[u8] = b"PRI * HTTP/2";
+/// The whole client connection preface (RFC 9113 §3.4).
+const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+const CR: u8 = b'\r';
+const LF: u8 = b'\n';
+const SP: u8 = b' ';
+const HT: u8 = b'\t';
+
+fn lose(ctx: &mut Ctx) -> Option<Event> {
+    ctx.lost = true;
+    Some(Event::Lost)
+}
+
+impl Tracker {
+    /// A tracker for a connection that has not carried a byte yet.
+    pub fn new() -> Tracker {
+        Tracker::default()
+    }
+
+    /// Bytes the client sent, in order, any split (call once per buffer slice). Calls `on` for every Started/Ended/Lost, in order.
+    pub fn client(&mut self, bytes: &[u8], on: &mut impl FnMut(Event, &Tracker)) {
+        self.fed = self.fed.saturating_add(bytes.len() as u64);
+        if self.ctx.lost || self.ctx.tunnel {
+            return;
+        }
+        if let Wire::Undecided(m) = self.wire {
+            let m = usize::from(m);
+            let want = H2_PREFIX.get(m..).unwrap_or_default();
+            let same = bytes.iter().zip(want).take_while(|(a, b)| a == b).count();
+            if same == want.len() {
+                // Only the prefix decides, as in Envoy; the rest of the preface is checked by the
+                // HTTP/2 follower.
+                self.wire = Wire::Http2(H2::new());
+                self.run(true, bytes.get(same..).unwrap_or_default(), on);
+            } else if same == bytes.len() {
+                self.wire = Wire::Undecided((m + same) as u8);
+            } else {
+                // HTTP/1.1: the bytes held back as a possible preface are `H2_PREFIX[..m]`
+                // (they matched it), so they are fed from there, not buffered.
+                self.wire = Wire::Http1(H1::default());
+                self.run(true, H2_PREFIX.get(..m).unwrap_or_default(), on);
+                self.run(true, bytes, on);
+            }
+            return;
+        }
+        self.run(true, bytes, on);
+    }
+
+    /// Bytes the server wrote towards the client, in order, any split.
+    pub fn server(&mut self, bytes: &[u8], on: &mut impl FnMut(Event, &Tracker)) {
+        if self.ctx.lost || self.ctx.tunnel {
+            return;
+        }
+        if let Wire::Undecided(_) = self.wire {
+            if !bytes.is_empty() {
+                // The connection manager writes nothing before it picked a codec.
+                lose(&mut self.ctx);
+                on(Event::Lost, self);
+            }
+            return;
+        }
+        self.run(false, bytes, on);
+    }
+
+    /// Feeds one direction: each step consumes bytes until it has an event (then `on` is
+    /// called with the whole tracker) or until the bytes are used up.
+    fn run(&mut self, client: bool, bytes: &[u8], on: &mut impl FnMut(Event, &Tracker)) {
+        let mut rest = bytes;
+        while !self.ctx.lost && !self.ctx.tunnel {
+            let Tracker { ctx, wire, .. } = self;
+            let (n, ev) = match wire {
+                Wire::Http1(h) if client => h.client(rest, ctx),
+                Wire::Http1(h) => h.server(rest, ctx),
+                Wire::Http2(h) => h.step(client, rest, ctx),
+                Wire::Undecided(_) => (rest.len(), None),
+            };
+            rest = rest.get(n..).unwrap_or_default();
+            let Some(ev) = ev else { return };
+            match ev {
+                Event::Started(_) => self.ctx.started += 1,
+                Event::Ended(_) => self.ctx.ended = (self.ctx.ended + 1).min(self.ctx.started),
+                Event::Lost => {}
+            }
+            on(ev, self);
+        }
+    }
+
+    /// What the connection speaks ([`Protocol::Unknown`] once the tracker gave up).
+    pub fn protocol(&self) -> Protocol {
+        if self.ctx.lost {
+            return Protocol::Unknown;
+        }
+        match self.wire {
+            Wire::Undecided(_) => Protocol::Undecided,
+            Wire::Http1(_) => Protocol::Http1,
+            Wire::Http2(_) => Protocol::Http2,
+        }
+    }
+
+    /// Requests (HTTP/1.1) / streams (HTTP/2) started and not ended. Never negative (u32, never underflows).
+    pub fn in_flight(&self) -> u32 {
+        u32::try_from(self.ctx.started.saturating_sub(self.ctx.ended)).unwrap_or(u32::MAX)
+    }
+
+    /// HTTP/1.1: bytes of a request head were read and the head is not complete yet (a request on its way: the connection is not idle). HTTP/2: a header block is incomplete (HEADERS without END_HEADERS, awaiting CONTINUATION).
+    ///
+    /// For HTTP/2 this includes a HEADERS or CONTINUATION frame whose payload is still
+    /// arriving: `Started` comes with the last byte of the block. Leading empty lines before an
+    /// HTTP/1.1 request line do not count.
+    pub fn partial(&self) -> bool {
+        match &self.wire {
+            Wire::Http1(h) => h.req.st.in_head(),
+            Wire::Http2(h) => h.c.block != 0,
+            Wire::Undecided(_) => false,
+        }
+    }
+
+    /// A 101 upgrade or a CONNECT tunnel (2xx to CONNECT) is open, or a response body runs until the connection closes: busy until close.
+    pub fn tunnel(&self) -> bool {
+        self.ctx.tunnel
+    }
+
+    /// The connection will close after the current exchange (`Connection: close` on a request or response).
+    ///
+    /// Also set by an HTTP/1.0 message without `Connection: keep-alive`, by a response body
+    /// that runs until close, by a response written before the request head was complete, and
+    /// for HTTP/2 by a server GOAWAY.
+    pub fn will_close(&self) -> bool {
+        self.ctx.will_close
+    }
+
+    /// HTTP/1.1: User-Agent value and request-target of the request whose head completed last (valid inside `on` for Started, and after). At most HINT_LEN bytes each, `truncated` set if either was cut.
+    ///
+    /// "After" lasts until the first byte of the next request head arrives (the buffers are
+    /// reused; keeping two sets would double them): while a head is partial, and for HTTP/2
+    /// (no HPACK here), the hints are empty.
+    pub fn hints(&self) -> Hints<'_> {
+        match &self.wire {
+            Wire::Http1(h) if h.hints.valid => h.hints.get(),
+            _ => Hints::default(),
+        }
+    }
+
+    /// HTTP/1.1: the next server byte starts the response head of a request in flight (no
+    /// response or interim response under way).
+    pub fn awaiting_response_head(&self) -> bool {
+        match &self.wire {
+            Wire::Http1(h) => !self.ctx.lost && h.resp.st == St::Start && h.fifo.front().is_some(),
+            _ => false,
+        }
+    }
+
+    /// HTTP/1.1: client bytes were fed past the end of a request whose response has not ended
+    /// (pipelined: Envoy's codec stops at that end and leaves the rest in its read buffer,
+    /// `src/ffi/ENVOY_FACTS.md` §6). Never for HTTP/2, whose codec takes every byte it is given.
+    pub fn pipelined(&self) -> bool {
+        match &self.wire {
+            Wire::Http1(h) => {
+                h.fifo.len >= 2 || (h.fifo.len == 1 && (h.req.st.in_head() || h.waited))
+            }
+            _ => false,
+        }
+    }
+
+    /// Client bytes fed so far (every call of [`Tracker::client`] counts), the offset in the
+    /// client's byte stream of the next byte to feed.
+    pub fn client_fed(&self) -> u64 {
+        self.fed
+    }
+
+    /// Server bytes ahead that the tracker skips by length without reading them (the rest of a
+    /// body or of a chunk's data, of an HTTP/2 frame's payload other than a GOAWAY's first
+    /// eight bytes): a write of at most this many may be fed as [`unread`] bytes. 0 once lost
+    /// or a tunnel (nothing is fed then).
+    pub fn server_unread_ahead(&self) -> u64 {
+        if self.ctx.lost || self.ctx.tunnel {
+            return 0;
+        }
+        match &self.wire {
+            Wire::Http1(h) if matches!(h.resp.st, St::Body | St::ChunkData) => h.resp.num,
+            Wire::Http2(h) if !(h.s.ty == GOAWAY && h.s.goaway_have < 4) => {
+                u64::from(h.s.reader.payload_left().unwrap_or(0))
+            }
+            _ => 0,
+        }
+    }
+
+    /// Totals since the connection opened (for cross-checks): started, ended.
+    pub fn totals(&self) -> (u64, u64) {
+        (self.ctx.started, self.ctx.ended)
+    }
+}
+
+/// Stand-ins for `n` bytes the tracker will not read ([`Tracker::server_unread_ahead`]):
+/// feeding them is feeding the real ones, without asking Envoy for its buffer.
+/// They are 0xAA, not zeros: a parser that read them by mistake would see nonsense (a zero
+/// could pass for the top byte of an HTTP/2 frame length), and the property tests would fail.
+pub fn unread(n: usize) -> impl Iterator<Item = &'static [u8]> {
+    static FILL: [u8; 4096] = [0xAA; 4096];
+    let whole = n / FILL.len();
+    let part = n % FILL.len();
+    std::iter::repeat_n(&FILL[..], whole).chain((part > 0).then(|| &FILL[..part]))
+}
