@@ -22,6 +22,7 @@ Writes bench/out/report.md, bench/out/report.json and bench/out/shutdown.svg.
 Standard library only; needs valgrind, h2load (nghttp2-client), wrk, openssl and a C compiler.
 """
 import argparse
+import functools
 import http.client
 import json
 import os
@@ -248,10 +249,39 @@ def h2load(port, n, clients, h1, extra=()):
     return out
 
 
+# The request head a browser sends for a page (Chrome 131 on Linux, navigating within a site): 16
+# headers, about 750 bytes with the request line and host. h2load's own heads are four lines;
+# per-line work in Envoy and in the tracker grows with these.
+BROWSER_HEADS = [
+    "user-agent: Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/131.0.0.0 Safari/537.36",
+    "accept: text/html,application/xhtml+xml,application/xml;q=0.9,image/avif,image/webp,image/apng,*/*;q=0.8,"
+    "application/signed-exchange;v=b3;q=0.7",
+    "accept-language: en-US,en;q=0.9,de;q=0.8",
+    "accept-encoding: gzip, deflate, br, zstd",
+    "cookie: session=3f9a7c2e8b1d4a6f9e0c5b7a2d8f1e3c; _ga=GA1.1.1234567890.1733100000; prefs=theme%3Ddark%26lang%3Den",
+    "referer: https://shop.example.com/catalog?page=2",
+    "cache-control: max-age=0",
+    'sec-ch-ua: "Google Chrome";v="131", "Chromium";v="131", "Not_A Brand";v="24"',
+    "sec-ch-ua-mobile: ?0",
+    'sec-ch-ua-platform: "Linux"',
+    "sec-fetch-dest: document",
+    "sec-fetch-mode: navigate",
+    "sec-fetch-site: same-origin",
+    "sec-fetch-user: ?1",
+    "upgrade-insecure-requests: 1",
+    "x-request-id: 0b7d0c1e-5c1a-4f7e-9a57-2d6c1b8e4f10",
+]
+
+
+def head_args(browser):
+    return [a for h in BROWSER_HEADS for a in ("-H", h)] if browser else []
+
+
 def callgrind_run(binary, module, h1, n, draining=False, one_per_connection=False, network_filter=True,
-                  http_filter=True, track_requests=False, plain=False):
+                  http_filter=True, track_requests=False, plain=False, browser=False):
     """Instructions per request (under callgrind), the module's own, and per hook. `plain`: run
-    the same path without valgrind and give no figures (NaN), for a smoke run."""
+    the same path without valgrind and give no figures (NaN), for a smoke run. `browser`: each
+    request carries BROWSER_HEADS."""
     ports = free_ports(3)
     settings = {"min_drain_duration": "3600s", "quiet_period": "1s", "drain_timeout": "3600s"} if draining else None
     yaml = render_gateway(ports, module=module, settings=settings, network_filter=network_filter,
@@ -268,9 +298,9 @@ def callgrind_run(binary, module, h1, n, draining=False, one_per_connection=Fals
             if one_per_connection:
                 batch = min(100, count)
                 for _ in range(count // batch):
-                    h2load(ports[1], batch, batch, h1)
+                    h2load(ports[1], batch, batch, h1, head_args(browser))
             else:
-                h2load(ports[1], count, 4, h1)
+                h2load(ports[1], count, 4, h1, head_args(browser))
         load(min(500, n))  # warm up: connection pools, caches, lazy init
         if plain:
             load(n)
@@ -372,23 +402,23 @@ def bench_connections(binary, smoke):
     rows = []
     cases = [("HTTP/1.1", True)] if smoke else [("HTTP/1.1", True), ("HTTP/2", False)]
     for name, h1 in cases:
-        kinds = [("one request per connection", True, 100 if smoke else 1000)]
+        kinds = [("one request per connection", True, 100 if smoke else 1000, False)]
         if not smoke:  # the smoke pass only checks the command runs: one row is enough
-            kinds.append(("keep-alive request", False, 5000))
-        for kind, per_conn, n in kinds:
+            kinds.append(("keep-alive request", False, 5000, False))
+            kinds.append(("keep-alive request, browser heads", False, 5000, True))
+        for kind, per_conn, n, browser in kinds:
+            run = functools.partial(callgrind_run, binary, h1=h1, n=n, one_per_connection=per_conn, browser=browser)
             log(f"callgrind {name} {kind}: module without / with the network filter")
-            without, _, _ = callgrind_run(binary, True, h1, n, one_per_connection=per_conn, network_filter=False, plain=smoke)
-            with_nf, _, _ = callgrind_run(binary, True, h1, n, one_per_connection=per_conn, network_filter=True, plain=smoke)
+            without, _, _ = run(True, network_filter=False, plain=smoke)
+            with_nf, _, _ = run(True, network_filter=True, plain=smoke)
             row = {"case": f"{name}, {kind}", "without": without, "with": with_nf}
             # Bare Envoy and connection mode (no HTTP filter), without and with the tracker. The
             # smoke pass takes only the tracked one (its one row), so CI runs the tracker's path.
             log(f"callgrind {name} {kind}: bare Envoy / connection mode (no HTTP filter), without / with the tracker")
             if not smoke:
-                row["bare"], _, _ = callgrind_run(binary, False, h1, n, one_per_connection=per_conn)
-                row["connection_mode"], _, _ = callgrind_run(binary, True, h1, n, one_per_connection=per_conn,
-                                                          http_filter=False)
-            row["connection_mode_tracked"], _, _ = callgrind_run(binary, True, h1, n, one_per_connection=per_conn,
-                                                              http_filter=False, track_requests=True, plain=smoke)
+                row["bare"], _, _ = run(False)
+                row["connection_mode"], _, _ = run(True, http_filter=False)
+            row["connection_mode_tracked"], _, _ = run(True, http_filter=False, track_requests=True, plain=smoke)
             rows.append(row)
     return rows
 

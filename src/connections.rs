@@ -335,6 +335,38 @@ impl Conn {
         set(&self.following, h2);
     }
 
+    /// A read hook, everything it decides, given the read buffer's slices (`chunks()`; `None`:
+    /// Envoy could not give them): the protocol from the first bytes and an HTTP/2 client's
+    /// frames until its first stream (while [`Conn::following_bytes`]; `watch` is the
+    /// connection's [`FirstStream`]), then the exchange tracker's feed (`tracking`, connection
+    /// mode), which counts what it starts, ends or loses itself. The glue asks Envoy for the
+    /// slices only when [`Conn::read_wants_bytes`]; otherwise `on_read(len, &[])` is the read.
+    pub fn on_read_hook<'a, I: Iterator<Item = &'a [u8]>>(
+        &self,
+        len: usize,
+        chunks: impl Fn() -> Option<I>,
+        watch: &mut FirstStream,
+        tracking: Option<&mut crate::tracking::Tracking>,
+        shared: &crate::state::Shared,
+        now: impl Fn() -> u64,
+    ) {
+        if self.following_bytes() {
+            self.on_followed_read(len, &chunks, watch);
+        } else {
+            self.on_read(len, &[]);
+        }
+        if let Some(t) = tracking {
+            t.on_read(len, chunks(), self, shared, now);
+        }
+    }
+
+    /// Whether a read needs the read buffer's bytes ([`Conn::on_read_hook`]): `tracked` (the
+    /// connection's exchanges are followed) or still [`Conn::following_bytes`].
+    #[inline]
+    pub fn read_wants_bytes(&self, tracked: bool) -> bool {
+        tracked || self.following_bytes()
+    }
+
     /// Whether the glue must still hand over the bytes it reads ([`Conn::on_followed_read`]);
     /// once false, `on_read(len, &[])` is all a read needs.
     #[inline]
@@ -361,7 +393,7 @@ impl Conn {
     pub fn on_followed_read<'a, I: Iterator<Item = &'a [u8]>>(
         &self,
         len: usize,
-        chunks: impl Fn() -> Option<I>,
+        chunks: &impl Fn() -> Option<I>,
         watch: &mut FirstStream,
     ) {
         if self.sniffing() {
@@ -1546,7 +1578,7 @@ mod tests {
         for read in bytes.chunks(step) {
             if c.following_bytes() {
                 let slices = || Some(read.chunks(3));
-                c.on_followed_read(read.len(), slices, &mut watch);
+                c.on_followed_read(read.len(), &slices, &mut watch);
             } else {
                 c.on_read(read.len(), &[]);
             }
@@ -1586,7 +1618,7 @@ mod tests {
         // A read whose slices Envoy could not give: detection waits, the first stream is assumed.
         let c = h2_conn(4);
         let none = || None::<std::slice::Chunks<'static, u8>>;
-        c.on_followed_read(9, none, &mut FirstStream::default());
+        c.on_followed_read(9, &none, &mut FirstStream::default());
         assert!(
             !c.following_bytes(),
             "bytes it could not read may open a stream"

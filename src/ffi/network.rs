@@ -9,9 +9,8 @@ use crate::config::NetworkFilterConfig;
 use crate::connections::{
     self, Action, Conn, ConnSettings, FirstStream, Waker, WakerSlot, GOAWAY_NO_ERROR,
 };
-use crate::exchange;
 use crate::state::{Protocol, Stat, EVENT_GO_AWAY};
-use crate::tracking::{Fed, Told, Tracking, CONNECTION_CLOSE, MAX_STATUS_LINE};
+use crate::tracking::{Tracking, CONNECTION_CLOSE};
 use std::cell::{Cell, OnceCell, RefCell};
 use std::os::raw::c_void;
 use std::ptr;
@@ -218,31 +217,24 @@ pub extern "C" fn envoy_dynamic_module_on_network_filter_read(
         let Some(conn) = f.conn.get() else {
             return STATUS_CONTINUE;
         };
-        if let Some(tracking) = &f.tracking {
+        let mut tracking = match f.tracking.as_ref().map(RefCell::try_borrow_mut) {
+            Some(Ok(t)) => Some(t),
+            // Cannot be: its hooks do not nest into a read or write hook.
+            Some(Err(_)) => {
+                in_use();
+                None
+            }
+            None => None,
+        };
+        if conn.read_wants_bytes(tracking.is_some()) {
             let hook = Hook::frame();
             // SAFETY: the filter's own pointer inside its read hook.
             let envoy = unsafe { NetConnection::in_hook(&hook, fe) };
-            let fed = envoy.with_read_slices(|chunks| {
-                if conn.following_bytes() {
-                    let mut watch = f.first_stream.get();
-                    conn.on_followed_read(data_len, chunks, &mut watch);
-                    f.first_stream.set(watch);
-                } else {
-                    conn.on_read(data_len, &[]);
-                }
-                tracking
-                    .try_borrow_mut()
-                    .ok()
-                    .map(|mut t| t.on_read(data_len, chunks(), conn, super::shared(), now))
-            });
-            count_fed(fed);
-        } else if conn.following_bytes() {
-            let hook = Hook::frame();
-            // SAFETY: the filter's own pointer inside its read hook.
-            follow_client_bytes(
-                unsafe { NetConnection::in_hook(&hook, fe) },
+            read_with_bytes(
+                envoy,
                 conn,
                 &f.first_stream,
+                tracking.as_deref_mut(),
                 data_len,
             );
         } else {
@@ -252,45 +244,32 @@ pub extern "C" fn envoy_dynamic_module_on_network_filter_read(
     })
 }
 
-/// A read while the connection's first bytes are followed: hands Envoy's read-buffer slices to
-/// [`Conn::on_followed_read`]. Kept out of the read hook, which runs on every read, so that its
-/// stack buffers and calls do not weigh on the common path.
-#[cold]
+/// A read whose bytes are wanted: hands Envoy's read-buffer slices to [`Conn::on_read_hook`],
+/// which decides everything. Kept out of the read hook, so that its stack buffers and calls do
+/// not weigh on the common path of a connection that is not followed.
 #[inline(never)]
-fn follow_client_bytes(
+fn read_with_bytes(
     envoy: NetConnection,
     conn: &Conn,
     first_stream: &Cell<FirstStream>,
+    tracking: Option<&mut Tracking>,
     data_len: usize,
 ) {
     let mut watch = first_stream.get();
-    envoy.with_read_slices(|slices| conn.on_followed_read(data_len, slices, &mut watch));
+    envoy.with_read_slices(|chunks| {
+        conn.on_read_hook(data_len, chunks, &mut watch, tracking, super::shared(), now)
+    });
     first_stream.set(watch);
+}
+
+#[cold]
+fn in_use() {
+    log::warn!("graceful_drain: a connection's tracker was in use: bytes not followed");
 }
 
 /// The coarse clock the HTTP filter stamps a stream's end with (`StreamSink::now_nanos`).
 fn now() -> u64 {
     super::coarse_monotonic_nanos()
-}
-
-/// A feed's one counter of its own: the tracker lost the connection (requests served while
-/// draining and connections sent away are counted where they happen, `Shared::counters`).
-/// `None`: the tracker was in use further up this stack (cannot be: its hooks do not nest into a
-/// read or write hook), so these bytes were not followed.
-#[inline]
-fn count_fed(fed: Option<Fed>) {
-    match fed {
-        Some(Fed { lost: false, .. }) => {}
-        Some(_) => count_untracked(),
-        None => {
-            log::warn!("graceful_drain: a connection's tracker was in use: bytes not followed")
-        }
-    }
-}
-
-#[cold]
-fn count_untracked() {
-    super::shared().counters.count(Stat::ConnectionsUntracked);
 }
 
 #[no_mangle]
@@ -312,49 +291,28 @@ pub extern "C" fn envoy_dynamic_module_on_network_filter_write(
         // An empty write (Envoy makes one at a proxied response's end, ENVOY_FACTS.md §6) has
         // no byte to follow: no buffer callbacks for it.
         if let Some(tracking) = f.tracking.as_ref().filter(|_| data_len > 0) {
+            let Ok(mut t) = tracking.try_borrow_mut() else {
+                in_use();
+                return STATUS_CONTINUE;
+            };
+            let shared = super::shared();
+            if t.on_write_len(data_len, conn, shared, now) {
+                return STATUS_CONTINUE;
+            }
             let hook = Hook::frame();
             // SAFETY: the filter's own pointer inside its write hook.
             let envoy = unsafe { NetConnection::in_hook(&hook, fe) };
-            // A write the tracker would skip unread (a body's rest, a frame's payload): fed by
-            // its length, without the two buffer callbacks (about 300 instructions).
-            let unread = tracking
-                .try_borrow()
-                .is_ok_and(|t| t.server_unread_ahead() >= data_len as u64);
-            if unread {
-                let fed = tracking.try_borrow_mut().ok().map(|mut t| {
-                    t.on_write(Some(exchange::unread(data_len)), conn, super::shared(), now)
-                });
-                count_fed(fed);
-                return STATUS_CONTINUE;
-            }
-            // Not zeroed on every write: only the write that is told fills it.
-            let mut line: Option<[u8; MAX_STATUS_LINE]> = None;
-            let (fed, told) = envoy.with_write_slices(|chunks| {
-                let Ok(mut t) = tracking.try_borrow_mut() else {
-                    return (None, Told::default());
-                };
-                let shared = super::shared();
-                let first = chunks().and_then(|mut c| c.next());
-                let told = t.close_to_insert(first, conn, shared);
-                let told_bytes = first.and_then(|b| b.get(..told.insert));
-                if let Some(bytes) = told_bytes.filter(|b| !b.is_empty()) {
-                    let kept = line.insert([0; MAX_STATUS_LINE]);
-                    if let Some(to) = kept.get_mut(..bytes.len()) {
-                        to.copy_from_slice(bytes);
-                    }
-                }
-                (Some(t.on_write(chunks(), conn, shared, now)), told)
-            });
+            let line =
+                envoy.with_write_slices(|chunks| t.on_write_bytes(chunks, conn, shared, now));
+            drop(t);
             // After the slices are released: the rewrite changes the buffer they described.
-            let status_line = line.as_ref().and_then(|l| l.get(..told.insert));
-            if status_line.is_some_and(|l| !envoy.insert_after_status_line(l, CONNECTION_CLOSE)) {
+            if line.is_some_and(|l| !envoy.insert_after_status_line(l.bytes(), CONNECTION_CLOSE)) {
                 log::warn!(
                     "graceful_drain: could not add connection: close to a response on \
-                         connection {}",
+                     connection {}",
                     conn.id
                 );
             }
-            count_fed(fed);
         }
         STATUS_CONTINUE
     })
