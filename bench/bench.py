@@ -527,6 +527,10 @@ PROXY_VARIANTS = ["bare", "bootstrap-only", "empty module filter", "graceful_dra
 # with the network filter only (connection mode: no HTTP filter of the module) and those whose
 # network filter follows every exchange itself (track_requests).
 FLOOR_VARIANTS = ("empty module filter", "empty HTTP + network filters", "empty network filter")
+# The variants measured with browser heads: bare Envoy, filter mode, connection mode without and
+# with the tracker, and connection mode's floor.
+BROWSER_VARIANTS = ["bare", "graceful_drain HTTP + network filters", "empty network filter",
+                    "graceful_drain network filter", "graceful_drain network filter, tracking"]
 NETWORK_ONLY_VARIANTS = ("empty network filter", "graceful_drain network filter",
                          "graceful_drain network filter, tracking")
 NETWORK_VARIANTS = ("empty HTTP + network filters", "graceful_drain HTTP + network filters") + NETWORK_ONLY_VARIANTS
@@ -632,9 +636,10 @@ def proxy_yaml(admin, listen, upstream, variant, tls=None):
 """
 
 
-def callgrind_proxy(binary, variant, h1, tls, n, upstream_port, floor_dir, smoke=False):
+def callgrind_proxy(binary, variant, h1, tls, n, upstream_port, floor_dir, smoke=False, browser=False):
     """Instructions per request of the gateway (under callgrind) proxying to the upstream. A smoke
-    run checks the path end to end without valgrind (no figures: it would take minutes)."""
+    run checks the path end to end without valgrind (no figures: it would take minutes).
+    `browser`: each request carries BROWSER_HEADS."""
     ports = free_ports(2)
     yaml = proxy_yaml(ports[0], ports[1], upstream_port, variant, tls)
     tmp = tempfile.mkdtemp(prefix="gd-cgp-")
@@ -644,7 +649,7 @@ def callgrind_proxy(binary, variant, h1, tls, n, upstream_port, floor_dir, smoke
     e = Envoy(binary, yaml, ports[0], wrapper=wrapper, module_dir=mdir)
     try:
         def load(count):
-            cmd = ["h2load", "-n", str(count), "-c", "4"] + (["--h1"] if h1 else []) + \
+            cmd = ["h2load", "-n", str(count), "-c", "4"] + (["--h1"] if h1 else []) + head_args(browser) + \
                   [f"{'https' if tls else 'http'}://127.0.0.1:{ports[1]}/"]
             out = subprocess.run(cmd, capture_output=True, text=True, timeout=600).stdout
             m = re.search(r"requests: (\d+) total, \d+ started, \d+ done, (\d+) succeeded", out)
@@ -680,16 +685,20 @@ def bench_proxy_instructions(binary, smoke):
         tls = self_signed_cert(tmp)
         up = free_ports(2)
         upstream = Envoy(binary, upstream_yaml(up[0], up[1]), up[0], concurrency=1)
-        paths = [("HTTP/1.1", True, False), ("HTTP/2", False, False),
-                 ("HTTP/1.1 + TLS", True, True), ("HTTP/2 + TLS", False, True)]
+        paths = [("HTTP/1.1", True, False, False), ("HTTP/2", False, False, False),
+                 ("HTTP/1.1 + TLS", True, True, False), ("HTTP/2 + TLS", False, True, False)]
+        if not smoke:
+            # The same paths with a browser's request head, for the modes a user chooses between
+            # (and the floor of connection mode): per-line work grows with the head.
+            paths += [(name + ", browser heads", h1, with_tls, True) for name, h1, with_tls, _ in paths]
         rows = []
         try:
-            for name, h1, with_tls in paths:
+            for name, h1, with_tls, browser in paths:
                 row = {"path": name + " proxying", "n": n, "hooks": {}}
-                for variant in PROXY_VARIANTS:
+                for variant in (BROWSER_VARIANTS if browser else PROXY_VARIANTS):
                     log(f"callgrind proxy {name}: {variant}, {n} requests")
                     per_req, hooks = callgrind_proxy(binary, variant, h1, tls if with_tls else None, n, up[1],
-                                                     floor_dir, smoke)
+                                                     floor_dir, smoke, browser)
                     row[variant] = per_req
                     if hooks is not None:
                         row["hooks"][variant] = {"total": hooks[0], "by_hook": hooks[1]}
@@ -1414,6 +1423,8 @@ def write_report(data):
             if r.get("bare") is None:
                 L.append(f"| {r['path']} | (smoke run: path checked, not measured) | | | | | | | |")
                 continue
+            if "empty module filter" not in r:  # browser heads: only the modes' variants
+                continue
             b, f, g = r["bare"], r["empty module filter"], r["graceful_drain"]
             L.append(f"| {r['path']} | {b / 1000:.1f} k | {ratio(r['bootstrap-only'], b):.4f}× | {ratio(f, b):.4f}× | "
                      f"{ratio(g, b):.4f}× | " + " | ".join(own_cols(r, b, "empty module filter", "graceful_drain")) + " |")
@@ -1424,7 +1435,7 @@ def write_report(data):
                   "difference to the floor | graceful_drain's hooks | the floor's hooks | own cost above the floor |",
                   "|---|---|---|---|---|---|---|---|"]
             for r in data["proxy"]:
-                if r.get("graceful_drain HTTP + network filters") is None:
+                if r.get("graceful_drain HTTP + network filters") is None or "empty HTTP + network filters" not in r:
                     continue
                 b = r["bare"]
                 fl, gd = "empty HTTP + network filters", "graceful_drain HTTP + network filters"
