@@ -485,7 +485,9 @@ impl Tracking {
         shared
             .requests
             .give_back(counted, || self.end_all(conn, shared));
-        shared.counters.count(crate::state::Stat::ConnectionsUntracked);
+        shared
+            .counters
+            .count(crate::state::Stat::ConnectionsUntracked);
         if self.shadow {
             conn.cross_check_event(None);
             log::info!(

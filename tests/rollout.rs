@@ -64,9 +64,11 @@ impl LoadStats {
     }
 }
 
-/// Request `i` of worker `w`: mostly 100-300 ms, one in 25 takes LONGEST_REQUEST.
+/// Request `i` of worker `w`: mostly 100-300 ms, one in 25 takes LONGEST_REQUEST, each worker's
+/// first one early (its 2nd to 6th request), so that slow requests are in flight from the
+/// first termination on, however fast the rollout goes.
 fn delay_ms(w: u64, i: u64) -> u64 {
-    if (i + w).is_multiple_of(25) {
+    if i % 25 == 2 + w % 5 {
         LONGEST_REQUEST.as_millis() as u64
     } else {
         100 + (i * 37 + w * 53) % 200
@@ -244,6 +246,13 @@ async fn rollout(
     eventually("load flowing", Duration::from_secs(10), || async {
         (stats.ok.load(Ordering::Relaxed) >= 50).then_some(())
     })
+    .await;
+    // Every worker's first slow request sent (each lasts LONGEST_REQUEST): in flight now.
+    eventually(
+        "slow requests in flight",
+        Duration::from_secs(10),
+        || async { (stats.slow.load(Ordering::Relaxed) >= 16).then_some(()) },
+    )
     .await;
 
     let mut terms = Vec::new();
