@@ -1426,7 +1426,8 @@ mod loom_tests {
                 Counts {
                     active: 0,
                     last_start: 20,
-                    started: 2
+                    started: 2,
+                    ..Counts::default()
                 }
             );
         });
