@@ -34,7 +34,7 @@
 //! - what cannot be told loses the connection rather than count it wrong: a buffer that starts
 //!   at the start of a remembered slice other than the first (Envoy drained the slices before it
 //!   whole, or reuses that memory for new bytes), or outside the remembered slices when the
-//!   last buffer had more ([`READ_SLICES`]).
+//!   last buffer had more (`READ_SLICES`).
 
 use crate::connections::Conn;
 use crate::exchange::{Event, Protocol, Tracker};
