@@ -335,32 +335,7 @@ impl Conn {
         set(&self.following, h2);
     }
 
-    /// A read hook, everything it decides, given the read buffer's slices (`chunks()`; `None`:
-    /// Envoy could not give them): the protocol from the first bytes and an HTTP/2 client's
-    /// frames until its first stream (while [`Conn::following_bytes`]; `watch` is the
-    /// connection's [`FirstStream`]), then the exchange tracker's feed (`tracking`, connection
-    /// mode), which counts what it starts, ends or loses itself. The glue asks Envoy for the
-    /// slices only when [`Conn::read_wants_bytes`]; otherwise `on_read(len, &[])` is the read.
-    pub fn on_read_hook<'a, I: Iterator<Item = &'a [u8]>>(
-        &self,
-        len: usize,
-        chunks: impl Fn() -> Option<I>,
-        watch: &mut FirstStream,
-        tracking: Option<&mut crate::tracking::Tracking>,
-        shared: &crate::state::Shared,
-        now: impl Fn() -> u64,
-    ) {
-        if self.following_bytes() {
-            self.on_followed_read(len, &chunks, watch);
-        } else {
-            self.on_read(len, &[]);
-        }
-        if let Some(t) = tracking {
-            t.on_read(len, chunks(), self, shared, now);
-        }
-    }
-
-    /// Whether a read needs the read buffer's bytes ([`Conn::on_read_hook`]): `tracked` (the
+    /// Whether a read needs the read buffer's bytes (`tracking::on_read_hook`): `tracked` (the
     /// connection's exchanges are followed) or still [`Conn::following_bytes`].
     #[inline]
     pub fn read_wants_bytes(&self, tracked: bool) -> bool {

@@ -36,7 +36,7 @@
 //!   whole, or reuses that memory for new bytes), or outside the remembered slices when the
 //!   last buffer had more (`READ_SLICES`).
 
-use crate::connections::Conn;
+use crate::connections::{Conn, FirstStream};
 use crate::exchange::{Event, Protocol, Tracker};
 use crate::registry::Ticket;
 use crate::state::Shared;
@@ -515,6 +515,31 @@ impl Tracking {
                 shared.request_ended_in(conn.reserved(), t);
             }
         }
+    }
+}
+
+/// A network filter's read hook, everything it decides, given the read buffer's slices
+/// (`chunks()`; `None`: Envoy could not give them): the protocol from the first bytes and an
+/// HTTP/2 client's frames until its first stream (while [`Conn::following_bytes`]; `watch` is
+/// the connection's [`FirstStream`]), then the exchange tracker's feed (`tracking`, connection
+/// mode), which counts what it starts, ends or loses itself. The glue asks Envoy for the slices
+/// only when [`Conn::read_wants_bytes`]; otherwise `conn.on_read(len, &[])` is the read.
+pub fn on_read_hook<'a, I: Iterator<Item = &'a [u8]>>(
+    conn: &Conn,
+    len: usize,
+    chunks: impl Fn() -> Option<I>,
+    watch: &mut FirstStream,
+    tracking: Option<&mut Tracking>,
+    shared: &Shared,
+    now: impl Fn() -> u64,
+) {
+    if conn.following_bytes() {
+        conn.on_followed_read(len, &chunks, watch);
+    } else {
+        conn.on_read(len, &[]);
+    }
+    if let Some(t) = tracking {
+        t.on_read(len, chunks(), conn, shared, now);
     }
 }
 

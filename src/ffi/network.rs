@@ -244,9 +244,10 @@ pub extern "C" fn envoy_dynamic_module_on_network_filter_read(
     })
 }
 
-/// A read whose bytes are wanted: hands Envoy's read-buffer slices to [`Conn::on_read_hook`],
-/// which decides everything. Kept out of the read hook, so that its stack buffers and calls do
-/// not weigh on the common path of a connection that is not followed.
+/// A read whose bytes are wanted: hands Envoy's read-buffer slices to
+/// [`crate::tracking::on_read_hook`], which decides everything. Kept out of the read hook, so
+/// that its stack buffers and calls do not weigh on the common path of a connection that is not
+/// followed.
 #[inline(never)]
 fn read_with_bytes(
     envoy: NetConnection,
@@ -257,7 +258,15 @@ fn read_with_bytes(
 ) {
     let mut watch = first_stream.get();
     envoy.with_read_slices(|chunks| {
-        conn.on_read_hook(data_len, chunks, &mut watch, tracking, super::shared(), now)
+        crate::tracking::on_read_hook(
+            conn,
+            data_len,
+            chunks,
+            &mut watch,
+            tracking,
+            super::shared(),
+            now,
+        )
     });
     first_stream.set(watch);
 }
