@@ -530,8 +530,8 @@ impl Half {
     /// is the byte-by-byte parse's at the start of the next line (`LineStart`).
     ///
     /// Why: the byte-by-byte parse cost about 3 600 instructions per keep-alive request and
-    /// response (callgrind, docs/performance.md); here a line costs one word-at-a-time scan for
-    /// its LF, and only the start line and the lines of the five names are looked into.
+    /// response (callgrind, docs/performance.md); here a line costs one scan for its LF, sixteen
+    /// bytes at a time, and only the start line and the lines of the five names are looked into.
     /// `tests/properties.rs` feeds the same bytes whole and byte by byte and wants the same.
     pub(super) fn whole_lines(
         &mut self,
@@ -793,29 +793,57 @@ impl Half {
     }
 }
 
-/// The index of the first LF in `s`, a word (eight bytes) at a time.
+/// The index of the first LF in `s`, sixteen bytes at a time.
+///
+/// Why: the LF scan is most of what a request head costs the tracker. A browser's 750-byte
+/// head, callgrind, Envoy 1.40.0, a direct response: the read hook cost 3 860 instructions with
+/// a word-at-a-time scan, 3 390 with this one. The "does this block hold an LF" fold below
+/// compiles, on x86_64, to one SSE2 compare and mask a block (`pcmpeqb`, `pmovmskb`: eight
+/// instructions a block in the loop, rustc 1.95), with no `unsafe` and no intrinsic; elsewhere
+/// to byte compares. The block that holds the LF is then looked into a word at a time. (A
+/// cursor that keeps a block's LFs between lines cost more: most lines are longer than a
+/// block, so a block rarely holds two.)
+#[inline]
 pub(super) fn find_lf(s: &[u8]) -> Option<usize> {
-    let mut words = s.chunks_exact(8);
-    let mut base = 0;
-    for w in &mut words {
-        let zero = lf_bytes(w.try_into().unwrap_or([0; 8]));
-        if zero != 0 {
-            return Some(base + (zero.trailing_zeros() / 8) as usize);
+    let (blocks, rest) = s.as_chunks::<16>();
+    for (k, b) in blocks.iter().enumerate() {
+        if has_lf(b) {
+            return Some(16 * k + first_lf(b));
         }
-        base += 8;
     }
-    if words.remainder().is_empty() {
+    if rest.is_empty() {
         return None;
     }
-    // The bytes left end the slice's last word, whose other bytes were scanned (no LF): its
-    // first LF is the slice's. Shorter than a word: byte by byte.
-    match s.last_chunk::<8>() {
-        Some(w) => {
-            let zero = lf_bytes(*w);
-            (zero != 0).then(|| s.len() - 8 + (zero.trailing_zeros() / 8) as usize)
-        }
-        None => words.remainder().iter().position(|&c| c == LF),
+    // The bytes left end the slice's last block, whose other bytes were scanned (no LF): its
+    // first LF is the slice's. Shorter than a block: a word, then byte by byte.
+    if let Some(b) = s.last_chunk::<16>() {
+        return has_lf(b).then(|| s.len() - 16 + first_lf(b));
     }
+    let (words, bytes) = s.as_chunks::<8>();
+    if let Some(w) = words.first() {
+        let zero = lf_bytes(*w);
+        if zero != 0 {
+            return Some((zero.trailing_zeros() / 8) as usize);
+        }
+    }
+    let at = 8 * words.len();
+    bytes.iter().position(|&c| c == LF).map(|p| at + p)
+}
+
+/// Whether a block holds an LF: a fold the compiler turns into one vector compare.
+fn has_lf(b: &[u8; 16]) -> bool {
+    b.iter().fold(false, |any, &c| any | (c == LF))
+}
+
+/// The index of the first LF in a block that holds one.
+fn first_lf(b: &[u8; 16]) -> usize {
+    let (w, _) = b.as_chunks::<8>();
+    let lo = w.first().map_or(0, |w| lf_bytes(*w));
+    if lo != 0 {
+        return (lo.trailing_zeros() / 8) as usize;
+    }
+    let hi = w.get(1).map_or(0, |w| lf_bytes(*w));
+    8 + (hi.trailing_zeros() / 8) as usize
 }
 
 /// The LF bytes of a word, flagged in their high bit: XOR with LFs makes them zero bytes, and

@@ -12,8 +12,8 @@
 //! Cost: this runs on every read and write of the request path. It never walks payload bytes
 //! (bodies, chunk data and HTTP/2 payloads are skipped by length, and a write made only of them
 //! need not be fetched at all: [`Tracker::server_unread_ahead`], [`unread`]). A head whose
-//! lines are whole in the bytes fed is read a line at a time: a word-at-a-time scan for each
-//! LF, the start line, and the value of a header only when its name is one of the five it
+//! lines are whole in the bytes fed is read a line at a time: a scan for each LF sixteen bytes
+//! at a time, the start line, and the value of a header only when its name is one of the five it
 //! needs (`content-length`, `connection`, `transfer-encoding`, `user-agent`, `upgrade`; any
 //! case), compared eight bytes at a time. Every other header line costs its LF scan. Where a
 //! head is split between feeds, the byte-by-byte parse takes over at the split line (the

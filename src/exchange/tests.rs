@@ -1045,3 +1045,33 @@ fn memory_per_connection_stays_small() {
     );
     assert_eq!(std::mem::size_of::<Stream>(), 8);
 }
+
+#[test]
+fn find_lf_finds_the_first_lf_at_every_length_and_offset() {
+    // Every length up to past three blocks, with no LF, one LF anywhere, two, and all: the
+    // blocks, the overlapping last block, the word and the bytes after it answer as `position`.
+    // Other bytes are 0x0B (LF ^ 1) and 0x8A (LF | 0x80): the ones a word trick gets wrong.
+    for len in 0..56 {
+        for filler in [b'a', 0x0b, 0x8a] {
+            let plain = vec![filler; len];
+            assert_eq!(http1::find_lf(&plain), None, "len {len} filler {filler:#x}");
+            for at in 0..len {
+                for second in at..len {
+                    let mut s = plain.clone();
+                    s[at] = LF;
+                    s[second] = LF;
+                    assert_eq!(
+                        http1::find_lf(&s),
+                        Some(at),
+                        "len {len} LFs at {at} and {second} filler {filler:#x}"
+                    );
+                }
+            }
+        }
+        for from in 0..len {
+            let mut s = vec![LF; len];
+            s[..from].fill(b'a');
+            assert_eq!(http1::find_lf(&s), Some(from), "len {len}, LFs from {from}");
+        }
+    }
+}
