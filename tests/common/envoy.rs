@@ -122,9 +122,6 @@ pub fn build_module(features: &[&str], target_dir: Option<&str>) -> PathBuf {
     dir
 }
 
-/// `envoy --mode validate` of a whole bootstrap, with the module from `modules` (only the search
-/// path: Envoy also looks in LD_LIBRARY_PATH, where cargo puts its own debug build of the module).
-/// Whether it passed, and Envoy's output.
 /// The module directory an Envoy started with `o` loads from.
 fn modules_of(o: &Options) -> &Path {
     if let Some(d) = &o.module_dir {
@@ -136,6 +133,9 @@ fn modules_of(o: &Options) -> &Path {
     }
 }
 
+/// `envoy --mode validate` of a whole bootstrap, with the module from `modules` (only the search
+/// path: Envoy also looks in LD_LIBRARY_PATH, where cargo puts its own debug build of the module).
+/// Whether it passed, and Envoy's output.
 pub fn validate_config(bootstrap: &str, modules: &Path) -> (bool, String) {
     let dir = TempDir::new("validate");
     let path = dir.0.join("envoy.yaml");
