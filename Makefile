@@ -32,7 +32,7 @@ MODULE_FEATURES :=
 endif
 MODULE_DIR := $(MODULE_TARGET)/release
 
-.PHONY: run test lint loom miri envoy build dist check-envoy-version bench bench-smoke bench-deps
+.PHONY: run test test-build lint loom miri envoy build dist check-envoy-version bench bench-smoke bench-deps
 
 build:
 	cargo build --release --locked --lib $(MODULE_FEATURES) --target-dir $(MODULE_TARGET)
@@ -67,6 +67,14 @@ test: build envoy
 	ENVOY_VERSION=$(ENVOY_VERSION) ENVOY_BIN=$$(scripts/install-envoy.sh $(ENVOY_VERSION)) \
 	  GRACEFUL_DRAIN_MODULE_DIR=$(MODULE_DIR) GRACEFUL_DRAIN_TEST_MODE=$(TEST_MODE) \
 	  cargo test $(TEST_ARGS)
+
+# What `make test` builds and installs, without running anything (CI builds once, then runs
+# suites side by side): the module for TEST_MODE, the test binaries, and the module the
+# fault-injection tests load (built by tests/common/envoy.rs's panic_test_module_dir otherwise).
+test-build: build envoy
+	@scripts/install-tools.sh >/dev/null
+	cargo build --release --locked --lib --features panic-test --target-dir target/panic-test
+	cargo test --no-run --locked $(TEST_ARGS)
 
 # Benchmarks (not tests): writes bench/out/report.md, report.json, shutdown.svg. About 15 minutes.
 bench: build envoy
