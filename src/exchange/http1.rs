@@ -86,6 +86,27 @@ pub(super) const H_TE: u8 = 2;
 pub(super) const H_UA: u8 = 3;
 pub(super) const H_UPGRADE: u8 = 4;
 
+/// What a header line's first byte says: bit `k` for each header kind `k` whose name starts
+/// with it (either case), [`CR_LINE`] for CR, 0 for a line the tracker skips (most of them).
+pub(super) const LINE_START: [u8; 256] = line_starts();
+/// A line starting with CR: the head's end, or a head that does not parse.
+pub(super) const CR_LINE: u8 = 0x80;
+/// The header kinds read in requests only.
+pub(super) const REQUEST_ONLY: u8 = 1 << H_UA | 1 << H_UPGRADE;
+
+const fn line_starts() -> [u8; 256] {
+    let mut t = [0u8; 256];
+    let mut k = 0;
+    while k < NAMES.len() {
+        let c = NAMES[k][0];
+        t[c as usize] |= 1 << k;
+        t[c.to_ascii_uppercase() as usize] |= 1 << k;
+        k += 1;
+    }
+    t[CR as usize] = CR_LINE;
+    t
+}
+
 /// A header name and its colon as words to compare a line's first bytes with, eight at a
 /// time: each word with the bit that makes its letters lowercase (`NAMES` are lowercase letters
 /// and `-`; a byte matches a letter in either case, and `-` and `:` exactly).
@@ -539,7 +560,7 @@ impl Half {
         hints: &mut HintBuf,
         bytes: &[u8],
     ) -> (usize, Option<Mile>) {
-        let Some(lf) = find_lf(bytes) else {
+        let Some(lf) = lf_from(bytes, 0) else {
             return (0, None);
         };
         let line = bytes.get(..lf).unwrap_or_default();
@@ -552,38 +573,47 @@ impl Half {
             return (lf + 1, Some(Mile::Bad));
         }
         self.st = St::LineStart;
+        let kinds = if req { !0 } else { !REQUEST_ONLY };
         let mut i = lf + 1;
         loop {
-            // Bytes of the head so far; the byte-by-byte parse counts every head byte but the
-            // head's last LF.
-            self.head_len = u32::try_from(i).unwrap_or(u32::MAX);
-            if self.head_len as usize > MAX_HEAD {
-                return (i, Some(Mile::Bad));
+            // The line from `at`. Where the loop leaves, `head_len` is the bytes of the head
+            // before this line (the byte-by-byte parse counts every head byte but the head's
+            // last LF); inside it, nothing reads it.
+            let at = i;
+            if at > MAX_HEAD {
+                self.head_len = head_len(at);
+                return (at, Some(Mile::Bad));
             }
-            let rest = bytes.get(i..).unwrap_or_default();
-            let Some(lf) = find_lf(rest) else {
-                return (i, None);
+            let Some(lf) = lf_from(bytes, at) else {
+                self.head_len = head_len(at);
+                return (at, None);
             };
-            let line = rest.get(..lf).unwrap_or_default();
-            i += lf + 1;
-            match line {
-                [] => return (i, Some(Mile::Head)),
-                [CR] => {
-                    let counted = i - 1;
-                    let end = if counted > MAX_HEAD {
-                        Mile::Bad
-                    } else {
-                        Mile::Head
-                    };
-                    self.st = St::LineCr;
-                    return (i, Some(end));
+            i = lf + 1;
+            let Some(&first) = bytes.get(at).filter(|_| lf > at) else {
+                self.head_len = head_len(at);
+                return (i, Some(Mile::Head));
+            };
+            let kind = LINE_START[usize::from(first)] & kinds;
+            if kind == 0 {
+                continue;
+            }
+            let line = bytes.get(at..lf).unwrap_or_default();
+            if kind == CR_LINE {
+                self.head_len = head_len(at);
+                if line.len() > 1 {
+                    return (i, Some(Mile::Bad));
                 }
-                [CR, ..] => return (i, Some(Mile::Bad)),
-                _ => {
-                    if !self.header_line(req, hints, line) {
-                        return (i, Some(Mile::Bad));
-                    }
-                }
+                let end = if i - 1 > MAX_HEAD {
+                    Mile::Bad
+                } else {
+                    Mile::Head
+                };
+                self.st = St::LineCr;
+                return (i, Some(end));
+            }
+            if !self.header_line(kind, hints, line) {
+                self.head_len = head_len(at);
+                return (i, Some(Mile::Bad));
             }
         }
     }
@@ -647,15 +677,10 @@ impl Half {
         }
     }
 
-    /// A whole header line without its LF (not empty, not starting with CR): its value is
-    /// read if its name is one of the five, else it is skipped. `false`: it does not parse.
-    pub(super) fn header_line(&mut self, req: bool, hints: &mut HintBuf, line: &[u8]) -> bool {
-        let cand: u8 = match line.first().map(u8::to_ascii_lowercase) {
-            Some(b'c') => 1 << H_CL | 1 << H_CONN,
-            Some(b't') => 1 << H_TE,
-            Some(b'u') if req => 1 << H_UA | 1 << H_UPGRADE,
-            _ => return true,
-        };
+    /// A whole header line without its LF (not empty, not starting with CR), `cand` the
+    /// header kinds its first byte can start ([`LINE_START`]): its value is read if its name is
+    /// one of them, else it is skipped. `false`: it does not parse.
+    pub(super) fn header_line(&mut self, cand: u8, hints: &mut HintBuf, line: &[u8]) -> bool {
         let named = |k: u8| cand & (1 << k) != 0 && NAME_WORDS[usize::from(k)].starts(line);
         let Some(k) = (0..NAMES.len() as u8).find(|&k| named(k)) else {
             return true;
@@ -793,7 +818,7 @@ impl Half {
     }
 }
 
-/// The index of the first LF in `s`, sixteen bytes at a time.
+/// The index of the first LF in `s` from `from` on, sixteen bytes at a time.
 ///
 /// Why: the LF scan is most of what a request head costs the tracker. A browser's 750-byte
 /// head, callgrind, Envoy 1.40.0, a direct response: the read hook cost 3 860 instructions with
@@ -801,33 +826,41 @@ impl Half {
 /// hold an LF" fold below compiles, on x86_64, to one SSE2 compare and mask a block (`pcmpeqb`,
 /// `pmovmskb`: eight instructions a block in the loop, rustc 1.95), with no `unsafe` and no
 /// intrinsic; elsewhere to byte compares. The block that holds the LF is then looked into a
-/// word at a time. (A cursor that keeps a block's LFs between lines cost more: most lines are
-/// longer than a block, so a block rarely holds two.)
+/// word at a time. The scan takes its start as an index, not a sub-slice, so a line costs no
+/// slice of its own. (A cursor that keeps a block's LFs between lines cost more: most lines
+/// are longer than a block, so a block rarely holds two, and each block it reads pays for a
+/// mask of its LFs.)
 #[inline(always)]
-pub(super) fn find_lf(s: &[u8]) -> Option<usize> {
-    let (blocks, rest) = s.as_chunks::<16>();
+pub(super) fn lf_from(s: &[u8], from: usize) -> Option<usize> {
+    let rest = s.get(from..)?;
+    let (blocks, tail) = rest.as_chunks::<16>();
     for (k, b) in blocks.iter().enumerate() {
         if has_lf(b) {
-            return Some(16 * k + first_lf(b));
+            return Some(from + 16 * k + first_lf(b));
         }
     }
-    if rest.is_empty() {
+    if tail.is_empty() {
         return None;
     }
-    // The bytes left end the slice's last block, whose other bytes were scanned (no LF): its
-    // first LF is the slice's. Shorter than a block: a word, then byte by byte.
-    if let Some(b) = s.last_chunk::<16>() {
-        return has_lf(b).then(|| s.len() - 16 + first_lf(b));
+    // The bytes left end the rest's last block, whose other bytes were scanned (no LF): its
+    // first LF is the rest's. Shorter than a block: a word, then byte by byte.
+    if let Some(b) = rest.last_chunk::<16>() {
+        return has_lf(b).then(|| from + rest.len() - 16 + first_lf(b));
     }
-    let (words, bytes) = s.as_chunks::<8>();
+    let (words, bytes) = rest.as_chunks::<8>();
     if let Some(w) = words.first() {
         let zero = lf_bytes(*w);
         if zero != 0 {
-            return Some((zero.trailing_zeros() / 8) as usize);
+            return Some(from + (zero.trailing_zeros() / 8) as usize);
         }
     }
-    let at = 8 * words.len();
+    let at = from + 8 * words.len();
     bytes.iter().position(|&c| c == LF).map(|p| at + p)
+}
+
+/// A head length as `Half::head_len` keeps it.
+fn head_len(n: usize) -> u32 {
+    u32::try_from(n).unwrap_or(u32::MAX)
 }
 
 /// Whether a block holds an LF: a fold the compiler turns into one vector compare.

@@ -1047,31 +1047,44 @@ fn memory_per_connection_stays_small() {
 }
 
 #[test]
-fn find_lf_finds_the_first_lf_at_every_length_and_offset() {
-    // Every length up to past three blocks, with no LF, one LF anywhere, two, and all: the
-    // blocks, the overlapping last block, the word and the bytes after it answer as `position`.
-    // Other bytes are 0x0B (LF ^ 1) and 0x8A (LF | 0x80): the ones a word trick gets wrong.
+fn lf_from_finds_the_first_lf_at_or_after_its_start_at_every_length_and_offset() {
+    // Every length up to past three blocks, every start, with no LF, one LF anywhere, two, and
+    // all: the blocks, the words and the bytes after them answer as `position` from the start,
+    // LFs before it not seen. Other bytes are 0x0B (LF ^ 1) and 0x8A (LF | 0x80): the ones a
+    // word trick gets wrong.
+    let want = |s: &[u8], from: usize| s[from..].iter().position(|&c| c == LF).map(|p| from + p);
     for len in 0..56 {
         for filler in [b'a', 0x0b, 0x8a] {
             let plain = vec![filler; len];
-            assert_eq!(http1::find_lf(&plain), None, "len {len} filler {filler:#x}");
+            for from in 0..=len {
+                assert_eq!(http1::lf_from(&plain, from), None, "len {len} from {from}");
+            }
             for at in 0..len {
                 for second in at..len {
                     let mut s = plain.clone();
                     s[at] = LF;
                     s[second] = LF;
-                    assert_eq!(
-                        http1::find_lf(&s),
-                        Some(at),
-                        "len {len} LFs at {at} and {second} filler {filler:#x}"
-                    );
+                    for from in 0..=len {
+                        assert_eq!(
+                            http1::lf_from(&s, from),
+                            want(&s, from),
+                            "len {len} LFs at {at} and {second} from {from} filler {filler:#x}"
+                        );
+                    }
                 }
             }
         }
-        for from in 0..len {
+        for lfs in 0..len {
             let mut s = vec![LF; len];
-            s[..from].fill(b'a');
-            assert_eq!(http1::find_lf(&s), Some(from), "len {len}, LFs from {from}");
+            s[..lfs].fill(b'a');
+            for from in 0..=len {
+                assert_eq!(
+                    http1::lf_from(&s, from),
+                    want(&s, from),
+                    "len {len}, LFs from {lfs}"
+                );
+            }
         }
     }
+    assert_eq!(http1::lf_from(b"a\n", 3), None, "a start past the end");
 }
