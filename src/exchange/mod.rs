@@ -227,6 +227,12 @@ impl Tracker {
                 Event::Lost => {}
             }
             on(ev, self);
+            // HTTP/1.1 gives no event without bytes: a response head's verdict is reached in
+            // the call that read its end (`H1::server`). (An HTTP/2 frame can end several
+            // streams, one event a call: it is called until it says None.)
+            if rest.is_empty() && matches!(self.wire, Wire::Http1(_)) {
+                return;
+            }
         }
     }
 
