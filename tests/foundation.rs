@@ -5,8 +5,8 @@ mod common;
 
 use common::clients::{self, H1Conn, H2Conn};
 use common::envoy::{
-    abi_version_of, envoy_bin, expected_envoy_version, module_dir, render_gateway, Envoy, Options,
-    TempDir,
+    abi_version_of, envoy_bin, expected_envoy_version, module_dir, render_gateway, test_mode,
+    Envoy, Options, TempDir, TestMode,
 };
 use common::{free_ports, repo_root};
 use std::process::{Command, Stdio};
@@ -30,7 +30,12 @@ async fn module_loads_into_the_envoy_under_test_and_abi_matches() {
     assert!(log.contains(&matched), "{log}");
     assert!(!log.contains("is deprecated"), "{log}");
     assert!(log.contains("graceful_drain: drain engine loaded"), "{log}");
-    assert!(log.contains("filter config loaded (role=Data)"), "{log}");
+    // The data listener's HTTP filter, except in connection mode (none on the data path).
+    assert_eq!(
+        log.contains("filter config loaded (role=Data)"),
+        test_mode() != TestMode::Connection,
+        "{log}"
+    );
     assert!(log.contains("filter config loaded (role=Control)"), "{log}");
     // No module line carries an empty source location (`[:]`); 1.40 prints the module's own.
     for line in log.lines().filter(|l| l.contains("graceful_drain:")) {
@@ -266,7 +271,14 @@ async fn refused(yaml: &str) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn bad_config_makes_envoy_refuse_to_start_naming_the_field() {
     let p = free_ports(3);
-    let good = render_gateway(p[0], p[1], p[2], &Options::default());
+    // Filter mode in every test mode: the data listener's HTTP filter config is among the ones
+    // made bad.
+    let filter_mode = Options {
+        data_http_filter: true,
+        track_requests: false,
+        ..Options::default()
+    };
+    let good = render_gateway(p[0], p[1], p[2], &filter_mode);
     let cases = [
         (
             good.replace(r#""drain_timeout": "10s""#, r#""drain_timeout": "10x""#),
