@@ -19,10 +19,11 @@ DIST_DIR := $(CURDIR)/target/dist
 CARGO_HOME_DIR := $(or $(CARGO_HOME),$(HOME)/.cargo)
 export RUSTFLAGS := $(strip $(RUSTFLAGS) --remap-path-prefix=$(CURDIR)=/graceful-drain --remap-path-prefix=$(CARGO_HOME_DIR)=/cargo)
 # Which setup the integration tests run the example gateway in (tests/common/envoy.rs, TestMode):
-# filter (default), connection (no data-path HTTP filter: the network filter follows the
-# exchanges) or cross-check (both, the module built with the test-only `cross-check` feature in
-# its own target directory, so it is never mistaken for the release artefact).
-TEST_MODE ?= filter
+# connection (the default, envoy-config/gateway.yaml's: no data-path HTTP filter, the network
+# filter follows the exchanges), filter (the module's HTTP filter on the data path) or
+# cross-check (both, the module built with the test-only `cross-check` feature in its own target
+# directory, so it is never mistaken for the release artefact).
+TEST_MODE ?= connection
 ifeq ($(TEST_MODE),cross-check)
 MODULE_TARGET := $(CURDIR)/target/cross-check
 MODULE_FEATURES := --features cross-check
@@ -48,7 +49,7 @@ envoy: check-envoy-version
 # The release artefacts, in target/dist/: the .so (one for every supported Envoy), an OCI image
 # holding only it (a layout directory and the same as an oci-archive), BUILDINFO and SHA256SUMS.
 dist:
-	@$(MAKE) --no-print-directory build TEST_MODE=filter
+	@$(MAKE) --no-print-directory build TEST_MODE=connection
 	scripts/dist.sh target/release/libgraceful_drain.so $(DIST_DIR)
 
 # Run the example gateway (embedded backend, no other service needed).

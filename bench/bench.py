@@ -73,9 +73,24 @@ def free_ports(n):
 # Config rendering: the same transformations the integration tests apply to the example.
 
 EXAMPLE_SETTINGS = '\'{"min_drain_duration": "5s", "quiet_period": "1s", "drain_timeout": "25s", "admin_address": "127.0.0.1:9901"}\''
-# The network filter's config in the example (extended with "track_requests" for connection mode
-# with the tracker).
-EXAMPLE_NETWORK_CONFIG = '\'{"idle_close_grace": "2s", "idle_after": "1s"}\''
+# The network filter's config in the example (connection mode: it follows the exchanges), and
+# without "track_requests" (filter mode: the HTTP filter counts the requests).
+EXAMPLE_NETWORK_CONFIG = '\'{"idle_close_grace": "2s", "idle_after": "1s", "track_requests": true}\''
+UNTRACKED_NETWORK_CONFIG = '\'{"idle_close_grace": "2s", "idle_after": "1s"}\''
+# Filter mode's data path: the module's HTTP filter first in the data listener's chain.
+DATA_HTTP_CHAIN = "          http_filters:\n          # Embedded slow backend"
+DATA_HTTP_FILTER = """          - name: envoy.filters.http.dynamic_modules
+            typed_config:
+              "@type": type.googleapis.com/envoy.extensions.filters.http.dynamic_modules.v3.DynamicModuleFilter
+              dynamic_module_config:
+                name: graceful_drain
+                do_not_close: true
+                metrics_namespace: graceful_drain
+              filter_name: graceful_drain
+              filter_config:
+                "@type": type.googleapis.com/google.protobuf.StringValue
+                value: '{"role": "data"}'
+"""
 
 
 def remove_list_items(text, name):
@@ -104,11 +119,15 @@ def render_gateway(ports, module=True, settings=None, network_filter=True, http_
     settings = dict(json.loads(EXAMPLE_SETTINGS.strip("'")), **(settings or {}))
     settings["admin_address"] = settings["admin_address"].replace(":9901", f":{admin}")
     y = y.replace(EXAMPLE_SETTINGS, "'" + json.dumps(settings) + "'")
-    if track_requests:
-        # Connection mode with the tracker: the network filter follows every exchange itself.
-        assert y.count(EXAMPLE_NETWORK_CONFIG) == 1, EXAMPLE_NETWORK_CONFIG
-        net = dict(json.loads(EXAMPLE_NETWORK_CONFIG.strip("'")), track_requests=True)
-        y = y.replace(EXAMPLE_NETWORK_CONFIG, "'" + json.dumps(net) + "'")
+    # The example is connection mode (the network filter follows every exchange itself);
+    # without track_requests its network filter only tells idle connections.
+    assert y.count(EXAMPLE_NETWORK_CONFIG) == 1, EXAMPLE_NETWORK_CONFIG
+    if not track_requests:
+        y = y.replace(EXAMPLE_NETWORK_CONFIG, UNTRACKED_NETWORK_CONFIG)
+    if module and http_filter:
+        # Filter mode's data path (with track_requests too: both count, as in cross-check).
+        assert y.count(DATA_HTTP_CHAIN) == 1, DATA_HTTP_CHAIN
+        y = y.replace(DATA_HTTP_CHAIN, "          http_filters:\n" + DATA_HTTP_FILTER + "          # Embedded slow backend")
     if not module:
         y = remove_list_items(y, "envoy.bootstrap.dynamic_modules")
         y = y.replace("bootstrap_extensions:\n", "")

@@ -268,6 +268,7 @@ pub enum TestMode {
     /// The HTTP filter counts the requests; the network filter tells idle connections.
     Filter,
     /// No data-path HTTP filter: the network filter follows the exchanges (`track_requests`).
+    /// The example gateway's own setup, so the default.
     Connection,
     /// Both, with the module built with `cross-check`: the tracker's count is compared with the
     /// HTTP filter's at every request start and end; a disagreement fails the test (its log).
@@ -276,17 +277,43 @@ pub enum TestMode {
 
 pub fn test_mode() -> TestMode {
     match std::env::var("GRACEFUL_DRAIN_TEST_MODE").as_deref() {
-        Ok("connection") => TestMode::Connection,
+        Ok("") | Ok("connection") | Err(_) => TestMode::Connection,
         Ok("cross-check") => TestMode::CrossCheck,
-        Ok("") | Ok("filter") | Err(_) => TestMode::Filter,
+        Ok("filter") => TestMode::Filter,
         Ok(other) => {
             panic!("GRACEFUL_DRAIN_TEST_MODE={other:?}: expected filter, connection or cross-check")
         }
     }
 }
 
-/// The network filter's config in `envoy-config/gateway.yaml` (tests render it).
-const EXAMPLE_NETWORK_CONFIG: &str = r#"'{"idle_close_grace": "2s", "idle_after": "1s"}'"#;
+/// The network filter's config in `envoy-config/gateway.yaml` (connection mode: it follows the
+/// exchanges), and as filter mode has it (the HTTP filter counts the requests).
+const EXAMPLE_NETWORK_CONFIG: &str =
+    r#"'{"idle_close_grace": "2s", "idle_after": "1s", "track_requests": true}'"#;
+const FILTER_MODE_NETWORK_CONFIG: &str = r#"'{"idle_close_grace": "2s", "idle_after": "1s"}'"#;
+
+/// Filter mode's data path: the module's HTTP filter first in the data listener's chain (every
+/// request counted from its start), where `envoy-config/gateway.yaml`'s comment says.
+pub fn add_data_http_filter(text: &str) -> String {
+    const CHAIN: &str = "          http_filters:\n          # Embedded slow backend";
+    const FILTER: &str = r#"          - name: envoy.filters.http.dynamic_modules
+            typed_config:
+              "@type": type.googleapis.com/envoy.extensions.filters.http.dynamic_modules.v3.DynamicModuleFilter
+              dynamic_module_config:
+                name: graceful_drain
+                do_not_close: true
+                metrics_namespace: graceful_drain
+              filter_name: graceful_drain
+              filter_config:
+                "@type": type.googleapis.com/google.protobuf.StringValue
+                value: '{"role": "data"}'
+"#;
+    replace_once(
+        text,
+        CHAIN,
+        &format!("          http_filters:\n{FILTER}          # Embedded slow backend"),
+    )
+}
 
 impl Default for Options {
     fn default() -> Self {
@@ -440,18 +467,16 @@ pub fn render_gateway(admin: u16, data: u16, control: u16, o: &Options) -> Strin
         );
         push_static_clusters(&mut y, [("test_upstream".to_string(), port)]);
     }
+    // The file is connection mode. Connection mode needs the tracking network filter: a test
+    // without it gets filter mode's data path.
+    let connection_mode = !o.data_http_filter && o.network_filter && o.track_requests;
     if !o.http_filter {
         y = remove_list_items(&y, "envoy.filters.http.dynamic_modules");
-    } else if !o.data_http_filter && o.network_filter && o.track_requests {
-        // Connection mode needs the tracking network filter: a test without it keeps filter mode.
-        y = remove_data_http_filter(&y);
+    } else if !connection_mode {
+        y = add_data_http_filter(&y);
     }
-    if o.track_requests && o.network_filter {
-        y = replace_once(
-            &y,
-            EXAMPLE_NETWORK_CONFIG,
-            r#"'{"idle_close_grace": "2s", "idle_after": "1s", "track_requests": true}'"#,
-        );
+    if !o.track_requests && o.network_filter {
+        y = replace_once(&y, EXAMPLE_NETWORK_CONFIG, FILTER_MODE_NETWORK_CONFIG);
     }
     if !o.network_filter {
         y = remove_list_items(&y, "envoy.filters.network.dynamic_modules");
