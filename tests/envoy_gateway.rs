@@ -15,7 +15,8 @@
 //! and loses none. EG's own shutdown sequence (its shutdown-manager's admin calls and connection
 //! polling, reproduced below) runs against it and stops waiting for idle connections; against
 //! stock EG it waits for its timeout. A mixed Gateway (one route covered by the policy, one not)
-//! shows what the uncovered route gets.
+//! shows what the uncovered route gets; in connection mode (the kit's optional component) every
+//! route is counted exactly.
 
 mod common;
 
@@ -124,22 +125,37 @@ fn kit_with(components: &[&str]) -> Kit {
     }
 }
 
-/// The components a user of `release` enables (with the optional idle-connections one).
+/// The components a user of `release` must enable.
 fn components_for(release: &str) -> &'static [&'static str] {
     match release {
-        "v1.8.3" => &["eg-1.8", "idle-connections"],
-        "v1.9.0" => &["idle-connections"],
+        "v1.8.3" => &["eg-1.8"],
+        "v1.9.0" => &[],
         other => panic!("not a tested EG release: {other}"),
     }
 }
 
-/// The kit as a user of the EG release under test applies it (idle-connections enabled).
+/// The kit as a user of the EG release under test applies it: its two resources (filter mode).
 fn kit() -> &'static Kit {
     static K: [OnceLock<Kit>; 2] = [const { OnceLock::new() }; 2];
     let release = eg_release();
     let at = EG_RELEASES.iter().position(|r| *r == release).unwrap();
     K[at].get_or_init(|| kit_with(components_for(release)))
 }
+
+/// The kit with its connection-mode component too, for the EG release under test.
+fn kit_connection_mode() -> &'static Kit {
+    static K: [OnceLock<Kit>; 2] = [const { OnceLock::new() }; 2];
+    let release = eg_release();
+    let at = EG_RELEASES.iter().position(|r| *r == release).unwrap();
+    K[at].get_or_init(|| {
+        let mut c = components_for(release).to_vec();
+        c.push(CONNECTION_MODE);
+        kit_with(&c)
+    })
+}
+
+/// The optional component that turns the kit to connection mode.
+const CONNECTION_MODE: &str = "connection-mode";
 
 /// Remove strategic-merge directives (`$patch`) so a patch fragment is a plain object.
 fn without_directives(v: &Value) -> Value {
@@ -209,14 +225,15 @@ fn kit_renders_and_passes_each_release_s_schemas() {
             "EnvoyProxy/graceful-drain"
         ]
     );
-    let variants: [&[&str]; 2] = [&["idle-connections"], &["without-image-volumes"]];
+    let variants: [&[&str]; 4] = [
+        &[],
+        &[CONNECTION_MODE],
+        &["without-image-volumes"],
+        &[CONNECTION_MODE, "without-image-volumes"],
+    ];
     for release in EG_RELEASES {
         for extra in variants {
-            let mut components: Vec<&str> = components_for(release)
-                .iter()
-                .copied()
-                .filter(|c| *c != "idle-connections")
-                .collect();
+            let mut components = components_for(release).to_vec();
             components.extend(extra);
             let k = kit_with(&components);
             for doc in &k.docs {
@@ -226,11 +243,11 @@ fn kit_renders_and_passes_each_release_s_schemas() {
             }
         }
     }
+    // Connection mode adds the network filter and removes the HTTP filter's policy.
     assert_eq!(
-        objects(&kit_with(&["idle-connections"])),
+        objects(&kit_with(&[CONNECTION_MODE])),
         [
-            "EnvoyExtensionPolicy/graceful-drain",
-            "EnvoyPatchPolicy/graceful-drain-idle-connections",
+            "EnvoyPatchPolicy/graceful-drain-connection-mode",
             "EnvoyProxy/graceful-drain"
         ]
     );
@@ -382,8 +399,14 @@ fn kit_pieces_fit_together() {
         (gw["kind"].as_str(), gw["name"].as_str()),
         (Some("Gateway"), Some("eg"))
     );
-    let pp = &k.patch_policy()["spec"];
+    let cm = kit_connection_mode();
+    assert_eq!(cm.envoy_proxy(), k.envoy_proxy());
+    let pp = &cm.patch_policy()["spec"];
     assert_eq!(pp["targetRef"], *gw);
+    assert_eq!(
+        cm.patch_policy()["metadata"]["namespace"],
+        k.policy()["metadata"]["namespace"]
+    );
     let ns = k.policy()["metadata"]["namespace"].as_str().unwrap();
     assert_eq!(k.envoy_proxy()["metadata"]["namespace"], ns);
     let patch = &pp["jsonPatches"][0];
@@ -395,6 +418,17 @@ fn kit_pieces_fit_together() {
     assert_eq!(
         patch["operation"]["path"],
         "/default_filter_chain/filters/0"
+    );
+    // The network filter follows the exchanges (connection mode), by the module the bootstrap
+    // loads, and its stats are the module's.
+    let filter = &patch["operation"]["value"]["typed_config"];
+    let config: Value =
+        serde_json::from_str(filter["filter_config"]["value"].as_str().unwrap()).unwrap();
+    assert_eq!(config["track_requests"], true, "{config}");
+    assert_eq!(filter["dynamic_module_config"]["name"], "graceful_drain");
+    assert_eq!(
+        filter["dynamic_module_config"]["metrics_namespace"],
+        "graceful_drain"
     );
 }
 
@@ -1038,10 +1072,13 @@ fn merged_bootstrap_keeps_what_eg_requires_and_validates() {
 enum Policy {
     /// No kit at all: EG's stock bootstrap and listeners.
     None,
-    /// The kit's policy, targeting the Gateway: every route.
+    /// The kit's two resources, its policy targeting the Gateway: every route (filter mode).
     Gateway,
-    /// The kit's policy retargeted to the HTTPRoute `covered` only.
+    /// The kit's two resources, its policy retargeted to the HTTPRoute `covered` only.
     CoveredRouteOnly,
+    /// The kit with its connection-mode component: the EnvoyPatchPolicy's network filter follows
+    /// every request; no policy, so no HTTP filter on any route.
+    ConnectionMode,
 }
 
 /// The HTTP filter EG builds from the policy's `dynamicModule[0]` (internal/xds/translator/
@@ -1162,7 +1199,8 @@ fn write_eg_xds(
         std::fs::write(&path, json!({ "resources": resources }).to_string()).unwrap();
         path.display().to_string()
     };
-    let module_filter = (policy != Policy::None).then(eg_dynamic_module_filter);
+    let module_filter =
+        matches!(policy, Policy::Gateway | Policy::CoveredRouteOnly).then(eg_dynamic_module_filter);
     let routes: Vec<Value> = ROUTES
         .iter()
         .map(|r| {
@@ -1172,7 +1210,7 @@ fn write_eg_xds(
                 "route": {"cluster": format!("httproute/default/{r}/rule/0"), "upgrade_configs": [{"upgrade_type": "websocket"}]}
             });
             let covered = match policy {
-                Policy::None => false,
+                Policy::None | Policy::ConnectionMode => false,
                 Policy::Gateway => true,
                 Policy::CoveredRouteOnly => *r == "covered",
             };
@@ -1237,9 +1275,10 @@ fn write_eg_xds(
         "max_connections_to_accept_per_socket_event": 1,
         "per_connection_buffer_limit_bytes": 32768
     });
-    if policy != Policy::None {
+    if policy == Policy::ConnectionMode {
         // The EnvoyPatchPolicy's operations for this listener.
-        for p in items(&kit().patch_policy()["spec"]["jsonPatches"], "jsonPatches") {
+        let patches = &kit_connection_mode().patch_policy()["spec"]["jsonPatches"];
+        for p in items(patches, "jsonPatches") {
             if p["type"] == LISTENER && p["name"] == GATEWAY_LISTENER {
                 assert_eq!(p["operation"]["op"], "add");
                 json_patch_add(
@@ -1604,6 +1643,20 @@ const SLOW: &str = "/covered/delay/4000";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn kit_drains_an_eg_gateway_without_losing_a_request() {
+    kit_drains_an_eg_gateway(Policy::ConnectionMode).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn kit_in_filter_mode_drains_an_eg_gateway_without_losing_a_request() {
+    kit_drains_an_eg_gateway(Policy::Gateway).await;
+}
+
+/// The kit's pod stopped with requests in flight on both protocols and late requests during the
+/// drain: in connection mode (the network filter follows every request; idle keep-alive
+/// connections are told too) or with the kit's two resources alone (the policy's HTTP filter on
+/// every route; idle connections hear nothing until Envoy exits, see docs/envoy-gateway.md).
+async fn kit_drains_an_eg_gateway(policy: Policy) {
+    let connection_mode = policy == Policy::ConnectionMode;
     let upstream = Upstream::start().await;
     let Gateway {
         mut envoy,
@@ -1611,7 +1664,7 @@ async fn kit_drains_an_eg_gateway_without_losing_a_request() {
         ready,
         control,
         ..
-    } = start_gateway(Policy::Gateway, Some(FAST), upstream.port).await;
+    } = start_gateway(policy, Some(FAST), upstream.port).await;
     let control = control.unwrap();
     assert_eq!(status6(control, "/ready").await, Some(200));
     assert_eq!(
@@ -1630,8 +1683,13 @@ async fn kit_drains_an_eg_gateway_without_losing_a_request() {
     for _ in 0..2 {
         tasks.push(tokio::spawn(h2.start(SLOW, &[]).await.unwrap()));
     }
-    let (idle_h1, mut idle_h2) = idle_connections(http).await;
-    // The policy's filter, disabled in the HCM and enabled on the route, counts them.
+    let idle = if connection_mode {
+        Some(idle_connections(http).await)
+    } else {
+        None
+    };
+    // Counted: by the network filter from the bytes, or by the policy's filter (disabled in the
+    // HCM, enabled on the route).
     envoy.wait_active(4).await;
 
     // EG's buffer filter answers an over-limit body 413 itself.
@@ -1648,7 +1706,8 @@ async fn kit_drains_an_eg_gateway_without_losing_a_request() {
     let r = clients::get(http, "/covered/late").await.unwrap();
     assert_eq!((r.status, r.header("connection")), (200, Some("close")));
     // A late request EG's buffer filter answers itself (413: its body is over the limit) is seen
-    // by the module too: its filter runs first (the kit's filterOrder).
+    // by the module too: the network filter sees every exchange, the HTTP filter runs first (the
+    // kit's filterOrder).
     let served = envoy
         .stat("graceful_drain.requests_served_while_draining")
         .await
@@ -1674,19 +1733,15 @@ async fn kit_drains_an_eg_gateway_without_losing_a_request() {
     // Stats: every one is the bootstrap extension's, under graceful_drain.* (what the kit's
     // dashboard and alerts read), though EG writes the policy's filter without a namespace.
     assert_eq!(envoy.stat("graceful_drain.drains_started").await, Some(1));
-    eventually(
-        "the HTTP filter's counters",
-        Duration::from_secs(3),
-        || async {
-            let h1 = envoy
-                .stat("graceful_drain.connections_sent_away_http1")
-                .await;
-            let h2 = envoy
-                .stat("graceful_drain.connections_sent_away_http2")
-                .await;
-            (h1 >= Some(2) && h2 == Some(1)).then_some(())
-        },
-    )
+    eventually("the sent-away counters", Duration::from_secs(3), || async {
+        let h1 = envoy
+            .stat("graceful_drain.connections_sent_away_http1")
+            .await;
+        let h2 = envoy
+            .stat("graceful_drain.connections_sent_away_http2")
+            .await;
+        (h1 >= Some(2) && h2 == Some(1)).then_some(())
+    })
     .await;
     let scrape = clients::get(envoy.admin, "/stats/prometheus")
         .await
@@ -1696,18 +1751,21 @@ async fn kit_drains_an_eg_gateway_without_losing_a_request() {
         !scrape.contains(&format!("envoy_{EG_FILTER_STATS}_")),
         "a stat outside graceful_drain.*:\n{scrape}"
     );
-    assert_eq!(
-        envoy
-            .stat("graceful_drain.idle_connections_told_http2")
-            .await,
-        Some(1)
-    );
-    // Idle keep-alive connections are told while Envoy still serves the requests in flight (the
-    // EnvoyPatchPolicy's network filter): HTTP/2 GOAWAY at once, HTTP/1.1 a clean close (at the
-    // first check where it has been idle for idle_after). Stock Envoy closes them only at exit.
-    let e = idle_h2.wait_goaway(Duration::from_secs(3)).await;
-    assert_eq!(e.reason(), Some(h2::Reason::NO_ERROR));
-    idle_h1.wait_closed(Duration::from_secs(4)).await.unwrap();
+    if let Some((idle_h1, mut idle_h2)) = idle {
+        assert_eq!(
+            envoy
+                .stat("graceful_drain.idle_connections_told_http2")
+                .await,
+            Some(1)
+        );
+        // Idle keep-alive connections are told while Envoy still serves the requests in flight
+        // (the EnvoyPatchPolicy's network filter): HTTP/2 GOAWAY at once, HTTP/1.1 a clean close
+        // (at the first check where it has been idle for idle_after). Stock Envoy closes them
+        // only at exit.
+        let e = idle_h2.wait_goaway(Duration::from_secs(3)).await;
+        assert_eq!(e.reason(), Some(h2::Reason::NO_ERROR));
+        idle_h1.wait_closed(Duration::from_secs(4)).await.unwrap();
+    }
     assert!(envoy.exited().is_none() && !tasks.iter().all(|t| t.is_finished()));
     // Not one request lost.
     let mut last_done = t0;
@@ -1750,7 +1808,7 @@ fn kit_shutdown_manager(gw: &Gateway) -> EgShutdownManager {
 /// flight. The kit's own drain settings (min_drain_duration 5s) and shutdown settings.
 async fn eg_sequence_with_the_kit(health_check_failure_delay: Option<Duration>) {
     let upstream = Upstream::start().await;
-    let gw = start_gateway(Policy::Gateway, None, upstream.port).await;
+    let gw = start_gateway(Policy::ConnectionMode, None, upstream.port).await;
     let (idle_h1, mut idle_h2) = idle_connections(gw.http).await;
     let http = gw.http;
     let busy = tokio::spawn(async move { clients::get(http, "/covered/delay/1500").await });
@@ -1890,6 +1948,51 @@ async fn mixed_gateway_a_route_the_policy_does_not_cover_still_holds_the_drain()
     let filter_only =
         (t0 + duration(&json!(FAST.min_drain))).max(covered_done + duration(&json!(FAST.quiet)));
     assert!(done > filter_only + Duration::from_millis(500));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn in_connection_mode_every_route_is_counted_exactly() {
+    // The mixed Gateway's two requests on the kit with its connection-mode component: no route
+    // has the HTTP filter, and the network filter counts both, whatever their route.
+    let upstream = Upstream::start().await;
+    let Gateway {
+        mut envoy, http, ..
+    } = start_gateway(Policy::ConnectionMode, Some(FAST), upstream.port).await;
+    let short = tokio::spawn(async move { clients::get(http, "/covered/delay/300").await });
+    let long = tokio::spawn(async move { clients::get(http, "/uncovered/delay/1500").await });
+    envoy.wait_active(2).await;
+
+    envoy.sigterm();
+    let r = short.await.unwrap().unwrap();
+    assert_eq!((r.status, r.header("connection")), (200, Some("close")));
+    // After it the count is exact: the long request alone, from the network filter's count
+    // (not a poll of Envoy's gauges).
+    let s = eventually(
+        "the short request's end counted",
+        Duration::from_secs(3),
+        || async {
+            let s = envoy.drain_status().await;
+            (s["active_requests"] == 1).then_some(s)
+        },
+    )
+    .await;
+    assert_eq!(s["state"], "draining", "{s}");
+    assert_eq!(
+        envoy.stat("graceful_drain.connections_untracked").await,
+        Some(0)
+    );
+    let r = long.await.unwrap().unwrap();
+    let done = Instant::now();
+    // Its connection sent away on the response in flight (the network filter's `connection:
+    // close`).
+    assert_eq!((r.status, r.header("connection")), (200, Some("close")));
+    let (exit, at) = envoy.wait_exit(Duration::from_secs(25)).await;
+    assert!(exit.success(), "{exit}");
+    assert!(
+        at >= done,
+        "exited {:?} before the long request ended",
+        done - at
+    );
 }
 
 /// `/drain` starts a drain, so the control listener admits it only from inside the pod
