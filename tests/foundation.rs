@@ -5,8 +5,8 @@ mod common;
 
 use common::clients::{self, H1Conn, H2Conn};
 use common::envoy::{
-    abi_version_of, envoy_bin, expected_envoy_version, module_dir, render_gateway, test_mode,
-    Envoy, Options, TempDir, TestMode,
+    abi_version_of, add_data_http_filter, envoy_bin, expected_envoy_version, module_dir,
+    render_gateway, test_mode, Envoy, Options, TempDir, TestMode,
 };
 use common::{free_ports, repo_root};
 use std::process::{Command, Stdio};
@@ -358,4 +358,53 @@ fn every_example_config_validates() {
             "{f:?} does not validate:\n{text}"
         );
     }
+}
+
+/// Filter mode's data path as the example's comment gives it (the module's HTTP filter
+/// uncommented first in the data listener's chain): what the test harness and `bench/bench.py`
+/// run as filter mode (with `track_requests` dropped besides). Both render the same text from `envoy-config/gateway.yaml`, and Envoy
+/// accepts it with the module loaded.
+#[test]
+fn filter_mode_is_the_example_with_its_commented_filter() {
+    let example = std::fs::read_to_string(repo_root().join("envoy-config/gateway.yaml")).unwrap();
+    let rendered = add_data_http_filter(&example);
+    let data = rendered
+        .split("http_filters:\n")
+        .nth(1)
+        .expect("the data listener's http_filters");
+    assert!(
+        data.starts_with("          # Filter mode")
+            && data.contains("\n          - name: envoy.filters.http.dynamic_modules\n")
+            && data.find("value: '{\"role\": \"data\"}'") < data.find("envoy.filters.http.fault"),
+        "the data HTTP filter is not first:\n{data}"
+    );
+    let bench = Command::new("python3")
+        .current_dir(repo_root().join("bench"))
+        .args([
+            "-c",
+            "import sys, bench; sys.stdout.write(bench.add_data_http_filter(sys.stdin.read()))",
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .and_then(|mut c| {
+            use std::io::Write;
+            c.stdin.take().unwrap().write_all(example.as_bytes())?;
+            c.wait_with_output()
+        })
+        .expect("run python3 bench/bench.py's renderer");
+    assert!(bench.status.success());
+    assert_eq!(String::from_utf8_lossy(&bench.stdout), rendered);
+    let dir = TempDir::new("filter-mode");
+    let f = dir.0.join("envoy.yaml");
+    std::fs::write(&f, rendered).unwrap();
+    let out = Command::new(envoy_bin())
+        .args(["--mode", "validate", "-c"])
+        .arg(&f)
+        .env("ENVOY_DYNAMIC_MODULES_SEARCH_PATH", module_dir())
+        .output()
+        .unwrap();
+    let text =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success() && text.contains("OK"), "{text}");
 }

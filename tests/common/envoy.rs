@@ -293,27 +293,39 @@ const EXAMPLE_NETWORK_CONFIG: &str =
 const FILTER_MODE_NETWORK_CONFIG: &str = r#"'{"idle_close_grace": "2s", "idle_after": "1s"}'"#;
 
 /// Filter mode's data path: the module's HTTP filter first in the data listener's chain (every
-/// request counted from its start), where `envoy-config/gateway.yaml`'s comment says.
+/// request counted from its start), as `envoy-config/gateway.yaml` has it commented out after
+/// [`FILTER_MODE_MARK`]: the lines after the mark that are a commented-out YAML list item,
+/// uncommented. `bench/bench.py` renders filter mode the same way.
 pub fn add_data_http_filter(text: &str) -> String {
-    const CHAIN: &str = "          http_filters:\n          # Embedded slow backend";
-    const FILTER: &str = r#"          - name: envoy.filters.http.dynamic_modules
-            typed_config:
-              "@type": type.googleapis.com/envoy.extensions.filters.http.dynamic_modules.v3.DynamicModuleFilter
-              dynamic_module_config:
-                name: graceful_drain
-                do_not_close: true
-                metrics_namespace: graceful_drain
-              filter_name: graceful_drain
-              filter_config:
-                "@type": type.googleapis.com/google.protobuf.StringValue
-                value: '{"role": "data"}'
-"#;
-    replace_once(
-        text,
-        CHAIN,
-        &format!("          http_filters:\n{FILTER}          # Embedded slow backend"),
-    )
+    const INDENT: &str = "          ";
+    let mut out = String::with_capacity(text.len());
+    let (mut inside, mut uncommented) = (false, 0);
+    for line in text.split_inclusive('\n') {
+        if inside {
+            let item = line
+                .strip_prefix(INDENT)
+                .and_then(|l| l.strip_prefix("# "))
+                .filter(|l| l.starts_with("- ") || l.starts_with("  "));
+            if let Some(item) = item {
+                out.push_str(INDENT);
+                out.push_str(item);
+                uncommented += 1;
+                continue;
+            }
+            inside = false;
+        }
+        inside |= line.trim_end().ends_with(FILTER_MODE_MARK);
+        out.push_str(line);
+    }
+    assert!(
+        uncommented > 0 && text.matches(FILTER_MODE_MARK).count() == 1,
+        "no commented-out data HTTP filter after {FILTER_MODE_MARK:?} in the config"
+    );
+    out
 }
+
+/// The comment in `envoy-config/gateway.yaml` after which filter mode's HTTP filter is.
+pub const FILTER_MODE_MARK: &str = "(uncomment it, and drop track_requests above):";
 
 impl Default for Options {
     fn default() -> Self {
