@@ -1896,21 +1896,35 @@ async fn stock_eg_shutdown_sequence_waits_for_idle_connections() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn mixed_gateway_a_route_the_policy_does_not_cover_still_holds_the_drain() {
-    // The policy retargeted to the HTTPRoute `covered`; `uncovered` has no filter. A long request
-    // on the uncovered route, a short one on the covered route.
+    two_routes_drain(Policy::CoveredRouteOnly).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn in_connection_mode_every_route_is_counted_exactly() {
+    two_routes_drain(Policy::ConnectionMode).await;
+}
+
+/// A long request on the route `uncovered`, a short one on `covered`, then SIGTERM. With the
+/// policy retargeted to `covered` (`CoveredRouteOnly`), only the short one has the HTTP filter and
+/// the long one is seen through Envoy's gauges; in connection mode no route has the HTTP filter
+/// and the network filter counts both, whatever their route.
+async fn two_routes_drain(policy: Policy) {
+    let connection_mode = policy == Policy::ConnectionMode;
     let upstream = Upstream::start().await;
     let Gateway {
         mut envoy, http, ..
-    } = start_gateway(Policy::CoveredRouteOnly, Some(FAST), upstream.port).await;
+    } = start_gateway(policy, Some(FAST), upstream.port).await;
     let covered = tokio::spawn(async move { clients::get(http, "/covered/delay/300").await });
     let uncovered = tokio::spawn(async move { clients::get(http, "/uncovered/delay/1500").await });
-    // The filter counts only the covered request; Envoy's own gauge has both.
+    // Envoy's own gauge has both; the module counts both in connection mode, else only the
+    // covered one.
     let rq_active = format!("http.{HTTP_STAT_PREFIX}.downstream_rq_active");
     eventually("both in flight", Duration::from_secs(5), || async {
         (envoy.stat(&rq_active).await == Some(2)).then_some(())
     })
     .await;
-    assert_eq!(envoy.drain_status().await["active_requests"], 1);
+    let counted = if connection_mode { 2 } else { 1 };
+    envoy.wait_active(counted).await;
 
     let t0 = Instant::now();
     envoy.sigterm();
@@ -1918,27 +1932,40 @@ async fn mixed_gateway_a_route_the_policy_does_not_cover_still_holds_the_drain()
     let r = covered.await.unwrap().unwrap();
     let covered_done = Instant::now();
     assert_eq!((r.status, r.header("connection")), (200, Some("close")));
-    // After it: the filter's count is 0, but the drain engine still sees the uncovered request
-    // in Envoy's gauges (bootstrap-only mode) and keeps the drain going.
+    // After it: in connection mode the module's count is exact, the uncovered request alone;
+    // else the filter's count is 0, but the drain engine still sees the uncovered request in
+    // Envoy's gauges (bootstrap-only mode) and keeps the drain going.
     let s = eventually(
-        "the uncovered request seen by the stats scan",
+        "the uncovered request still counted",
         Duration::from_secs(3),
         || async {
             let s = envoy.drain_status().await;
-            (s["active_requests"] == 0 && s["envoy_active_requests"] == 1).then_some(s)
+            let seen = if connection_mode {
+                s["active_requests"] == 1
+            } else {
+                s["active_requests"] == 0 && s["envoy_active_requests"] == 1
+            };
+            seen.then_some(s)
         },
     )
     .await;
     assert_eq!(s["state"], "draining", "{s}");
-    // Uncovered: served in full; its connection is closed after it (Envoy's drain-close, which
-    // the drain start turned on through the admin).
+    if connection_mode {
+        assert_eq!(
+            envoy.stat("graceful_drain.connections_untracked").await,
+            Some(0)
+        );
+    }
+    // Uncovered: served in full; its connection is closed after it (the network filter's
+    // `connection: close`, or Envoy's drain-close, which the drain start turned on through the
+    // admin).
     let r = uncovered.await.unwrap().unwrap();
     let done = Instant::now();
     assert_eq!((r.status, r.header("connection")), (200, Some("close")));
     let (exit, at) = envoy.wait_exit(Duration::from_secs(25)).await;
     assert!(exit.success(), "{exit}");
-    // Envoy waited for the request its filter never saw: counting only the filter's requests,
-    // the drain would have completed at min_drain_duration or a quiet period after the covered
+    // Envoy waited for the uncovered request: counting only the HTTP filter's requests, the
+    // drain would have completed at min_drain_duration or a quiet period after the covered
     // request, about a second before the uncovered one ended, cutting it.
     assert!(
         at >= done,
@@ -1948,51 +1975,6 @@ async fn mixed_gateway_a_route_the_policy_does_not_cover_still_holds_the_drain()
     let filter_only =
         (t0 + duration(&json!(FAST.min_drain))).max(covered_done + duration(&json!(FAST.quiet)));
     assert!(done > filter_only + Duration::from_millis(500));
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn in_connection_mode_every_route_is_counted_exactly() {
-    // The mixed Gateway's two requests on the kit with its connection-mode component: no route
-    // has the HTTP filter, and the network filter counts both, whatever their route.
-    let upstream = Upstream::start().await;
-    let Gateway {
-        mut envoy, http, ..
-    } = start_gateway(Policy::ConnectionMode, Some(FAST), upstream.port).await;
-    let short = tokio::spawn(async move { clients::get(http, "/covered/delay/300").await });
-    let long = tokio::spawn(async move { clients::get(http, "/uncovered/delay/1500").await });
-    envoy.wait_active(2).await;
-
-    envoy.sigterm();
-    let r = short.await.unwrap().unwrap();
-    assert_eq!((r.status, r.header("connection")), (200, Some("close")));
-    // After it the count is exact: the long request alone, from the network filter's count
-    // (not a poll of Envoy's gauges).
-    let s = eventually(
-        "the short request's end counted",
-        Duration::from_secs(3),
-        || async {
-            let s = envoy.drain_status().await;
-            (s["active_requests"] == 1).then_some(s)
-        },
-    )
-    .await;
-    assert_eq!(s["state"], "draining", "{s}");
-    assert_eq!(
-        envoy.stat("graceful_drain.connections_untracked").await,
-        Some(0)
-    );
-    let r = long.await.unwrap().unwrap();
-    let done = Instant::now();
-    // Its connection sent away on the response in flight (the network filter's `connection:
-    // close`).
-    assert_eq!((r.status, r.header("connection")), (200, Some("close")));
-    let (exit, at) = envoy.wait_exit(Duration::from_secs(25)).await;
-    assert!(exit.success(), "{exit}");
-    assert!(
-        at >= done,
-        "exited {:?} before the long request ended",
-        done - at
-    );
 }
 
 /// `/drain` starts a drain, so the control listener admits it only from inside the pod

@@ -6,7 +6,7 @@ mod common;
 use common::clients::{self, H1Conn, H2Conn};
 use common::envoy::{
     abi_version_of, add_data_http_filter, envoy_bin, expected_envoy_version, module_dir,
-    render_gateway, test_mode, Envoy, Options, TempDir, TestMode,
+    render_gateway, test_mode, validate_config, Envoy, Options, TempDir, TestMode,
 };
 use common::{free_ports, repo_root};
 use std::process::{Command, Stdio};
@@ -395,16 +395,6 @@ fn filter_mode_is_the_example_with_its_commented_filter() {
         .expect("run python3 bench/bench.py's renderer");
     assert!(bench.status.success());
     assert_eq!(String::from_utf8_lossy(&bench.stdout), rendered);
-    let dir = TempDir::new("filter-mode");
-    let f = dir.0.join("envoy.yaml");
-    std::fs::write(&f, rendered).unwrap();
-    let out = Command::new(envoy_bin())
-        .args(["--mode", "validate", "-c"])
-        .arg(&f)
-        .env("ENVOY_DYNAMIC_MODULES_SEARCH_PATH", module_dir())
-        .output()
-        .unwrap();
-    let text =
-        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success() && text.contains("OK"), "{text}");
+    let (ok, text) = validate_config(&rendered, module_dir());
+    assert!(ok && text.contains("OK"), "{text}");
 }
