@@ -77,7 +77,7 @@ test-build: build envoy
 	cargo build --release --locked --lib --features panic-test --target-dir target/panic-test
 	cargo test --no-run --locked $(TEST_ARGS)
 
-# Benchmarks (not tests): writes bench/out/report.md, report.json, shutdown.svg. About 15 minutes.
+# Benchmarks (not tests): writes bench/out/report.md, report.json, shutdown.svg. About an hour (54 minutes on the 2-core CI machine).
 bench: build envoy
 	python3 bench/bench.py
 
