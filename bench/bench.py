@@ -1172,7 +1172,7 @@ def scale_run(binary, clusters, filter_on_data, smoke):
         released = None
         stamps = {}
         for line in open(e.log_path, errors="replace"):
-            for key, text in (("sigterm", "SIGTERM received"), ("release", "releasing Envoy's exit")):
+            for key, text in (("sigterm", "drain started (trigger=sigterm"), ("release", "releasing Envoy's exit")):
                 if text in line and key not in stamps:
                     m = re.match(r"\[(\d+-\d+-\d+ \d+:\d+:\d+\.\d+)\]", line)
                     if m:
