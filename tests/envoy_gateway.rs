@@ -136,20 +136,25 @@ fn components_for(release: &str) -> &'static [&'static str] {
 
 /// The kit as a user of the EG release under test applies it: its two resources (filter mode).
 fn kit() -> &'static Kit {
-    static K: [OnceLock<Kit>; 2] = [const { OnceLock::new() }; 2];
-    let release = eg_release();
-    let at = EG_RELEASES.iter().position(|r| *r == release).unwrap();
-    K[at].get_or_init(|| kit_with(components_for(release)))
+    kit_of(false)
 }
 
 /// The kit with its connection-mode component too, for the EG release under test.
 fn kit_connection_mode() -> &'static Kit {
-    static K: [OnceLock<Kit>; 2] = [const { OnceLock::new() }; 2];
+    kit_of(true)
+}
+
+/// The kit for the EG release under test, with the release's components and, if
+/// `connection_mode`, the connection-mode one; rendered once per variant.
+fn kit_of(connection_mode: bool) -> &'static Kit {
+    static K: [OnceLock<Kit>; 2 * EG_RELEASES.len()] = [const { OnceLock::new() }; 4];
     let release = eg_release();
     let at = EG_RELEASES.iter().position(|r| *r == release).unwrap();
-    K[at].get_or_init(|| {
+    K[2 * at + usize::from(connection_mode)].get_or_init(|| {
         let mut c = components_for(release).to_vec();
-        c.push(CONNECTION_MODE);
+        if connection_mode {
+            c.push(CONNECTION_MODE);
+        }
         kit_with(&c)
     })
 }
