@@ -498,9 +498,6 @@ impl Tracking {
         }
         conn.set_untracked();
         shared.connections.note_untracked(true);
-        shared
-            .counters
-            .count(crate::state::Stat::ConnectionsUntracked);
         log::info!(
             "graceful_drain: connection {} is no longer followed ({why}, protocol {:?}): counted \
              busy until it closes; the drain also waits for Envoy's gauges while it is open",
@@ -628,7 +625,8 @@ fn is_health_check(t: &Tracker, shared: &Shared) -> bool {
 mod tests {
     use super::*;
     use crate::drain::Trigger;
-    use crate::state::tests::{fast, fixture};
+    use crate::state::tests::{counted, fast, fixture};
+    use crate::state::Stat;
 
     const GET: &[u8] = b"GET /a HTTP/1.1\r\nhost: x\r\n\r\n";
     const PROBE: &[u8] = b"GET /healthz HTTP/1.1\r\nhost: x\r\nuser-agent: kube-probe/1.31\r\n\r\n";
@@ -836,6 +834,12 @@ mod tests {
             !f.shared.count_is_exact(),
             "the drain also waits for Envoy's gauges"
         );
+        let untracked = |c: Vec<Stat>| {
+            c.into_iter()
+                .filter(|s| *s == Stat::ConnectionsUntracked)
+                .count()
+        };
+        assert_eq!(untracked(counted()), 1, "one lost connection, counted once");
         assert_eq!(read(&mut t, &[GET], &conn, &f.shared), Fed::default());
         t.on_close(&conn, &f.shared);
         assert!(f.shared.count_is_exact());
