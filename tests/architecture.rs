@@ -7,26 +7,37 @@ mod common;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
-/// Each top-level module of the crate (`src/ffi/*` counts as `ffi`) and the code lines of its
-/// files, without comments and without `#[cfg(test)] mod …` blocks.
+/// Each top-level module of the crate (a file `src/x.rs`, or a folder `src/x/` with every file
+/// under it, however deep) and the code lines of its files, without comments and without
+/// `#[cfg(test)] mod …` blocks.
 fn modules() -> BTreeMap<String, Vec<(String, String)>> {
-    let src = common::repo_root().join("src");
-    let mut files = Vec::new();
-    for dir in [src.clone(), src.join("ffi")] {
-        for e in std::fs::read_dir(&dir).unwrap() {
+    modules_under(&common::repo_root().join("src"))
+}
+
+fn modules_under(src: &Path) -> BTreeMap<String, Vec<(String, String)>> {
+    fn walk(dir: &Path, files: &mut Vec<std::path::PathBuf>) {
+        for e in std::fs::read_dir(dir).unwrap() {
             let p = e.unwrap().path();
-            if p.extension().is_some_and(|x| x == "rs") {
+            if p.is_dir() {
+                walk(&p, files);
+            } else if p.extension().is_some_and(|x| x == "rs") {
                 files.push(p);
             }
         }
     }
+    let mut files = Vec::new();
+    walk(src, &mut files);
     let mut out: BTreeMap<String, Vec<(String, String)>> = BTreeMap::new();
     for p in files {
-        let rel = p.strip_prefix(&src).unwrap().to_string_lossy().to_string();
-        let module = match Path::new(&rel).components().count() {
-            1 => rel.trim_end_matches(".rs").to_string(),
-            _ => "ffi".to_string(),
-        };
+        let rel = p.strip_prefix(src).unwrap().to_string_lossy().to_string();
+        let first = Path::new(&rel)
+            .components()
+            .next()
+            .unwrap()
+            .as_os_str()
+            .to_string_lossy()
+            .to_string();
+        let module = first.trim_end_matches(".rs").to_string();
         if module == "lib" {
             continue;
         }
@@ -135,26 +146,38 @@ fn only_the_ffi_module_uses_unsafe_or_names_the_ffi_module() {
 #[test]
 fn the_modules_of_src_import_each_other_without_a_cycle() {
     let modules = modules();
-    let known: BTreeSet<&String> = modules.keys().collect();
-    let mut graph: BTreeMap<&str, BTreeSet<String>> = BTreeMap::new();
-    for (module, lines) in &modules {
-        let deps = graph.entry(module).or_default();
-        for (_, line) in lines {
-            for m in named(line) {
-                if &m != module && known.contains(&m) {
-                    deps.insert(m);
-                }
-            }
-        }
-    }
+    let graph = graph_of(&modules);
     assert!(graph.len() > 10, "modules found: {:?}", graph.keys());
     assert!(
         graph["ffi"].contains("state"),
         "the graph must see real imports"
     );
+    // Folders are read whole: src/exchange/ is a module like any file, with its files' lines.
+    assert!(
+        modules["exchange"]
+            .iter()
+            .any(|(at, _)| at.starts_with("src/exchange/http1.rs:")),
+        "src/exchange/ must be read"
+    );
     if let Some(cycle) = find_cycle(&graph) {
         panic!("import cycle in src/: {}", cycle.join(" -> "));
     }
+}
+
+/// Which modules each module names (only modules of the crate, not itself).
+fn graph_of(modules: &BTreeMap<String, Vec<(String, String)>>) -> BTreeMap<&str, BTreeSet<String>> {
+    let mut graph: BTreeMap<&str, BTreeSet<String>> = BTreeMap::new();
+    for (module, lines) in modules {
+        let deps = graph.entry(module).or_default();
+        for (_, line) in lines {
+            for m in named(line) {
+                if &m != module && modules.contains_key(&m) {
+                    deps.insert(m);
+                }
+            }
+        }
+    }
+    graph
 }
 
 /// A cycle of `graph` (module -> the modules it names), as its path, if there is one.
@@ -218,5 +241,30 @@ fn the_checks_see_what_they_look_for() {
     assert_eq!(
         find_cycle(&edges(&[("a", "b"), ("b", "c"), ("c", "a")])),
         Some(vec!["a".into(), "b".into(), "c".into(), "a".into()])
+    );
+}
+
+/// A folder is read to its deepest file: an import from a file two folders down is an edge of
+/// its top-level module (before, only `src/` and `src/ffi/` were read, so `src/exchange/`'s
+/// edges were dropped and a cycle through it went unseen).
+#[test]
+fn a_cycle_through_a_nested_folder_is_found() {
+    let dir = std::env::temp_dir().join(format!("architecture-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("deep/inner")).unwrap();
+    std::fs::write(dir.join("top.rs"), "use crate::deep::inner::x;\n").unwrap();
+    std::fs::write(dir.join("deep/mod.rs"), "pub mod inner;\n").unwrap();
+    std::fs::write(dir.join("deep/inner/x.rs"), "use crate::top::f;\n").unwrap();
+    let modules = modules_under(&dir);
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert_eq!(
+        modules.keys().collect::<Vec<_>>(),
+        ["deep", "top"],
+        "a folder is one module"
+    );
+    let graph = graph_of(&modules);
+    assert!(
+        find_cycle(&graph).is_some(),
+        "the nested file's import must close the cycle: {graph:?}"
     );
 }
