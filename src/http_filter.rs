@@ -47,8 +47,9 @@ pub trait StreamHost: StreamSink {
     fn stream_word(&self) -> usize;
     /// A waker for this stream (an Envoy scheduler), or `None` if Envoy cannot make one.
     fn new_waker(&self) -> Option<Waker>;
-    /// Commit an event to a waker (any thread).
-    fn wake(&self, waker: Waker, event: u64);
+    /// Commit an event to a waker (any thread). `false` if it was refused (the module's calls
+    /// into Envoy are closed once the exit was released): the event will never be delivered.
+    fn wake(&self, waker: Waker, event: u64) -> bool;
 }
 
 /// What a headers hook returns.
@@ -233,8 +234,11 @@ impl DataStream {
             // past the wake-up; one answered within the turn that read it is not sent away by
             // this filter (Envoy's drain-close and the idle checks still close its connection).
             if let Some(w) = self.waker {
-                if !shared.requests.is_sent_away(host.connection_id()) {
-                    host.wake(w, EVENT_GO_AWAY);
+                // Paused only on a wake-up that will come: a refused one (the exit released, the
+                // workers about to stop) would hold the request until the process ends.
+                if !shared.requests.is_sent_away(host.connection_id())
+                    && host.wake(w, EVENT_GO_AWAY)
+                {
                     if end_of_stream {
                         self.paused = true;
                         return HeadersAction::Stop;
@@ -259,7 +263,8 @@ impl DataStream {
         let unreachable = self.ticket.as_ref().is_some_and(|t| !t.has_slot());
         if unreachable && !self.sent_away && shared.is_draining() {
             if let Some(w) = self.waker {
-                host.wake(w, EVENT_GO_AWAY);
+                // Refused only once the exit was released: nothing is left to tell.
+                let _ = host.wake(w, EVENT_GO_AWAY);
             }
         }
     }
@@ -507,6 +512,8 @@ mod tests {
         connection: Option<u64>,
         protocol: Option<Protocol>,
         no_wakers: bool,
+        /// `wake` reports every event refused (the gate closed).
+        refuse_wakes: bool,
         next_waker: Cell<usize>,
         responses: RefCell<Vec<(u32, Vec<u8>)>>,
         go_aways: Cell<u32>,
@@ -597,8 +604,12 @@ mod tests {
             self.next_waker.set(w);
             Some(w)
         }
-        fn wake(&self, waker: Waker, event: u64) {
+        fn wake(&self, waker: Waker, event: u64) -> bool {
+            if self.refuse_wakes {
+                return false;
+            }
             self.wakes.borrow_mut().push((waker, event));
+            true
         }
     }
 
@@ -780,6 +791,26 @@ mod tests {
         s.finish(&host, &shared);
         s.on_scheduled(&host, &shared, EVENT_GO_AWAY);
         assert_eq!(host.go_aways.get(), 0);
+    }
+
+    /// #44 item 8: a wake-up refused (the exit released before the workers stop) must not
+    /// leave the request paused: nothing would ever resume it.
+    #[test]
+    fn a_request_whose_wake_is_refused_goes_on_unpaused() {
+        let Fixture { shared, .. } = fixture(Some(fast()));
+        shared.start_drain(Trigger::Admin);
+        let mut host = FakeHost::get("/").on_connection(3);
+        host.protocol = Some(Protocol::Http1);
+        host.refuse_wakes = true;
+        let mut s = data();
+        assert_eq!(
+            s.on_request_headers(&host, &shared, true),
+            HeadersAction::Continue
+        );
+        assert!(!s.is_paused());
+        assert_eq!(shared.status().requests_served_while_draining, 1);
+        s.finish(&host, &shared);
+        assert_eq!(shared.status().active_requests, 0);
     }
 
     #[test]

@@ -125,12 +125,15 @@ struct EnvoyStream<'a> {
 }
 
 /// Commit an event to an HTTP filter scheduler. Thread-safe on Envoy's side.
-pub(crate) fn commit_scheduler(waker: usize, event: u64) {
+/// `false` if the call was refused (the exit was released): the event will not be delivered.
+pub(crate) fn commit_scheduler(waker: usize, event: u64) -> bool {
     // SAFETY: `waker` is a scheduler from HttpStream::new_scheduler that its owner has not
     // deleted: the registry and the waiter list keep it alive during this call.
-    super::threads().call("stream_wake", || unsafe {
-        envoy::http_scheduler_commit(waker, event)
-    });
+    super::threads()
+        .call("stream_wake", || unsafe {
+            envoy::http_scheduler_commit(waker, event)
+        })
+        .is_some()
 }
 
 /// The part of a host that needs no live stream (usable from the destroy hook).
@@ -192,7 +195,7 @@ impl StreamHost for EnvoyStream<'_> {
         self.envoy.new_scheduler()
     }
 
-    fn wake(&self, waker: usize, event: u64) {
+    fn wake(&self, waker: usize, event: u64) -> bool {
         commit_scheduler(waker, event)
     }
 }

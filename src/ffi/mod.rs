@@ -160,7 +160,9 @@ pub(crate) fn shared() -> &'static Shared {
                 coarse_epoch: coarse_monotonic_nanos(),
             }),
             Hooks {
-                commit: http::commit_scheduler,
+                commit: |w, e| {
+                    http::commit_scheduler(w, e);
+                },
                 delete_waker: http::drop_scheduler,
                 kick_engine: bootstrap::kick_engine,
                 count: stats::count,
