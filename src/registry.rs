@@ -557,12 +557,15 @@ impl Registry {
     }
 
     /// Set the drain flag, then call `f` with every registered waker, holding each busy so it
-    /// cannot be freed while `f` runs. Returns how many wakers were visited.
-    pub fn begin_drain(&self, f: impl FnMut(usize)) -> usize {
+    /// cannot be freed while `f` runs. A waker whose request ended inside `f` on this thread was
+    /// left to the scan by its owner ([`ABANDONED`]): once `f` is done with it, the scan frees
+    /// its slot and hands it to `abandoned`, which destroys it (nobody else will). Returns how
+    /// many wakers were visited.
+    pub fn begin_drain(&self, f: impl FnMut(usize), abandoned: impl FnMut(usize)) -> usize {
         self.draining.store(true, Ordering::Relaxed);
         // The drain half of the protocol (module comment).
         fence(Ordering::SeqCst);
-        self.for_each_waker(f)
+        self.for_each_waker(f, abandoned)
     }
 
     /// Whether [`Registry::begin_drain`] ran.
@@ -575,7 +578,7 @@ impl Registry {
         self.slabs[..n].iter().filter_map(|s| s.get())
     }
 
-    fn for_each_waker(&self, mut f: impl FnMut(usize)) -> usize {
+    fn for_each_waker(&self, mut f: impl FnMut(usize), mut abandoned: impl FnMut(usize)) -> usize {
         let mut visited = 0;
         let _scanning = ScanMark::enter();
         for slab in self.slabs_in_use() {
@@ -598,9 +601,11 @@ impl Registry {
                         .compare_exchange(v | BUSY, v, Ordering::Release, Ordering::Relaxed)
                         .is_err()
                     {
-                        // Its request ended inside `f` on this thread (see `end`): free it now.
+                        // Its request ended inside `f` on this thread (see `end`): free it now,
+                        // and destroy the waker its owner left to us.
                         slot.waker.store(0, Ordering::Release);
                         self.push(slab, idx as u32);
+                        abandoned(v);
                     }
                 }
             }
@@ -894,7 +899,10 @@ mod tests {
         let (b, _) = r.start(Some(0x40), 2);
         let (c, _) = r.start(None, 3);
         let mut seen = vec![];
-        assert_eq!(r.begin_drain(|w| seen.push(w)), 1);
+        assert_eq!(
+            r.begin_drain(|w| seen.push(w), |w| panic!("{w:#x} abandoned")),
+            1
+        );
         assert_eq!(seen, vec![0x40]);
         assert_eq!((r.occupied(), r.own_wakers()), (3, 1));
         for t in [a, c] {
@@ -916,7 +924,10 @@ mod tests {
         let r = Registry::with_limits(2, 4);
         let tickets: Vec<_> = (1..=5).map(|i| r.start(Some(i * 16), 1).0).collect();
         let mut seen = vec![];
-        assert_eq!(r.begin_drain(|w| seen.push(w)), 5);
+        assert_eq!(
+            r.begin_drain(|w| seen.push(w), |w| panic!("{w:#x} abandoned")),
+            5
+        );
         seen.sort();
         assert_eq!(seen, vec![16, 32, 48, 64, 80]);
         assert!(r.is_draining());
@@ -938,7 +949,7 @@ mod tests {
             .collect();
         assert!(tickets.iter().all(Ticket::has_slot));
         assert_eq!(r.counts().active, 5000);
-        assert_eq!(r.begin_drain(|_| {}), 5000);
+        assert_eq!(r.begin_drain(|_| {}, |w| panic!("{w:#x} abandoned")), 5000);
         let peak = r.footprint();
         assert_eq!(peak.workers, 1);
         assert!(peak.slots >= 5000 && peak.slots < 2 * 5000 + 2, "{peak:?}");
@@ -1056,7 +1067,7 @@ mod tests {
             }
         );
         assert_eq!((r.occupied(), r.oldest_start()), (2, Some(5)));
-        assert_eq!(r.begin_drain(|_| panic!("no waker to visit")), 0);
+        assert_eq!(r.begin_drain(|_| panic!("no waker to visit"), |_| {}), 0);
         conn.end(a);
         conn.end(b); // not its slot: ended in the table
         assert_eq!((r.counts().active, r.occupied()), (0, 0));
@@ -1133,12 +1144,21 @@ mod tests {
         let (t, _) = r.start(Some(0x40), 1);
         let mut ticket = Some(t);
         let mut inside = None;
+        let mut destroyed = Vec::new();
         assert_eq!(
-            r.begin_drain(|w| {
-                assert_eq!(w, 0x40);
-                inside = Some(r.end(ticket.take().unwrap()));
-            }),
+            r.begin_drain(
+                |w| {
+                    assert_eq!(w, 0x40);
+                    inside = Some(r.end(ticket.take().unwrap()));
+                },
+                |w| destroyed.push(w)
+            ),
             1
+        );
+        assert_eq!(
+            destroyed,
+            [0x40],
+            "the waker left to the scan is destroyed by it, not leaked (#44 item 9)"
         );
         assert_eq!(
             inside,
@@ -1189,21 +1209,24 @@ mod tests {
             end_seen.clone(),
         );
         let waker_thread = std::thread::spawn(move || {
-            r2.begin_drain(|_| {
-                iw.store(true, Ordering::SeqCst);
-                // Hold the waker busy until the owner's end waits for it. No panic in here:
-                // the slot would stay busy and the owner's end would wait forever; a timeout is
-                // reported by the owner instead.
-                let deadline = Instant::now() + Duration::from_secs(10);
-                while Instant::now() < deadline {
-                    if r2.busy_waits.load(Ordering::SeqCst) > 0 {
-                        seen.store(true, Ordering::SeqCst);
-                        break;
+            r2.begin_drain(
+                |_| {
+                    iw.store(true, Ordering::SeqCst);
+                    // Hold the waker busy until the owner's end waits for it. No panic in here:
+                    // the slot would stay busy and the owner's end would wait forever; a timeout is
+                    // reported by the owner instead.
+                    let deadline = Instant::now() + Duration::from_secs(10);
+                    while Instant::now() < deadline {
+                        if r2.busy_waits.load(Ordering::SeqCst) > 0 {
+                            seen.store(true, Ordering::SeqCst);
+                            break;
+                        }
+                        std::thread::yield_now();
                     }
-                    std::thread::yield_now();
-                }
-                dw.store(true, Ordering::SeqCst);
-            })
+                    dw.store(true, Ordering::SeqCst);
+                },
+                |w| panic!("{w:#x} abandoned"),
+            )
         });
         let deadline = Instant::now() + Duration::from_secs(10);
         while !in_wake.load(Ordering::SeqCst) {
@@ -1277,7 +1300,10 @@ mod tests {
             }
             drain_now.store(true, Ordering::Release);
             let mut visited = HashSet::new();
-            r.begin_drain(|w| assert!(visited.insert(w), "visited twice: {w:#x}"));
+            r.begin_drain(
+                |w| assert!(visited.insert(w), "visited twice: {w:#x}"),
+                |w| panic!("{w:#x} abandoned"),
+            );
             let (mut missed, mut saw) = (0, 0);
             for w in workers {
                 for (waker, ticket, saw_drain) in w.join().unwrap() {
@@ -1330,10 +1356,13 @@ mod loom_tests {
                 (t, saw)
             });
             let mut seen = false;
-            r.begin_drain(|w| {
-                assert_eq!(w, 0x10);
-                seen = true;
-            });
+            r.begin_drain(
+                |w| {
+                    assert_eq!(w, 0x10);
+                    seen = true;
+                },
+                |w| panic!("{w:#x} abandoned"),
+            );
             let (t, saw) = req.join().unwrap();
             assert!(saw || seen, "the go-away was lost");
             // The ticket is released on the owner thread in Envoy; here on ours (any thread may).
@@ -1358,14 +1387,17 @@ mod loom_tests {
                 let (t2, _) = r2.start(Some(0x30), 2);
                 assert_eq!(r2.end(t2), Some(0x30));
             });
-            r.begin_drain(|w| {
-                if w == 0x20 {
-                    assert!(
-                        !freed.load(Ordering::Acquire),
-                        "used a waker after it was freed"
-                    );
-                }
-            });
+            r.begin_drain(
+                |w| {
+                    if w == 0x20 {
+                        assert!(
+                            !freed.load(Ordering::Acquire),
+                            "used a waker after it was freed"
+                        );
+                    }
+                },
+                |w| panic!("{w:#x} abandoned"),
+            );
             owner.join().unwrap();
             assert_eq!(r.counts().active, 0);
         });

@@ -627,11 +627,12 @@ impl Shared {
         #[cfg(feature = "panic-test")]
         if crate::faults::active("skip_wakeup") {
             // Test-only: prove the race test catches a lost wake-up.
-            self.requests.begin_drain(|_| {});
+            self.requests.begin_drain(|_| {}, self.hooks.delete_waker);
             (self.hooks.kick_engine)();
             return StartResult::Started;
         }
-        self.requests.begin_drain(|w| self.commit(w, EVENT_GO_AWAY));
+        self.requests
+            .begin_drain(|w| self.commit(w, EVENT_GO_AWAY), self.hooks.delete_waker);
         // Tell idle keep-alive connections (network filter); after the wake-ups above, so on each
         // worker the busy connections' HTTP filters act first.
         (self.hooks.drain_started)();
