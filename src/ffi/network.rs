@@ -58,7 +58,16 @@ fn commit(waker: usize, event: u64) {
 
 fn delete_scheduler(waker: usize) {
     // SAFETY: called once, by the last holder of the scheduler (see `Waker`).
-    unsafe { envoy::net_scheduler_delete(waker) }
+    let delete = || unsafe { envoy::net_scheduler_delete(waker) };
+    if crate::threads::Threads::on_module_thread() {
+        // The last holder can be the idle-grace thread: `Connections::wake_all` drops its
+        // snapshot there after committing. A module thread reaches Envoy only through the gate:
+        // after the exit was released the scheduler is left to the process's end (#44 item 10).
+        super::threads().call("connection_waker_delete", delete);
+    } else {
+        // Envoy's own threads (a filter's destroy hook, the drain start on the main thread).
+        delete()
+    }
 }
 
 #[no_mangle]
