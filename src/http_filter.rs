@@ -236,13 +236,13 @@ impl DataStream {
             if let Some(w) = self.waker {
                 // Paused only on a wake-up that will come: a refused one (the exit released, the
                 // workers about to stop) would hold the request until the process ends.
+                // (The wake is made with or without a body: `end_of_stream` is read after it.)
                 if !shared.requests.is_sent_away(host.connection_id())
                     && host.wake(w, EVENT_GO_AWAY)
+                    && end_of_stream
                 {
-                    if end_of_stream {
-                        self.paused = true;
-                        return HeadersAction::Stop;
-                    }
+                    self.paused = true;
+                    return HeadersAction::Stop;
                 }
             }
         }
