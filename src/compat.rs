@@ -160,6 +160,169 @@ pub fn loaded_line(found: EnvoyGeneration) -> String {
     )
 }
 
+/// The newest Envoy minor this module was tested with (`scripts/install-envoy.sh --supported`).
+pub const NEWEST_TESTED_MINOR: u32 = 40;
+/// Every Envoy release the module is tested with (`scripts/install-envoy.sh --tested`; a test
+/// keeps the two equal).
+pub const TESTED: &str = "1.38.2, 1.38.3, 1.39.0, 1.39.1, 1.39.3 and 1.40.0";
+/// The environment variable that lets the module run in an Envoy newer than [`TESTED`].
+pub const ALLOW_UNTESTED_ENV: &str = "GRACEFUL_DRAIN_ALLOW_UNTESTED_ENVOY";
+
+/// An Envoy release as its binary names it (`1.39.1-dev` in Istio 1.31's proxy).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EnvoyRelease {
+    pub minor: u32,
+    pub patch: u32,
+    /// A development build (`-dev`) between two releases of the minor's branch.
+    pub dev: bool,
+}
+
+impl std::fmt::Display for EnvoyRelease {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let dev = if self.dev { "-dev" } else { "" };
+        write!(f, "1.{}.{}{dev}", self.minor, self.patch)
+    }
+}
+
+impl EnvoyRelease {
+    /// `1.<minor>.<patch>` or `1.<minor>.<patch>-dev`, nothing around it.
+    fn parse(s: &[u8]) -> Option<EnvoyRelease> {
+        let s = std::str::from_utf8(s).ok()?;
+        let (s, dev) = match s.strip_suffix("-dev") {
+            Some(s) => (s, true),
+            None => (s, false),
+        };
+        let mut parts = s.split('.');
+        let number = |p: Option<&str>| -> Option<u32> {
+            let p = p?;
+            if p.is_empty() || p.len() > 4 || !p.bytes().all(|b| b.is_ascii_digit()) {
+                return None;
+            }
+            p.parse().ok()
+        };
+        if parts.next()? != "1" {
+            return None;
+        }
+        let (minor, patch) = (number(parts.next())?, number(parts.next())?);
+        if parts.next().is_some() {
+            return None;
+        }
+        Some(EnvoyRelease { minor, patch, dev })
+    }
+}
+
+/// The Envoy release named in an Envoy binary's read-only data: the one NUL-delimited string
+/// of the form `1.<minor>.<patch>[-dev]` with a minor from 30 on (Envoy's `BUILD_VERSION_NUMBER`,
+/// from its `VERSION.txt`; checked in the official 1.38.3, 1.39.3 and 1.40.0 binaries, where
+/// the only other such string is a library's `1.0.0`). `None` if there is none, or more than one
+/// different: the release cannot be told.
+pub fn release_in(rodata: &[u8]) -> Option<EnvoyRelease> {
+    let mut found: Option<EnvoyRelease> = None;
+    for s in rodata.split(|b| *b == 0) {
+        if !(5..=14).contains(&s.len()) || !s.starts_with(b"1.") {
+            continue;
+        }
+        let Some(r) = EnvoyRelease::parse(s) else {
+            continue;
+        };
+        if r.minor < 30 {
+            continue;
+        }
+        match found {
+            Some(f) if f != r => return None,
+            _ => found = Some(r),
+        }
+    }
+    found
+}
+
+/// The `.rodata` section of a 64-bit little-endian ELF file (the running Envoy's own binary,
+/// `/proc/self/exe`), read with the standard library alone: the ELF header, the section
+/// headers, their names, then the one section. Anything unexpected is an error (the caller then
+/// cannot tell the release), never a panic; the section is at most 256 MiB.
+pub fn read_rodata(path: &std::path::Path) -> std::io::Result<Vec<u8>> {
+    use std::io::{Error, ErrorKind, Read, Seek, SeekFrom};
+    let bad = |what: &str| Error::new(ErrorKind::InvalidData, what.to_string());
+    let mut f = std::fs::File::open(path)?;
+    let mut read_at = |offset: u64, len: u64| -> std::io::Result<Vec<u8>> {
+        if len > 256 << 20 {
+            return Err(bad("section too large"));
+        }
+        f.seek(SeekFrom::Start(offset))?;
+        let mut buf = vec![0; len as usize];
+        f.read_exact(&mut buf)?;
+        Ok(buf)
+    };
+    let u16_at = |b: &[u8], o: usize| u16::from_le_bytes([b[o], b[o + 1]]) as u64;
+    let u32_at = |b: &[u8], o: usize| u32::from_le_bytes(b[o..o + 4].try_into().unwrap()) as u64;
+    let u64_at = |b: &[u8], o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap());
+    let header = read_at(0, 64)?;
+    if &header[..4] != b"\x7fELF" || header[4] != 2 || header[5] != 1 {
+        return Err(bad("not a 64-bit little-endian ELF file"));
+    }
+    let (shoff, shentsize) = (u64_at(&header, 0x28), u16_at(&header, 0x3a));
+    let (shnum, shstrndx) = (u16_at(&header, 0x3c), u16_at(&header, 0x3e));
+    if shentsize < 64 || shnum == 0 || shstrndx >= shnum {
+        return Err(bad("no section headers"));
+    }
+    let table = read_at(shoff, shentsize * shnum)?;
+    let section = |i: u64| {
+        let h = &table[(i * shentsize) as usize..];
+        (u32_at(h, 0), u64_at(h, 24), u64_at(h, 32)) // name, offset, size
+    };
+    let (_, names_at, names_len) = section(shstrndx);
+    let names = read_at(names_at, names_len)?;
+    for i in 0..shnum {
+        let (name, offset, size) = section(i);
+        let name = names.get(name as usize..).unwrap_or_default();
+        if name.split(|b| *b == 0).next() == Some(b".rodata") {
+            return read_at(offset, size);
+        }
+    }
+    Err(bad("no .rodata section"))
+}
+
+/// Whether the module may run in this Envoy release (`None`: it could not be told). `Ok(None)`:
+/// yes, silently; `Ok(Some(line))`: yes, logging the line as a warning; `Err(line)`: the one
+/// line to log before refusing. Envoy does not refuse a module built for another ABI (it only
+/// warns), and a newer Envoy can keep a callback's name while changing its shape, so a release
+/// newer than [`NEWEST_TESTED_MINOR`] is refused unless the operator set [`ALLOW_UNTESTED_ENV`];
+/// patch and `-dev` builds of a tested minor are accepted. Older minors are judged by their
+/// callbacks ([`verdict`]).
+pub fn release_verdict(
+    release: Option<EnvoyRelease>,
+    allow_untested: bool,
+    why_unknown: &str,
+) -> Result<Option<String>, String> {
+    match release {
+        Some(r) if r.minor > NEWEST_TESTED_MINOR => {
+            if allow_untested {
+                Ok(Some(format!(
+                    "graceful_drain {MODULE_VERSION}: running in Envoy {r}, newer than every \
+                     release it was tested with ({TESTED}), because {ALLOW_UNTESTED_ENV} is set"
+                )))
+            } else {
+                Err(format!(
+                    "graceful_drain: refusing to load: this Envoy is {r}, newer than every \
+                     release graceful_drain {MODULE_VERSION} was tested with ({TESTED}); a newer \
+                     Envoy can change a callback's shape without refusing the module: upgrade \
+                     graceful_drain, or set {ALLOW_UNTESTED_ENV}=1 to run it anyway"
+                ))
+            }
+        }
+        Some(_) => Ok(None),
+        None => Ok(Some(format!(
+            "graceful_drain {MODULE_VERSION}: cannot tell this Envoy's release ({why_unknown}); \
+             going by its callbacks alone (tested: {TESTED})"
+        ))),
+    }
+}
+
+/// Whether the environment opts in to an untested Envoy (`1` or `true`).
+pub fn allow_untested(value: Option<&std::ffi::OsStr>) -> bool {
+    value.is_some_and(|v| v == "1" || v.eq_ignore_ascii_case("true"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::EnvoyGeneration::*;
@@ -267,5 +430,116 @@ mod tests {
         assert!(!l38.contains('\n'), "{l38}");
         let l39 = loaded_line(V1_39);
         assert!(l39.contains("no log_v2"), "{l39}");
+    }
+
+    fn rodata(strings: &[&str]) -> Vec<u8> {
+        let mut b = b"\0junk\xff\0".to_vec();
+        for s in strings {
+            b.extend_from_slice(s.as_bytes());
+            b.push(0);
+        }
+        b
+    }
+
+    #[test]
+    fn the_release_is_the_one_envoy_version_string_in_the_binary() {
+        let r = |minor, patch, dev| Some(EnvoyRelease { minor, patch, dev });
+        assert_eq!(
+            release_in(&rodata(&["1.0.0", "1.40.0", "x"])),
+            r(40, 0, false)
+        );
+        assert_eq!(release_in(&rodata(&["1.39.1-dev"])), r(39, 1, true));
+        assert_eq!(
+            release_in(&rodata(&["1.41.0-dev", "1.41.0-dev"])),
+            r(41, 0, true)
+        );
+        assert_eq!(
+            release_in(&rodata(&["1.0.0", "1.3.1", "2.40.0"])),
+            None,
+            "none"
+        );
+        assert_eq!(
+            release_in(&rodata(&["1.40.0", "1.39.3"])),
+            None,
+            "two different: cannot tell"
+        );
+        for not_one in [
+            "1.40",
+            "1.40.0.1",
+            "1.40.x",
+            "v1.40.0",
+            "1.40.0-rc1",
+            "1..0",
+            "1.40.00000",
+        ] {
+            assert_eq!(release_in(&rodata(&[not_one])), None, "{not_one}");
+        }
+        assert_eq!(r(39, 1, true).unwrap().to_string(), "1.39.1-dev");
+    }
+
+    #[test]
+    fn a_newer_envoy_is_refused_unless_allowed_and_tested_minors_pass_with_any_patch() {
+        let r = |minor, patch, dev| Some(EnvoyRelease { minor, patch, dev });
+        for ok in [
+            r(38, 2, false),
+            r(39, 1, true),
+            r(40, 0, false),
+            r(40, 7, false),
+            r(40, 1, true),
+        ] {
+            assert_eq!(release_verdict(ok, false, ""), Ok(None), "{ok:?}");
+        }
+        let line = release_verdict(r(41, 0, false), false, "").unwrap_err();
+        assert!(
+            line.starts_with("graceful_drain: refusing to load: this Envoy is 1.41.0"),
+            "{line}"
+        );
+        assert!(
+            line.contains(TESTED) && line.contains(ALLOW_UNTESTED_ENV),
+            "{line}"
+        );
+        assert!(!line.contains('\n'), "{line}");
+        assert!(
+            release_verdict(r(41, 0, true), false, "").is_err(),
+            "a newer -dev too"
+        );
+        let warn = release_verdict(r(41, 0, false), true, "").unwrap().unwrap();
+        assert!(
+            warn.contains("running in Envoy 1.41.0") && warn.contains(ALLOW_UNTESTED_ENV),
+            "{warn}"
+        );
+        let unknown = release_verdict(None, false, "no /proc").unwrap().unwrap();
+        assert!(
+            unknown.contains("cannot tell this Envoy's release (no /proc)"),
+            "{unknown}"
+        );
+    }
+
+    #[test]
+    fn the_opt_in_takes_one_or_true_only() {
+        use std::ffi::OsStr;
+        assert!(allow_untested(Some(OsStr::new("1"))));
+        assert!(allow_untested(Some(OsStr::new("TRUE"))));
+        for no in ["", "0", "false", "yes please"] {
+            assert!(!allow_untested(Some(OsStr::new(no))), "{no:?}");
+        }
+        assert!(!allow_untested(None));
+    }
+
+    #[test]
+    fn rodata_is_read_from_an_elf_file_and_anything_else_is_an_error() {
+        // This test binary is an ELF file with a .rodata section.
+        let exe = std::env::current_exe().unwrap();
+        let data = read_rodata(&exe).unwrap();
+        assert!(!data.is_empty());
+        let dir = std::env::temp_dir().join(format!("compat-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let not_elf = dir.join("not-elf");
+        std::fs::write(&not_elf, b"#!/bin/sh\necho hi\n").unwrap();
+        assert!(read_rodata(&not_elf).is_err());
+        let truncated = dir.join("truncated");
+        std::fs::write(&truncated, &std::fs::read(&exe).unwrap()[..200]).unwrap();
+        assert!(read_rodata(&truncated).is_err());
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

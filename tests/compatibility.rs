@@ -14,6 +14,7 @@ use common::envoy::{
 };
 use common::scenario::{sigterm_drains_in_flight_work, Slow};
 use common::{clients, free_ports, sha256};
+use graceful_drain::compat::{read_rodata, release_in, ALLOW_UNTESTED_ENV, TESTED};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
@@ -31,6 +32,10 @@ struct Refusing {
 
 impl Refusing {
     fn start(envoy: &Path, modules: &Path, yaml: &str) -> Refusing {
+        Self::start_with(envoy, modules, yaml, &[])
+    }
+
+    fn start_with(envoy: &Path, modules: &Path, yaml: &str, env: &[(&str, &str)]) -> Refusing {
         let dir = TempDir::new("compat");
         let cfg = dir.0.join("envoy.yaml");
         std::fs::write(&cfg, yaml).unwrap();
@@ -45,6 +50,8 @@ impl Refusing {
             // cargo test puts target/*/deps (with a debug build of the module) on it; Envoy 1.37
             // falls back to a plain dlopen by name, which would find that one.
             .env_remove("LD_LIBRARY_PATH")
+            .env_remove(ALLOW_UNTESTED_ENV)
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(out.try_clone().unwrap())
             .stderr(out)
@@ -258,4 +265,80 @@ fn envoy_1_37_is_refused_naming_the_minimum_version() {
     let (status, log) = e.exit();
     assert_eq!(status.code(), Some(1), "{log}");
     assert!(!log.contains("Caught "), "envoy crashed:\n{log}");
+}
+
+/// Each tested Envoy binary names its release where the module reads it (`compat::release_in`
+/// over the binary's `.rodata`), and the module's list of tested releases is the install
+/// script's.
+#[test]
+fn every_tested_envoy_names_its_release_to_the_module() {
+    let versions = tested_envoy_versions();
+    for v in &versions {
+        let rodata = read_rodata(&install_envoy(v)).unwrap();
+        let found = release_in(&rodata).map(|r| r.to_string());
+        assert_eq!(found.as_deref(), Some(v.as_str()), "Envoy {v}");
+    }
+    let (last, rest) = versions.split_last().unwrap();
+    assert_eq!(
+        TESTED,
+        format!("{} and {last}", rest.join(", ")),
+        "compat::TESTED follows scripts/install-envoy.sh --tested"
+    );
+}
+
+/// #44 item 4: an Envoy newer than every tested release is refused at start, with one line
+/// naming the tested releases and the opt-in; with the opt-in it runs, saying so. The newer
+/// Envoy is a copy of 1.40.0 whose release string says 1.41.0 (its callbacks are 1.40's, so
+/// the callback check alone, as on ef5a7d9, took it for 1.40 and loaded).
+#[test]
+fn an_envoy_newer_than_tested_is_refused_unless_the_operator_opts_in() {
+    let dir = TempDir::new("newer-envoy");
+    let newer = dir.0.join("envoy");
+    let mut bytes = std::fs::read(install_envoy("1.40.0")).unwrap();
+    let (from, to) = (b"\x001.40.0\x00", b"\x001.41.0\x00");
+    let at = bytes
+        .windows(from.len())
+        .position(|w| w == from)
+        .expect("1.40.0's release string");
+    bytes[at..at + to.len()].copy_from_slice(to);
+    std::fs::write(&newer, &bytes).unwrap();
+    drop(bytes);
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&newer, std::fs::Permissions::from_mode(0o755)).unwrap();
+
+    let line = assert_refused(&newer, module_dir(), &gateway_yaml());
+    assert!(
+        line.contains("this Envoy is 1.41.0, newer than every release"),
+        "{line}"
+    );
+    assert!(line.contains(TESTED), "{line}");
+    assert!(line.contains(&format!("{ALLOW_UNTESTED_ENV}=1")), "{line}");
+
+    // Opted in: it loads, warns once, and serves (the module's load line follows the warning).
+    let mut e = Refusing::start_with(
+        &newer,
+        module_dir(),
+        &gateway_yaml(),
+        &[(ALLOW_UNTESTED_ENV, "1")],
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let log = loop {
+        let log = std::fs::read_to_string(&e.log).unwrap_or_default();
+        if log.contains("graceful_drain 0.") && log.contains("loaded into Envoy") {
+            break log;
+        }
+        if let Some(st) = e.child.try_wait().unwrap() {
+            panic!("envoy exited ({st:?}) though opted in:\n{log}");
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no load line within 30 s:\n{log}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(
+        log.contains("running in Envoy 1.41.0, newer than every release"),
+        "{log}"
+    );
+    assert!(!log.contains(REFUSAL), "{log}");
 }

@@ -270,6 +270,24 @@ pub(crate) fn init() -> Option<&'static [u8]> {
     let missing = resolved.as_ref().err().copied();
     match (compat::verdict(found, missing), resolved) {
         (Ok(()), Ok(table)) => {
+            // The callbacks fit; the release decides whether they were tested (compat).
+            let (release, why_unknown) = match compat::read_rodata("/proc/self/exe".as_ref()) {
+                Ok(rodata) => (
+                    compat::release_in(&rodata),
+                    "no release string in its binary".to_string(),
+                ),
+                Err(e) => (None, format!("its binary cannot be read: {e}")),
+            };
+            let allow =
+                compat::allow_untested(std::env::var_os(compat::ALLOW_UNTESTED_ENV).as_deref());
+            match compat::release_verdict(release, allow, &why_unknown) {
+                Ok(None) => {}
+                Ok(Some(warning)) => log_early(LOG_WARN, &warning),
+                Err(line) => {
+                    log_early(LOG_ERROR, &line);
+                    return None;
+                }
+            }
             FOUND.store(found as u8, Ordering::Relaxed);
             let _ = CALLBACKS.set(table);
             Some(found.abi_version_nul())
