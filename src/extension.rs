@@ -96,6 +96,8 @@ fn lock_or_recover<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// which touches nothing but the pass's sums (`ENVOY_FACTS.md` §3a), so it cannot be re-entered.
 struct StatsStore {
     source: Mutex<Option<Arc<dyn StatsSource>>>,
+    /// The last pass met none of the stats it reads (a stats matcher excludes them).
+    hidden: std::sync::atomic::AtomicBool,
     ignored_stat_prefixes: Vec<String>,
     env: Env,
 }
@@ -119,6 +121,8 @@ impl ScanSource for Arc<StatsStore> {
             return None;
         }
         drop(source);
+        self.hidden
+            .store(sums.saw_none(), std::sync::atomic::Ordering::Relaxed);
         // Less what the module knows is not work (health checks it recognised, requests to its
         // control listeners such as a waiting /drain) and the pass certainly counted.
         Some(sums.total_less(NotWork::within(before, counters.not_work_now())))
@@ -126,6 +130,10 @@ impl ScanSource for Arc<StatsStore> {
 
     fn own_counts(&self) -> Counts {
         self.env.shared.requests.counts()
+    }
+
+    fn last_pass_hidden(&self) -> bool {
+        self.hidden.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     fn draining(&self) -> bool {
@@ -247,6 +255,7 @@ impl Extension {
             env,
             store: Arc::new(StatsStore {
                 source: Mutex::new(None),
+                hidden: Default::default(),
                 ignored_stat_prefixes: cfg.ignored_stat_prefixes,
                 env,
             }),
@@ -500,12 +509,19 @@ mod tests {
     struct FakeStats {
         active: AtomicU64,
         refuse: bool,
+        /// A stats matcher keeps only `cluster.` and `server.` stats.
+        matcher: bool,
     }
 
     impl StatsSource for FakeStats {
         fn visit(&self, pass: Pass, stat: &mut dyn FnMut(&[u8], u64)) -> bool {
             if self.refuse {
                 return false;
+            }
+            if self.matcher {
+                stat(b"cluster.backend.upstream_rq_active", 4);
+                stat(b"server.live", 1);
+                return true;
             }
             match pass {
                 Pass::Gauges => {
@@ -574,6 +590,7 @@ mod tests {
                     shared: env.shared,
                     during,
                 }))),
+                hidden: Default::default(),
                 ignored_stat_prefixes: vec!["admin".to_string()],
                 env: Env {
                     shared: env.shared,
@@ -620,6 +637,7 @@ mod tests {
         ext.set_stats(Some(Arc::new(FakeStats {
             active: AtomicU64::new(0),
             refuse: false,
+            matcher: false,
         })));
         let envoy = FakeEnvoy::default();
         let released = Rc::new(Cell::new(0));
@@ -702,6 +720,7 @@ mod tests {
         let stats = Arc::new(FakeStats {
             active: AtomicU64::new(3),
             refuse: false,
+            matcher: false,
         });
         ext.set_stats(Some(stats.clone()));
         assert_eq!(
@@ -716,9 +735,22 @@ mod tests {
             "a waiting /drain is not work"
         );
         assert_eq!(store.scan(Pass::Counters), Some(39));
+        assert!(!store.last_pass_hidden());
+        // #44 item 3: a stats matcher that keeps none of the request stats. The pass reads 0,
+        // and says that 0 is no figure.
+        ext.set_stats(Some(Arc::new(FakeStats {
+            active: AtomicU64::new(0),
+            refuse: false,
+            matcher: true,
+        })));
+        for pass in [Pass::Gauges, Pass::Counters] {
+            assert_eq!(store.scan(pass), Some(0));
+            assert!(store.last_pass_hidden(), "{pass:?}");
+        }
         ext.set_stats(Some(Arc::new(FakeStats {
             active: AtomicU64::new(0),
             refuse: true,
+            matcher: false,
         })));
         assert_eq!(store.scan(Pass::Gauges), None, "the gate refused the call");
         ext.set_stats(None);

@@ -33,6 +33,16 @@ pub const SCAN_SHARE_PERCENT: u32 = 3;
 /// The share allowed while the last scan saw requests on listeners without the filter: only a
 /// scan can tell when they end (or that new ones stopped arriving).
 pub const BUSY_SCAN_SHARE_PERCENT: u32 = 20;
+/// Said once the server started, when Envoy keeps none of the request stats a scan reads.
+pub const HIDDEN_STATS: &str =
+    "graceful_drain: Envoy keeps no http.<stat_prefix>.downstream_rq_active \
+    or downstream_rq_total stats (a stats_matcher excludes them, e.g. Envoy Gateway's \
+    telemetry.metrics.matches), so its own count of requests in flight cannot be read: with \
+    graceful_drain's filters (connection or filter mode) a drain goes by their count alone and \
+    does not see requests on listeners or routes without them; without them (bootstrap-only \
+    mode) every drain holds until drain_timeout. To keep them, add `downstream_rq_active`, \
+    `downstream_rq_total` and `health_check.request_total` (suffix matches) or the prefix \
+    `http.` to the stats_matcher's inclusion list";
 /// How often an idle scanner re-checks whether a drain needs it (it is also woken at once).
 const IDLE_RECHECK: Duration = Duration::from_secs(1);
 
@@ -57,6 +67,12 @@ pub trait ScanSource: Send + Sync + 'static {
     fn own_counts(&self) -> Counts;
     /// Whether a drain is under way (scans are wanted only then).
     fn draining(&self) -> bool;
+    /// Whether the last pass found none of the stats it reads, under any prefix (not even the
+    /// admin's): Envoy does not keep them (a `stats_matcher` excludes them), so its figure is
+    /// no figure at all, never 0.
+    fn last_pass_hidden(&self) -> bool {
+        false
+    }
     /// A pass finished: wake the engine so it sees the result now, not at its next timer.
     fn scanned(&self);
 }
@@ -102,6 +118,8 @@ impl DrainTiming {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PassReading {
     pub value: u64,
+    /// The pass found none of its stats ([`ScanSource::last_pass_hidden`]): `value` means nothing.
+    pub hidden: bool,
     pub own_before: Counts,
     pub own_after: Counts,
     pub started: Instant,
@@ -131,6 +149,9 @@ pub struct EnvoyStatsCache {
     next: Option<(Pass, Instant)>,
     /// Costs of the passes taken when the server finished starting (counters, gauges).
     calibration: Option<(Duration, Duration)>,
+    /// The last pass of each kind (counters, gauges) found none of the stats it reads: Envoy
+    /// does not keep them.
+    hidden: [bool; 2],
     /// The dearest pass of each kind (the calibration's included).
     counter_cost: Duration,
     gauge_cost: Duration,
@@ -146,6 +167,11 @@ impl EnvoyStatsCache {
     }
 
     /// Record the calibration passes' costs (they also plan a drain's first passes).
+    /// Whether Envoy's stats lack what the passes read ([`ScanSource::last_pass_hidden`]).
+    pub fn hidden(&self) -> bool {
+        self.hidden[0] || self.hidden[1]
+    }
+
     pub fn calibrate(&mut self, counters: Duration, gauges: Duration) {
         self.calibration = Some((counters, gauges));
         self.counter_cost = self.counter_cost.max(counters);
@@ -154,6 +180,17 @@ impl EnvoyStatsCache {
 
     /// Record a pass and plan the next one. Returns the next pass and when it is due.
     pub fn record(&mut self, pass: Pass, r: PassReading, d: DrainTiming) -> (Pass, Instant) {
+        self.hidden[pass as usize] = r.hidden;
+        if self.hidden() {
+            // No figure to record, and none will come (a stats matcher is set at start): look
+            // again at the quiet share, in case the store changes (a hot restart's new one).
+            let next = (
+                Pass::Counters,
+                r.ended + scan_interval(self.counter_cost + self.gauge_cost, SCAN_SHARE_PERCENT),
+            );
+            self.next = Some(next);
+            return next;
+        }
         match pass {
             Pass::Counters => {
                 // Envoy counts a request before the filter sees it: the later reading is the
@@ -353,6 +390,8 @@ pub struct StatSums<'a> {
     suffixes: &'static [&'static str],
     ignored: &'a [String],
     sums: [u64; 2],
+    /// Stats of the first suffix met, under any prefix.
+    seen: u64,
 }
 
 impl<'a> StatSums<'a> {
@@ -365,7 +404,14 @@ impl<'a> StatSums<'a> {
             },
             ignored,
             sums: [0; 2],
+            seen: 0,
         }
+    }
+
+    /// Whether the pass met no stat of the kind it sums, under any prefix (ignored ones too):
+    /// Envoy keeps none of them.
+    pub fn saw_none(&self) -> bool {
+        self.seen == 0
     }
 
     /// One stat: added to its suffix's sum if it is `http.<prefix>.<suffix>` with a prefix not
@@ -381,6 +427,9 @@ impl<'a> StatSums<'a> {
             else {
                 continue;
             };
+            if i == 0 {
+                self.seen += 1;
+            }
             if !self.ignored.iter().any(|i| i.as_bytes() == prefix) {
                 self.sums[i] = self.sums[i].saturating_add(value);
             }
@@ -433,6 +482,16 @@ impl Scanner {
             st.timing = Some(d);
             self.inner.wake.notify_all();
         }
+        if st.cache.hidden() {
+            // Envoy keeps none of the request stats (a stats matcher): never read as 0. With an
+            // exact count of its own the module goes by it; without one, nothing shows the
+            // requests in flight, so the drain holds (drain_timeout bounds it). Said at load.
+            return if d.filter_loaded {
+                EnvoyView::Unused
+            } else {
+                EnvoyView::Pending
+            };
+        }
         match st.cache.view(own_now) {
             Some(v) => EnvoyView::Seen(v),
             // The store can no longer be read: nothing will come; the filter's counts are all
@@ -473,6 +532,7 @@ fn timed_pass(source: &dyn ScanSource, pass: Pass) -> Option<PassReading> {
     let own_after = source.own_counts();
     Some(PassReading {
         value,
+        hidden: source.last_pass_hidden(),
         own_before,
         own_after,
         started,
@@ -489,6 +549,9 @@ fn run(inner: &Inner, source: &dyn ScanSource) {
     };
     let (c, g) = (counters.cost(), gauges.cost());
     lock(&inner.state).cache.calibrate(c, g);
+    if counters.hidden || gauges.hidden {
+        log::warn!("{HIDDEN_STATS}");
+    }
     let interval = scan_interval(c + g, SCAN_SHARE_PERCENT);
     if interval > IN_FLIGHT_RECHECK {
         log::info!(
@@ -569,6 +632,7 @@ mod tests {
     fn reading(value: u64, own: Counts, t0: Instant, from: u32, to: u32) -> PassReading {
         PassReading {
             value,
+            hidden: false,
             own_before: own,
             own_after: own,
             started: t0 + from * MS,

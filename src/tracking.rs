@@ -872,6 +872,7 @@ mod tests {
             let own_after = f.shared.requests.counts();
             let at = t0 + Duration::from_millis(ms);
             let r = PassReading {
+                hidden: false,
                 value,
                 own_before,
                 own_after,

@@ -207,6 +207,63 @@ async fn sigterm_drains_without_the_filter(mut envoy: Envoy) {
     assert!(log.contains("Envoy's health checks now fail"), "{log}");
 }
 
+/// #44 item 3: a `stats_matcher` that keeps none of the connection manager's request stats
+/// (Envoy Gateway's `telemetry.metrics.matches` builds such an inclusion list). Bootstrap-only
+/// counting has nothing else to go by: the module says so once at start, and a drain holds to
+/// `drain_timeout` rather than reading the missing stats as 0. On ef5a7d9 the scan summed to 0,
+/// the drain completed at its minimum and the request in flight was cut (the client's connection
+/// closed without a response).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_stats_matcher_that_hides_the_request_stats_never_reads_as_nothing_in_flight() {
+    let p = free_ports(3);
+    let dir = common::envoy::TempDir::new("xds-matcher");
+    let yaml = format!(
+        "{}stats_config:\n  stats_matcher:\n    inclusion_list:\n      patterns:\n      - prefix: \"cluster.\"\n      - prefix: \"server.\"\n",
+        xds_gateway(&dir.0, p[0], p[1], true, None)
+    );
+    let mut envoy = Envoy::start_yaml(&yaml, p[0], p[1], p[2], &Options::default()).await;
+    envoy.keep(dir);
+    eventually("xDS listener serving", Duration::from_secs(10), || async {
+        clients::get(p[1], "/")
+            .await
+            .ok()
+            .filter(|r| r.status == 200)
+    })
+    .await;
+    eventually(
+        "the hidden stats said at start",
+        Duration::from_secs(10),
+        || async {
+            envoy
+                .log()
+                .contains("Envoy keeps no http.<stat_prefix>.downstream_rq_active")
+                .then_some(())
+        },
+    )
+    .await;
+    // A 2 s request (the fault filter holds it from its arrival). Whether Envoy reads it just
+    // before or just after the SIGTERM below, it is in flight during the drain, which must wait
+    // for it: nothing but Envoy's (hidden) stats can say when it ends.
+    let mut h2 = H2Conn::connect(p[1]).await.unwrap();
+    let slow_request = tokio::spawn(h2.start("/slow", &slow("2000")).await.unwrap());
+    let t0 = Instant::now();
+    envoy.sigterm();
+    let r = slow_request
+        .await
+        .unwrap()
+        .expect("the request in flight is answered, not cut");
+    drop(h2);
+    assert_eq!(r.status, 200);
+    // The drain holds to drain_timeout (10 s in xds_gateway's config): Envoy's real exit.
+    let (status, exited) = envoy.wait_exit(Duration::from_secs(20)).await;
+    assert!(status.success(), "{status:?}");
+    let after = exited - t0;
+    assert!(
+        after >= Duration::from_millis(9_500) && after < Duration::from_secs(14),
+        "the exit came {after:?} after SIGTERM; drain_timeout is 10 s"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn xds_listeners_drain_with_the_bootstrap_extension_only() {
     let (envoy, _) = start_xds(true, false).await;
