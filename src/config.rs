@@ -289,7 +289,8 @@ impl FilterConfig {
     }
 }
 
-/// The drain timing rules. See README "Settings" for why the defaults are what they are.
+/// The drain timing rules. Why the defaults are what they are:
+/// docs/configuration.md#when-a-drain-completes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DrainSettings {
     /// Never complete a drain earlier than this after it started (endpoint removal must propagate).
@@ -590,7 +591,8 @@ pub struct NetworkFilterConfig {
     /// No request in flight for this long makes a connection idle.
     pub idle_after: Duration,
     /// Follow every request on the connection from its bytes (`crate::tracking`): connection
-    /// mode's exact in-flight count and idle detection, without an HTTP filter.
+    /// mode's exact in-flight count and idle detection, without an HTTP filter. Default `false`
+    /// (beside the HTTP filter: filter mode); the shipped example sets `true` (docs/modes.md).
     pub track_requests: bool,
 }
 

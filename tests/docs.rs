@@ -9,6 +9,13 @@
 //! - `status-json`: every key of the example is a key of a real `/drain/status`;
 //! - `kubernetes`: the Kubernetes schemas (kubernetes-validate);
 //! - `file PATH`: the snippet's lines appear, in order and together, in PATH, a file a test loads.
+//!
+//! Beyond snippets, each kind of claim is held against its source: the defaults (the module's
+//! parsers given an empty config, and the config each shipped setup sets), the admin addresses
+//! the docs give (the kits' files), every repository path the pages name, the README's figures
+//! (the committed bench run, the measured rolling restart) and tested versions (the Envoy list,
+//! the platform fixtures), the pages and anchors source comments name, and one name per mode
+//! (docs/modes.md) across the docs, the config's field docs and the log lines.
 
 mod common;
 
@@ -559,5 +566,965 @@ fn numbers_are_read_as_written() {
             (2.0, 0),
             (1.25, 2)
         ]
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Claims checked against their source: defaults, admin addresses, paths, figures, versions,
+// links, the anchors source comments name, and the one name per mode (docs/modes.md).
+// ---------------------------------------------------------------------------------------------
+
+use graceful_drain::config::{
+    format_duration, BootstrapConfig, FilterConfig, NetworkFilterConfig, Role,
+    BUILTIN_HEALTH_CHECK_USER_AGENTS,
+};
+
+fn read(path: &str) -> String {
+    std::fs::read_to_string(repo_root().join(path)).unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
+/// The Markdown table whose header's first cell is `first`: its header and its rows, each a list
+/// of trimmed cells (the separator row left out). Panics when the page has no such table.
+fn table(page: &str, first: &str) -> Vec<Vec<String>> {
+    let cells = |l: &str| -> Vec<String> {
+        let inner = l.trim().trim_start_matches('|').trim_end_matches('|');
+        inner.split('|').map(|c| c.trim().to_string()).collect()
+    };
+    let lines: Vec<&str> = page.lines().collect();
+    let start = lines
+        .iter()
+        .position(|l| l.starts_with('|') && cells(l)[0] == first)
+        .unwrap_or_else(|| panic!("no table whose first column is {first:?}"));
+    lines[start..]
+        .iter()
+        .take_while(|l| l.starts_with('|'))
+        .filter(|l| !l.starts_with("|---"))
+        .map(|l| cells(l))
+        .collect()
+}
+
+/// The inline code spans of a text, in order (`a`, `b` in "`a` and `b`").
+fn code_spans(text: &str) -> Vec<String> {
+    text.split('`')
+        .enumerate()
+        .filter(|(i, _)| i % 2 == 1)
+        .map(|(_, s)| s.to_string())
+        .collect()
+}
+
+/// The single-quoted JSON values (`value: '{...}'`) of a config file, parsed.
+fn json_values(path: &str) -> Vec<serde_json::Value> {
+    read(path)
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("value: '"))
+        .filter_map(|v| v.rsplit_once('\'').map(|(json, _)| json))
+        .map(|json| serde_json::from_str(json).unwrap_or_else(|e| panic!("{path}: {json}: {e}")))
+        .collect()
+}
+
+/// The bootstrap extension's config in a file: the one JSON value the module's bootstrap parser
+/// accepts that sets a drain field (the filters' configs name fields it refuses).
+fn bootstrap_json(path: &str) -> serde_json::Value {
+    let found: Vec<serde_json::Value> = json_values(path)
+        .into_iter()
+        .filter(|v| v.get("drain_timeout").is_some() || v.get("admin_address").is_some())
+        .collect();
+    assert_eq!(
+        found.len(),
+        1,
+        "{path}: one bootstrap config expected: {found:?}"
+    );
+    let v = found.into_iter().next().unwrap();
+    BootstrapConfig::parse(v.to_string().as_bytes())
+        .unwrap_or_else(|e| panic!("{path}: the module refuses its config: {e}"));
+    v
+}
+
+/// The network filter's configs in a file (those naming one of its fields).
+fn network_filter_json(path: &str) -> Vec<serde_json::Value> {
+    json_values(path)
+        .into_iter()
+        .filter(|v| {
+            ["idle_close_grace", "idle_after", "track_requests"]
+                .iter()
+                .any(|k| v.get(k).is_some())
+        })
+        .inspect(|v| {
+            NetworkFilterConfig::parse(v.to_string().as_bytes())
+                .unwrap_or_else(|e| panic!("the module refuses {v}: {e}"));
+        })
+        .collect()
+}
+
+/// A duration field as the module reads it from a bootstrap config (its default when absent).
+fn duration_of(config: &serde_json::Value, field: &str) -> String {
+    let c = BootstrapConfig::parse(config.to_string().as_bytes()).unwrap();
+    let d = match field {
+        "min_drain_duration" => c.drain.min_drain_duration,
+        "quiet_period" => c.drain.quiet_period,
+        "drain_timeout" => c.drain.drain_timeout,
+        "readiness_failure_delay" => c.requests.readiness_failure_delay,
+        other => panic!("{other} is not a duration of the bootstrap config"),
+    };
+    format_duration(d)
+}
+
+/// `admin_address` as written: one string or a list of them, in order (empty: unset).
+fn admin_addresses(config: &serde_json::Value) -> Vec<String> {
+    match config.get("admin_address") {
+        None => vec![],
+        Some(serde_json::Value::String(s)) if s.is_empty() => vec![],
+        Some(serde_json::Value::String(s)) => vec![s.clone()],
+        Some(serde_json::Value::Array(a)) => {
+            a.iter().map(|v| v.as_str().unwrap().to_string()).collect()
+        }
+        Some(other) => panic!("admin_address {other}"),
+    }
+}
+
+/// The integer after `key:` on a line of a file (`terminationGracePeriodSeconds: 35`): every
+/// occurrence, which must agree.
+fn yaml_int(path: &str, key: &str) -> u64 {
+    let values: BTreeSet<u64> = read(path)
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix(&format!("{key}:")))
+        .map(|v| {
+            v.trim()
+                .parse()
+                .unwrap_or_else(|e| panic!("{path}: {key}: {v}: {e}"))
+        })
+        .collect();
+    assert_eq!(values.len(), 1, "{path}: {key}: {values:?}");
+    values.into_iter().next().unwrap()
+}
+
+/// Where each shipped setup keeps the module's config: the example gateway and `k8s/` (both
+/// must agree), and each kit.
+struct Setup {
+    /// Files holding its bootstrap extension's config.
+    bootstrap: &'static [&'static str],
+    /// Files holding its network filter's config (none: no network filter).
+    network_filter: &'static [&'static str],
+}
+
+fn setup(name: &str) -> Setup {
+    match name {
+        "example" => Setup {
+            bootstrap: &["envoy-config/gateway.yaml", "k8s/configmap.yaml"],
+            network_filter: &["envoy-config/gateway.yaml", "k8s/configmap.yaml"],
+        },
+        "kourier" => Setup {
+            bootstrap: &["k8s/kourier/graceful-drain/envoy-args.yaml"],
+            network_filter: &[],
+        },
+        "contour" => Setup {
+            bootstrap: &["k8s/contour/graceful-drain/envoy-args.yaml"],
+            network_filter: &[],
+        },
+        "envoy-gateway" => Setup {
+            bootstrap: &["k8s/envoy-gateway/envoyproxy.yaml"],
+            network_filter: &["k8s/envoy-gateway/connection-mode/envoypatchpolicy.yaml"],
+        },
+        other => panic!("no setup {other}"),
+    }
+}
+
+/// Which setup a column header or a row label names.
+fn setup_named(label: &str) -> Option<&'static str> {
+    let l = label.to_lowercase();
+    if l.contains("kourier") {
+        Some("kourier")
+    } else if l.contains("contour") {
+        Some("contour")
+    } else if l.contains("envoy gateway") {
+        Some("envoy-gateway")
+    } else if l.contains("example") || l.contains("envoy-config/gateway.yaml") {
+        Some("example")
+    } else {
+        None
+    }
+}
+
+/// The terminationGracePeriodSeconds each setup's pods get, from its manifests.
+fn grace_period(setup: &str) -> u64 {
+    match setup {
+        "example" => {
+            let g = yaml_int("k8s/deployment.yaml", "terminationGracePeriodSeconds");
+            assert_eq!(
+                g,
+                yaml_int(
+                    "k8s/deployment-prestop.yaml",
+                    "terminationGracePeriodSeconds"
+                )
+            );
+            g
+        }
+        "kourier" => yaml_int(
+            "k8s/kourier/graceful-drain/gateway.yaml",
+            "terminationGracePeriodSeconds",
+        ),
+        // The kit keeps Contour's own (the release's DaemonSet, byte for byte in the fixture).
+        "contour" => {
+            assert!(!read("k8s/contour/graceful-drain/envoy.yaml")
+                .lines()
+                .any(|l| l.trim().starts_with("terminationGracePeriodSeconds:")));
+            yaml_int(
+                "tests/fixtures/contour/v1.33.6/03-envoy.yaml",
+                "terminationGracePeriodSeconds",
+            )
+        }
+        // EG derives it from the EnvoyProxy's shutdown.drainTimeout: that plus 300 s
+        // (envoyproxy.yaml says so where it sets drainTimeout).
+        "envoy-gateway" => {
+            let eg = read("k8s/envoy-gateway/envoyproxy.yaml");
+            assert!(eg.contains("terminationGracePeriodSeconds to drainTimeout + 300s"));
+            let t = eg
+                .lines()
+                .find_map(|l| l.trim().strip_prefix("drainTimeout:"))
+                .expect("drainTimeout");
+            graceful_drain::config::parse_duration(t.trim())
+                .unwrap()
+                .as_secs()
+                + 300
+        }
+        other => panic!("{other}"),
+    }
+}
+
+/// What a cell says: its code spans (`5s`, `127.0.0.1:9901`), quotes dropped.
+fn cell_values(cell: &str) -> Vec<String> {
+    code_spans(cell)
+        .into_iter()
+        .map(|s| s.trim_matches('"').to_string())
+        .collect()
+}
+
+/// The module's own default for a documented field, as the reference table writes it: from the
+/// parsers themselves, given an empty config.
+fn module_default(field: &str) -> String {
+    let b = BootstrapConfig::parse(b"").unwrap();
+    let f = FilterConfig::parse(b"").unwrap();
+    let n = NetworkFilterConfig::parse(b"").unwrap();
+    let list = |v: &[String]| serde_json::to_string(v).unwrap();
+    match field {
+        "min_drain_duration" | "quiet_period" | "drain_timeout" | "readiness_failure_delay" => {
+            duration_of(&serde_json::json!({}), field)
+        }
+        "admin_address" if b.admin_address.is_empty() => "none".into(),
+        "ignored_stat_prefixes" => list(&b.ignored_stat_prefixes),
+        // The configured ones, added to the built-in list.
+        "health_check_user_agents" => {
+            let configured: Vec<String> = b
+                .requests
+                .health_check_user_agents
+                .iter()
+                .filter(|ua| !BUILTIN_HEALTH_CHECK_USER_AGENTS.contains(&ua.as_str()))
+                .cloned()
+                .collect();
+            list(&configured)
+        }
+        "health_check_paths" => list(&b.requests.health_check_paths),
+        "lifecycle_log_level" => b.lifecycle_log_level.as_str().to_lowercase(),
+        "role" => match f.role {
+            Role::Data => "data".into(),
+            Role::Control => "control".into(),
+        },
+        "drain_token_file" | "drain_token_env" if f.drain_token.is_none() => "none".into(),
+        "idle_close_grace" => format_duration(n.idle_close_grace),
+        "idle_after" => format_duration(n.idle_after),
+        "track_requests" => n.track_requests.to_string(),
+        other => {
+            panic!("docs/configuration.md documents {other}: say here where its default comes from")
+        }
+    }
+}
+
+/// docs/configuration.md's reference table: every field's default is the module's own.
+#[test]
+fn the_documented_defaults_are_the_modules() {
+    let page = read("docs/configuration.md");
+    let rows = table(&page, "where");
+    assert_eq!(rows[0], ["where", "field", "values", "default"]);
+    let mut checked = 0;
+    for row in &rows[1..] {
+        let field = code_spans(&row[1]).pop().expect("a field in code");
+        let want = module_default(&field);
+        let have = match code_spans(&row[3]).as_slice() {
+            [] => row[3].clone(),
+            [one] => one.trim_matches('"').to_string(),
+            more => panic!("{field}: {more:?}"),
+        };
+        assert_eq!(have, want, "docs/configuration.md: the default of {field}");
+        checked += 1;
+    }
+    assert!(checked >= 14, "only {checked} fields");
+    // ... and the table of the drain rules repeats the three that decide a drain.
+    for row in &table(&page, "setting")[1..] {
+        let field = code_spans(&row[0]).pop().unwrap();
+        assert_eq!(cell_values(&row[1]), [module_default(&field)], "{field}");
+    }
+}
+
+/// README's defaults table: the module's column from the parsers, each setup's from the files it
+/// ships (the example and `k8s/` must agree), the grace periods from the manifests.
+#[test]
+fn readme_defaults_come_from_the_module_and_the_manifests() {
+    let readme = read("README.md");
+    let rows = table(&readme, "setting");
+    let header = &rows[0];
+    assert_eq!(header[1], "module default");
+    let columns: Vec<(usize, &str)> = header
+        .iter()
+        .enumerate()
+        .skip(2)
+        .map(|(i, h)| (i, setup_named(h).unwrap_or_else(|| panic!("column {h:?}"))))
+        .collect();
+    assert_eq!(columns.len(), 4, "{header:?}");
+    let mut checked = 0;
+    for row in &rows[1..] {
+        let field = code_spans(&row[0]).pop().unwrap();
+        // The module's column.
+        match field.as_str() {
+            "terminationGracePeriodSeconds" => {
+                // Kubernetes' own default, not the module's: named as such.
+                assert!(row[1].contains("Kubernetes"), "{row:?}");
+            }
+            "admin_address" => assert_eq!(row[1], module_default(&field), "{field}"),
+            _ => assert_eq!(cell_values(&row[1]), [module_default(&field)], "{field}"),
+        }
+        for &(i, name) in &columns {
+            let s = setup(name);
+            let cell = &row[i];
+            let at = format!("README defaults, {field}, {}", header[i]);
+            match field.as_str() {
+                "min_drain_duration" | "quiet_period" | "drain_timeout" => {
+                    for f in s.bootstrap {
+                        assert_eq!(
+                            cell_values(cell),
+                            [duration_of(&bootstrap_json(f), &field)],
+                            "{at}: {f}"
+                        );
+                    }
+                }
+                "admin_address" => {
+                    for f in s.bootstrap {
+                        assert_eq!(
+                            cell_values(cell),
+                            admin_addresses(&bootstrap_json(f)),
+                            "{at}: {f}"
+                        );
+                    }
+                }
+                "track_requests" => {
+                    if s.network_filter.is_empty() {
+                        assert!(cell.contains("no network filter"), "{at}: {cell}");
+                        for f in s.bootstrap {
+                            assert!(network_filter_json(f).is_empty(), "{at}: {f} has one");
+                            assert!(!read(f).contains("DynamicModuleNetworkFilter"), "{at}: {f}");
+                        }
+                    }
+                    for f in s.network_filter {
+                        for v in network_filter_json(f) {
+                            let n = NetworkFilterConfig::parse(v.to_string().as_bytes()).unwrap();
+                            assert_eq!(
+                                cell_values(cell)[0],
+                                n.track_requests.to_string(),
+                                "{at}: {f}"
+                            );
+                        }
+                    }
+                }
+                "terminationGracePeriodSeconds" => {
+                    assert_eq!(cell_values(cell), [grace_period(name).to_string()], "{at}");
+                    // ... above the setup's drain_timeout: the exit is the module's, not a SIGKILL.
+                    let timeout = BootstrapConfig::parse(
+                        bootstrap_json(s.bootstrap[0]).to_string().as_bytes(),
+                    )
+                    .unwrap()
+                    .drain
+                    .drain_timeout;
+                    assert!(grace_period(name) > timeout.as_secs(), "{at}");
+                }
+                other => panic!("README defaults: no source for {other}"),
+            }
+            checked += 1;
+        }
+    }
+    assert!(checked >= 24, "only {checked} cells checked");
+}
+
+/// Every admin address the docs give for a shipped setup is the one its files set.
+#[test]
+fn documented_admin_addresses_are_the_shipped_ones() {
+    let page = read("docs/troubleshooting.md");
+    let rows = table(&page, "setup");
+    assert_eq!(rows[0][1], "`admin_address`");
+    let mut seen = BTreeSet::new();
+    for row in &rows[1..] {
+        let name = setup_named(&row[0]).unwrap_or_else(|| panic!("{row:?}"));
+        for f in setup(name).bootstrap {
+            assert_eq!(
+                cell_values(&row[1]),
+                admin_addresses(&bootstrap_json(f)),
+                "docs/troubleshooting.md, {}: {f}",
+                row[0]
+            );
+        }
+        seen.insert(name);
+    }
+    assert_eq!(seen.len(), 4, "every shipped setup: {seen:?}");
+    // The check does tell a wrong address (the one this page used to give for Kourier).
+    let kourier = admin_addresses(&bootstrap_json(setup("kourier").bootstrap[0]));
+    assert_ne!(kourier, ["/tmp/envoy.admin"]);
+}
+
+/// A repository path as written in a page (`k8s/contour/`, `src/exchange/http1.rs`): the
+/// top-level directories and files whose paths the docs name.
+const REPO_PREFIXES: [&str; 8] = [
+    "src/",
+    "tests/",
+    "scripts/",
+    "k8s/",
+    "envoy-config/",
+    "bench/",
+    "docs/",
+    ".ci/",
+];
+
+/// Every repository path a text names, outside links (checked apart): prose, inline code and
+/// code blocks. A path followed by a placeholder (`k8s/<platform>`, `k8s/*.yaml`) is a pattern,
+/// not a path.
+fn repo_paths(text: &str) -> Vec<String> {
+    let chars: Vec<char> = text.chars().collect();
+    let path_char = |c: char| c.is_ascii_alphanumeric() || "_./-".contains(c);
+    let mut out = Vec::new();
+    for i in 0..chars.len() {
+        if i > 0 && (path_char(chars[i - 1]) || chars[i - 1] == '(') {
+            continue; // inside a longer path (`internal/xds/...`, `../k8s/`), or a link target
+        }
+        let rest: String = chars[i..chars.len().min(i + 16)].iter().collect();
+        if !REPO_PREFIXES.iter().any(|p| rest.starts_with(p)) {
+            continue;
+        }
+        let mut j = i;
+        while j < chars.len() && path_char(chars[j]) {
+            j += 1;
+        }
+        if chars.get(j).is_some_and(|c| "<*{…".contains(*c)) {
+            continue;
+        }
+        let path: String = chars[i..j].iter().collect();
+        out.push(path.trim_end_matches(['.', ',', ':']).to_string());
+    }
+    out
+}
+
+/// Every repository path README.md and the docs name exists, and every `kubectl apply -k`
+/// directory is a kustomization.
+#[test]
+fn every_path_the_docs_name_exists() {
+    let mut missing = Vec::new();
+    let mut checked = 0;
+    for page in pages() {
+        let text = std::fs::read_to_string(&page).unwrap();
+        for path in repo_paths(&text) {
+            // What `make bench` writes, not the repository.
+            if path.starts_with("bench/out/") {
+                continue;
+            }
+            checked += 1;
+            if !repo_root().join(&path).exists() {
+                missing.push(format!("{}: {path}", rel(&page)));
+            }
+        }
+        for l in text.lines() {
+            for verb in ["kubectl apply -k ", "kubectl delete -k "] {
+                if let Some(rest) = l.split(verb).nth(1) {
+                    let dir = rest
+                        .split_whitespace()
+                        .next()
+                        .unwrap_or("")
+                        .trim_end_matches(|c: char| !c.is_ascii_alphanumeric() && c != '/');
+                    if REPO_PREFIXES.iter().any(|p| dir.starts_with(p))
+                        && !repo_root().join(dir).join("kustomization.yaml").exists()
+                    {
+                        missing.push(format!("{}: {dir} is not a kustomization", rel(&page)));
+                    }
+                }
+            }
+        }
+    }
+    assert!(
+        checked > 150,
+        "only {checked} paths found: is the scan broken?"
+    );
+    assert!(
+        missing.is_empty(),
+        "paths that do not exist:\n{}",
+        missing.join("\n")
+    );
+    // The scan finds paths in prose, code and blocks, and leaves patterns and others' paths.
+    let found = repo_paths(
+        "`k8s/contour/` and k8s/<platform>, k8s/*.yaml, (../k8s/x), internal/xds/a.go\n\
+         ```\nkubectl apply -f k8s/deployment.yaml\n```\nsee src/config.rs.",
+    );
+    assert_eq!(
+        found,
+        ["k8s/contour/", "k8s/deployment.yaml", "src/config.rs"]
+    );
+}
+
+/// Every figure the README gives for a cost (`×1.02`, `70 %`) is one of the committed bench run
+/// (bench/results/report.md, tracker.md), up to its rounding; its rolling-restart figures are
+/// docs/kubernetes.md's measured table.
+#[test]
+fn readme_figures_come_from_the_measurements() {
+    let readme = read("README.md");
+    let report = read("bench/results/report.md") + &read("bench/results/tracker.md");
+    let measured: Vec<f64> = numbers(&report).into_iter().map(|(v, _)| v).collect();
+    let in_report = |v: f64, decimals: usize| {
+        let half = 0.5 * 10f64.powi(-(decimals as i32)) + 1e-9;
+        measured.iter().any(|m| (m - v).abs() <= half)
+    };
+    let mut figures = Vec::new();
+    for line in readme.lines() {
+        // `×1.02-1.03`: the figures up to the next space.
+        for after in line.split('×').skip(1) {
+            figures.extend(numbers(after.split_whitespace().next().unwrap_or("")));
+        }
+        // `70 %`: the figure before each percent sign.
+        let words: Vec<&str> = line.split_whitespace().collect();
+        for w in words.windows(2).filter(|w| w[1].starts_with('%')) {
+            figures.extend(numbers(w[0]));
+        }
+    }
+    assert!(
+        figures.len() >= 8,
+        "only {} figures: {figures:?}",
+        figures.len()
+    );
+    let missing: Vec<_> = figures.iter().filter(|(v, d)| !in_report(*v, *d)).collect();
+    assert!(
+        missing.is_empty(),
+        "README figures not in the bench results: {missing:?}"
+    );
+
+    // "lost 261 of 1 403 HTTP/1.1 requests": stock Envoy's row of the rolling restart, and "0
+    // requests lost": every row with the module.
+    let k8s = read("docs/kubernetes.md");
+    let rows = table(&k8s, "front → gateway");
+    assert_eq!(rows[0][2..4], ["requests", "failed"]);
+    let lost = readme
+        .split("lost ")
+        .nth(1)
+        .and_then(|r| r.split(" HTTP/1.1 requests").next())
+        .expect("the README's stock-Envoy figure");
+    let said: Vec<f64> = numbers(lost).into_iter().map(|(v, _)| v).collect();
+    let stock = rows
+        .iter()
+        .find(|r| r[0] == "HTTP/1.1" && r[1].contains("stock Envoy"))
+        .expect("stock Envoy's HTTP/1.1 row");
+    let measured: Vec<f64> = [&stock[3], &stock[2]]
+        .iter()
+        .flat_map(|c| numbers(c))
+        .map(|(v, _)| v)
+        .collect();
+    assert_eq!(said, measured, "README: {lost}");
+    assert!(readme.contains("0 requests lost"));
+    for r in rows[1..].iter().filter(|r| !r[1].contains("stock Envoy")) {
+        assert_eq!(r[3], "0", "{r:?}");
+    }
+}
+
+/// The "does it fit my gateway?" matrix: one row per gateway the issue names, each version it
+/// says was tested is one the tests run (scripts/install-envoy.sh, the platform fixtures), and
+/// Istio is said untested as long as no test names it.
+#[test]
+fn readme_matrix_versions_are_the_tested_ones() {
+    let readme = read("README.md");
+    let rows = table(&readme, "gateway");
+    assert_eq!(
+        rows[0],
+        ["gateway", "versions tested", "mode", "kit", "caveats"]
+    );
+    let row = |name: &str| -> &Vec<String> {
+        rows.iter()
+            .find(|r| r[0].to_lowercase().contains(name))
+            .unwrap_or_else(|| panic!("no {name} row in the README's matrix"))
+    };
+    let versions = |cell: &str| -> BTreeSet<String> {
+        cell.split(|c: char| c.is_whitespace() || ",;()".contains(c))
+            .map(|w| w.trim_start_matches("knative-").trim_start_matches('v'))
+            .filter(|w| w.split('.').count() == 3 && w.split('.').all(|p| p.parse::<u32>().is_ok()))
+            .map(String::from)
+            .collect()
+    };
+    let fixtures = |platform: &str| -> BTreeSet<String> {
+        std::fs::read_dir(repo_root().join("tests/fixtures").join(platform))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
+            .filter(|n| n.starts_with('v') || n.starts_with("knative-v"))
+            .map(|n| {
+                n.trim_start_matches("knative-")
+                    .trim_start_matches('v')
+                    .to_string()
+            })
+            .collect()
+    };
+    // Your own bootstrap: every Envoy the suites and the compatibility tests run.
+    let tested = std::process::Command::new(repo_root().join("scripts/install-envoy.sh"))
+        .arg("--tested")
+        .output()
+        .unwrap();
+    let tested: BTreeSet<String> = String::from_utf8(tested.stdout)
+        .unwrap()
+        .split_whitespace()
+        .map(String::from)
+        .collect();
+    assert!(tested.len() >= 6, "{tested:?}");
+    assert_eq!(versions(&row("your own")[1]), tested);
+    // Kourier: the releases in the fixtures.
+    assert_eq!(versions(&row("kourier")[1]), fixtures("kourier"));
+    // Contour and Envoy Gateway: the releases in the fixtures, each with the Envoy its own
+    // manifest runs (`vX (Envoy Y)`).
+    for (name, dir) in [("contour", "contour"), ("envoy gateway", "envoy-gateway")] {
+        let cell = &row(name)[1];
+        let mut releases = BTreeSet::new();
+        for part in cell.split("), ") {
+            let (release, envoy) = part
+                .trim_end_matches(')')
+                .split_once(" (Envoy ")
+                .unwrap_or_else(|| panic!("{name}: {part:?} is not `vX (Envoy Y)`"));
+            let release = release.trim().trim_start_matches('v').to_string();
+            let manifests: String = std::fs::read_dir(
+                repo_root()
+                    .join("tests/fixtures")
+                    .join(dir)
+                    .join(format!("v{release}")),
+            )
+            .unwrap()
+            .map(|e| std::fs::read_to_string(e.unwrap().path()).unwrap_or_default())
+            .collect();
+            assert!(
+                manifests.contains(&format!("envoy:distroless-v{envoy}")),
+                "{name} v{release}'s manifest does not run Envoy {envoy}"
+            );
+            releases.insert(release);
+        }
+        assert_eq!(releases, fixtures(dir), "{name}");
+    }
+    // Istio: no kit and no test, said as such.
+    let istio = row("istio");
+    assert_eq!(istio[1], "not tested");
+    assert!(!repo_root().join("k8s/istio").exists() && istio[3].contains("none"));
+    for e in std::fs::read_dir(repo_root().join("tests")).unwrap() {
+        let p = e.unwrap().path();
+        if p.extension().is_some_and(|x| x == "rs") && p.file_name().unwrap() != "docs.rs" {
+            assert!(
+                !std::fs::read_to_string(&p)
+                    .unwrap()
+                    .to_lowercase()
+                    .contains("istio"),
+                "{}: Istio is tested now: say so in the README's matrix",
+                p.display()
+            );
+        }
+    }
+    row("home-grown").len();
+}
+
+/// Every cell of the README's tables is short: the decision is made from them, the details are
+/// a link away.
+#[test]
+fn readme_table_cells_are_short() {
+    let readme = read("README.md");
+    let mut long = Vec::new();
+    let mut cells = 0;
+    for l in readme
+        .lines()
+        .filter(|l| l.starts_with('|') && !l.starts_with("|---"))
+    {
+        for c in l.trim_matches('|').split('|') {
+            cells += 1;
+            let words = c.split_whitespace().count();
+            if words > 20 {
+                long.push(format!("{words} words: {}", c.trim()));
+            }
+        }
+    }
+    assert!(cells > 60, "only {cells} cells");
+    assert!(
+        long.is_empty(),
+        "README cells over 20 words:\n{}",
+        long.join("\n")
+    );
+}
+
+/// The CHANGELOG and the upgrade page are linked from the README, and the CHANGELOG's own links
+/// resolve like the docs'.
+#[test]
+fn changelog_and_upgrading_are_linked() {
+    let readme = read("README.md");
+    let targets = link_targets(&split(&readme).1);
+    for t in ["CHANGELOG.md", "docs/upgrading.md"] {
+        assert!(targets.iter().any(|l| l == t), "README does not link {t}");
+    }
+    let changelog = repo_root().join("CHANGELOG.md");
+    let text = std::fs::read_to_string(&changelog).unwrap();
+    let broken = broken_links(&changelog, &text);
+    assert!(broken.is_empty(), "{broken:?}");
+    let upgrading = read("docs/upgrading.md");
+    assert!(link_targets(&split(&upgrading).1).contains(&"../CHANGELOG.md".to_string()));
+}
+
+/// Where a source file names a page of the docs (`docs/modes.md`, `docs/alerts.md#anchor`) or a
+/// README section (`README "Settings"`), the page, the heading, the section exist.
+#[test]
+fn every_doc_a_source_comment_names_exists() {
+    let mut files = Vec::new();
+    fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
+        for e in std::fs::read_dir(dir).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                walk(&p, out);
+            } else {
+                out.push(p);
+            }
+        }
+    }
+    for d in ["src", "tests", "k8s", "envoy-config", "scripts", "bench"] {
+        walk(&repo_root().join(d), &mut files);
+    }
+    for f in ["Makefile", "build.rs", "Cargo.toml", ".ci/run"] {
+        files.push(repo_root().join(f));
+    }
+    let readme_sections = anchors(&read("README.md"));
+    let mut broken = Vec::new();
+    let mut named = 0;
+    for f in files {
+        if f.ends_with("tests/docs.rs") || f.components().any(|c| c.as_os_str() == "fixtures") {
+            continue;
+        }
+        let Ok(text) = std::fs::read_to_string(&f) else {
+            continue; // not text
+        };
+        for (doc, anchor) in doc_references(&text) {
+            named += 1;
+            let page = repo_root().join(&doc);
+            if !page.exists() {
+                broken.push(format!("{}: {doc}: no such page", rel(&f)));
+            } else if let Some(a) = anchor {
+                if !anchors(&std::fs::read_to_string(&page).unwrap()).contains(&a) {
+                    broken.push(format!("{}: {doc}#{a}: no such heading", rel(&f)));
+                }
+            }
+        }
+        for quote in ["README \"", "README's \""] {
+            for rest in text.split(quote).skip(1) {
+                let section = rest.split('"').next().unwrap_or("");
+                named += 1;
+                if !readme_sections.contains(&anchor_of(section)) {
+                    broken.push(format!(
+                        "{}: README \"{section}\": no such section",
+                        rel(&f)
+                    ));
+                }
+            }
+        }
+    }
+    assert!(named > 20, "only {named} references found");
+    assert!(broken.is_empty(), "{}", broken.join("\n"));
+    // The scan reads pages and anchors, and leaves templates alone.
+    assert_eq!(
+        doc_references("see docs/alerts.md#gracefuldraintimedout, docs/modes.md; format!(\"docs/alerts.md#{}\")"),
+        [
+            ("docs/alerts.md".to_string(), Some("gracefuldraintimedout".to_string())),
+            ("docs/modes.md".to_string(), None),
+            ("docs/alerts.md".to_string(), None),
+        ]
+    );
+}
+
+/// The `docs/<page>.md` and `docs/<page>.md#<anchor>` a text names.
+fn doc_references(text: &str) -> Vec<(String, Option<String>)> {
+    let word = |c: char| c.is_ascii_alphanumeric() || c == '-' || c == '_';
+    let mut out = Vec::new();
+    for (i, _) in text.match_indices("docs/") {
+        if text[..i]
+            .chars()
+            .next_back()
+            .is_some_and(|c| word(c) || c == '/')
+        {
+            continue;
+        }
+        let rest = &text[i + 5..];
+        let name: String = rest.chars().take_while(|c| word(*c)).collect();
+        let Some(after) = rest[name.len()..].strip_prefix(".md") else {
+            continue;
+        };
+        let anchor: String = after
+            .strip_prefix('#')
+            .map(|a| a.chars().take_while(|c| word(*c)).collect())
+            .unwrap_or_default();
+        out.push((
+            format!("docs/{name}.md"),
+            (!anchor.is_empty()).then_some(anchor),
+        ));
+    }
+    out
+}
+
+/// GitHub's anchor for one heading's text.
+fn anchor_of(heading: &str) -> String {
+    anchors(&format!("# {heading}\n"))
+        .into_iter()
+        .next()
+        .unwrap()
+}
+
+/// One name per mode: docs/modes.md defines the three modes and the terms the pages use, and no
+/// page, config field doc or log line calls a mode anything else.
+#[test]
+fn every_mode_has_one_name() {
+    let modes = read("docs/modes.md");
+    let defined = table(&modes, "mode");
+    let names: Vec<String> = defined[1..]
+        .iter()
+        .map(|r| r[0].trim_matches('*').to_string())
+        .collect();
+    assert_eq!(
+        names,
+        ["filter mode", "connection mode", "bootstrap-only mode"]
+    );
+    let glossary = modes
+        .split("## Glossary")
+        .nth(1)
+        .expect("docs/modes.md has a glossary")
+        .split("\n## ")
+        .next()
+        .unwrap();
+    for term in [
+        "bootstrap extension",
+        "HTTP filter",
+        "network filter",
+        "tracker",
+        "bootstrap-only",
+        "data listener",
+        "control listener",
+        "drain",
+        "told",
+        "sent away",
+        "idle",
+        "drain-close",
+        "untracked",
+        "kit",
+    ] {
+        assert!(
+            glossary.contains(&format!("- **{term}**:")),
+            "docs/modes.md's glossary does not define {term:?}"
+        );
+    }
+    // Which default is which, said where the modes are defined and in the reference.
+    assert!(modes.contains("## Which mode is the default"));
+    assert_eq!(module_default("track_requests"), "false");
+    for f in ["envoy-config/gateway.yaml", "k8s/configmap.yaml"] {
+        let n = network_filter_json(f);
+        assert!(
+            !n.is_empty() && n.iter().all(|v| v["track_requests"] == true),
+            "{f}"
+        );
+    }
+    assert!(read("docs/configuration.md").contains("(the module's default)"));
+
+    // "<word> mode" everywhere: one of the three names, or a word that is not a name.
+    let allowed = [
+        "filter",
+        "connection",
+        "bootstrap-only",
+        "each",
+        "every",
+        "the",
+        "mixed",
+        "one",
+        "which",
+        "any",
+        "no",
+        "a",
+        "its",
+        "this",
+        "that",
+    ];
+    let mut texts: Vec<(String, String)> = pages()
+        .into_iter()
+        .map(|p| (rel(&p), std::fs::read_to_string(&p).unwrap()))
+        .collect();
+    texts.push(("CHANGELOG.md".into(), read("CHANGELOG.md")));
+    // The config's field docs, and every log line of the module.
+    texts.push(("src/config.rs".into(), read("src/config.rs")));
+    let mut logs = String::new();
+    let mut src = Vec::new();
+    fn rs_files(dir: &Path, out: &mut Vec<PathBuf>) {
+        for e in std::fs::read_dir(dir).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                rs_files(&p, out);
+            } else if p.extension().is_some_and(|x| x == "rs") {
+                out.push(p);
+            }
+        }
+    }
+    rs_files(&repo_root().join("src"), &mut src);
+    for f in src {
+        for l in std::fs::read_to_string(&f).unwrap().lines() {
+            if l.contains("graceful_drain: ") {
+                logs.push_str(l);
+                logs.push('\n');
+            }
+        }
+    }
+    texts.push(("log lines in src/".into(), logs));
+    let mut wrong = Vec::new();
+    for (name, text) in &texts {
+        // Lines joined, comment markers dropped: a doc comment may wrap "connection mode".
+        let flat: String = text
+            .lines()
+            .map(|l| {
+                let l = l.trim_start();
+                ["///", "//!", "//", "#"]
+                    .iter()
+                    .find_map(|m| l.strip_prefix(m))
+                    .unwrap_or(l)
+            })
+            .collect::<Vec<_>>()
+            .join(" ");
+        for (i, _) in flat.match_indices(" mode") {
+            let after = flat[i + 5..].chars().next();
+            if after.is_some_and(|c| c.is_alphanumeric()) {
+                continue; // "model", "modes"
+            }
+            let word = flat[..i]
+                .rsplit(|c: char| c.is_whitespace() || "(`*[|".contains(c))
+                .next()
+                .unwrap_or("")
+                .to_lowercase();
+            let word = word.trim_end_matches("'s");
+            if !word.is_empty() && !allowed.contains(&word) {
+                wrong.push(format!("{name}: \"{word} mode\""));
+            }
+        }
+        for retired in [
+            "network filter alone",
+            "HTTP filter mode",
+            "filter-only mode",
+        ] {
+            if text.contains(retired) {
+                wrong.push(format!("{name}: \"{retired}\""));
+            }
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "modes named outside docs/modes.md's three names:\n{}",
+        wrong.join("\n")
     );
 }
