@@ -385,6 +385,19 @@ fn check_same_as(path: &str, s: &Snippet, at: &str) {
     assert!(read_by_a_test, "{at}: no test reads {path}");
 }
 
+/// A snippet's text without the indentation its lines share (a snippet inside a list item).
+fn dedented(text: &str) -> String {
+    let indent = text
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| l.len() - l.trim_start().len())
+        .min()
+        .unwrap_or(0);
+    text.lines()
+        .map(|l| format!("{}\n", l.get(indent..).unwrap_or("")))
+        .collect()
+}
+
 #[tokio::test]
 async fn every_yaml_and_json_snippet_is_checked() {
     // A real status to hold the documented one against.
@@ -416,6 +429,31 @@ async fn every_yaml_and_json_snippet_is_checked() {
                     assert!(ok && log.contains("passed"), "{at}:\n{log}");
                 }
                 "file" => check_same_as(arg.trim(), &s, &at),
+                "envoy-bootstrap-top" => {
+                    // Top-level bootstrap fields: the example gateway with them added validates.
+                    let fields = dedented(&s.text);
+                    let yaml = format!(
+                        "{}\n{fields}",
+                        std::fs::read_to_string(repo_root().join("envoy-config/gateway.yaml"))
+                            .unwrap()
+                    );
+                    let (ok, log) = validate_config(&yaml, module_dir());
+                    assert!(ok && log.contains("OK"), "{at} does not validate:\n{log}");
+                }
+                "prometheus-relabel" => {
+                    // Relabel rules: a scrape config holding them passes promtool.
+                    let indented: String = dedented(&s.text)
+                        .lines()
+                        .map(|l| format!("  {l}\n"))
+                        .collect();
+                    let cfg = format!(
+                        "scrape_configs:\n- job_name: envoy\n  static_configs:\n  - targets: ['127.0.0.1:9901']\n{indented}"
+                    );
+                    let (dir, f) = temp_file("docs", "prometheus.yml", &cfg);
+                    let (ok, log) =
+                        common::tools::promtool(&["check", "config", f.to_str().unwrap()], &dir.0);
+                    assert!(ok, "{at}: promtool refuses it:\n{cfg}\n{log}");
+                }
                 other => panic!("{at}: unknown check {other:?}"),
             }
             checked += 1;
@@ -1527,4 +1565,58 @@ fn every_mode_has_one_name() {
         "modes named outside docs/modes.md's three names:\n{}",
         wrong.join("\n")
     );
+}
+
+/// The stats-matcher section names exactly what the module reads and defines: the suffixes its
+/// scan sums (each seen by a pass of its kind, so the matcher entries keep the drain's figures),
+/// the module's own series in the relabelling that restores their prefix, and every kit page
+/// points to it.
+#[test]
+fn the_stats_matcher_entries_are_what_the_module_reads() {
+    use graceful_drain::stats_scan::{Pass, StatSums, HIDDEN_STATS};
+    let text = std::fs::read_to_string(repo_root().join("docs/configuration.md")).unwrap();
+    let section = &text[text
+        .find("### Stats matchers and renamed series")
+        .expect("the section")..];
+    let section = &section[..section[4..].find("\n### ").map_or(section.len(), |i| i + 4)];
+    let suffixes: Vec<&str> = section
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("- suffix: "))
+        .collect();
+    assert_eq!(
+        suffixes,
+        [
+            "downstream_rq_active",
+            "downstream_rq_total",
+            "health_check.request_total"
+        ]
+    );
+    for pass in [Pass::Gauges, Pass::Counters] {
+        let mut sums = StatSums::new(pass, &[]);
+        for s in &suffixes {
+            sums.add(format!("http.ingress.{s}").as_bytes(), 1);
+        }
+        assert!(
+            !sums.saw_none(),
+            "{pass:?}: the entries keep what the pass reads"
+        );
+    }
+    for s in &suffixes[..2] {
+        assert!(HIDDEN_STATS.contains(s), "the start line names {s}");
+    }
+    let regex = section
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("regex: ("))
+        .and_then(|r| r.strip_suffix(')'))
+        .expect("the relabelling regex");
+    let mut want = vec!["build_info"];
+    want.extend(common::STAT_NAMES);
+    assert_eq!(regex.split('|').collect::<Vec<_>>(), want);
+    for page in ["kourier.md", "contour.md", "envoy-gateway.md"] {
+        let t = std::fs::read_to_string(repo_root().join("docs").join(page)).unwrap();
+        assert!(
+            t.contains("configuration.md#stats-matchers-and-renamed-series"),
+            "{page} points to the stats-matcher entries"
+        );
+    }
 }
