@@ -85,6 +85,9 @@ pub struct Told {
     /// Replace the write's first `insert` bytes (its status line) by themselves and
     /// [`CONNECTION_CLOSE`] (0: leave the write as it is).
     pub insert: usize,
+    /// The bytes `from..to` of the write are a `connection: close` line to take out: requests
+    /// pipelined behind this response were received, and Envoy will answer them after it.
+    pub strip: Option<(usize, usize)>,
     /// The connection was counted as sent away now (its first telling, whoever tells it).
     pub counted: bool,
 }
@@ -99,6 +102,42 @@ pub struct StatusLine {
 impl StatusLine {
     pub fn bytes(&self) -> &[u8] {
         self.bytes.get(..self.len).unwrap_or_default()
+    }
+}
+
+/// How the glue rewrites the start of a write ([`Tracking::on_write_bytes`]): replace its first
+/// [`HeadEdit::replaced`] bytes by [`HeadEdit::pieces`], in order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HeadEdit {
+    /// Put [`CONNECTION_CLOSE`] after the status line (a copy of the write's first bytes).
+    InsertClose(StatusLine),
+    /// Take out the head's `connection: close` line: `kept` is a copy of the bytes before it,
+    /// `through` the offset just after it.
+    StripClose { kept: Vec<u8>, through: usize },
+}
+
+impl PartialEq for StatusLine {
+    fn eq(&self, other: &Self) -> bool {
+        self.bytes() == other.bytes()
+    }
+}
+impl Eq for StatusLine {}
+
+impl HeadEdit {
+    /// The bytes at the write's start that the edit replaces.
+    pub fn replaced(&self) -> usize {
+        match self {
+            HeadEdit::InsertClose(line) => line.len,
+            HeadEdit::StripClose { through, .. } => *through,
+        }
+    }
+
+    /// What replaces them, in order.
+    pub fn pieces(&self) -> [&[u8]; 2] {
+        match self {
+            HeadEdit::InsertClose(line) => [line.bytes(), CONNECTION_CLOSE],
+            HeadEdit::StripClose { kept, .. } => [kept, b""],
+        }
     }
 }
 
@@ -350,33 +389,35 @@ impl Tracking {
     }
 
     /// A write hook's bytes (`chunks()`: the write's slices, `None` if Envoy could not give
-    /// them): fed, after [`Tracking::close_to_insert`] looked at its first slice. Returns the
-    /// status line to put [`CONNECTION_CLOSE`] after, a copy of the write's first bytes, when
-    /// this response is the one told (the glue edits the write once the slices are released).
+    /// them): fed, after [`Tracking::close_to_insert`] looked at its first slice. Returns how to
+    /// edit the write's start, with copies of the bytes it keeps, when this response gets or
+    /// loses `connection: close` (the glue edits the write once the slices are released).
     pub fn on_write_bytes<'a, I: Iterator<Item = &'a [u8]>>(
         &mut self,
         chunks: impl Fn() -> Option<I>,
         conn: &Conn,
         shared: &Shared,
         now: impl Fn() -> u64,
-    ) -> Option<StatusLine> {
+    ) -> Option<HeadEdit> {
         let first = chunks().and_then(|mut c| c.next());
         let told = self.close_to_insert(first, conn, shared);
-        let line = first
-            .and_then(|b| b.get(..told.insert))
-            .filter(|b| !b.is_empty())
-            .map(|b| {
-                let mut line = StatusLine {
-                    bytes: [0; MAX_STATUS_LINE],
-                    len: b.len(),
-                };
-                if let Some(to) = line.bytes.get_mut(..b.len()) {
-                    to.copy_from_slice(b);
-                }
-                line
-            });
+        let edit = first.and_then(|b| {
+            if let Some((from, to)) = told.strip {
+                return Some(HeadEdit::StripClose {
+                    kept: b.get(..from)?.to_vec(),
+                    through: to,
+                });
+            }
+            let b = b.get(..told.insert).filter(|b| !b.is_empty())?;
+            let mut line = StatusLine {
+                bytes: [0; MAX_STATUS_LINE],
+                len: b.len(),
+            };
+            line.bytes.get_mut(..b.len())?.copy_from_slice(b);
+            Some(HeadEdit::InsertClose(line))
+        });
         self.on_write(chunks(), conn, shared, now);
-        line
+        edit
     }
 
     /// Before a write is fed: during a drain, a response head that starts this write on an
@@ -385,6 +426,17 @@ impl Tracking {
     /// health checks fail: after `readiness_failure_delay`, and never without `admin_address`).
     /// Counts the connection as sent away (once, whoever said it). `first`: the write's first
     /// slice.
+    ///
+    /// Unless requests are pipelined behind this response ([`Tracker::pipelined`]: bytes of
+    /// them were read, so Envoy's codec holds them): Envoy answers those after this one, its
+    /// drain-close on every response included (measured: three pipelined POSTs at a drain, all
+    /// three proxied, each response with `connection: close`). RFC 9112 §9.6: a client closes
+    /// after a response carrying `close`, and the server must process no request after it; a
+    /// strict client would take the answered ones for lost. So such a response carries no
+    /// `close` (Envoy's own line is taken out, `Told::strip`), and the close goes on the response
+    /// to the last request received. (Bytes that arrive after that response was written are
+    /// not followed here: Envoy closes the connection once that response is done and its codec
+    /// holds nothing more.)
     pub fn close_to_insert(&mut self, first: Option<&[u8]>, conn: &Conn, shared: &Shared) -> Told {
         let no = Told::default();
         if self.told_close
@@ -395,6 +447,7 @@ impl Tracking {
         {
             return no;
         }
+        let behind = self.tracker.pipelined();
         let Some(head) = first else {
             return no;
         };
@@ -409,12 +462,20 @@ impl Tracking {
             .windows(4)
             .position(|w| w == b"\r\n\r\n")
             .map_or(head.len(), |e| e + 4);
-        let already = head[..end]
+        let close_line = head[..end]
             .windows(CLOSE_HEADER.len())
-            .any(|w| w.eq_ignore_ascii_case(CLOSE_HEADER));
+            .position(|w| w.eq_ignore_ascii_case(CLOSE_HEADER));
+        if behind {
+            // The line from after its LF through its CRLF (`\nconnection: close\r` then `\n`).
+            let strip = close_line
+                .map(|at| (at + 1, at + CLOSE_HEADER.len() + 1))
+                .filter(|&(_, to)| head.get(to - 1) == Some(&b'\n'));
+            return Told { strip, ..no };
+        }
         self.told_close = true;
         Told {
-            insert: if already { 0 } else { lf + 1 },
+            insert: if close_line.is_some() { 0 } else { lf + 1 },
+            strip: None,
             counted: shared
                 .send_away_once(Some(conn.id), || crate::state::Protocol::Http1)
                 .is_some(),
@@ -927,6 +988,88 @@ mod tests {
 
     /// During a drain the first final response head of an HTTP/1.1 connection gets
     /// `connection: close` once; never while serving, never on a 1xx, nor where Envoy put one.
+    /// #44 item 1: three requests pipelined at a drain. Envoy answers all three (its codec
+    /// holds the second and third), each with its drain-close line. RFC 9112 §9.6: the close goes
+    /// on the response to the last request received, none before it: the first two lose
+    /// Envoy's line, the third keeps it (and counts the connection as sent away).
+    #[test]
+    fn pipelined_requests_at_a_drain_get_close_only_on_the_last_response() {
+        let f = fixture(Some(fast()));
+        f.shared.start_drain(Trigger::Admin);
+        let conn = Conn::new(1);
+        let mut t = Tracking::new();
+        let three = [GET, GET, GET].concat();
+        read(&mut t, &[&three], &conn, &f.shared);
+        let closing = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\nhi";
+        let line_start = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n".len();
+        let stripped = Told {
+            insert: 0,
+            strip: Some((line_start, line_start + b"connection: close\r\n".len())),
+            counted: false,
+        };
+        for _ in 0..2 {
+            assert_eq!(t.close_to_insert(Some(closing), &conn, &f.shared), stripped);
+            write(&mut t, closing, &conn, &f.shared);
+        }
+        // (The tracker follows Envoy's bytes as written, before the edit: it saw Envoy's close
+        // end the first response and counted the connection sent away then, once.)
+        assert_eq!(
+            t.close_to_insert(Some(closing), &conn, &f.shared),
+            Told::default(),
+            "the last one keeps Envoy's close"
+        );
+        write(&mut t, closing, &conn, &f.shared);
+        assert_eq!(
+            f.shared.status().connections_sent_away.http1,
+            1,
+            "counted once"
+        );
+        // Without Envoy's line (no drain-close yet): nothing to take out before the last, and
+        // the module's own close on the last.
+        let other = Conn::new(2);
+        let mut u = Tracking::new();
+        read(&mut u, &[&[GET, GET].concat()], &other, &f.shared);
+        assert_eq!(
+            u.close_to_insert(Some(OK), &other, &f.shared),
+            Told::default()
+        );
+        write(&mut u, OK, &other, &f.shared);
+        assert_eq!(
+            u.close_to_insert(Some(OK), &other, &f.shared).insert,
+            b"HTTP/1.1 200 OK\r\n".len()
+        );
+        // A second request's head only begun is behind too (Envoy's codec holds its bytes).
+        let third = Conn::new(3);
+        let mut v = Tracking::new();
+        read(&mut v, &[&[GET, b"GET /b HT"].concat()], &third, &f.shared);
+        assert_eq!(
+            v.close_to_insert(Some(closing), &third, &f.shared),
+            stripped,
+            "a partial head behind"
+        );
+    }
+
+    /// The glue's edit of a write: the kept bytes, then the rest after the stripped line.
+    #[test]
+    fn a_stripped_close_line_leaves_the_rest_of_the_head_whole() {
+        let f = fixture(Some(fast()));
+        f.shared.start_drain(Trigger::Admin);
+        let conn = Conn::new(1);
+        let mut t = Tracking::new();
+        read(&mut t, &[&[GET, GET].concat()], &conn, &f.shared);
+        let closing =
+            b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nConnection: Close\r\nx: y\r\n\r\nhi";
+        let edit = t
+            .on_write_bytes(|| Some([&closing[..]].into_iter()), &conn, &f.shared, || 0)
+            .expect("an edit");
+        let mut out = edit.pieces().concat();
+        out.extend_from_slice(&closing[edit.replaced()..]);
+        assert_eq!(
+            out,
+            b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nx: y\r\n\r\nhi".to_vec()
+        );
+    }
+
     #[test]
     fn during_a_drain_a_response_head_gets_connection_close_once() {
         let f = fixture(Some(fast()));
@@ -952,6 +1095,7 @@ mod tests {
             t.close_to_insert(Some(OK), &conn, &f.shared),
             Told {
                 insert: b"HTTP/1.1 200 OK\r\n".len(),
+                strip: None,
                 counted: true
             }
         );
@@ -972,6 +1116,7 @@ mod tests {
             u.close_to_insert(Some(closing), &other, &f.shared),
             Told {
                 insert: 0,
+                strip: None,
                 counted: true
             }
         );

@@ -385,3 +385,91 @@ async fn each_listener_is_counted_by_its_own_setup() {
     );
     assert!(t0.elapsed() >= Duration::from_millis(300));
 }
+
+/// Responses read as RFC 9112 §9.6 asks of a client: in order, each by its content-length, and
+/// none after the first that carries `connection: close` (the connection is then done). Returns
+/// each accepted response's head and whether the last one carried `close`.
+fn strict_client_reads(bytes: &[u8]) -> (Vec<String>, bool) {
+    let mut heads = Vec::new();
+    let mut rest = bytes;
+    while let Some(end) = rest.windows(4).position(|w| w == b"\r\n\r\n") {
+        let head = String::from_utf8_lossy(&rest[..end + 4]).into_owned();
+        let body = common::clients::content_length(&head);
+        if rest.len() < end + 4 + body {
+            break; // cut short: not a response
+        }
+        rest = &rest[end + 4 + body..];
+        let close = head
+            .lines()
+            .any(|l| l.eq_ignore_ascii_case("connection: close"));
+        heads.push(head);
+        if close {
+            return (heads, true);
+        }
+    }
+    (heads, false)
+}
+
+/// #44 item 1: three POSTs pipelined on one keep-alive connection, SIGTERM while the first is
+/// in flight, an upstream that records what it processes. Envoy answers all three, and its
+/// drain-close puts `connection: close` on every response: a client that follows RFC 9112 §9.6
+/// reads the first, closes, and takes the other two for failed though the upstream ran them
+/// (ef5a7d9: every run). In connection mode the module sees the bytes: every request the
+/// upstream processed is answered before the response that carries `close`, none after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn pipelined_requests_at_a_drain_are_all_answered_before_the_close() {
+    let up = common::upstream::Upstream::start().await;
+    let envoy = Envoy::start(Options {
+        test_upstream: Some(up.port),
+        ..connection_mode(LONG)
+    })
+    .await;
+    let mut s = TcpStream::connect(("127.0.0.1", envoy.data)).await.unwrap();
+    let paths = [
+        "/upstream-streaming/1/delay/1500",
+        "/upstream-streaming/2/ok",
+        "/upstream-streaming/3/ok",
+    ];
+    let mut pipelined = Vec::new();
+    for (i, path) in paths.iter().enumerate() {
+        pipelined.extend_from_slice(
+            format!("POST {path} HTTP/1.1\r\nhost: x\r\ncontent-length: 5\r\n\r\nbody{i}")
+                .as_bytes(),
+        );
+    }
+    s.write_all(&pipelined).await.unwrap();
+    eventually(
+        "the first POST at the upstream",
+        Duration::from_secs(5),
+        || async { (!up.received().is_empty()).then_some(()) },
+    )
+    .await;
+    envoy.sigterm();
+    let mut got = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut got))
+        .await
+        .expect("the connection closes after the last response")
+        .unwrap();
+    let (answered, closed) = strict_client_reads(&got);
+    let processed = up.received();
+    assert!(
+        closed,
+        "a response carried connection: close:\n{}",
+        String::from_utf8_lossy(&got)
+    );
+    assert_eq!(
+        processed.len(),
+        answered.len(),
+        "every request the upstream processed is answered before the close, none after it: \
+         processed {processed:?}, the strict client read:\n{}",
+        answered.join("\n")
+    );
+    assert_eq!(
+        processed.len(),
+        3,
+        "all three were received before the drain: {processed:?}"
+    );
+    for (head, path) in answered.iter().zip(paths) {
+        assert!(head.starts_with("HTTP/1.1 200 "), "{path}: {head}");
+    }
+}

@@ -270,27 +270,24 @@ impl NetConnection<'_> {
         with_slices(n, fill, f)
     }
 
-    /// Inside the write hook: replace the first `line.len()` bytes of this write (a response's
-    /// status line, `line` being a copy of them) by `line` followed by `insert`. Whether Envoy
-    /// took it: the drain fails only without a current write buffer (nothing changed then),
-    /// and with one, prepending non-empty bytes cannot fail (ENVOY_FACTS.md §6).
-    pub(crate) fn insert_after_status_line(self, line: &[u8], insert: &[u8]) -> bool {
-        if line.is_empty() || insert.is_empty() {
+    /// Inside the write hook: replace the first `n` bytes of this write (a response head's
+    /// start, copied by the caller) by `pieces`, in order. Whether Envoy took it: the drain fails
+    /// only without a current write buffer (nothing changed then), and with one, prepending
+    /// non-empty bytes cannot fail (ENVOY_FACTS.md §6).
+    pub(crate) fn replace_write_start(self, n: usize, pieces: [&[u8]; 2]) -> bool {
+        if n == 0 || pieces.iter().all(|p| p.is_empty()) {
             return false;
         }
         // SAFETY: as above, inside the write hook (the current write buffer is this write's);
         // the bytes live for the calls, which copy them.
         unsafe {
-            abi::envoy_dynamic_module_callback_network_filter_drain_write_buffer(
-                self.fe,
-                line.len(),
-            ) && abi::envoy_dynamic_module_callback_network_filter_prepend_write_buffer(
-                self.fe,
-                module_buffer(insert),
-            ) && abi::envoy_dynamic_module_callback_network_filter_prepend_write_buffer(
-                self.fe,
-                module_buffer(line),
-            )
+            abi::envoy_dynamic_module_callback_network_filter_drain_write_buffer(self.fe, n)
+                && pieces.iter().rev().filter(|p| !p.is_empty()).all(|p| {
+                    abi::envoy_dynamic_module_callback_network_filter_prepend_write_buffer(
+                        self.fe,
+                        module_buffer(p),
+                    )
+                })
         }
     }
 

@@ -10,7 +10,7 @@ use crate::connections::{
     self, Action, Conn, ConnSettings, FirstStream, Waker, WakerSlot, GOAWAY_NO_ERROR,
 };
 use crate::state::{Protocol, Stat, EVENT_GO_AWAY};
-use crate::tracking::{Tracking, CONNECTION_CLOSE};
+use crate::tracking::Tracking;
 use std::cell::{Cell, OnceCell, RefCell};
 use std::os::raw::c_void;
 use std::ptr;
@@ -320,13 +320,13 @@ pub extern "C" fn envoy_dynamic_module_on_network_filter_write(
             let hook = Hook::frame();
             // SAFETY: the filter's own pointer inside its write hook.
             let envoy = unsafe { NetConnection::in_hook(&hook, fe) };
-            let line =
+            let edit =
                 envoy.with_write_slices(|chunks| t.on_write_bytes(chunks, conn, shared, now));
             drop(t);
             // After the slices are released: the rewrite changes the buffer they described.
-            if line.is_some_and(|l| !envoy.insert_after_status_line(l.bytes(), CONNECTION_CLOSE)) {
+            if edit.is_some_and(|e| !envoy.replace_write_start(e.replaced(), e.pieces())) {
                 log::warn!(
-                    "graceful_drain: could not add connection: close to a response on \
+                    "graceful_drain: could not edit connection: close in a response on \
                      connection {}",
                     conn.id
                 );
