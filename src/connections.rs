@@ -1107,6 +1107,8 @@ pub struct Connections {
     /// Open connections whose tracker lost the thread: their requests are not in the table, so
     /// while any is open the drain also waits for Envoy's gauges.
     untracked_open: AtomicUsize,
+    /// Followed connections whose next request's head has begun and is not complete yet.
+    partial_heads: AtomicUsize,
 }
 
 impl Default for Connections {
@@ -1120,6 +1122,7 @@ impl Default for Connections {
             commit: OnceLock::new(),
             tracking: AtomicBool::new(false),
             untracked_open: AtomicUsize::new(0),
+            partial_heads: AtomicUsize::new(0),
         }
     }
 }
@@ -1174,6 +1177,25 @@ impl Connections {
                 .untracked_open
                 .try_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
         }
+    }
+
+    /// A followed connection's request head began (`true`) or completed, or the connection
+    /// stopped being followed (`false`). Envoy's connection manager makes a stream at a head's
+    /// first byte (counted in its gauge from then), the tracker takes a ticket at the head's end:
+    /// in between, the drain counts the head here (`Shared::poll`).
+    pub fn note_partial_head(&self, began: bool) {
+        if began {
+            self.partial_heads.fetch_add(1, Ordering::SeqCst);
+        } else {
+            let _ = self
+                .partial_heads
+                .try_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
+        }
+    }
+
+    /// Followed connections with a request head on its way.
+    pub fn partial_heads(&self) -> usize {
+        self.partial_heads.load(Ordering::SeqCst)
     }
 
     /// Open connections whose tracker lost the thread.

@@ -662,7 +662,8 @@ impl Shared {
         } else if self.counters.accounting_error.load(Ordering::Relaxed) {
             1
         } else {
-            counts.active as u64
+            // With the heads on their way (connection mode): Envoy already has their streams.
+            (counts.active as u64).saturating_add(self.connections.partial_heads() as u64)
         };
         let mut obs = Observation {
             active_requests: active,

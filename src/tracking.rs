@@ -61,6 +61,9 @@ pub struct Tracking {
     /// The previous read buffer had more slices than remembered.
     more_slices: bool,
     lost: bool,
+    /// A request head has begun and is not complete: counted in
+    /// [`crate::connections::Connections::partial_heads`].
+    partial_head: bool,
     /// This module put `connection: close` on one of the connection's responses.
     told_close: bool,
     /// Test-only (`cross-check` builds, beside the HTTP filter): follow without counting, and
@@ -336,7 +339,23 @@ impl Tracking {
         self.may_be_left_behind = self.tracker.pipelined();
         self.more_slices = slices > READ_SLICES;
         self.after_feed(conn, shared, &mut fed);
+        self.note_partial_head(shared);
         fed
+    }
+
+    /// Keep the process-wide count of heads on their way in step with this connection's (after
+    /// a read's events: a completed head has its ticket before it stops counting here).
+    /// A lost connection keeps a head it had counted until it closes (the drain's view of
+    /// Envoy's gauges may predate that head).
+    fn note_partial_head(&mut self, shared: &Shared) {
+        if self.lost {
+            return;
+        }
+        let partial = self.counts() && self.tracker.partial();
+        if partial != self.partial_head {
+            self.partial_head = partial;
+            shared.connections.note_partial_head(partial);
+        }
     }
 
     /// Server bytes ahead that the tracker skips unread: a write of at most this many can be
@@ -487,6 +506,9 @@ impl Tracking {
     /// response cut by the close, requests read ahead that Envoy never answered.
     pub fn on_close(&mut self, conn: &Conn, shared: &Shared) {
         self.end_all(conn, shared);
+        if std::mem::take(&mut self.partial_head) {
+            shared.connections.note_partial_head(false);
+        }
         if self.lost && self.counts() {
             shared.connections.note_untracked(false);
         }
@@ -704,6 +726,60 @@ mod tests {
 
     fn write(t: &mut Tracking, bytes: &[u8], conn: &Conn, shared: &Shared) -> Fed {
         t.on_write(Some([bytes].into_iter()), conn, shared, now)
+    }
+
+    /// #44 item 6: Envoy's connection manager has a stream from a head's first byte; the
+    /// tracker's ticket comes with the head's end. In between the head is counted, so a drain
+    /// never completes while a request is still arriving.
+    #[test]
+    fn a_head_on_its_way_holds_the_drain_from_its_first_byte() {
+        use crate::drain::Decision;
+        use crate::state::EnvoyObservation;
+        let f = fixture(Some(fast()));
+        let conn = Conn::new(1);
+        let mut t = Tracking::new();
+        f.shared.start_drain(Trigger::Admin);
+        f.clock.advance(std::time::Duration::from_millis(100));
+        read(&mut t, &[b"GET /a HT"], &conn, &f.shared);
+        assert_eq!(f.shared.connections.partial_heads(), 1);
+        assert_eq!(
+            f.shared.requests.counts().active,
+            0,
+            "no ticket before the head ends"
+        );
+        assert!(
+            matches!(f.shared.poll(EnvoyObservation::Unused), Decision::PollAt(_)),
+            "the drain holds"
+        );
+        read(&mut t, &[b"TP/1.1\r\nhost: x\r\n\r\n"], &conn, &f.shared);
+        assert_eq!(f.shared.connections.partial_heads(), 0);
+        assert_eq!(f.shared.requests.counts().active, 1, "the ticket took over");
+        write(&mut t, OK, &conn, &f.shared);
+        // Begun again, then the connection closes: nothing left counted.
+        read(&mut t, &[b"GE"], &conn, &f.shared);
+        assert_eq!(f.shared.connections.partial_heads(), 1);
+        t.on_close(&conn, &f.shared);
+        assert_eq!(f.shared.connections.partial_heads(), 0);
+        f.clock.advance(std::time::Duration::from_millis(100));
+        assert!(matches!(
+            f.shared.poll(EnvoyObservation::Unused),
+            Decision::Completed(_)
+        ));
+        // A lost connection keeps its head counted until it closes.
+        let other = Conn::new(2);
+        let mut u = Tracking::new();
+        read(
+            &mut u,
+            &[GET, b"GET /b HTTP/1.1\r\nhost"],
+            &other,
+            &f.shared,
+        );
+        assert_eq!(f.shared.connections.partial_heads(), 1);
+        write(&mut u, b"HTTP/1.1 2x0 what\r\n\r\n", &other, &f.shared);
+        assert!(!u.is_followed(), "lost");
+        assert_eq!(f.shared.connections.partial_heads(), 1);
+        u.on_close(&other, &f.shared);
+        assert_eq!(f.shared.connections.partial_heads(), 0);
     }
 
     #[test]
