@@ -1039,8 +1039,14 @@ pub(super) struct H1 {
 // if the answer is not a tunnel (they were the next request after all) the tracker gives up.
 
 impl H1 {
-    /// Client bytes: returns how many were used and the event that stopped it (`None`: all used).
-    pub(super) fn client(&mut self, bytes: &[u8], ctx: &mut Ctx) -> (usize, Option<Event>) {
+    /// Client bytes, the first at client offset `at`: returns how many were used and the event
+    /// that stopped it (`None`: all used).
+    pub(super) fn client(
+        &mut self,
+        bytes: &[u8],
+        ctx: &mut Ctx,
+        at: u64,
+    ) -> (usize, Option<Event>) {
         let mut off = 0;
         loop {
             let rest = bytes.get(off..).unwrap_or_default();
@@ -1057,13 +1063,14 @@ impl H1 {
             match mile {
                 Mile::More => return (off, None),
                 Mile::Bad => return (off, lose(ctx)),
-                Mile::Head => return (off, self.request_head(ctx)),
-                Mile::Body => self.request_done(),
+                Mile::Head => return (off, self.request_head(ctx, at + off as u64)),
+                Mile::Body => self.request_done(ctx, at + off as u64),
             }
         }
     }
 
-    pub(super) fn request_head(&mut self, ctx: &mut Ctx) -> Option<Event> {
+    /// A request head ended just before client offset `end`.
+    pub(super) fn request_head(&mut self, ctx: &mut Ctx, end: u64) -> Option<Event> {
         let f = self.req.facts;
         let te = f & F_TE != 0;
         // RFC 9112 §6.1, §6.3: both is smuggling-shaped; a request coding not ending in
@@ -1094,12 +1101,15 @@ impl H1 {
         self.hints.valid = true;
         match self.req.body(te) {
             Some(st) => self.req.st = st,
-            None => self.request_done(),
+            None => self.request_done(ctx, end),
         }
         Some(Event::Started(seq(ctx.started)))
     }
 
-    pub(super) fn request_done(&mut self) {
+    /// A request ended just before client offset `end`: where Envoy's codec may stop.
+    pub(super) fn request_done(&mut self, ctx: &mut Ctx, end: u64) {
+        ctx.ends.push(u64::from(ctx.requests_done), end);
+        ctx.requests_done = ctx.requests_done.wrapping_add(1);
         self.req.st = if self.verdict_pending {
             St::Wait
         } else {

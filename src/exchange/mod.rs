@@ -125,6 +125,36 @@ struct Ctx {
     lost: bool,
     tunnel: bool,
     will_close: bool,
+    /// Where the last requests ended in the client's bytes ([`Tracker::ends_a_request`]), and
+    /// how many ended so far (wrapping: the ring's position).
+    ends: RequestEnds,
+    requests_done: u8,
+}
+
+/// The client offsets just after the last [`REQUEST_ENDS`] complete requests (HTTP/1.1), low
+/// 32 bits: the only places Envoy's codec stops reading at. It parses one request at a time and
+/// pauses at its end, never inside one, so bytes it leaves behind start at the end of the
+/// request it parsed last: the one it serves, or the one before (whose response just ended).
+/// (Four ends cover that with two more pipelined behind; a longer run of pipelined requests
+/// loses the connection when Envoy hands bytes back. The low bits tell offsets apart within the
+/// last 4 GiB of the client's bytes, far more than a read buffer holds.)
+#[derive(Debug, Clone, Copy, Default)]
+struct RequestEnds {
+    at: [u32; REQUEST_ENDS],
+}
+
+/// Request ends remembered ([`RequestEnds`]).
+pub const REQUEST_ENDS: usize = 4;
+
+impl RequestEnds {
+    /// `end` after `n` earlier ends (`n`: requests completed so far).
+    fn push(&mut self, n: u64, end: u64) {
+        self.at[(n % REQUEST_ENDS as u64) as usize] = end as u32;
+    }
+
+    fn contains(&self, offset: u64) -> bool {
+        offset != 0 && self.at.contains(&(offset as u32))
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -183,7 +213,10 @@ impl Tracker {
                 // HTTP/1.1: the bytes held back as a possible preface are `H2_PREFIX[..m]`
                 // (they matched it), so they are fed from there, not buffered.
                 self.wire = Wire::Http1(H1::default());
-                self.run(true, H2_PREFIX.get(..m).unwrap_or_default(), on);
+                let held = H2_PREFIX.get(..m).unwrap_or_default();
+                self.fed -= bytes.len() as u64;
+                self.run(true, held, on);
+                self.fed += bytes.len() as u64;
                 self.run(true, bytes, on);
             }
             return;
@@ -210,11 +243,16 @@ impl Tracker {
     /// Feeds one direction: each step consumes bytes until it has an event (then `on` is
     /// called with the whole tracker) or until the bytes are used up.
     fn run(&mut self, client: bool, bytes: &[u8], on: &mut impl FnMut(Event, &Tracker)) {
+        // Client bytes end at `fed` (the held-back preface bytes, fed first, end where the new
+        // bytes start).
+        let base = self.fed.saturating_sub(bytes.len() as u64);
         let mut rest = bytes;
         while !self.ctx.lost && !self.ctx.tunnel {
             let Tracker { ctx, wire, .. } = self;
             let (n, ev) = match wire {
-                Wire::Http1(h) if client => h.client(rest, ctx),
+                Wire::Http1(h) if client => {
+                    h.client(rest, ctx, base + (bytes.len() - rest.len()) as u64)
+                }
                 Wire::Http1(h) => h.server(rest, ctx),
                 Wire::Http2(h) => h.step(client, rest, ctx),
                 Wire::Undecided(_) => (rest.len(), None),
@@ -311,6 +349,12 @@ impl Tracker {
             }
             _ => false,
         }
+    }
+
+    /// Whether a complete request ended just before the client offset `offset` (HTTP/1.1; one of
+    /// the last [`REQUEST_ENDS`]): where bytes Envoy's codec left behind may start.
+    pub fn ends_a_request(&self, offset: u64) -> bool {
+        matches!(self.wire, Wire::Http1(_)) && self.ctx.ends.contains(offset)
     }
 
     /// Client bytes fed so far (every call of [`Tracker::client`] counts), the offset in the

@@ -1039,7 +1039,9 @@ fn every_exchange_split_at_every_byte_gives_the_same_events() {
 fn memory_per_connection_stays_small() {
     eprintln!("size_of::<Tracker>() = {}", std::mem::size_of::<Tracker>());
     assert!(
-        std::mem::size_of::<Tracker>() <= 272,
+        // 264 before the last request ends were kept (16 bytes: bytes Envoy hands back are
+        // placed by them, #44 item 5).
+        std::mem::size_of::<Tracker>() <= 280,
         "{}",
         std::mem::size_of::<Tracker>()
     );
