@@ -12,7 +12,7 @@
 mod common;
 
 use common::clients::{H1Conn, H2Conn};
-use common::envoy::{Envoy, Options, Settings, TempDir};
+use common::envoy::{Envoy, Options, Settings, TempDir, EXIT_SLACK};
 use common::front::{front_yaml, Front};
 use common::{eventually, free_ports};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -359,12 +359,25 @@ async fn assert_zero_failures_in(upstream_h2: bool, prestop: bool, http_filter: 
         0,
         "[{name}] failed requests"
     );
-    // The drain ends by its rules, not by the 8 s timeout: as the module measured it (its own
-    // clock, free of this busy test's scheduling), within the longest request plus min_drain
-    // and quiet (and a second); the exit itself came before kubelet's SIGKILL.
+    // The drain ends by its rules, not by the 8 s timeout: Envoy's exit, from the termination's
+    // start, within the longest request plus min_drain and quiet (and a second), plus a busy
+    // machine's teardown (EXIT_SLACK), which is still below the timeout; the module's own
+    // figure (its clock, free of this busy test's scheduling) within the rules themselves; and
+    // the exit came before kubelet's SIGKILL.
     let bound = LONGEST_REQUEST + MIN_DRAIN + QUIET + Duration::from_secs(1);
+    assert!(
+        bound + EXIT_SLACK < Duration::from_secs(8),
+        "the bound must tell a drain by the rules from one the 8 s timeout ended"
+    );
     for t in &terms {
         assert!(!t.killed, "[{name}] gateway {} reached SIGKILL", t.gateway);
+        assert!(
+            t.total <= bound + EXIT_SLACK,
+            "[{name}] gateway {} exited {:?} after its termination started (allowed {:?})",
+            t.gateway,
+            t.total,
+            bound + EXIT_SLACK
+        );
         let (reported, timed_out) = t.reported.expect("the module reported its drain");
         assert!(
             !timed_out && reported <= bound,
