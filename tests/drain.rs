@@ -232,9 +232,20 @@ async fn http2_whose_latest_stream_ended_still_gets_goaway_at_drain_start() {
     h2.wait_closed(Duration::from_secs(10)).await.unwrap();
 }
 
+/// `min_drain_duration` of the "at once" tests: a fresh drain cannot end sooner, so an exit
+/// below it was not one (and a busy machine's teardown, over a second, stays below it).
+const AT_ONCE_MIN_DRAIN: Duration = Duration::from_secs(3);
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn drain_endpoint_answers_when_work_is_done_and_sigterm_then_exits_at_once() {
-    let mut envoy = Envoy::start(Options::default()).await;
+    let mut envoy = Envoy::start(Options {
+        settings: Settings {
+            min_drain: "3s",
+            ..FAST
+        },
+        ..Options::default()
+    })
+    .await;
     let s = slow(1200);
     let (port, h) = (envoy.data, s.clone());
     let slow_req = tokio::spawn(async move {
@@ -285,12 +296,19 @@ async fn drain_endpoint_answers_when_work_is_done_and_sigterm_then_exits_at_once
         503
     );
 
-    // SIGTERM after a completed drain: Envoy is released at once, without a drain of its own
-    // (one drain started and completed in the log; one held to the 10 s drain_timeout would miss
-    // the wait below).
+    // SIGTERM after a completed drain: Envoy is released at once, without a drain of its own:
+    // its exit comes before a fresh drain with these settings could end (min_drain_duration),
+    // and the log has one drain started and completed.
+    let t1 = Instant::now();
     envoy.sigterm();
-    let (status, _) = envoy.wait_exit(Duration::from_secs(5)).await;
+    let (status, at) = envoy.wait_exit(Duration::from_secs(15)).await;
     assert!(status.success());
+    assert!(
+        at - t1 < AT_ONCE_MIN_DRAIN,
+        "SIGTERM after the completed drain: exit {:?} later, no sooner than a fresh drain \
+         ({AT_ONCE_MIN_DRAIN:?})",
+        at - t1
+    );
     let log = envoy.log();
     assert!(log.contains("releasing Envoy's exit"), "{log}");
     assert_eq!(
