@@ -370,6 +370,92 @@ async fn drain_timeout_completes_on_time_and_reports_cut_requests() {
     assert!(stuck.await.unwrap().is_err());
 }
 
+/// Requests that keep arriving during a drain keep it open, through the real data path of the
+/// mode under test (`TEST_MODE`): after SIGTERM a client starts a short request every 200 ms for
+/// 2 s, each on a fresh connection, HTTP/1.1 and HTTP/2 in turn, each answered 200 (HTTP/1.1 told
+/// `connection: close`). The quiet period (1 s) is the rule that binds: `min_drain_duration`
+/// (300 ms) and the requests' ends are long past when it runs out. Envoy exits no earlier than
+/// the last request's start plus the quiet period, and promptly after it: within a busy
+/// machine's teardown, far from the 20 s timeout. Without the requests, the drain would end at
+/// `min_drain_duration`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn requests_arriving_during_the_drain_hold_it_for_the_quiet_period() {
+    const QUIET: Duration = Duration::from_secs(1);
+    const MIN_DRAIN: Duration = Duration::from_millis(300);
+    const ARRIVING_FOR: Duration = Duration::from_secs(2);
+    const EVERY: Duration = Duration::from_millis(200);
+    let mut envoy = Envoy::start(Options {
+        settings: Settings {
+            min_drain: "300ms",
+            quiet: "1s",
+            timeout: "20s",
+        },
+        ..Options::default()
+    })
+    .await;
+    let t0 = Instant::now();
+    envoy.sigterm();
+    wait_not_ready(&envoy, t0).await;
+    let (mut last_sent, mut last_done, mut n) = (t0, t0, 0u32);
+    while last_sent < t0 + ARRIVING_FOR {
+        // The workload's pace (a request every 200 ms), not a synchronisation.
+        tokio::time::sleep(EVERY).await;
+        assert!(
+            envoy.exited().is_none(),
+            "Envoy exited {:?} after SIGTERM with requests still arriving (quiet period {QUIET:?})",
+            t0.elapsed()
+        );
+        last_sent = Instant::now();
+        if n % 2 == 0 {
+            let r = clients::get(envoy.data, "/during-the-drain")
+                .await
+                .unwrap_or_else(|e| panic!("HTTP/1.1 request {n} during the drain: {e}"));
+            assert_eq!(r.status, 200, "HTTP/1.1 request {n}");
+            assert_eq!(
+                r.header("connection"),
+                Some("close"),
+                "HTTP/1.1 request {n}"
+            );
+        } else {
+            let mut h2 = H2Conn::connect(envoy.data)
+                .await
+                .unwrap_or_else(|e| panic!("HTTP/2 connection {n} during the drain: {e}"));
+            let r = h2
+                .send("/during-the-drain", &[])
+                .await
+                .unwrap_or_else(|e| panic!("HTTP/2 request {n} during the drain: {e}"));
+            assert_eq!(r.status, 200, "HTTP/2 request {n}");
+        }
+        last_done = Instant::now();
+        n += 1;
+    }
+    // The quiet period binds: it runs out after the minimum and the last request's end.
+    assert!(last_sent + QUIET > (t0 + MIN_DRAIN).max(last_done));
+    // Envoy saw the last request start between `last_sent` and `last_done`.
+    let at = envoy
+        .wait_exit_between(
+            "requests arriving during the drain",
+            last_sent + QUIET,
+            last_done + QUIET,
+        )
+        .await;
+    println!(
+        "{n} requests during the drain, the last {:?} after SIGTERM; exit {:?} after it",
+        last_sent - t0,
+        at - last_sent
+    );
+    // The module's own figure (from its drain start, after t0) agrees: up to the last request's
+    // answer plus the quiet period and one tick of its clock.
+    let (reported, timed_out) = envoy.reported_drain();
+    let allowed = last_done + QUIET + Duration::from_millis(100) - t0;
+    assert!(
+        !timed_out && reported <= allowed,
+        "drain ended after {reported:?} (timed out: {timed_out}), allowed {allowed:?}"
+    );
+    let log = envoy.log();
+    assert!(log.contains("requests cut: 0"), "{log}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn admin_endpoint_starts_the_same_drain() {
     let envoy = Envoy::start(Options::default()).await;
