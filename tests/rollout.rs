@@ -197,13 +197,20 @@ async fn rollout(
     http_filter: bool,
 ) -> (Arc<LoadStats>, Vec<Termination>) {
     let _serial = SERIAL.lock().await;
-    let opts = Options {
+    let mut opts = Options {
         settings: SETTINGS,
         with_module,
         http_filter,
         concurrency: 1,
         ..Options::default()
     };
+    if !http_filter {
+        // Connection mode whatever the lane (`TEST_MODE`): the network filter follows the
+        // exchanges; without `track_requests` (filter mode's network config) no module filter
+        // would count a request at all.
+        opts.track_requests = true;
+        opts.data_http_filter = false;
+    }
     // Reserved for the whole rollout: each replacement binds its predecessor's ports.
     let reserved: Vec<_> = (0..GATEWAYS).map(|_| free_ports(3)).collect();
     let ports: Vec<[u16; 3]> = reserved.iter().map(|p| [p[0], p[1], p[2]]).collect();
@@ -327,8 +334,9 @@ async fn assert_zero_failures(upstream_h2: bool, prestop: bool) {
     assert_zero_failures_in(upstream_h2, prestop, true).await
 }
 
-/// `http_filter: false` is connection mode (issue 14): the network filter and the bootstrap
-/// extension only, no HTTP filter; SIGTERM only (`/drain` is the HTTP filter's).
+/// `http_filter: false` is connection mode (issue 14) in every lane, whatever `TEST_MODE` says:
+/// the tracking network filter and the bootstrap extension only, no HTTP filter on any listener;
+/// SIGTERM only (`/drain` is the HTTP filter's).
 async fn assert_zero_failures_in(upstream_h2: bool, prestop: bool, http_filter: bool) {
     let name = format!(
         "module{}, {} front->gateway, {}",
