@@ -1620,3 +1620,64 @@ fn the_stats_matcher_entries_are_what_the_module_reads() {
         );
     }
 }
+
+/// The suites a shell variable of `.ci/run` passes to `cargo test` (`NAME="--test a --test b \
+/// ... -- --skip x"`), by name.
+fn ci_suites(var: &str) -> BTreeSet<String> {
+    let run = std::fs::read_to_string(repo_root().join(".ci/run")).unwrap();
+    let start = format!("{var}=\"");
+    let (_, value) = run
+        .split_once(&start)
+        .unwrap_or_else(|| panic!("no {start} in .ci/run"));
+    let value = value.split('"').next().unwrap();
+    let words: Vec<&str> = value.split_whitespace().collect();
+    words
+        .windows(2)
+        .filter(|w| w[0] == "--test")
+        .map(|w| w[1].to_string())
+        .collect()
+}
+
+/// docs/reliability.md says which suites the cross-check build runs in CI: exactly the ones
+/// `.ci/run` gives `make test TEST_MODE=cross-check`, each named as its file, and as many as it
+/// says (it said seven while CI ran five).
+#[test]
+fn reliability_names_the_suites_ci_cross_checks() {
+    let ci = ci_suites("CROSS_CHECK_SUITES");
+    assert!(ci.len() >= 3, "CROSS_CHECK_SUITES in .ci/run: {ci:?}");
+    for suite in &ci {
+        assert!(
+            repo_root().join(format!("tests/{suite}.rs")).exists(),
+            ".ci/run cross-checks a suite that does not exist: {suite}"
+        );
+    }
+    let page = std::fs::read_to_string(repo_root().join("docs/reliability.md")).unwrap();
+    let row = page
+        .lines()
+        .find(|l| l.contains("| `make test TEST_MODE=cross-check`"))
+        .expect("docs/reliability.md's row for the cross-check");
+    let named: BTreeSet<String> = row
+        .split('`')
+        .skip(1)
+        .step_by(2)
+        .filter_map(|span| span.strip_suffix(".rs"))
+        .filter(|name| name.chars().all(|c| c.is_ascii_lowercase() || c == '_'))
+        .map(str::to_string)
+        .collect();
+    assert_eq!(
+        named, ci,
+        "docs/reliability.md's cross-check row names these suites, .ci/run runs those"
+    );
+    const COUNTS: [&str; 10] = [
+        "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven",
+    ];
+    for (i, word) in COUNTS.iter().enumerate() {
+        if row.contains(&format!("the {word} suites")) {
+            assert_eq!(
+                i + 2,
+                ci.len(),
+                "docs/reliability.md's cross-check row says {word} suites; .ci/run runs {ci:?}"
+            );
+        }
+    }
+}

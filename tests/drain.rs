@@ -232,9 +232,20 @@ async fn http2_whose_latest_stream_ended_still_gets_goaway_at_drain_start() {
     h2.wait_closed(Duration::from_secs(10)).await.unwrap();
 }
 
+/// `min_drain_duration` of the "at once" tests: a fresh drain cannot end sooner, so an exit
+/// below it was not one (and a busy machine's teardown, over a second, stays below it).
+const AT_ONCE_MIN_DRAIN: Duration = Duration::from_secs(3);
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn drain_endpoint_answers_when_work_is_done_and_sigterm_then_exits_at_once() {
-    let mut envoy = Envoy::start(Options::default()).await;
+    let mut envoy = Envoy::start(Options {
+        settings: Settings {
+            min_drain: "3s",
+            ..FAST
+        },
+        ..Options::default()
+    })
+    .await;
     let s = slow(1200);
     let (port, h) = (envoy.data, s.clone());
     let slow_req = tokio::spawn(async move {
@@ -285,12 +296,19 @@ async fn drain_endpoint_answers_when_work_is_done_and_sigterm_then_exits_at_once
         503
     );
 
-    // SIGTERM after a completed drain: Envoy is released at once, without a drain of its own
-    // (one drain started and completed in the log; one held to the 10 s drain_timeout would miss
-    // the wait below).
+    // SIGTERM after a completed drain: Envoy is released at once, without a drain of its own:
+    // its exit comes before a fresh drain with these settings could end (min_drain_duration),
+    // and the log has one drain started and completed.
+    let t1 = Instant::now();
     envoy.sigterm();
-    let (status, _) = envoy.wait_exit(Duration::from_secs(5)).await;
+    let (status, at) = envoy.wait_exit(Duration::from_secs(15)).await;
     assert!(status.success());
+    assert!(
+        at - t1 < AT_ONCE_MIN_DRAIN,
+        "SIGTERM after the completed drain: exit {:?} later, no sooner than a fresh drain \
+         ({AT_ONCE_MIN_DRAIN:?})",
+        at - t1
+    );
     let log = envoy.log();
     assert!(log.contains("releasing Envoy's exit"), "{log}");
     assert_eq!(
@@ -332,16 +350,13 @@ async fn drain_timeout_completes_on_time_and_reports_cut_requests() {
     let (mut envoy, stuck) = gateway_with_a_stuck_request(8000).await;
     let t0 = Instant::now();
     envoy.sigterm();
-    let (status, at) = envoy.wait_exit(Duration::from_secs(5)).await;
-    assert!(status.success());
-    let took = at - t0;
-    assert!(
-        took >= Duration::from_secs(1),
-        "exited before the timeout: {took:?}"
-    );
-    // Ended by the 1 s timeout, not by the 8 s request: the module's own duration (its clock,
-    // free of the test's scheduling) within a second of the timeout, and the wait above (5 s)
-    // shorter than the request.
+    // Ended by the 1 s timeout, not by the 8 s request: Envoy's exit no sooner than the timeout
+    // and within a second of it (plus a busy machine's teardown, still well before the request's
+    // end), and the module's own duration (its clock, free of the test's scheduling) too.
+    let timeout = Duration::from_secs(1);
+    envoy
+        .wait_exit_between("drain_timeout 1s", t0 + timeout, t0 + 2 * timeout)
+        .await;
     let (reported, timed_out) = envoy.reported_drain();
     assert!(timed_out);
     assert!(
@@ -353,6 +368,92 @@ async fn drain_timeout_completes_on_time_and_reports_cut_requests() {
     assert!(log.contains("requests still in flight and cut: 1"), "{log}");
     // The request that outlived the timeout is indeed cut.
     assert!(stuck.await.unwrap().is_err());
+}
+
+/// Requests that keep arriving during a drain keep it open, through the real data path of the
+/// mode under test (`TEST_MODE`): after SIGTERM a client starts a short request every 200 ms for
+/// 2 s, each on a fresh connection, HTTP/1.1 and HTTP/2 in turn, each answered 200 (HTTP/1.1 told
+/// `connection: close`). The quiet period (1 s) is the rule that binds: `min_drain_duration`
+/// (300 ms) and the requests' ends are long past when it runs out. Envoy exits no earlier than
+/// the last request's start plus the quiet period, and promptly after it: within a busy
+/// machine's teardown, far from the 20 s timeout. Without the requests, the drain would end at
+/// `min_drain_duration`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn requests_arriving_during_the_drain_hold_it_for_the_quiet_period() {
+    const QUIET: Duration = Duration::from_secs(1);
+    const MIN_DRAIN: Duration = Duration::from_millis(300);
+    const ARRIVING_FOR: Duration = Duration::from_secs(2);
+    const EVERY: Duration = Duration::from_millis(200);
+    let mut envoy = Envoy::start(Options {
+        settings: Settings {
+            min_drain: "300ms",
+            quiet: "1s",
+            timeout: "20s",
+        },
+        ..Options::default()
+    })
+    .await;
+    let t0 = Instant::now();
+    envoy.sigterm();
+    wait_not_ready(&envoy, t0).await;
+    let (mut last_sent, mut last_done, mut n) = (t0, t0, 0u32);
+    while last_sent < t0 + ARRIVING_FOR {
+        // The workload's pace (a request every 200 ms), not a synchronisation.
+        tokio::time::sleep(EVERY).await;
+        assert!(
+            envoy.exited().is_none(),
+            "Envoy exited {:?} after SIGTERM with requests still arriving (quiet period {QUIET:?})",
+            t0.elapsed()
+        );
+        last_sent = Instant::now();
+        if n % 2 == 0 {
+            let r = clients::get(envoy.data, "/during-the-drain")
+                .await
+                .unwrap_or_else(|e| panic!("HTTP/1.1 request {n} during the drain: {e}"));
+            assert_eq!(r.status, 200, "HTTP/1.1 request {n}");
+            assert_eq!(
+                r.header("connection"),
+                Some("close"),
+                "HTTP/1.1 request {n}"
+            );
+        } else {
+            let mut h2 = H2Conn::connect(envoy.data)
+                .await
+                .unwrap_or_else(|e| panic!("HTTP/2 connection {n} during the drain: {e}"));
+            let r = h2
+                .send("/during-the-drain", &[])
+                .await
+                .unwrap_or_else(|e| panic!("HTTP/2 request {n} during the drain: {e}"));
+            assert_eq!(r.status, 200, "HTTP/2 request {n}");
+        }
+        last_done = Instant::now();
+        n += 1;
+    }
+    // The quiet period binds: it runs out after the minimum and the last request's end.
+    assert!(last_sent + QUIET > (t0 + MIN_DRAIN).max(last_done));
+    // Envoy saw the last request start between `last_sent` and `last_done`.
+    let at = envoy
+        .wait_exit_between(
+            "requests arriving during the drain",
+            last_sent + QUIET,
+            last_done + QUIET,
+        )
+        .await;
+    println!(
+        "{n} requests during the drain, the last {:?} after SIGTERM; exit {:?} after it",
+        last_sent - t0,
+        at - last_sent
+    );
+    // The module's own figure (from its drain start, after t0) agrees: up to the last request's
+    // answer plus the quiet period and one tick of its clock.
+    let (reported, timed_out) = envoy.reported_drain();
+    let allowed = last_done + QUIET + Duration::from_millis(100) - t0;
+    assert!(
+        !timed_out && reported <= allowed,
+        "drain ended after {reported:?} (timed out: {timed_out}), allowed {allowed:?}"
+    );
+    let log = envoy.log();
+    assert!(log.contains("requests cut: 0"), "{log}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -584,10 +685,11 @@ async fn sigint_and_quitquitquit_drain_like_sigterm() {
     for how in ["SIGINT", "/quitquitquit"] {
         let mut envoy = Envoy::start(Options::default()).await;
         let port = envoy.data;
-        let in_flight =
-            tokio::spawn(
-                async move { clients::request(port, "GET", "/", &hdrs(&slow(800))).await },
-            );
+        let sent = Instant::now();
+        let in_flight = tokio::spawn(async move {
+            let r = clients::request(port, "GET", "/", &hdrs(&slow(800))).await;
+            (r, Instant::now())
+        });
         envoy.wait_active(1).await;
         let t0 = Instant::now();
         if how == "SIGINT" {
@@ -598,22 +700,15 @@ async fn sigint_and_quitquitquit_drain_like_sigterm() {
                 .unwrap();
             assert_eq!(r.status, 200, "{how}");
         }
-        let (status, at) = envoy.wait_exit(Duration::from_secs(10)).await;
-        assert!(status.success(), "{how}: {status:?}");
-        let r = in_flight.await.unwrap().unwrap();
+        let (r, done) = in_flight.await.unwrap();
+        let r = r.unwrap();
         assert_eq!(r.status, 200, "{how}");
         assert_eq!(r.header("connection"), Some("close"), "{how}");
-        let took = at - t0;
-        assert!(
-            took >= Duration::from_millis(700),
-            "{how}: exited before the request ended: {took:?}"
-        );
-        // Released by the request's end, not by the 10 s drain_timeout.
-        let (reported, timed_out) = envoy.reported_drain();
-        assert!(
-            !timed_out,
-            "{how}: the timeout ended the drain ({reported:?})"
-        );
+        // Released by the request's end (and the rules), not by the 10 s drain_timeout: Envoy's
+        // exit and the module's figure.
+        envoy
+            .wait_exit_by_the_drain_rules(how, t0, [MIN_DRAIN, QUIET], sent, done)
+            .await;
         assert!(
             envoy
                 .log()

@@ -8,7 +8,7 @@ use common::envoy::{
     abi_version_of, add_data_http_filter, envoy_bin, expected_envoy_version, module_dir,
     render_gateway, test_mode, validate_config, Envoy, Options, TempDir, TestMode,
 };
-use common::{free_ports, repo_root};
+use common::{eventually, free_ports, repo_root};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -189,7 +189,8 @@ async fn counts_are_exact_with_two_workers() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn client_aborts_mid_request_do_not_leak() {
     let envoy = Envoy::start(Options::default()).await;
-    let slow = [("x-envoy-fault-delay-request", "5000")];
+    // Far longer than every wait below: a request the abort did not end is still in flight.
+    let slow = [("x-envoy-fault-delay-request", "60000")];
     // HTTP/1.1: connections dropped while their request waits.
     let mut conns = Vec::new();
     for _ in 0..3 {
@@ -210,8 +211,23 @@ async fn client_aborts_mid_request_do_not_leak() {
     for s in streams {
         s.abort();
     }
-    // The aborted tasks dropped their connections/streams: Envoy sees resets and closes.
+    // The aborted tasks dropped their connections/streams: Envoy sees resets and closes (its own
+    // counters say so: the aborts reached it, the requests did not end any other way), and the
+    // count is back to 0 long before the requests could have ended.
+    eventually("Envoy saw the aborts", Duration::from_secs(10), || async {
+        let closed = envoy
+            .stat("http.data.downstream_cx_destroy_remote_active_rq")
+            .await?;
+        let reset = envoy.stat("http.data.downstream_rq_rx_reset").await?;
+        (closed >= 3 && reset >= 3).then_some(())
+    })
+    .await;
     envoy.wait_active(0).await;
+    assert_eq!(
+        envoy.stat("http.data.downstream_rq_completed").await,
+        Some(0),
+        "no aborted request was answered"
+    );
     drop(h2);
     envoy.wait_stat("graceful_drain.active_requests", 0).await;
     // Still serving normally afterwards.

@@ -6,7 +6,7 @@
 mod common;
 
 use common::clients::{self, H1Conn};
-use common::envoy::{remove_list_items, render_gateway, Envoy, Options, Settings};
+use common::envoy::{remove_list_items, render_gateway, test_mode, Envoy, Options, Settings};
 use common::front::{front_yaml, Front};
 use common::{eventually, free_ports};
 use std::time::{Duration, Instant};
@@ -17,6 +17,8 @@ const RULES: Settings = Settings {
     quiet: "500ms",
     timeout: "8s",
 };
+const MIN_DRAIN: Duration = Duration::from_secs(1);
+const QUIET: Duration = Duration::from_millis(500);
 
 fn options() -> Options {
     Options {
@@ -87,12 +89,17 @@ fn probe_loop(port: u16, path: &'static str) -> tokio::task::JoinHandle<Vec<u16>
     })
 }
 
-/// SIGTERM with one 1.5 s request in flight: the exit follows that request (plus the quiet
-/// period from the drain start, already over), far below the 8 s timeout. Returns the exit time.
-async fn sigterm_with_one_request(envoy: &mut Envoy) -> Duration {
+/// SIGTERM with one 1.5 s request in flight: Envoy's exit follows that request by the rules (the
+/// quiet period from its start is over by then, `min_drain_duration` 1 s too), far below the 8 s
+/// timeout that health checks holding the drain (each would restart the quiet period) would have
+/// it end at; the module's figure says the same. The request is answered 200.
+async fn sigterm_with_one_request_exits_by_the_rules(envoy: &mut Envoy, what: &str) {
     let port = envoy.data;
+    let sent = Instant::now();
     let slow = tokio::spawn(async move {
-        clients::request(port, "GET", "/", &[("x-envoy-fault-delay-request", "1500")]).await
+        let r =
+            clients::request(port, "GET", "/", &[("x-envoy-fault-delay-request", "1500")]).await;
+        (r, Instant::now())
     });
     eventually("request in flight", Duration::from_secs(5), || async {
         (envoy.stat("http.data.downstream_rq_active").await? >= 1).then_some(())
@@ -100,37 +107,21 @@ async fn sigterm_with_one_request(envoy: &mut Envoy) -> Duration {
     .await;
     let t0 = Instant::now();
     envoy.sigterm();
-    let (status, at) = envoy.wait_exit(Duration::from_secs(15)).await;
-    assert!(status.success(), "{status:?}");
-    assert_eq!(slow.await.unwrap().unwrap().status, 200);
-    at - t0
+    let (r, done) = slow.await.unwrap();
+    assert_eq!(r.unwrap().status, 200, "{what}");
+    let at = envoy
+        .wait_exit_by_the_drain_rules(what, t0, [MIN_DRAIN, QUIET], sent, done)
+        .await;
+    println!("{what}: exited {:?} after SIGTERM", at - t0);
 }
 
-/// The exit came after the request (1.5 s), and the drain ended by the rules: health checks that
-/// held it (each would restart the quiet period) would have it end at the 8 s timeout, as the
-/// module reports.
-fn assert_exit_by_the_rules(envoy: &Envoy, took: Duration, what: &str) {
-    println!("{what}: exited {took:?} after SIGTERM");
-    assert!(
-        took >= Duration::from_millis(1300),
-        "{what}: exited before the request ended: {took:?}"
-    );
-    let (reported, timed_out) = envoy.reported_drain();
-    assert!(
-        !timed_out,
-        "{what}: health checks held the drain: it timed out after {reported:?} (timeout 8s)"
-    );
-}
-
-/// Filter mode: a front Envoy and kubelet/load-balancer probes check a path on the data listener
-/// all through the drain; they are answered, and the drain completes by the rules.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn health_checks_on_the_data_listener_never_hold_a_drain() {
     let mut envoy = Envoy::start(options()).await;
     let _front = front_health_checker(envoy.data, "/").await;
     let probes = probe_loop(envoy.data, "/");
-    let took = sigterm_with_one_request(&mut envoy).await;
-    assert_exit_by_the_rules(&envoy, took, "filter mode, data-port health checks");
+    let what = format!("{:?} mode, data-port health checks", test_mode());
+    sigterm_with_one_request_exits_by_the_rules(&mut envoy, &what).await;
     let answered = probes.await.unwrap();
     assert!(
         answered.len() >= 5 && answered.iter().all(|s| *s == 200),
@@ -160,20 +151,32 @@ async fn bootstrap_only_health_checks_never_hold_a_drain() {
         200
     );
     let _front = front_health_checker(envoy.data, "/healthz").await;
-    let took = sigterm_with_one_request(&mut envoy).await;
-    assert_exit_by_the_rules(&envoy, took, "bootstrap-only mode, data-port health checks");
+    sigterm_with_one_request_exits_by_the_rules(
+        &mut envoy,
+        "bootstrap-only mode, data-port health checks",
+    )
+    .await;
 }
 
 /// The control listener under another stat prefix (`readiness`), health-checked by a front
-/// Envoy: SIGTERM drains by the rules, and a waiting `GET /drain` (preStop) never waits for
-/// itself.
+/// Envoy: a waiting `GET /drain` (preStop) never waits for itself, and the SIGTERM after it exits
+/// at once: sooner than a drain of its own could end (`min_drain_duration` 3 s here, so that a
+/// busy machine's teardown is told apart from a fresh drain).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_control_listener_under_any_name_drains_by_the_rules() {
+    const MIN_DRAIN: Duration = Duration::from_secs(3);
+    let o = Options {
+        settings: Settings {
+            min_drain: "3s",
+            ..RULES
+        },
+        ..options()
+    };
     let p = free_ports(3);
-    let yaml = render_gateway(p[0], p[1], p[2], &options());
+    let yaml = render_gateway(p[0], p[1], p[2], &o);
     let y = yaml.replacen("stat_prefix: control", "stat_prefix: readiness", 1);
     assert!(!y.contains("stat_prefix: control"));
-    let mut envoy = Envoy::start_yaml(&y, p[0], p[1], p[2], &options()).await;
+    let mut envoy = Envoy::start_yaml(&y, p[0], p[1], p[2], &o).await;
     let _front = front_health_checker(envoy.control, "/ready").await;
     // preStop: GET /drain waits for the drain, which completes at min_drain_duration (nothing in
     // flight), not at the timeout.
@@ -183,11 +186,18 @@ async fn a_control_listener_under_any_name_drains_by_the_rules() {
     println!("control listener `readiness`: /drain answered after {took:?}");
     assert_eq!(r.status, 200, "{}", r.text());
     assert!(r.text().contains("\"timed_out\":false"), "{}", r.text());
-    assert!(took >= Duration::from_millis(900), "{took:?}");
-    // The SIGTERM that follows is released at once, without a drain of its own.
+    assert!(took >= MIN_DRAIN - Duration::from_millis(100), "{took:?}");
+    // The SIGTERM that follows is released at once, without a drain of its own: Envoy's exit
+    // comes before a fresh drain with these settings could have ended.
+    let t1 = Instant::now();
     envoy.sigterm();
-    let (status, _) = envoy.wait_exit(Duration::from_secs(5)).await;
+    let (status, at) = envoy.wait_exit(MIN_DRAIN + Duration::from_secs(5)).await;
     assert!(status.success(), "{status:?}");
+    assert!(
+        at - t1 < MIN_DRAIN,
+        "SIGTERM after the completed drain took {:?}: no sooner than a fresh drain ({MIN_DRAIN:?})",
+        at - t1
+    );
     let log = envoy.log();
     assert!(log.contains("releasing Envoy's exit"), "{log}");
     assert_eq!(
@@ -204,8 +214,7 @@ async fn a_control_listener_under_any_name_lets_sigterm_drain_by_the_rules() {
     let y = yaml.replacen("stat_prefix: control", "stat_prefix: readiness", 1);
     let mut envoy = Envoy::start_yaml(&y, p[0], p[1], p[2], &options()).await;
     let _front = front_health_checker(envoy.control, "/ready").await;
-    let took = sigterm_with_one_request(&mut envoy).await;
-    assert_exit_by_the_rules(&envoy, took, "control listener `readiness`");
+    sigterm_with_one_request_exits_by_the_rules(&mut envoy, "control listener `readiness`").await;
 }
 
 /// Module readiness, Envoy's `/ready` and Envoy's health-check state agree in every state:

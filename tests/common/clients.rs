@@ -383,6 +383,20 @@ impl H2Conn {
         }
     }
 
+    /// The GOAWAY this client has received, if one came, read from the connection's state without
+    /// sending anything ([`H2Conn::wait_goaway`] opens a stream, which gives the server a new
+    /// request to answer and so another way to send one). `None` while none came; panics if the
+    /// connection failed otherwise.
+    pub fn goaway_received(&self) -> Option<h2::Error> {
+        let mut send = self.send.clone();
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        match send.poll_ready(&mut cx) {
+            std::task::Poll::Ready(Err(e)) if e.is_go_away() && e.is_remote() => Some(e),
+            std::task::Poll::Ready(Err(e)) => panic!("h2 connection failed without GOAWAY: {e}"),
+            _ => None,
+        }
+    }
+
     /// Whether the connection task has ended (server closed after GOAWAY, or an error).
     pub fn is_closed(&self) -> bool {
         self.driver.is_finished()
