@@ -164,6 +164,9 @@ impl Threads {
     /// Make a call into Envoy (`f`) if the gate is open: `None` once the exit was released.
     pub fn call<R>(&self, what: &'static str, f: impl FnOnce() -> R) -> Option<R> {
         if self.faults.hold_calls_until_release && MODULE_THREAD.with(|m| m.get()) {
+            // The `panic-test` build's fault only. Said on stderr, not through the logger (its
+            // calls from this thread would be held too), so a test can act while it waits.
+            eprintln!("graceful_drain test fault: {what} held until the release");
             self.hold_until_release();
         }
         if self.faults.no_gate {

@@ -4,7 +4,7 @@
 mod common;
 
 use common::clients::{self, H1Conn, H2Conn};
-use common::envoy::{test_mode, Envoy, Options, Settings, TestMode, FAST};
+use common::envoy::{test_mode, Envoy, Options, Settings, TestMode, EXIT_SLACK, FAST};
 use common::upstream::Upstream;
 use common::{eventually, free_ports};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -988,11 +988,15 @@ fn thread_calls(log: &str, which: &str) -> String {
 async fn no_module_thread_calls_into_envoy_after_the_exit_is_released() {
     // Each thread that calls into Envoy: the admin check's and the stats scanner's engine kicks,
     // the scanner's stats passes, the idle-connection re-checks, and the active_requests gauge.
+    // The last one, the deletion of a connection's waker: the idle re-check's list of wakers
+    // holds the last reference to the waker of a connection that closed while the re-check's
+    // wake was held, so it is dropped there, after the release (#44 item 10).
     let callers = [
         "engine_kick",
         "stats_scan",
         "connection_wake",
         "active_requests_gauge",
+        "connection_waker_delete",
     ];
     for (fault, gated) in [
         ("hold_thread_calls", true),
@@ -1013,6 +1017,20 @@ async fn no_module_thread_calls_into_envoy_after_the_exit_is_released() {
         let mut h1 = H1Conn::connect(envoy.data).await.unwrap();
         assert_eq!(h1.send("GET", "/", &[]).await.unwrap().status, 200);
         envoy.sigterm();
+        // Once the re-check's wake is held, the client leaves: the connection's filter goes,
+        // and the re-check's list holds its waker's last reference until after the release.
+        eventually(
+            "the idle re-check's wake held",
+            Duration::from_secs(10),
+            || async {
+                envoy
+                    .log()
+                    .contains("graceful_drain test fault: connection_wake held until the release")
+                    .then_some(())
+            },
+        )
+        .await;
+        drop(h1);
         let (status, _) = envoy.wait_exit(Duration::from_secs(40)).await;
         assert!(status.success(), "{fault}: {status:?}");
         let log = envoy.log();
@@ -1030,6 +1048,55 @@ async fn no_module_thread_calls_into_envoy_after_the_exit_is_released() {
         }
         assert_eq!(other, "[]", "{fault}");
     }
+}
+
+/// #44 item 10: the start-time check of `admin_address` with several addresses where nothing
+/// answers (a connection accepted, no answer: each costs the call's 2 s timeout). A SIGTERM
+/// while it waits on the first: the check tries none of the others, so its thread is joined
+/// within the teardown bound (2.5 s) instead of being left detached in a call, and Envoy exits
+/// within the drain's rules.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_stopping_module_stops_checking_silent_admin_addresses() {
+    // Listeners the test holds and never accepts from: the kernel completes the connections.
+    let silent: Vec<std::net::TcpListener> = (0..3)
+        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap())
+        .collect();
+    let list = silent
+        .iter()
+        .map(|l| format!("\"{}\"", l.local_addr().unwrap()))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let extra: &'static str = Box::leak(format!(r#""admin_address": [{list}]"#).into_boxed_str());
+    let mut envoy = Envoy::start(Options {
+        settings: Settings {
+            min_drain: "300ms",
+            quiet: "100ms",
+            timeout: "10s",
+        },
+        bootstrap_extra: Some(extra),
+        ..Options::default()
+    })
+    .await;
+    let t0 = Instant::now();
+    envoy.sigterm();
+    let (status, exited) = envoy.wait_exit(Duration::from_secs(15)).await;
+    assert!(status.success(), "{status:?}");
+    let log = envoy.log();
+    let summary = log
+        .lines()
+        .find(|l| l.contains("graceful_drain: module threads stopped"))
+        .unwrap_or_else(|| panic!("no module-threads summary at teardown:\n{log}"));
+    assert!(
+        !summary.contains("still in a call and left"),
+        "a thread was left detached: {summary}"
+    );
+    // The drain's rules (300 ms) plus the one silent call under way (2 s) and Envoy's exit.
+    assert!(
+        exited - t0 < Duration::from_millis(300) + Duration::from_secs(2) + EXIT_SLACK,
+        "exit {:?} after SIGTERM",
+        exited - t0
+    );
+    drop(silent);
 }
 
 /// 20 SIGTERM exits of the example gateway, each with idle HTTP/1.1 and HTTP/2 keep-alive
