@@ -1602,6 +1602,13 @@ def main():
                             text=True).stdout.strip() or "unknown commit"
     for k in only:
         data["runs"][k] = f"{time.strftime('%Y-%m-%d')} at {commit}"
+    if args.only and os.path.exists(previous) and old.get("machine") != data["machine"]:
+        # Sections from different machines: each says its own (figures compare within a run).
+        for k in SECTIONS:
+            run = data["runs"].get(k)
+            if run and " on " not in run:
+                data["runs"][k] = f"{run} on {data['machine'] if k in only else old.get('machine')}"
+        data["machine"] = "several, see the sections by run"
     if "instructions" in only:
         data["instructions"] = bench_instructions(binary, args.smoke)
     if "connections" in only:
