@@ -1043,12 +1043,19 @@ def bench_memory(binary, smoke):
 # ---------------------------------------------------------------------------------------------
 # 5. Drain cost against configuration size (issue 11): Envoy's main thread and admin while draining
 
-def render_scale(ports, clusters, module=True, filter_on_data=True, settings=None):
+SCALE_MODES = ("filter", "connection", "bootstrap-only")
+
+
+def render_scale(ports, clusters, module=True, mode="filter", settings=None):
     """The example gateway plus `clusters` static clusters (one loopback endpoint each, never used:
-    the size of the stats store is what matters). `filter_on_data=False` removes the module's HTTP
-    filter from the data listener only (bootstrap-only mode on the data path)."""
-    y = render_gateway(ports, module=module, settings=settings)
-    if module and not filter_on_data:
+    the size of the stats store is what matters), in `mode` (SCALE_MODES): filter mode (the data
+    HTTP filter), connection mode (the network filter follows the exchanges, no HTTP filter), or
+    bootstrap-only on the data path (the filter mode example without its data HTTP filter)."""
+    if mode == "connection":
+        y = render_gateway(ports, module=module, settings=settings, http_filter=False, track_requests=True)
+    else:
+        y = render_gateway(ports, module=module, settings=settings)
+    if module and mode == "bootstrap-only":
         head, sep, rest = y.partition("  - name: control\n")
         head = remove_list_items(head, "envoy.filters.http.dynamic_modules")
         y = head + sep + rest
@@ -1118,7 +1125,7 @@ def p50(xs):
     return statistics.median(xs) if xs else float("nan")
 
 
-def scale_run(binary, clusters, filter_on_data, smoke):
+def scale_run(binary, clusters, mode, smoke):
     """Serve 3 s, then SIGTERM with one 4 s request in flight; measure until Envoy exits."""
     p = free_ports(3)
     settings = {"min_drain_duration": "5s", "quiet_period": "1s", "drain_timeout": "25s"}
@@ -1126,7 +1133,7 @@ def scale_run(binary, clusters, filter_on_data, smoke):
     if smoke:
         settings = {"min_drain_duration": "1s", "quiet_period": "200ms", "drain_timeout": "10s"}
         allowed = 1.0
-    e = Envoy(binary, render_scale(p, clusters, filter_on_data=filter_on_data, settings=settings), p[0], concurrency=2,
+    e = Envoy(binary, render_scale(p, clusters, mode=mode, settings=settings), p[0], concurrency=2,
               ready_timeout=600)
     try:
         hz = os.sysconf("SC_CLK_TCK")
@@ -1179,7 +1186,7 @@ def scale_run(binary, clusters, filter_on_data, smoke):
                         stamps[key] = time.mktime(time.strptime(m.group(1)[:19], "%Y-%m-%d %H:%M:%S")) + float("0" + m.group(1)[19:])
         if "sigterm" in stamps and "release" in stamps:
             released = stamps["release"] - stamps["sigterm"]
-        r = {"clusters": clusters, "mode": "filter" if filter_on_data else "bootstrap-only",
+        r = {"clusters": clusters, "mode": mode,
              "cpu_serving": serving_cpu, "cpu_draining": draining_cpu,
              "scanner_cpu_draining": scanner_cpu, "process_cpu_draining": process_cpu,
              "ready_p50_serving_ms": p50(serving), "ready_p50_draining_ms": p50(draining),
@@ -1196,12 +1203,16 @@ def scale_run(binary, clusters, filter_on_data, smoke):
         e.close()
 
 
+SCALE_LABELS = {"filter": "filter mode", "connection": "connection mode",
+                "bootstrap-only": "bootstrap-only (no filter on the data listener)"}
+
+
 def bench_scale(binary, smoke):
     sizes = [0, 200] if smoke else [0, 5000, 20000]
     rows = []
     for n in sizes:
-        for filter_on_data in (True, False):
-            rows.append(scale_run(binary, n, filter_on_data, smoke))
+        for mode in SCALE_MODES:
+            rows.append(scale_run(binary, n, mode, smoke))
     return rows
 
 
@@ -1532,7 +1543,7 @@ def write_report(data):
               "| exit released / allowed | process exit |", "|---|---|---|---|---|---|---|---|"]
         for r in data["scale"]:
             rel = r.get("released_s")
-            L.append(f"| {r['clusters']} | {'with the filter' if r['mode'] == 'filter' else 'without the filter (bootstrap-only)'} | "
+            L.append(f"| {r['clusters']} | {SCALE_LABELS.get(r['mode'], r['mode'])} | "
                      f"{100 * r['cpu_serving']:.1f} % → {100 * r['cpu_draining']:.1f} % | "
                      f"{100 * r.get('scanner_cpu_draining', float('nan')):.1f} % | "
                      f"{100 * r.get('process_cpu_draining', float('nan')):.1f} % | "
