@@ -98,18 +98,19 @@ pub struct DrainTiming {
     /// The earliest instant at which the drain may complete (minimum duration, quiet period).
     pub earliest_completion: Instant,
     pub quiet_period: Duration,
-    /// A data-role HTTP filter is loaded (filter mode).
-    pub filter_loaded: bool,
+    /// The module's own count holds every request it follows (`Shared::count_is_exact`: a
+    /// data-role HTTP filter is loaded, or connection mode's tracker lost no connection).
+    pub exact_count: bool,
 }
 
 impl DrainTiming {
     /// The timing of a drain started at `started` with `settings`.
-    pub fn of(started: Instant, settings: DrainSettings, filter_loaded: bool) -> DrainTiming {
+    pub fn of(started: Instant, settings: DrainSettings, exact_count: bool) -> DrainTiming {
         DrainTiming {
             started,
             earliest_completion: started + settings.min_drain_duration.max(settings.quiet_period),
             quiet_period: settings.quiet_period,
-            filter_loaded,
+            exact_count,
         }
     }
 }
@@ -171,7 +172,7 @@ impl EnvoyStatsCache {
     /// where counters then gauges from the drain start (as before) took over half a CPU.
     pub fn due(&mut self, d: DrainTiming) -> (Pass, Instant) {
         let g = self.gauge_cost;
-        let first = if d.filter_loaded {
+        let first = if d.exact_count {
             let at = d
                 .earliest_completion
                 .checked_sub(g + g / 4)
@@ -254,7 +255,7 @@ impl EnvoyStatsCache {
     /// when due at its own share: only the gauges can show the last request end.
     fn plan(&self, pass: Pass, now: Instant, d: DrainTiming) -> (Pass, Instant) {
         let busy = self.gauges.is_none_or(|(a, _, _)| a > 0) || self.moving;
-        let share = if busy || !d.filter_loaded {
+        let share = if busy || !d.exact_count {
             BUSY_SCAN_SHARE_PERCENT
         } else {
             SCAN_SHARE_PERCENT
@@ -268,7 +269,7 @@ impl EnvoyStatsCache {
         // is not followed by another before the target.
         let g_at = target.checked_sub(g + g / 4).unwrap_or(now);
         let c_at = g_at.checked_sub(2 * c).unwrap_or(now);
-        let planned = (busy || !d.filter_loaded) && now < target;
+        let planned = (busy || !d.exact_count) && now < target;
         if pass == Pass::Counters {
             if !planned || now + g <= c_at {
                 return (Pass::Gauges, now);
@@ -306,7 +307,7 @@ impl EnvoyStatsCache {
         let at = now + scan_interval(paced, share);
         // With an exact count and nothing beyond it, only the gauges confirm (see `due`).
         let counters_due = self.moving
-            || ((busy || !d.filter_loaded)
+            || ((busy || !d.exact_count)
                 && self
                     .counters
                     .is_none_or(|(_, ended)| ended + scan_interval(c, share) <= at));
@@ -338,7 +339,7 @@ impl EnvoyStatsCache {
     /// pass that started after they were given back was recorded: the last pass subtracted them
     /// as the module's own, so without them here the view would undercount until the next.
     ///
-    /// `exact`: the module counts every request it follows ([`DrainTiming::filter_loaded`]):
+    /// `exact`: the module counts every request it follows ([`DrainTiming::exact_count`]):
     /// the gauges alone then make a view, the counters are read only once they show requests
     /// beyond that count (see [`EnvoyStatsCache::due`]).
     pub fn view(&self, own_now: Counts, exact: bool) -> Option<EnvoyRequestStats> {
@@ -513,13 +514,13 @@ impl Scanner {
             // Envoy keeps none of the request stats (a stats matcher): never read as 0. With an
             // exact count of its own the module goes by it; without one, nothing shows the
             // requests in flight, so the drain holds (drain_timeout bounds it). Said at load.
-            return if d.filter_loaded {
+            return if d.exact_count {
                 EnvoyView::Unused
             } else {
                 EnvoyView::Pending
             };
         }
-        match st.cache.view(own_now, d.filter_loaded) {
+        match st.cache.view(own_now, d.exact_count) {
             Some(v) => EnvoyView::Seen(v),
             // The store can no longer be read: nothing will come; the filter's counts are all
             // there is (Envoy is tearing down anyway).
@@ -642,12 +643,12 @@ mod tests {
         }
     }
 
-    fn timing(t0: Instant, filter_loaded: bool) -> DrainTiming {
+    fn timing(t0: Instant, exact_count: bool) -> DrainTiming {
         DrainTiming {
             started: t0,
             earliest_completion: t0 + 5000 * MS,
             quiet_period: 1000 * MS,
-            filter_loaded,
+            exact_count,
         }
     }
 
@@ -701,15 +702,15 @@ mod tests {
             "an exact count: one gauge pass, ending when the drain may first complete"
         );
         assert_eq!(
-            c.view(counts(1, 10), d.filter_loaded),
+            c.view(counts(1, 10), d.exact_count),
             None,
             "nothing before the first scan"
         );
         // Envoy sees the module's one request, nothing beyond it.
         let next = c.record(Pass::Gauges, reading(1, counts(1, 10), t0, 5000, 5000), d);
-        assert_eq!(c.view(counts(1, 10), d.filter_loaded), Some(envoy(1, 0)));
+        assert_eq!(c.view(counts(1, 10), d.exact_count), Some(envoy(1, 0)));
         // The filtered request ends: the view drops at once, without a scan.
-        assert_eq!(c.view(counts(0, 10), d.filter_loaded), Some(envoy(0, 0)));
+        assert_eq!(c.view(counts(0, 10), d.exact_count), Some(envoy(0, 0)));
         assert_eq!(
             at(t0, next),
             (Pass::Gauges, (5000 * MS + IN_FLIGHT_RECHECK).as_millis()),
@@ -748,16 +749,16 @@ mod tests {
         r.own_after = counts(0, 5);
         c.record(Pass::Gauges, r, d);
         assert_eq!(
-            c.view(counts(0, 5), d.filter_loaded),
+            c.view(counts(0, 5), d.exact_count),
             Some(envoy(1, 1)),
             "the upload stays in flight in the view"
         );
         // The next pass, nothing of the module's in flight: still the upload.
         c.record(Pass::Gauges, reading(1, counts(0, 5), t0, 2, 3), d);
-        assert_eq!(c.view(counts(0, 5), d.filter_loaded), Some(envoy(1, 1)));
+        assert_eq!(c.view(counts(0, 5), d.exact_count), Some(envoy(1, 1)));
         // The upload ends: only a pass can say so.
         c.record(Pass::Gauges, reading(0, counts(0, 5), t0, 4, 5), d);
-        assert_eq!(c.view(counts(0, 5), d.filter_loaded), Some(envoy(0, 1)));
+        assert_eq!(c.view(counts(0, 5), d.exact_count), Some(envoy(0, 1)));
     }
 
     /// A filtered request that starts or ends during a pass may or may not be in what the walk
@@ -773,23 +774,23 @@ mod tests {
         let mut r = reading(1, counts(1, 5), t0, 0, 1);
         r.own_after = counts(0, 5);
         c.record(Pass::Gauges, r, d);
-        assert_eq!(c.view(counts(0, 5), d.filter_loaded), Some(envoy(1, 0)));
+        assert_eq!(c.view(counts(0, 5), d.exact_count), Some(envoy(1, 0)));
         c.record(Pass::Gauges, reading(0, counts(0, 5), t0, 2, 3), d);
-        assert_eq!(c.view(counts(0, 5), d.filter_loaded), Some(envoy(0, 0)));
+        assert_eq!(c.view(counts(0, 5), d.exact_count), Some(envoy(0, 0)));
         // Started during a gauge pass and seen by it: Envoy 1, own 0 then 1.
         let mut r = reading(1, counts(0, 5), t0, 4, 5);
         r.own_after = counts(1, 6);
         c.record(Pass::Gauges, r, d);
-        assert_eq!(c.view(counts(1, 6), d.filter_loaded), Some(envoy(2, 0)));
+        assert_eq!(c.view(counts(1, 6), d.exact_count), Some(envoy(2, 0)));
         // Settled: the next pass takes it off as the module's own.
         c.record(Pass::Gauges, reading(1, counts(1, 6), t0, 6, 7), d);
-        assert_eq!(c.view(counts(1, 6), d.filter_loaded), Some(envoy(1, 0)));
+        assert_eq!(c.view(counts(1, 6), d.exact_count), Some(envoy(1, 0)));
         // A request in flight through the whole pass, another ended and a third started during
         // it: only the first is taken off.
         let mut r = reading(2, counts(2, 6), t0, 8, 9);
         r.own_after = counts(2, 7);
         c.record(Pass::Gauges, r, d);
-        assert_eq!(c.view(counts(2, 7), d.filter_loaded), Some(envoy(3, 0)));
+        assert_eq!(c.view(counts(2, 7), d.exact_count), Some(envoy(3, 0)));
     }
 
     #[test]
@@ -834,17 +835,17 @@ mod tests {
         let next = c.record(Pass::Counters, reading(7, idle, t0, 0, 2000), d);
         assert_eq!(at(t0, next), (Pass::Counters, 2000));
         assert_eq!(
-            c.view(idle, d.filter_loaded),
+            c.view(idle, d.exact_count),
             None,
             "no gauges read yet: the drain holds"
         );
         // Then the gauge pass, planned with the dearest seen and a quarter to spare, to end at 5 s.
         let next = c.record(Pass::Counters, reading(7, idle, t0, 2000, 4100), d);
         assert_eq!(at(t0, next), (Pass::Gauges, 4500));
-        assert_eq!(c.view(idle, d.filter_loaded), None);
+        assert_eq!(c.view(idle, d.exact_count), None);
         // Ends early with a request still in flight: no rescan before the earliest completion.
         let next = c.record(Pass::Gauges, reading(1, idle, t0, 4500, 4800), d);
-        assert_eq!(c.view(idle, d.filter_loaded), Some(envoy(1, 7)));
+        assert_eq!(c.view(idle, d.exact_count), Some(envoy(1, 7)));
         assert!(next.1 >= t0 + 5000 * MS, "{:?}", at(t0, next));
         // After it, requests in flight and no start seen: gauge passes at the busy share of what
         // the gauges cost, the counters at theirs (4 x 2.1 s after the last).
@@ -864,9 +865,9 @@ mod tests {
         // The request ends: the gauges show it.
         let next = c.record(Pass::Counters, reading(7, idle, t0, 14400, 16400), d);
         assert_eq!(at(t0, next), (Pass::Gauges, 16400));
-        assert_eq!(c.view(idle, d.filter_loaded), Some(envoy(1, 7)));
+        assert_eq!(c.view(idle, d.exact_count), Some(envoy(1, 7)));
         c.record(Pass::Gauges, reading(0, idle, t0, 16400, 16800), d);
-        assert_eq!(c.view(idle, d.filter_loaded), Some(envoy(0, 7)));
+        assert_eq!(c.view(idle, d.exact_count), Some(envoy(0, 7)));
     }
 
     /// Costs as measured at 5 000 clusters: the counters ~0.3 s, the gauges ~0.1 s.
@@ -881,7 +882,7 @@ mod tests {
         let next = c.record(Pass::Counters, reading(7, idle, t0, 0, 300), d);
         assert_eq!(at(t0, next), (Pass::Gauges, 300), "time for an early view");
         let next = c.record(Pass::Gauges, reading(1, idle, t0, 300, 400), d);
-        assert_eq!(c.view(idle, d.filter_loaded), Some(envoy(1, 7)));
+        assert_eq!(c.view(idle, d.exact_count), Some(envoy(1, 7)));
         // A round (0.4 s) at the busy share: the next one 1.6 s later.
         assert_eq!(at(t0, next), (Pass::Counters, 2000));
         let next = c.record(Pass::Counters, reading(7, idle, t0, 2000, 2300), d);
@@ -893,7 +894,7 @@ mod tests {
         let next = c.record(Pass::Counters, reading(7, idle, t0, 4000, 4300), d);
         assert_eq!(at(t0, next), (Pass::Gauges, 4875));
         let next = c.record(Pass::Gauges, reading(0, idle, t0, 4875, 4970), d);
-        assert_eq!(c.view(idle, d.filter_loaded), Some(envoy(0, 7)));
+        assert_eq!(c.view(idle, d.exact_count), Some(envoy(0, 7)));
         assert!(next.1 > t0 + 5000 * MS, "no rescan: {:?}", at(t0, next));
     }
 
@@ -907,19 +908,19 @@ mod tests {
         c.due(d);
         c.record(Pass::Counters, reading(7, idle, t0, 0, 300), d);
         c.record(Pass::Gauges, reading(0, idle, t0, 300, 400), d);
-        assert_eq!(c.view(idle, d.filter_loaded), Some(envoy(0, 7)));
+        assert_eq!(c.view(idle, d.exact_count), Some(envoy(0, 7)));
         // A request starts (and may still run): the counters see it before the gauges are read
         // again, and the gauges read before it started do not say it is over.
         let next = c.record(Pass::Counters, reading(8, idle, t0, 4200, 4500), d);
         assert_eq!(
-            c.view(idle, d.filter_loaded),
+            c.view(idle, d.exact_count),
             Some(envoy(1, 8)),
             "held until the gauges are read again"
         );
         assert_eq!(at(t0, next), (Pass::Gauges, 4500));
         // Gauges that started after: it has ended.
         let next = c.record(Pass::Gauges, reading(0, idle, t0, 4500, 4600), d);
-        assert_eq!(c.view(idle, d.filter_loaded), Some(envoy(0, 8)));
+        assert_eq!(c.view(idle, d.exact_count), Some(envoy(0, 8)));
         // The quiet period now runs to 5.5 s: the counters again, then a gauge pass planned to
         // end then (less a quarter of its cost).
         assert_eq!(at(t0, next), (Pass::Counters, 5375 - 600));
@@ -990,19 +991,13 @@ mod tests {
             c.record(Pass::Gauges, reading(0, own, t0, 0, 0), d)
         };
         scan(&mut c, 100, counts(0, 100));
-        let first = c.view(counts(0, 100), d.filter_loaded).unwrap().total;
+        let first = c.view(counts(0, 100), d.exact_count).unwrap().total;
         // 5 filtered requests since: the excess total does not move.
         scan(&mut c, 105, counts(0, 105));
-        assert_eq!(
-            c.view(counts(0, 105), d.filter_loaded).unwrap().total,
-            first
-        );
+        assert_eq!(c.view(counts(0, 105), d.exact_count).unwrap().total, first);
         // 1 unfiltered one: it moves, and the scans get the busy share.
         let next = scan(&mut c, 106, counts(0, 105));
-        assert_ne!(
-            c.view(counts(0, 105), d.filter_loaded).unwrap().total,
-            first
-        );
+        assert_ne!(c.view(counts(0, 105), d.exact_count).unwrap().total, first);
         assert_eq!(next, (Pass::Counters, t0 + IN_FLIGHT_RECHECK));
     }
 

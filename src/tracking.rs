@@ -1042,7 +1042,7 @@ mod tests {
             started: t0,
             earliest_completion: t0,
             quiet_period: Duration::ZERO,
-            filter_loaded: false,
+            exact_count: false,
         };
         let mut cache = EnvoyStatsCache::default();
         // Envoy's gauge shows the two requests: the module's own, no excess.
