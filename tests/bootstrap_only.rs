@@ -102,10 +102,19 @@ admin:
 }
 
 async fn start_xds(with_module: bool, filter_listener: bool) -> (Envoy, Option<u16>) {
+    start_xds_with(with_module, filter_listener, "").await
+}
+
+/// As [`start_xds`], with `extra` top-level bootstrap fields.
+async fn start_xds_with(
+    with_module: bool,
+    filter_listener: bool,
+    extra: &str,
+) -> (Envoy, Option<u16>) {
     let p = free_ports(4);
     let dir = common::envoy::TempDir::new("xds");
     let fl = filter_listener.then_some(p[3]);
-    let yaml = xds_gateway(&dir.0, p[0], p[1], with_module, fl);
+    let yaml = xds_gateway(&dir.0, p[0], p[1], with_module, fl) + extra;
     let mut envoy = Envoy::start_yaml(&yaml, p[0], p[1], p[2], &Options::default()).await;
     // Listeners come from xDS: wait until the data listener serves.
     eventually("xDS listener serving", Duration::from_secs(10), || async {
@@ -215,21 +224,8 @@ async fn sigterm_drains_without_the_filter(mut envoy: Envoy) {
 /// closed without a response).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_stats_matcher_that_hides_the_request_stats_never_reads_as_nothing_in_flight() {
-    let p = free_ports(3);
-    let dir = common::envoy::TempDir::new("xds-matcher");
-    let yaml = format!(
-        "{}stats_config:\n  stats_matcher:\n    inclusion_list:\n      patterns:\n      - prefix: \"cluster.\"\n      - prefix: \"server.\"\n",
-        xds_gateway(&dir.0, p[0], p[1], true, None)
-    );
-    let mut envoy = Envoy::start_yaml(&yaml, p[0], p[1], p[2], &Options::default()).await;
-    envoy.keep(dir);
-    eventually("xDS listener serving", Duration::from_secs(10), || async {
-        clients::get(p[1], "/")
-            .await
-            .ok()
-            .filter(|r| r.status == 200)
-    })
-    .await;
+    let matcher = "stats_config:\n  stats_matcher:\n    inclusion_list:\n      patterns:\n      - prefix: \"cluster.\"\n      - prefix: \"server.\"\n";
+    let (mut envoy, _) = start_xds_with(true, false, matcher).await;
     eventually(
         "the hidden stats said at start",
         Duration::from_secs(10),
@@ -244,7 +240,7 @@ async fn a_stats_matcher_that_hides_the_request_stats_never_reads_as_nothing_in_
     // A 2 s request (the fault filter holds it from its arrival). Whether Envoy reads it just
     // before or just after the SIGTERM below, it is in flight during the drain, which must wait
     // for it: nothing but Envoy's (hidden) stats can say when it ends.
-    let mut h2 = H2Conn::connect(p[1]).await.unwrap();
+    let mut h2 = H2Conn::connect(envoy.data).await.unwrap();
     let slow_request = tokio::spawn(h2.start("/slow", &slow("2000")).await.unwrap());
     let t0 = Instant::now();
     envoy.sigterm();

@@ -482,40 +482,17 @@ async fn pipelined_requests_at_a_drain_are_all_answered_before_the_close() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_request_head_still_arriving_holds_the_drain_until_it_is_answered() {
     let mut envoy = Envoy::start(connection_mode(LONG)).await;
-    let mut s = TcpStream::connect(("127.0.0.1", envoy.data)).await.unwrap();
-    s.write_all(b"GET /slow-head HTTP/1.1\r\nhost: x\r\n")
-        .await
-        .unwrap();
+    let head = common::scenario::a_head_begun(envoy.data).await;
     let t0 = Instant::now();
     envoy.sigterm();
-    // Well past what the drain would take without it (min 300 ms, quiet 200 ms): still up.
+    // Well past what the drain would take without it (min 300 ms, quiet 200 ms).
     let watch_until = t0 + Duration::from_millis(1500);
-    while Instant::now() < watch_until {
-        assert!(
-            envoy.exited().is_none(),
-            "Envoy exited {:?} after SIGTERM with a request head on its way",
-            t0.elapsed()
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    let completed = Instant::now();
-    s.write_all(b"\r\n").await.unwrap();
-    let mut got = Vec::new();
-    tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut got))
-        .await
-        .expect("answered, then closed")
-        .unwrap();
-    let text = String::from_utf8_lossy(&got);
-    assert!(text.starts_with("HTTP/1.1 200 "), "{text}");
-    assert!(
-        text.to_ascii_lowercase().contains("connection: close"),
-        "{text}"
-    );
-    let (status, exited) = envoy.wait_exit(Duration::from_secs(5)).await;
-    assert!(status.success(), "{status:?}");
-    assert!(
-        exited > completed && exited - completed < Duration::from_secs(2),
-        "Envoy exits promptly once the request is answered: {:?} after the head completed",
-        exited.checked_duration_since(completed)
-    );
+    common::scenario::a_head_on_its_way_holds_the_drain(
+        &mut envoy,
+        head,
+        t0,
+        watch_until,
+        Duration::from_secs(2),
+    )
+    .await;
 }

@@ -383,37 +383,15 @@ async fn a_request_head_arriving_between_paced_scans_holds_the_drain() {
         },
     )
     .await;
-    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", envoy.data))
-        .await
-        .unwrap();
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    s.write_all(b"GET /slow-head HTTP/1.1\r\nhost: x\r\n")
-        .await
-        .unwrap();
-    // Past the drain's minimum and quiet period by a second: still up.
+    let head = common::scenario::a_head_begun(envoy.data).await;
+    // Past the drain's minimum and quiet period by a second.
     let watch_until = (t0 + MIN_DRAIN).max(Instant::now()) + Duration::from_secs(1);
-    while Instant::now() < watch_until {
-        assert!(
-            envoy.exited().is_none(),
-            "Envoy exited {:?} after SIGTERM with a request head on its way",
-            t0.elapsed()
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    let completed = Instant::now();
-    s.write_all(b"\r\n").await.unwrap();
-    let mut got = Vec::new();
-    tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut got))
-        .await
-        .expect("answered, then closed")
-        .unwrap();
-    let text = String::from_utf8_lossy(&got);
-    assert!(text.starts_with("HTTP/1.1 200 "), "{text}");
-    let (status, exited) = envoy.wait_exit(Duration::from_secs(10)).await;
-    assert!(status.success(), "{status:?}");
-    assert!(
-        exited > completed && exited - completed < Duration::from_secs(3),
-        "Envoy exits promptly once the request is answered: {:?} after the head completed",
-        exited.checked_duration_since(completed)
-    );
+    common::scenario::a_head_on_its_way_holds_the_drain(
+        &mut envoy,
+        head,
+        t0,
+        watch_until,
+        Duration::from_secs(3),
+    )
+    .await;
 }

@@ -2,7 +2,9 @@
 
 use super::clients::{self, H2Conn};
 use super::envoy::Envoy;
-use std::time::Duration;
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
 
 /// How to make a request that takes 800 ms on the gateway under test.
 #[derive(Clone, Copy)]
@@ -67,4 +69,56 @@ pub async fn sigterm_drains_in_flight_work(envoy: &mut Envoy, slow: Slow) {
     let log = envoy.log();
     assert!(log.contains("drain started (trigger=sigterm"), "{log}");
     assert!(log.contains("requests cut: 0"), "{log}");
+}
+
+/// A request head on its way during a drain (#44 item 6): a connection to the data listener
+/// that sent `GET /slow-head` and some headers, but not the blank line that ends the head, before
+/// or during the drain started at `t0`. Envoy stays up until `watch_until` (past what the drain
+/// would take without the request), answers the request 200 with `connection: close` once its
+/// head completes, and exits 0 within `prompt` after that.
+pub async fn a_head_on_its_way_holds_the_drain(
+    envoy: &mut Envoy,
+    mut head: TcpStream,
+    t0: Instant,
+    watch_until: Instant,
+    prompt: Duration,
+) {
+    while Instant::now() < watch_until {
+        assert!(
+            envoy.exited().is_none(),
+            "Envoy exited {:?} after SIGTERM with a request head on its way",
+            t0.elapsed()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let completed = Instant::now();
+    head.write_all(b"\r\n").await.unwrap();
+    let mut got = Vec::new();
+    tokio::time::timeout(Duration::from_secs(5), head.read_to_end(&mut got))
+        .await
+        .expect("answered, then closed")
+        .unwrap();
+    let text = String::from_utf8_lossy(&got);
+    assert!(text.starts_with("HTTP/1.1 200 "), "{text}");
+    assert!(
+        text.to_ascii_lowercase().contains("connection: close"),
+        "{text}"
+    );
+    let (status, exited) = envoy.wait_exit(prompt + Duration::from_secs(5)).await;
+    assert!(status.success(), "{status:?}");
+    assert!(
+        exited > completed && exited - completed < prompt,
+        "Envoy exits promptly once the request is answered: {:?} after the head completed",
+        exited.checked_duration_since(completed)
+    );
+}
+
+/// A connection to `port` that sent the start of a request head (see
+/// [`a_head_on_its_way_holds_the_drain`]).
+pub async fn a_head_begun(port: u16) -> TcpStream {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    s.write_all(b"GET /slow-head HTTP/1.1\r\nhost: x\r\n")
+        .await
+        .unwrap();
+    s
 }
