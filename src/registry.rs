@@ -558,7 +558,7 @@ impl Registry {
 
     /// Set the drain flag, then call `f` with every registered waker, holding each busy so it
     /// cannot be freed while `f` runs. A waker whose request ended inside `f` on this thread was
-    /// left to the scan by its owner ([`ABANDONED`]): once `f` is done with it, the scan frees
+    /// left to the scan by its owner (`ABANDONED`): once `f` is done with it, the scan frees
     /// its slot and hands it to `abandoned`, which destroys it (nobody else will). Returns how
     /// many wakers were visited.
     pub fn begin_drain(&self, f: impl FnMut(usize), abandoned: impl FnMut(usize)) -> usize {

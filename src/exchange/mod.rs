@@ -143,7 +143,7 @@ struct RequestEnds {
     at: [u32; REQUEST_ENDS],
 }
 
-/// Request ends remembered ([`RequestEnds`]).
+/// Request ends remembered (see the private `RequestEnds`).
 pub const REQUEST_ENDS: usize = 4;
 
 impl RequestEnds {
