@@ -566,6 +566,11 @@ fn write_kourier_xds(dir: &Path, ports: [u16; 3], upstream: u16) -> (String, Str
 /// and in the kit's `admin_address` list alike), Kourier's `--base-id 1` by a dynamic one, and
 /// the drain settings by short ones.
 async fn start_gateway(m: &Manifests, upstream: u16) -> Gateway {
+    start_gateway_with_control_on(m, upstream, "::1").await
+}
+
+/// [`start_gateway`] with the control listener on `control_ip` (in place of the pod's `::`).
+async fn start_gateway_with_control_on(m: &Manifests, upstream: u16, control_ip: &str) -> Gateway {
     let dir = TempDir::new("kourier");
     let p = free_ports(6);
     let (lds, cds) = write_kourier_xds(&dir.0, [p[0], p[1], p[2]], upstream);
@@ -630,7 +635,8 @@ async fn start_gateway(m: &Manifests, upstream: u16) -> Gateway {
                 let l = &mut extra["static_resources"]["listeners"][0];
                 assert_eq!(l["name"], "graceful_drain_control");
                 assert_eq!(l["address"]["socket_address"]["address"], "::");
-                l["address"] = json!({"socket_address": {"address": "::1", "port_value": p[4]}});
+                l["address"] =
+                    json!({"socket_address": {"address": control_ip, "port_value": p[4]}});
                 control = Some(p[4]);
                 let ext = &mut extra["bootstrap_extensions"][0]["typed_config"]["extension_config"];
                 let mut s: Value = serde_json::from_str(ext["value"].as_str().unwrap()).unwrap();
@@ -897,6 +903,68 @@ async fn only_the_pod_itself_may_start_a_drain_through_the_control_listener() {
     *last = json!(extra.to_string());
     let gw = start_gateway(&m, upstream.port).await;
     clients::assert_drain_refused_probes_open(gw.control.unwrap()).await;
+}
+
+/// The kit's rule as shipped, unchanged: a caller from another host is refused `/drain`, while
+/// the probes' paths answer it. The other host is a network namespace of the test's own, joined
+/// by a veth pair (its address, 10.200.x.2, is not loopback, as every other test's client is);
+/// the control listener is on this side's address of the pair (the pod's `::` would be every
+/// address of the machine). The rule's admitting the pod itself is shown by
+/// [`only_the_pod_itself_may_start_a_drain_through_the_control_listener`]. Needs `ip` and root
+/// (CI runs as root); skipped with a message otherwise.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_shipped_rule_refuses_a_drain_from_another_host() {
+    let other = match common::netns::OtherHost::new() {
+        Ok(h) => h,
+        Err(why) => {
+            eprintln!("SKIPPED: cannot make a network namespace here ({why})");
+            return;
+        }
+    };
+    let upstream = Upstream::start().await;
+    let here = other.here.to_string();
+    let gw = start_gateway_with_control_on(kit(NEWEST), upstream.port, &here).await;
+    let control = gw.control.unwrap();
+    let other = &other;
+    let from_there = |method: &str, path: &str| {
+        let req = format!(
+            "{method} {path} HTTP/1.1\r\nhost: {here}:{control}\r\ncontent-length: 0\r\n\
+             connection: close\r\n\r\n"
+        );
+        async move {
+            let tcp = other
+                .connect(control)
+                .await
+                .expect("connect from the other host");
+            clients::exchange_on(tcp, req.as_bytes())
+                .await
+                .expect("an answer")
+        }
+    };
+    for method in ["POST", "GET"] {
+        let a = from_there(method, "/drain?wait=false").await;
+        assert_eq!(
+            (a.status, a.body.as_str()),
+            (403, "RBAC: access denied"),
+            "{method} /drain from {}",
+            other.there
+        );
+    }
+    for path in ["/ready", "/drain/status"] {
+        let a = from_there("GET", path).await;
+        assert_eq!(a.status, 200, "{path} from {}: open to anyone", other.there);
+    }
+    let a = from_there("GET", "/drain/status").await;
+    assert!(
+        a.body.contains("\"state\":\"serving\""),
+        "no drain started: {}",
+        a.body
+    );
+    assert!(
+        !gw.envoy.log().contains("drain started"),
+        "{}",
+        gw.envoy.log()
+    );
 }
 
 fn rbac_action(extra: &Value) -> &str {
