@@ -57,10 +57,8 @@ fn from_serde<T: DeserializeOwned>(
     e: serde_json::Error,
 ) -> ConfigError {
     let msg = e.to_string();
-    if msg.starts_with("unknown field") || msg.starts_with("duplicate field") {
-        if let Some(field) = msg.split('`').nth(1) {
-            return error(scope, field, msg.clone());
-        }
+    if let Some(field) = named_by_serde(&msg) {
+        return error(scope, field, msg.clone());
     }
     let Ok(Pairs(pairs)) = serde_json::from_slice::<Pairs>(raw) else {
         return error(
@@ -81,6 +79,23 @@ fn from_serde<T: DeserializeOwned>(
         }
     }
     error(scope, envelope(scope), msg)
+}
+
+/// The field serde's message names: `` unknown field `NAME`, expected ... `` (or `, there are no
+/// fields`), `` duplicate field `NAME` `` (serde_json adds ` at line L column C`). The name is
+/// quoted as written, backticks and all, so it ends at the last separator, not the first
+/// backtick: `` {"`quiet_period": 1} `` is about the field `` `quiet_period ``. The list after
+/// `expected` is serde's own field names, which hold no such separator.
+fn named_by_serde(msg: &str) -> Option<&str> {
+    if let Some(rest) = msg.strip_prefix("unknown field `") {
+        let end = ["`, expected ", "`, there are no fields"]
+            .iter()
+            .filter_map(|sep| rest.rfind(sep))
+            .max()?;
+        return Some(&rest[..end]);
+    }
+    let rest = msg.strip_prefix("duplicate field `")?;
+    Some(&rest[..rest.rfind('`')?])
 }
 
 /// A JSON object's members in document order, duplicates kept (a map would silently merge them).
@@ -961,6 +976,36 @@ mod tests {
         assert_eq!(e.field, "role");
         let e = FilterConfig::parse(br#"{"role":7}"#).unwrap_err();
         assert_eq!(e.field, "role");
+    }
+
+    /// Serde quotes the name of an unknown field in backticks; a name that holds backticks
+    /// itself is still named as written (it was named `` (empty) when the name was read up to
+    /// the first backtick).
+    #[test]
+    fn an_unknown_field_with_backticks_is_named_as_written() {
+        for key in [
+            "`quiet_period",
+            "quiet`period",
+            "a`, expected `b`",
+            "``",
+            "x`",
+        ] {
+            let raw = serde_json::json!({ key: 1 }).to_string();
+            let e = BootstrapConfig::parse(raw.as_bytes()).unwrap_err();
+            assert_eq!(e.field, key, "{e}");
+            assert!(e.problem.starts_with("unknown field `"), "{e}");
+            let e = FilterConfig::parse(raw.as_bytes()).unwrap_err();
+            assert_eq!(e.field, key, "{e}");
+        }
+        assert_eq!(
+            named_by_serde("unknown field `a`b`, there are no fields at line 1 column 9"),
+            Some("a`b")
+        );
+        assert_eq!(
+            named_by_serde("duplicate field `role` at line 1 column 20"),
+            Some("role")
+        );
+        assert_eq!(named_by_serde("invalid type: integer `1`"), None);
     }
 
     #[test]

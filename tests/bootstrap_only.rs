@@ -6,8 +6,9 @@
 
 mod common;
 
-use common::clients::{self, H1Conn, H2Conn};
+use common::clients::{self, H2Conn};
 use common::envoy::{remove_list_items, render_gateway, Envoy, Options};
+use common::scenario::{Drain, InFlight, Kit, LateHttp1, Ready, Slow};
 use common::{eventually, free_ports};
 use serde_json::json;
 use std::time::{Duration, Instant};
@@ -132,88 +133,38 @@ fn slow(ms: &str) -> [(&'static str, &str); 1] {
     [("x-envoy-fault-delay-request", ms)]
 }
 
-/// SIGTERM under load with slow requests in flight, on a gateway without any filter.
+/// SIGTERM under load with slow requests in flight, on a gateway without any filter: the drain
+/// scenario every gateway passes (`common::scenario::Drain`), through Envoy's own machinery (the
+/// module fails Envoy's health checks; Envoy's request gauges say what is in flight).
 async fn sigterm_drains_without_the_filter(mut envoy: Envoy) {
     let port = envoy.data;
-    let mut tasks = Vec::new();
-    for _ in 0..2 {
-        tasks.push(tokio::spawn(async move {
-            clients::request(port, "GET", "/slow", &slow("1200")).await
-        }));
-    }
-    let mut h2 = H2Conn::connect(port).await.unwrap();
-    for _ in 0..2 {
-        tasks.push(tokio::spawn(
-            h2.start("/slow", &slow("1200")).await.unwrap(),
-        ));
-    }
-    let mut keepalive = H1Conn::connect(port).await.unwrap();
-    assert_eq!(
-        keepalive
-            .send("GET", "/", &[])
-            .await
-            .unwrap()
-            .header("connection"),
-        None
-    );
-    eventually(
-        "4 in flight (Envoy's gauge)",
-        Duration::from_secs(5),
-        || async {
-            (envoy
-                .stat("http.xds_data.downstream_rq_active")
-                .await
-                .or(envoy.stat("http.data.downstream_rq_active").await)
-                == Some(4))
-            .then_some(())
+    let kit = Kit {
+        name: "bootstrap-only",
+        rules: [MIN_DRAIN, QUIET],
+        slow: Slow {
+            path: "/slow",
+            headers: &[("x-envoy-fault-delay-request", "1200")],
         },
-    )
-    .await;
-
-    let t0 = Instant::now();
-    envoy.sigterm();
-    // The engine fails Envoy's health checks through the admin's address.
-    eventually("health checks failed", Duration::from_secs(3), || async {
-        envoy
-            .log()
-            .contains("Envoy's health checks now fail")
-            .then_some(())
-    })
-    .await;
-    // HTTP/1.1: the next response on a keep-alive connection carries connection: close.
-    let r = keepalive.send("GET", "/late", &[]).await.unwrap();
-    assert_eq!(r.status, 200);
-    assert_eq!(r.header("connection"), Some("close"));
-    keepalive.wait_closed(Duration::from_secs(2)).await.unwrap();
-    let mut last_start = Instant::now();
-    // HTTP/2: a new stream still succeeds; GOAWAY comes with a response (Envoy's own drain).
-    let r = h2.send("/late-h2", &[]).await.unwrap();
-    assert_eq!(r.status, 200);
-    let e = h2.wait_goaway(Duration::from_secs(3)).await;
-    assert_eq!(e.reason(), Some(h2::Reason::NO_ERROR));
-    last_start = last_start.max(Instant::now());
-    let mut last_done = Instant::now();
-    for t in tasks {
-        assert_eq!(
-            t.await
-                .unwrap()
-                .expect("in-flight request completes")
-                .status,
-            200
-        );
-        last_done = Instant::now();
-    }
-    envoy
-        .wait_exit_by_the_drain_rules(
-            "bootstrap-only",
-            t0,
-            [MIN_DRAIN, QUIET],
-            last_start,
-            last_done,
-        )
-        .await;
-    let log = envoy.log();
-    assert!(log.contains("Envoy's health checks now fail"), "{log}");
+        prefix: "",
+        http1: vec![port, port],
+        http1_told: false,
+        http2: port,
+        http2_streams: 2,
+        late_http2: true,
+        late_http1: Some(LateHttp1::KeepAlive(port)),
+        idle: None,
+        in_flight: InFlight::Gauge {
+            stats: &[
+                "http.xds_data.downstream_rq_active",
+                "http.data.downstream_rq_active",
+            ],
+            extra: 0,
+        },
+        ready: Ready::HealthChecksFailLog,
+    };
+    let mut drain = Drain::in_flight(&envoy, kit).await;
+    drain.sigterm(&mut envoy).await;
+    drain.finish(&mut envoy).await;
 }
 
 /// #44 item 3: a `stats_matcher` that keeps none of the connection manager's request stats

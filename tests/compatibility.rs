@@ -10,7 +10,7 @@ mod common;
 
 use common::envoy::{
     abi_version_of, install_envoy, minor_of, module_dir, render_gateway, tested_envoy_versions,
-    Envoy, Options, TempDir,
+    Envoy, Options, TempDir, FAST,
 };
 use common::scenario::{sigterm_drains_in_flight_work, Slow};
 use common::{clients, free_ports, sha256};
@@ -238,7 +238,7 @@ async fn one_module_file_loads_into_every_tested_envoy_and_drains_there() {
                 "{v}: no {series} in:\n{scrape}"
             );
         }
-        sigterm_drains_in_flight_work(&mut e, Slow::FAULT_HEADER).await;
+        sigterm_drains_in_flight_work(&mut e, Slow::FAULT_HEADER, FAST.rules()).await;
         drop(e);
         assert_eq!(
             sha256(&module),

@@ -13,9 +13,10 @@
 
 mod common;
 
-use common::clients::{self, status_v6, unix_request, H1Conn, H2Conn};
+use common::clients::{self, status_v6, unix_request, H1Conn};
 use common::envoy::{module_dir, validate_args, Envoy, Options, TempDir};
 use common::json::{config_yaml, container_args, duration, hcm, items, module_settings, named};
+use common::scenario::{Drain, Idle, InFlight, Kit, Ready, Slow};
 use common::tools::{
     checked_fixture_sources, kubernetes_validate, kustomize, relative, temp_file, yaml, yaml_docs,
 };
@@ -807,47 +808,41 @@ async fn the_kit_drains_contour_s_envoy_without_losing_a_request() {
         "{metrics}"
     );
 
-    let mut tasks = Vec::new();
-    for _ in 0..2 {
-        tasks.push(tokio::spawn(async move {
-            clients::request(http, "GET", SLOW, &[]).await
-        }));
-    }
-    let mut h2 = H2Conn::connect(http).await.unwrap();
-    for _ in 0..2 {
-        tasks.push(tokio::spawn(h2.start(SLOW, &[]).await.unwrap()));
-    }
+    // A client that keeps sending (one of its requests may be in flight too).
     let steady = steady_client(http);
-    let mut idle_h1 = H1Conn::connect(http).await.unwrap();
-    assert_eq!(idle_h1.send("GET", "/ok", &[]).await.unwrap().status, 200);
-    let mut idle_h2 = H2Conn::connect(http).await.unwrap();
-    assert_eq!(idle_h2.send("/ok", &[]).await.unwrap().status, 200);
-    eventually(
-        "4 slow requests in flight (Envoy's gauge)",
-        Duration::from_secs(5),
-        || async {
-            (envoy.stat("http.ingress_http.downstream_rq_active").await >= Some(4)).then_some(())
+    let kit = Kit {
+        name: "contour",
+        rules: [MIN_DRAIN, QUIET],
+        slow: Slow {
+            path: SLOW,
+            headers: &[],
         },
-    )
-    .await;
-
-    let t0 = Instant::now();
-    envoy.sigterm();
-    // The drain failed Envoy's health checks through the admin's socket: Contour's own
-    // readiness check fails too.
-    clients::wait_not_ready(control, stats).await;
-    assert_eq!(status_v6(control, "/drain/status").await, Ok(200));
-    // A late HTTP/2 request is served, and its connection told to go.
-    assert_eq!(h2.send("/late-h2", &[]).await.unwrap().status, 200);
-    let e = h2.wait_goaway(Duration::from_secs(3)).await;
-    assert_eq!(e.reason(), Some(h2::Reason::NO_ERROR));
-    let mut last_start = Instant::now();
-    let mut last_done = t0;
-    for t in tasks {
-        let r = t.await.unwrap().expect("in-flight request completes");
-        assert_eq!(r.status, 200);
-        last_done = Instant::now();
-    }
+        prefix: "",
+        http1: vec![http, http],
+        http1_told: false,
+        http2: http,
+        http2_streams: 2,
+        late_http2: true,
+        late_http1: None,
+        // Idle from before the SIGTERM to the end: they must not hold the exit.
+        idle: Some(Idle {
+            http1: Some(http),
+            http2: http,
+            told: false,
+        }),
+        in_flight: InFlight::Gauge {
+            stats: &["http.ingress_http.downstream_rq_active"],
+            extra: 1,
+        },
+        // The drain failed Envoy's health checks through the admin's socket: Contour's own
+        // readiness check fails too; the liveness probe passes.
+        ready: Ready::Probes {
+            control,
+            platform: stats,
+        },
+    };
+    let mut drain = Drain::in_flight(&envoy, kit).await;
+    drain.sigterm(&mut envoy).await;
     // The steady client: every request answered, the last one after the drain start with
     // `connection: close`, then the connection closed (it reconnects elsewhere).
     let steady = steady.await.unwrap();
@@ -858,12 +853,8 @@ async fn the_kit_drains_contour_s_envoy_without_losing_a_request() {
         Some("close"),
         "the steady client was not told to go"
     );
-    last_start = last_start.max(steady.last_sent);
-    // By the drain's rules: the idle connections held nothing.
-    envoy
-        .wait_exit_by_the_drain_rules("contour", t0, [MIN_DRAIN, QUIET], last_start, last_done)
-        .await;
-    drop((idle_h1, idle_h2));
+    drain.started(steady.last_sent);
+    drain.finish(&mut envoy).await;
 }
 
 /// Contour's shutdown sequence, written here from its source (cmd/contour/shutdownmanager.go at

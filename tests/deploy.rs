@@ -8,6 +8,7 @@ mod common;
 
 use common::envoy::{envoy_bin, module_dir, pinned_envoy_version, Envoy, Options, TempDir};
 use common::image::{Dist, GlibcRoot, CONFIG_IN_ROOT, ENVOY_IN_ROOT, MODULES_IN_ROOT};
+use common::json::{duration, module_settings};
 use common::scenario::{sigterm_drains_in_flight_work, Slow};
 use common::tools::{kubernetes_validate, run, tools_dir, yaml};
 use common::upstream::Upstream;
@@ -273,7 +274,10 @@ async fn the_gateway_pod_as_the_manifests_describe_it_drains_on_sigterm() {
     };
     let mut e = Envoy::start_yaml(&bootstrap, p[0], p[1], p[2], &o).await;
     assert!(e.log().contains("loaded into Envoy"), "{}", e.log());
-    sigterm_drains_in_flight_work(&mut e, Slow::UPSTREAM_DELAY).await;
+    // The drain settings the manifest ships (its bootstrap, unchanged but for addresses).
+    let s = module_settings(&yaml(&bootstrap));
+    let rules = [&s["min_drain_duration"], &s["quiet_period"]].map(duration);
+    sigterm_drains_in_flight_work(&mut e, Slow::UPSTREAM_DELAY, rules).await;
 }
 
 #[test]

@@ -24,6 +24,7 @@ use common::clients::{self, H1Conn, H2Conn};
 use common::envoy::{envoy_bin, expected_envoy_version, minor_of, module_dir, Envoy, Options};
 use common::envoy::{Settings, TempDir};
 use common::json::{duration, hcm, items, module_settings, named};
+use common::scenario::{self, Drain, Idle, InFlight, LateHttp1, Ready, Slow};
 use common::tools::{checked_fixture_sources, temp_file, yaml, yaml_docs};
 use common::tools::{
     json_schema_validate, kubernetes_validate, kustomize, kustomize_with_components, run,
@@ -1679,37 +1680,52 @@ async fn kit_drains_an_eg_gateway(policy: Policy) {
     );
 
     // In flight at the SIGTERM: two HTTP/1.1 requests and two HTTP/2 streams on the Gateway's
-    // route; plus an HTTP/1.1 and an HTTP/2 connection idle in keep-alive.
-    let mut tasks = Vec::new();
-    for _ in 0..2 {
-        tasks.push(tokio::spawn(async move { clients::get(http, SLOW).await }));
-    }
-    let mut h2 = H2Conn::connect(http).await.unwrap();
-    for _ in 0..2 {
-        tasks.push(tokio::spawn(h2.start(SLOW, &[]).await.unwrap()));
-    }
-    let idle = if connection_mode {
-        Some(idle_connections(http).await)
-    } else {
-        None
+    // route; plus (connection mode) an HTTP/1.1 and an HTTP/2 connection idle in keep-alive,
+    // told while Envoy still serves the requests in flight (the EnvoyPatchPolicy's network
+    // filter: HTTP/2 GOAWAY at once, HTTP/1.1 a clean close at the first check where it has been
+    // idle for idle_after; stock Envoy closes them only at exit). Counted by the network filter
+    // from the bytes, or by the policy's filter (disabled in the HCM, enabled on the route).
+    let kit = scenario::Kit {
+        name: if connection_mode {
+            "EG, connection mode"
+        } else {
+            "EG, the policy's filter"
+        },
+        rules: FAST.rules(),
+        slow: Slow {
+            path: SLOW,
+            headers: &[],
+        },
+        prefix: "/covered",
+        http1: vec![http, http],
+        http1_told: false,
+        http2: http,
+        http2_streams: 2,
+        // The busy connection has its GOAWAY at the drain start (the module's, not Envoy's with
+        // a response): no new stream on it.
+        late_http2: false,
+        // A late request (a load balancer not yet updated) is served and told to go.
+        late_http1: Some(LateHttp1::Fresh(http)),
+        idle: connection_mode.then_some(Idle {
+            http1: Some(http),
+            http2: http,
+            told: true,
+        }),
+        in_flight: InFlight::Module,
+        // EG's readiness listener turns 503 too: the drain engine failed Envoy's health checks.
+        // The liveness probe keeps passing: a draining Envoy is not restarted.
+        ready: Ready::Probes {
+            control,
+            platform: ready,
+        },
     };
-    // Counted: by the network filter from the bytes, or by the policy's filter (disabled in the
-    // HCM, enabled on the route).
-    envoy.wait_active(4).await;
+    let mut drain = Drain::in_flight(&envoy, kit).await;
 
     // EG's buffer filter answers an over-limit body 413 itself.
     let a = upload_over_the_buffer_limit(http).await;
     assert_eq!(a.status, 413, "{}", a.head);
     // Kubelet: no preStop hook on the envoy container any more, so SIGTERM at once.
-    let t0 = Instant::now();
-    envoy.sigterm();
-    // EG's readiness listener turns 503 too: the drain engine failed Envoy's health checks.
-    clients::wait_not_ready(control, ready).await;
-    // The liveness probe keeps passing: a draining Envoy is not restarted.
-    assert_eq!(status6(control, "/drain/status").await, Some(200));
-    // A late request (a load balancer not yet updated) is served and told to go.
-    let r = clients::get(http, "/covered/late").await.unwrap();
-    assert_eq!((r.status, r.header("connection")), (200, Some("close")));
+    drain.sigterm(&mut envoy).await;
     // A late request EG's buffer filter answers itself (413: its body is over the limit) is seen
     // by the module too: the network filter sees every exchange, the HTTP filter runs first (the
     // kit's filterOrder).
@@ -1724,6 +1740,7 @@ async fn kit_drains_an_eg_gateway(policy: Policy) {
         "{}",
         a.head
     );
+    drain.started(Instant::now());
     assert_eq!(
         envoy
             .stat("graceful_drain.requests_served_while_draining")
@@ -1731,10 +1748,6 @@ async fn kit_drains_an_eg_gateway(policy: Policy) {
         Some(served + 1),
         "the 413 was not seen by the module"
     );
-    let last_start = Instant::now();
-    // The busy HTTP/2 connection got GOAWAY while its streams are in flight.
-    let e = h2.wait_goaway(Duration::from_secs(3)).await;
-    assert_eq!(e.reason(), Some(h2::Reason::NO_ERROR));
     // Stats: every one is the bootstrap extension's, under graceful_drain.* (what the kit's
     // dashboard and alerts read), though EG writes the policy's filter without a namespace.
     assert_eq!(envoy.stat("graceful_drain.drains_started").await, Some(1));
@@ -1756,36 +1769,17 @@ async fn kit_drains_an_eg_gateway(policy: Policy) {
         !scrape.contains(&format!("envoy_{EG_FILTER_STATS}_")),
         "a stat outside graceful_drain.*:\n{scrape}"
     );
-    if let Some((idle_h1, mut idle_h2)) = idle {
+    if connection_mode {
         assert_eq!(
             envoy
                 .stat("graceful_drain.idle_connections_told_http2")
                 .await,
             Some(1)
         );
-        // Idle keep-alive connections are told while Envoy still serves the requests in flight
-        // (the EnvoyPatchPolicy's network filter): HTTP/2 GOAWAY at once, HTTP/1.1 a clean close
-        // (at the first check where it has been idle for idle_after). Stock Envoy closes them
-        // only at exit.
-        let e = idle_h2.wait_goaway(Duration::from_secs(3)).await;
-        assert_eq!(e.reason(), Some(h2::Reason::NO_ERROR));
-        idle_h1.wait_closed(Duration::from_secs(4)).await.unwrap();
     }
-    assert!(envoy.exited().is_none() && !tasks.iter().all(|t| t.is_finished()));
-    // Not one request lost.
-    let mut last_done = t0;
-    for t in tasks {
-        let r = t.await.unwrap().expect("in-flight request completes");
-        assert_eq!(r.status, 200);
-        last_done = Instant::now();
-    }
-    let (exit, at) = envoy.wait_exit(Duration::from_secs(25)).await;
-    assert!(exit.success(), "{exit}");
-    let earliest = (t0 + duration(&json!(FAST.min_drain))).max(last_done);
-    assert!(at >= earliest, "exited {:?} early", earliest - at);
-    // Well before drain_timeout (20s): the exit follows the work, not a timer.
-    let latest = earliest.max(last_start + duration(&json!(FAST.quiet))) + Duration::from_secs(5);
-    assert!(at <= latest, "exited {:?} late", at - latest);
+    drain.assert_still_serving(&mut envoy);
+    // Not one request lost; the exit follows the work, well before drain_timeout (20s).
+    drain.finish(&mut envoy).await;
     // At EG's log level (warn): the drain's start and outcome are in the log
     // (lifecycle_log_level), and nothing of Envoy's below warn.
     let log = envoy.log();

@@ -125,8 +125,76 @@ async fn a_panicking_config_is_refused() {
     );
 }
 
-/// Every way a stream can end, mixed under concurrency 2 for a bounded time: the in-flight count
-/// must come back to exactly 0 and a drain must then complete at once.
+/// Envoy's own counters that tell how streams ended (see [`one_stream_end`]'s kinds): what shows
+/// that each way of ending happened in Envoy, not only in the client's loop.
+const ENDINGS: [&str; 8] = [
+    "http.data.rq_direct_response",
+    "http.data.fault.aborts_injected",
+    "cluster.test_upstream.upstream_cx_destroy_remote_with_active_rq",
+    "cluster.test_upstream.upstream_rq_timeout",
+    "http.data.downstream_cx_destroy_remote_active_rq",
+    "http.data.downstream_rq_rx_reset",
+    "http.data.downstream_rq_response_before_rq_complete",
+    "http.data.downstream_rq_http2_total",
+];
+
+async fn endings(envoy: &Envoy) -> [i64; 8] {
+    let mut v = [0; 8];
+    for (v, name) in v.iter_mut().zip(ENDINGS) {
+        *v = envoy.stat(name).await.unwrap_or(0);
+    }
+    v
+}
+
+/// Whether Envoy's counters (`d`, grown since the start) show each kind of [`one_stream_end`]
+/// run `c[kind]` times: `None` if so, else the kinds they do not show. Kinds 0-3 reach Envoy every
+/// time (the client saw Envoy's answer): each by its count. The others linger a moment and go (a
+/// busy machine may let one go before Envoy read it): at least half of each. Where kinds share a
+/// counter, a kind's share is what is left once the others are credited with all they could
+/// have added (so one kind's shortfall may name its partner too). Every client reset of an HTTP/1.1 request is one of
+/// `downstream_cx_destroy_remote_active_rq` (kinds 4, 5: the client closed during the request)
+/// or `downstream_rq_response_before_rq_complete` (7, 8: the gateway's direct response came
+/// before the body, then the client went), so the rest of `downstream_rq_rx_reset` are HTTP/2
+/// streams the client reset (6: RST_STREAM, one per run; 9: a dropped connection, two).
+fn endings_missing(d: &[i64; 8], c: &[u64]) -> Option<String> {
+    let c: Vec<i64> = c.iter().map(|&n| n as i64).collect();
+    let [direct, aborts, upstream_reset, upstream_timeout, h1_abort, rx_reset, early_response, h2_streams] =
+        *d;
+    let h2_resets = rx_reset - h1_abort - early_response;
+    let checks = [
+        ("0: direct responses", direct >= c[0]),
+        ("1: fault aborts", aborts == c[1]),
+        ("2: upstream resets", upstream_reset >= c[2]),
+        ("3: route timeouts", upstream_timeout >= c[3]),
+        (
+            "4: HTTP/1.1 gone before the response",
+            2 * (h1_abort - c[5]) >= c[4],
+        ),
+        ("5: HTTP/1.1 gone mid-body", 2 * (h1_abort - c[4]) >= c[5]),
+        (
+            "6: HTTP/2 stream in Envoy",
+            2 * (h2_streams - 2 * c[9]) >= c[6],
+        ),
+        ("6: HTTP/2 RST_STREAM", 2 * (h2_resets - 2 * c[9]) >= c[6]),
+        ("7: gone mid-body", 2 * (early_response - c[8]) >= c[7]),
+        (
+            "8: gone before the body",
+            2 * (early_response - c[7]) >= c[8],
+        ),
+        ("9: HTTP/2 streams in Envoy", h2_streams - c[6] >= c[9]),
+        ("9: HTTP/2 streams reset", h2_resets - c[6] >= c[9]),
+    ];
+    let missing: Vec<&str> = checks
+        .iter()
+        .filter(|(_, ok)| !ok)
+        .map(|(k, _)| *k)
+        .collect();
+    (!missing.is_empty()).then(|| format!("{missing:?}"))
+}
+
+/// Every way a stream can end, mixed under concurrency 2 for a bounded time: each reached Envoy
+/// (its own counters), the in-flight count must come back to exactly 0 and a drain must then
+/// complete at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn count_survives_every_way_a_stream_can_end() {
     let upstream = Upstream::start().await;
@@ -136,6 +204,7 @@ async fn count_survives_every_way_a_stream_can_end() {
     })
     .await;
     let port = envoy.data;
+    let before = endings(&envoy).await;
     let kinds: u64 = 10;
     let done: Arc<Vec<AtomicU64>> = Arc::new((0..kinds).map(|_| AtomicU64::new(0)).collect());
     let deadline = Instant::now() + Duration::from_secs(4);
@@ -160,6 +229,23 @@ async fn count_survives_every_way_a_stream_can_end() {
         counts.iter().all(|&c| c >= 3),
         "every kind must have run: {counts:?}"
     );
+    // Envoy counts an ending when it sees it (a connection's close a moment after the client's):
+    // polled until every kind shows, bounded.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let d = loop {
+        let now = endings(&envoy).await;
+        let d: [i64; 8] = std::array::from_fn(|i| now[i] - before[i]);
+        match endings_missing(&d, &counts) {
+            None => break d,
+            Some(missing) => assert!(
+                Instant::now() < deadline,
+                "after 10 s, Envoy's counters do not show every way of ending: {missing} \
+                 missing\ncounters: {:?}\nruns per kind: {counts:?}",
+                ENDINGS.iter().zip(d).collect::<Vec<_>>()
+            ),
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
     envoy.wait_active(0).await;
     let st = envoy.drain_status().await;
     assert_eq!(st["active_requests"], 0, "{st}");
@@ -171,7 +257,10 @@ async fn count_survives_every_way_a_stream_can_end() {
     let st: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
     assert_eq!(st["outcome"]["timed_out"], false, "{st}");
     assert_eq!(st["outcome"]["requests_cut"], 0, "{st}");
-    println!("stream endings exercised: {counts:?} (kinds 0-9, see one_stream_end)");
+    println!(
+        "stream endings exercised: {counts:?} (kinds 0-9, see one_stream_end); Envoy counted {:?}",
+        ENDINGS.iter().zip(d).collect::<Vec<_>>()
+    );
 }
 
 /// One request that ends in a particular way. The short sleeps in some kinds are the scenario,
@@ -214,7 +303,15 @@ async fn one_stream_end(port: u16, kind: u64) {
                 .await
                 .unwrap();
             let mut buf = [0u8; 256];
-            let _ = tokio::time::timeout(Duration::from_secs(2), s.read(&mut buf)).await;
+            let n = tokio::time::timeout(Duration::from_secs(5), s.read(&mut buf))
+                .await
+                .expect("the streaming response's head within 5 s")
+                .unwrap();
+            assert!(
+                buf[..n].starts_with(b"HTTP/1.1 200"),
+                "{:?}",
+                String::from_utf8_lossy(&buf[..n])
+            );
         }
         // HTTP/2 RST_STREAM from the client.
         6 => {

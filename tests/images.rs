@@ -9,7 +9,7 @@
 mod common;
 
 use common::envoy::{
-    install_envoy, minor_of, module_dir, supported_envoy_versions, Envoy, Options,
+    install_envoy, minor_of, module_dir, supported_envoy_versions, Envoy, Options, FAST,
 };
 use common::image::GlibcRoot;
 use common::scenario::{sigterm_drains_in_flight_work, Slow};
@@ -117,6 +117,6 @@ async fn in_a_glibc_only_root_every_supported_envoy_loads_the_module_and_drains(
             log.contains(&format!("loaded into Envoy {}", minor_of(&v))),
             "{v}:\n{log}"
         );
-        sigterm_drains_in_flight_work(&mut e, Slow::FAULT_HEADER).await;
+        sigterm_drains_in_flight_work(&mut e, Slow::FAULT_HEADER, FAST.rules()).await;
     }
 }

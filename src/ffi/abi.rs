@@ -172,15 +172,20 @@ macro_rules! envoy_callbacks {
         }
 
         /// Stand-ins for every callback, with the same C signatures, for the FFI layer's unit
-        /// tests (`install_fake`): each records its name and returns what the test scripted
-        /// (zero, null or false unless told otherwise), running the scripted side effect first.
+        /// tests (`install_fake`): each records its name and arguments and returns what the
+        /// test scripted (zero, null or false unless told otherwise), running the scripted side
+        /// effect first; in a generation the test pretends to run in that lacks it, nothing.
         #[cfg(test)]
         pub(crate) mod fake {
             use super::*;
             $(
-                #[allow(unused_variables)]
                 unsafe extern "C" fn $name($($arg: $ty),*) $(-> $ret)? {
-                    <ret_or_unit!($($ret)?) as FakeReturn>::from_raw(called(stringify!($name)))
+                    let since = compat::EnvoyGeneration::V1_38
+                        $(.max(compat::EnvoyGeneration::$since))?;
+                    let args = vec![$(FakeArg::record(&$arg)),*];
+                    <ret_or_unit!($($ret)?) as FakeReturn>::from_raw(
+                        called(stringify!($name), since, args),
+                    )
                 }
             )*
             /// The stand-in named `name`, or null.
@@ -207,16 +212,20 @@ macro_rules! envoy_callbacks {
 static CALLBACKS: OnceLock<Callbacks> = OnceLock::new();
 
 #[cfg(test)]
-use super::fake_envoy::{called, ret_or_unit, FakeReturn};
+use super::fake_envoy::{called, ret_or_unit, FakeArg, FakeReturn};
 #[cfg(test)]
-pub(crate) use super::fake_envoy::{script, take_calls};
+pub(crate) use super::fake_envoy::{
+    pretend_generation, script, script_with_args, take_calls, take_calls_with_args, Arg, Call,
+};
 
-/// The Envoy generation the FFI layer's unit tests pretend to run in.
+/// The Envoy generation the FFI layer's unit tests run in unless a test thread pretends to run in
+/// another (`pretend_generation`).
 #[cfg(test)]
 const FAKE_GENERATION: compat::EnvoyGeneration = compat::EnvoyGeneration::V1_40;
 
 /// The FFI layer's unit tests run against fake callbacks: the table is filled with them once per
-/// test process (no Envoy there to look callbacks up in), as in a 1.40 Envoy.
+/// test process (no Envoy there to look callbacks up in), as in a 1.40 Envoy (every callback);
+/// a test thread that pretends to run in an older one finds those it lacks absent.
 #[cfg(test)]
 pub(crate) fn install_fake() {
     FOUND.store(FAKE_GENERATION as u8, Ordering::Relaxed);
@@ -248,6 +257,10 @@ static FOUND: AtomicU8 = AtomicU8::new(compat::EnvoyGeneration::V1_40 as u8);
 
 /// The running Envoy's generation; 1.40 before [`init`] ran (nothing calls Envoy then).
 pub(crate) fn generation() -> compat::EnvoyGeneration {
+    #[cfg(test)]
+    if let Some(g) = super::fake_envoy::pretended_generation() {
+        return g;
+    }
     compat::EnvoyGeneration::from_u8(FOUND.load(Ordering::Relaxed))
 }
 

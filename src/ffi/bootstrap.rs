@@ -349,7 +349,7 @@ mod tests {
     //! its own (this test binary, re-run on one ignored test): the hooks install the process's
     //! one drain engine and close the process's one gate, which no other test may share.
     use super::*;
-    use crate::ffi::abi::{reset_fake, script, take_calls};
+    use crate::ffi::abi::{reset_fake, script, take_calls, take_calls_with_args, Arg, Call};
     use crate::ffi::module_buffer;
     use std::sync::atomic::AtomicUsize;
 
@@ -530,10 +530,43 @@ mod tests {
             0,
             "held: min_drain_duration"
         );
-        let calls = take_calls();
+        // The engine's timer: armed on the timer Envoy gave it (0x10), re-checking every 20 ms
+        // while what is in flight is not known yet (the first scan of Envoy's stats)...
+        let delays = |calls: Vec<Call>| -> Vec<u64> {
+            calls
+                .iter()
+                .filter(|c| c.name == "bootstrap_extension_timer_enable")
+                .map(|c| match c.args[..] {
+                    [Arg::Ptr(0x10), Arg::Int(ms)] => ms,
+                    _ => panic!("timer_enable on a timer not Envoy's: {c:?}"),
+                })
+                .collect()
+        };
+        let armed = delays(take_calls_with_args());
+        assert_eq!(armed, [20], "at SIGTERM");
+        // ... then, once it shows nothing in flight (the scan's end kicks the engine through
+        // the config scheduler, whose event the fake does not deliver: delivered here, bounded),
+        // for the end of min_drain_duration (60 s after the SIGTERM), not sooner.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let armed = loop {
+            std::thread::sleep(std::time::Duration::from_millis(2));
+            envoy_dynamic_module_on_bootstrap_extension_config_scheduled(
+                fake(0x100),
+                bm,
+                EVENT_KICK,
+            );
+            let armed = delays(take_calls_with_args());
+            if armed.iter().any(|&ms| ms > 20) {
+                break armed;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "only re-checks: {armed:?}"
+            );
+        };
         assert!(
-            count(&calls, "bootstrap_extension_timer_enable") >= 1,
-            "{calls:?}"
+            armed.iter().all(|&ms| (50_000..=60_000).contains(&ms)),
+            "{armed:?}"
         );
         // The admin asks for the status while held: answered, still held.
         let status = envoy_dynamic_module_on_bootstrap_extension_admin_request(

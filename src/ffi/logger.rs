@@ -87,7 +87,10 @@ pub(super) fn install() {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ffi::abi::{reset_fake, script, take_calls};
+    use crate::compat::EnvoyGeneration;
+    use crate::ffi::abi::{
+        pretend_generation, reset_fake, script, take_calls, take_calls_with_args, Arg, Call,
+    };
 
     fn record_and_emit(threads: &Threads) -> Vec<&'static str> {
         script("envoy_dynamic_module_callback_log_enabled", || 1);
@@ -154,5 +157,53 @@ mod tests {
         reset_fake();
         let envoy_thread = record_and_emit(threads);
         assert!(!envoy_thread.is_empty(), "{envoy_thread:?}");
+    }
+
+    /// Each Envoy gets the log call it has: 1.38 and 1.39 `log` (the level, the line), 1.40
+    /// `log_v2`, which adds the module's source location (Envoy prints `[:]` otherwise); a
+    /// module that called `log_v2` in 1.38 would log nothing there (the callback is absent).
+    #[test]
+    fn each_envoy_generation_gets_the_log_call_it_has() {
+        let threads: &'static Threads = Box::leak(Box::new(Threads::default()));
+        let record = log::Record::builder()
+            .args(format_args!("a line"))
+            .level(log::Level::Warn)
+            .file(Some("src/drain.rs"))
+            .line(Some(42))
+            .build();
+        for g in [
+            EnvoyGeneration::V1_38,
+            EnvoyGeneration::V1_39,
+            EnvoyGeneration::V1_40,
+        ] {
+            reset_fake();
+            pretend_generation(g);
+            script("envoy_dynamic_module_callback_log_enabled", || 1);
+            emit_via(threads, abi::LOG_WARN, &record);
+            let level = Arg::Int(abi::LOG_WARN as u64);
+            let line = Arg::Bytes(b"a line".to_vec());
+            let expected = if g == EnvoyGeneration::V1_40 {
+                Call {
+                    name: "log_v2",
+                    args: vec![
+                        level.clone(),
+                        line,
+                        Arg::Bytes(b"src/drain.rs".to_vec()),
+                        Arg::Int(42),
+                    ],
+                }
+            } else {
+                Call {
+                    name: "log",
+                    args: vec![level.clone(), line],
+                }
+            };
+            let enabled = Call {
+                name: "log_enabled",
+                args: vec![level],
+            };
+            assert_eq!(take_calls_with_args(), [enabled, expected], "{g:?}");
+        }
+        reset_fake();
     }
 }

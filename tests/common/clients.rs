@@ -151,16 +151,25 @@ pub struct Answer {
 /// ending at its `content-length` (not at the close: Envoy delays its close of a `connection:
 /// close` exchange up to a second for the client's own).
 pub async fn exchange_at(ip: &str, port: u16, request: &[u8]) -> Result<Answer, String> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
     assert!(
         ip.parse::<std::net::IpAddr>()
             .is_ok_and(|a| a.is_loopback()),
         "loopback only: {ip}"
     );
-    bounded("exchange", async {
-        let mut tcp = TcpStream::connect((ip, port))
+    let tcp = bounded("connect", async {
+        TcpStream::connect((ip, port))
             .await
-            .map_err(|e| format!("connect {ip} port {port}: {e}"))?;
+            .map_err(|e| format!("connect {ip} port {port}: {e}"))
+    })
+    .await?;
+    exchange_on(tcp, request).await
+}
+
+/// [`exchange_at`] on a connection the caller made (e.g. from a test's own network namespace,
+/// `common::netns`).
+pub async fn exchange_on(mut tcp: TcpStream, request: &[u8]) -> Result<Answer, String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    bounded("exchange", async {
         tcp.write_all(request).await.map_err(|e| e.to_string())?;
         let mut answer = Vec::new();
         let mut buf = [0u8; 4096];

@@ -220,6 +220,14 @@ pub struct Settings {
     pub timeout: &'static str,
 }
 
+impl Settings {
+    /// `min_drain_duration` and `quiet_period`: the rules a drain's exit is bounded by
+    /// ([`Envoy::wait_exit_by_the_drain_rules`]).
+    pub fn rules(&self) -> [Duration; 2] {
+        [self.min_drain, self.quiet].map(|d| super::json::duration(&serde_json::Value::from(d)))
+    }
+}
+
 /// Short settings so tests stay fast.
 pub const FAST: Settings = Settings {
     min_drain: "300ms",

@@ -7,6 +7,7 @@ pub mod envoy;
 pub mod front;
 pub mod image;
 pub mod json;
+pub mod netns;
 pub mod scenario;
 pub mod tools;
 pub mod upstream;
