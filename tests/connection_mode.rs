@@ -477,8 +477,8 @@ async fn pipelined_requests_at_a_drain_are_all_answered_before_the_close() {
 /// #44 item 6: a request whose head is still arriving when the drain could end. Envoy has its
 /// stream from the first byte; the drain waits for the head, answers it, and only then lets
 /// Envoy exit. (On a gateway this small the stats scan, every 20 ms, also sees Envoy's stream:
-/// `tests/scale.rs`'s twin shows the gap on a large one, where the scan is paced, and fails on
-/// ef5a7d9; `tracking`'s unit test shows it without Envoy.)
+/// `tests/scale.rs`'s twin plays it on a large one, where the scan is paced; `tracking`'s unit
+/// test shows the gap without Envoy, and fails on ef5a7d9.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_request_head_still_arriving_holds_the_drain_until_it_is_answered() {
     let mut envoy = Envoy::start(connection_mode(LONG)).await;
