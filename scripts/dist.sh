@@ -3,7 +3,7 @@
 #   libgraceful_drain.so             the module, one file for every supported Envoy
 #   oci/                             an OCI image layout, tag <version>: one layer holding
 #                                    /libgraceful_drain.so (Kubernetes image volumes, COPY --from)
-#                                    and /copy-module, its entry point (copier/: copies the module
+#                                    and /copy-module, its entry point (k8s/copy-module/: copies the module
 #                                    into a directory, for an init container where a cluster has no
 #                                    image volumes); os/architecture those of the module's ELF
 #   graceful-drain-<version>.oci.tar the same image as an oci-archive (one file to attach or copy)
@@ -72,19 +72,19 @@ elf_arch() {
 }
 arch=$(elf_arch "$so")
 
-# copy-module (copier/), built here: static (the image has no libc), with the checkout and cargo's
+# copy-module (k8s/copy-module/), built here: static (the image has no libc), with the checkout and cargo's
 # home kept out of it as the Makefile does for the module, in its own target directory. A module
 # built for another architecture needs a copy-module of that one: COPY_MODULE=<its path>.
-copier_version=$(sed -n 's/^version = "\(.*\)"$/\1/p' "$root/copier/Cargo.toml" | head -1)
+copier_version=$(sed -n 's/^version = "\(.*\)"$/\1/p' "$root/k8s/copy-module/Cargo.toml" | head -1)
 [ "$copier_version" = "$version" ] || {
-  echo "copier/Cargo.toml's version ($copier_version) is not the module's ($version): set both" >&2
+  echo "k8s/copy-module/Cargo.toml's version ($copier_version) is not the module's ($version): set both" >&2
   exit 1
 }
 copier=${COPY_MODULE:-}
 if [ -z "$copier" ]; then
   cargo_home=${CARGO_HOME:-$HOME/.cargo}
   RUSTFLAGS="-C target-feature=+crt-static --remap-path-prefix=$root=/graceful-drain --remap-path-prefix=$cargo_home=/cargo" \
-    cargo build --release --locked --quiet --manifest-path "$root/copier/Cargo.toml" \
+    cargo build --release --locked --quiet --manifest-path "$root/k8s/copy-module/Cargo.toml" \
     --target-dir "$root/target/copier"
   copier="$root/target/copier/release/copy-module"
 fi
@@ -137,12 +137,12 @@ tar --sort=name --mtime="@$epoch" --owner=0 --group=0 --numeric-owner --format=p
 sbom="graceful-drain-$version.cdx.json"
 host=$(rustc -vV | sed -n 's/^host: //p')
 tag=".dist-sbom-$$"
-for m in "$root" "$root/copier"; do
+for m in "$root" "$root/k8s/copy-module"; do
   SOURCE_DATE_EPOCH=$epoch cargo cyclonedx --quiet --manifest-path "$m/Cargo.toml" --format json \
     --spec-version 1.5 --target "$host" --no-build-deps --override-filename "$tag"
 done
 mv "$root/$tag.json" "$work/module.cdx.json"
-mv "$root/copier/$tag.json" "$work/copier.cdx.json"
+mv "$root/k8s/copy-module/$tag.json" "$work/copier.cdx.json"
 python3 - "$work/module.cdx.json" "$work/copier.cdx.json" "$root" "$out/$sbom" <<'PY'
 import json, sys
 module_path, copier_path, root, out = sys.argv[1:]
