@@ -47,7 +47,9 @@ envoy: check-envoy-version
 	@scripts/install-envoy.sh $(ENVOY_VERSION) >/dev/null
 
 # The release artefacts, in target/dist/: the .so (one for every supported Envoy), an OCI image
-# holding only it (a layout directory and the same as an oci-archive), BUILDINFO and SHA256SUMS.
+# holding it and copy-module (k8s/copy-module/; a layout directory and the same as an oci-archive), the
+# SBOM, BUILDINFO and SHA256SUMS. Needs no root: the tools come from scripts/install-tools.sh, and
+# scripts/dist.sh names any that is missing.
 dist:
 	@$(MAKE) --no-print-directory build TEST_MODE=connection
 	scripts/dist.sh target/release/libgraceful_drain.so $(DIST_DIR)
@@ -94,7 +96,9 @@ bench-deps:
 
 lint:
 	cargo fmt --check
+	cargo fmt --check --manifest-path k8s/copy-module/Cargo.toml
 	cargo clippy --all-targets -- -D warnings
+	cargo clippy --locked --manifest-path k8s/copy-module/Cargo.toml --target-dir target/copier -- -D warnings
 	RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --quiet
 
 # The in-flight table's drain protocol under the loom model checker (its own target dir: the cfg

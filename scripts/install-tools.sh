@@ -5,8 +5,12 @@
 # machine has no kubectl of its own; promtool (checks and tests k8s/monitoring/'s alert rules)
 # comes from Debian's prometheus package when the machine has none. Debian packages the tests also
 # drive, installed when missing: h2load (nghttp2-client), umoci and skopeo (the release image,
-# tests/dist.rs), readelf/nm/objdump (binutils). Prints the bin directory.
+# tests/dist.rs), readelf/nm/objdump (binutils). cargo-cyclonedx (`make dist`'s SBOM) from crates.io,
+# pinned below, built with its own lock file (`--locked`) into cargo's bin directory, where cargo
+# finds its subcommands. Prints the bin directory of .venv/.
 set -euo pipefail
+# The SBOM tool of `make dist` (scripts/dist.sh reads this line and refuses any other version).
+CARGO_CYCLONEDX_VERSION=0.5.9
 root=$(cd "$(dirname "$0")/.." && pwd)
 venv="$root/.venv"
 # One installer at a time (test binaries and scripts may run this concurrently; two pips writing
@@ -34,5 +38,14 @@ command -v readelf >/dev/null && command -v nm >/dev/null && command -v objdump 
 if [ ${#debs[@]} -gt 0 ]; then
   echo "installing Debian packages: ${debs[*]}" >&2
   { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${debs[@]}"; } >&2
+fi
+# (`cargo cyclonedx --version` says "cargo-cyclonedx-cyclonedx 0.5.9": its last word is the version.)
+have=$(cargo cyclonedx --version 2>/dev/null || true)
+if [[ "$have" != cargo-cyclonedx* || "${have##* }" != "$CARGO_CYCLONEDX_VERSION" ]]; then
+  # --debug: it reads a dozen crates' metadata, so an optimised build would only cost CI a minute
+  # more to compile (about 1 minute unoptimised, 2 optimised, on 2 cores); the SBOM is the same.
+  echo "installing cargo-cyclonedx $CARGO_CYCLONEDX_VERSION (crates.io, about a minute)" >&2
+  env -u RUSTFLAGS -u CARGO_TARGET_DIR \
+    cargo install --quiet --locked --debug --force "cargo-cyclonedx@$CARGO_CYCLONEDX_VERSION" >&2
 fi
 echo "$venv/bin"

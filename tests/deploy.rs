@@ -13,6 +13,7 @@ use common::scenario::{sigterm_drains_in_flight_work, Slow};
 use common::tools::{kubernetes_validate, run, tools_dir, yaml};
 use common::upstream::Upstream;
 use common::{free_ports, repo_root, sha256};
+use std::path::Path;
 use std::process::Command;
 use std::sync::Arc;
 
@@ -381,4 +382,264 @@ fn disruption_budget_and_network_policy_fit_the_gateway_pods() {
             .is_some_and(|s| s.is_empty());
         assert!(!open_cidr && !all_namespaces, "control port open: {f}");
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// One `images:` entry pins the module image in every kit
+
+/// The registry and digest a user pins the module to (any: kustomize does not pull).
+const PIN_NAME: &str = "registry.example.com/platform/graceful-drain";
+const PIN_DIGEST: &str = "sha256:5f0e1c2d3b4a69788796a5b4c3d2e1f00f1e2d3c4b5a69788796a5b4c3d2e1f0";
+
+/// A kit as a user takes it: its directory in k8s/, and for the platform kits the release files
+/// the tests keep in place of the release URL its kustomization.yaml names.
+struct KitUnderTest {
+    dir: &'static str,
+    url_prefix: Option<&'static str>,
+    release: &'static [&'static str],
+}
+
+const KITS: [KitUnderTest; 5] = [
+    KitUnderTest {
+        dir: "k8s",
+        url_prefix: None,
+        release: &[],
+    },
+    KitUnderTest {
+        dir: "k8s/kourier",
+        url_prefix: Some("https://github.com/knative-extensions/net-kourier/"),
+        release: &[
+            "tests/fixtures/kourier/knative-v1.23.0/200-bootstrap.yaml",
+            "tests/fixtures/kourier/knative-v1.23.0/300-gateway.yaml",
+        ],
+    },
+    KitUnderTest {
+        dir: "k8s/kourier",
+        url_prefix: Some("https://github.com/knative-extensions/net-kourier/"),
+        release: &[
+            "tests/fixtures/kourier/knative-v1.14.0/200-bootstrap.yaml",
+            "tests/fixtures/kourier/knative-v1.14.0/300-gateway.yaml",
+        ],
+    },
+    KitUnderTest {
+        dir: "k8s/contour",
+        url_prefix: Some("https://raw.githubusercontent.com/projectcontour/contour/"),
+        release: &["tests/fixtures/contour/v1.33.6/03-envoy.yaml"],
+    },
+    KitUnderTest {
+        dir: "k8s/envoy-gateway",
+        url_prefix: None,
+        release: &[],
+    },
+];
+
+fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap().flatten() {
+        let (src, dst) = (e.path(), to.join(e.file_name()));
+        if src.is_dir() {
+            copy_tree(&src, &dst);
+        } else {
+            std::fs::copy(&src, &dst).unwrap();
+        }
+    }
+}
+
+/// Replace `from` by `to` in `text`, where it must be exactly once.
+fn edit_once(text: &str, from: &str, to: &str, what: &str) -> String {
+    assert_eq!(
+        text.matches(from).count(),
+        1,
+        "{what}: {from:?} in:\n{text}"
+    );
+    text.replacen(from, to, 1)
+}
+
+/// The kit rendered as a user renders it after editing its kustomization.yaml as its comments
+/// say: the `images:` entry's commented newName and digest lines uncommented (newTag dropped),
+/// and, with `without_image_volumes`, that component's line. A copy of the kit's directory, so the
+/// kit's own relative paths hold; a platform's release URL becomes the kept release files.
+/// `pin: false` leaves the entry as shipped.
+fn render_pinned(kit: &KitUnderTest, without_image_volumes: bool, pin: bool) -> String {
+    let tmp = TempDir::new("pin");
+    let dir = tmp.0.join("kit");
+    copy_tree(&repo_root().join(kit.dir), &dir);
+    let path = dir.join("kustomization.yaml");
+    let mut k = std::fs::read_to_string(&path).unwrap();
+    if let Some(prefix) = kit.url_prefix {
+        let line = k
+            .lines()
+            .find(|l| l.starts_with(&format!("- {prefix}")))
+            .expect("the release URL")
+            .to_string();
+        let mut files = String::new();
+        for f in kit.release {
+            let name = Path::new(f).file_name().unwrap();
+            std::fs::copy(repo_root().join(f), dir.join(name)).unwrap();
+            files.push_str(&format!("- {}\n", name.to_string_lossy()));
+        }
+        k = edit_once(&k, &format!("{line}\n"), &files, kit.dir);
+    }
+    if pin {
+        let tag = format!("  newTag: {}\n", env!("CARGO_PKG_VERSION"));
+        k = edit_once(&k, &tag, "", kit.dir);
+        k = edit_once(
+            &k,
+            "  # newName: registry.example.com/graceful-drain\n",
+            &format!("  newName: {PIN_NAME}\n"),
+            kit.dir,
+        );
+        k = edit_once(
+            &k,
+            "  # digest: sha256:<image_manifest>\n",
+            &format!("  digest: {PIN_DIGEST}\n"),
+            kit.dir,
+        );
+    }
+    if without_image_volumes {
+        if k.contains("\n# components:\n") {
+            k = edit_once(&k, "\n# components:\n", "\ncomponents:\n", kit.dir);
+        }
+        k = edit_once(
+            &k,
+            "\n# - without-image-volumes\n",
+            "\n- without-image-volumes\n",
+            kit.dir,
+        );
+    }
+    std::fs::write(&path, k).unwrap();
+    common::tools::kustomize(&dir)
+}
+
+/// Every image reference in `v` (a string under a field `image` or `reference`) that names the
+/// module image (its repository's last part is `graceful-drain`), with where it is:
+/// `a/b/name=<list item's name>/c`.
+fn module_image_references(v: &serde_json::Value, at: &str, out: &mut Vec<(String, String)>) {
+    match v {
+        serde_json::Value::Object(m) => {
+            for (k, x) in m {
+                module_image_references(x, &format!("{at}/{k}"), out);
+            }
+        }
+        serde_json::Value::Array(a) => {
+            for (i, x) in a.iter().enumerate() {
+                let key = x["name"]
+                    .as_str()
+                    .map_or(i.to_string(), |n| format!("name={n}"));
+                module_image_references(x, &format!("{at}/{key}"), out);
+            }
+        }
+        serde_json::Value::String(s) if at.ends_with("/image") || at.ends_with("/reference") => {
+            let repo = s.split('@').next().unwrap();
+            let last = repo.rsplit('/').next().unwrap();
+            if last.split(':').next() == Some("graceful-drain") {
+                out.push((at.to_string(), s.clone()));
+            }
+        }
+        _ => {}
+    }
+}
+
+fn references_in(rendered: &str) -> Vec<(String, String)> {
+    let mut refs = Vec::new();
+    for d in common::tools::yaml_docs(rendered) {
+        let id = format!(
+            "{}/{}",
+            d["kind"].as_str().unwrap(),
+            d["metadata"]["name"].as_str().unwrap()
+        );
+        module_image_references(&d, &id, &mut refs);
+    }
+    refs
+}
+
+/// One `images:` entry, `graceful-drain` in each kit's kustomization.yaml, pins the module image
+/// everywhere the kit references it: the image volume (kustomize's `images:` alone does not reach
+/// `volumes[].image.reference`: each kit's `configurations:` names the field) and, with the
+/// without-image-volumes component, the init container (the same image: its entry point copies
+/// the module). Rendered with `kubectl kustomize`, every kit, both ways: every reference is the
+/// pinned digest, and the rendered text names no other module image.
+#[test]
+fn one_images_entry_pins_the_module_image_everywhere_in_every_kit() {
+    let pinned = format!("{PIN_NAME}@{PIN_DIGEST}");
+    for kit in &KITS {
+        for without_image_volumes in [false, true] {
+            let what = format!(
+                "{} (without-image-volumes: {without_image_volumes})",
+                kit.dir
+            );
+            // As shipped: the version's tag, in the same places.
+            let shipped = references_in(&render_pinned(kit, without_image_volumes, false));
+            let text = render_pinned(kit, without_image_volumes, true);
+            let refs = references_in(&text);
+            let places: Vec<&str> = refs.iter().map(|(at, _)| at.as_str()).collect();
+            let shipped_places: Vec<&str> = shipped.iter().map(|(at, _)| at.as_str()).collect();
+            assert_eq!(places, shipped_places, "{what}");
+            for (at, r) in &shipped {
+                assert_eq!(
+                    r,
+                    &format!("graceful-drain:{}", env!("CARGO_PKG_VERSION")),
+                    "{what}: {at}"
+                );
+            }
+            for (at, r) in &refs {
+                assert_eq!(r, &pinned, "{what}: {at} is not pinned");
+            }
+            // Where: the image volume, or (without image volumes) the init container and no
+            // image volume at all.
+            let volumes = places
+                .iter()
+                .filter(|p| p.ends_with("/image/reference"))
+                .count();
+            let inits = places
+                .iter()
+                .filter(|p| p.contains("/initContainers/") && p.ends_with("/image"))
+                .count();
+            if without_image_volumes {
+                assert_eq!((volumes, inits), (0, 1), "{what}: {places:?}");
+            } else {
+                assert_eq!((volumes, inits), (1, 0), "{what}: {places:?}");
+            }
+            // Valid for the Kubernetes schemas (EG's EnvoyProxy: tests/envoy_gateway.rs checks it
+            // against EG's CRDs).
+            if kit.dir != "k8s/envoy-gateway" {
+                let (_d, path) = common::tools::temp_file("pin", "rendered.yaml", &text);
+                let (ok, out) = kubernetes_validate(&path);
+                assert!(ok, "{what}:\n{out}");
+            }
+            assert!(
+                !text.contains("graceful-drain:"),
+                "{what}: an unpinned reference:\n{text}"
+            );
+        }
+    }
+}
+
+/// Why the kits carry `configurations:`: without it, the same `images:` entry leaves the image
+/// volume's reference as it was (`graceful-drain:0.1.0`, which a node resolves to Docker Hub's
+/// library namespace), so the check above would see it.
+#[test]
+fn without_the_image_field_configuration_the_image_volume_stays_unpinned() {
+    let tmp = TempDir::new("unpinned");
+    let dir = tmp.0.join("kit");
+    copy_tree(&repo_root().join("k8s"), &dir);
+    let path = dir.join("kustomization.yaml");
+    let k = std::fs::read_to_string(&path).unwrap();
+    let k = edit_once(&k, "configurations:\n- module-image.yaml\n", "", "k8s");
+    let k = edit_once(
+        &k,
+        "  # digest: sha256:<image_manifest>\n",
+        &format!("  digest: {PIN_DIGEST}\n"),
+        "k8s",
+    );
+    std::fs::write(&path, k).unwrap();
+    let refs = references_in(&common::tools::kustomize(&dir));
+    assert_eq!(
+        refs,
+        [(
+            "Deployment/gateway/spec/template/spec/volumes/name=graceful-drain/image/reference"
+                .to_string(),
+            format!("graceful-drain:{}", env!("CARGO_PKG_VERSION"))
+        )]
+    );
 }

@@ -1,8 +1,11 @@
 //! The release artefacts (`make dist`, `scripts/dist.sh`), checked as a user installing them
 //! would: `SHA256SUMS` matches the files, the OCI image's every blob matches its digest, its one
-//! layer holds exactly `libgraceful_drain.so` and that file is the module the suites test, the
-//! image says which version it is, and everything is reproducible: two runs give the same bytes,
-//! and the same sources built in another directory give the same `.so`.
+//! layer holds exactly `libgraceful_drain.so`, the module the suites test, and `copy-module`, its
+//! entry point, which copies the module out where a cluster has no image volumes (run here in a
+//! root made of the image alone), the image says which version it is and has the architecture of
+//! the ELF it holds, the SBOM lists the crate and every crate it is built from with the versions
+//! and checksums of Cargo.lock, and everything is reproducible: two runs give the same bytes, and
+//! the same sources built in another directory give the same `.so`.
 
 mod common;
 
@@ -68,9 +71,15 @@ fn the_image_holds_exactly_the_tested_module_and_every_digest_holds() {
         .filter_map(|l| l.split_whitespace().nth(1))
         .collect();
     let archive = format!("graceful-drain-{VERSION}.oci.tar");
+    let sbom = format!("graceful-drain-{VERSION}.cdx.json");
     assert_eq!(
         names,
-        ["libgraceful_drain.so", archive.as_str(), "BUILDINFO"],
+        [
+            "libgraceful_drain.so",
+            archive.as_str(),
+            sbom.as_str(),
+            "BUILDINFO"
+        ],
         "{sums}"
     );
     let check = Command::new("sha256sum")
@@ -104,8 +113,13 @@ fn the_image_holds_exactly_the_tested_module_and_every_digest_holds() {
     );
     let manifest = json(&blob(&layout, &manifests[0]));
     let config = json(&blob(&layout, &manifest["config"]));
+    // The image's platform is the ELF's: its header's machine, not an assumption.
     assert_eq!(config["os"], "linux");
-    assert_eq!(config["architecture"], "amd64");
+    assert_eq!(config["architecture"], elf_architecture(&module()));
+    assert_eq!(
+        config["config"]["Entrypoint"],
+        serde_json::json!(["/copy-module"])
+    );
     let labels = &config["config"]["Labels"];
     assert_eq!(labels["org.opencontainers.image.version"], VERSION);
     assert_eq!(labels["org.opencontainers.image.licenses"], "Apache-2.0");
@@ -117,8 +131,9 @@ fn the_image_holds_exactly_the_tested_module_and_every_digest_holds() {
     );
     let layer = blob(&layout, &layers[0]);
 
-    // The layer, read by GNU tar (strict about the end of the archive): the module and nothing
-    // else, owned by root, world-readable, its bytes the tested module's.
+    // The layer, read by GNU tar (strict about the end of the archive): the module and
+    // copy-module and nothing else, owned by root, world-readable, the module's bytes the tested
+    // module's.
     let list = Command::new("tar")
         .args(["-tvzf"])
         .arg(&layer)
@@ -132,13 +147,17 @@ fn the_image_holds_exactly_the_tested_module_and_every_digest_holds() {
     );
     let list = String::from_utf8_lossy(&list.stdout).to_string();
     let entries: Vec<&str> = list.lines().collect();
-    assert_eq!(entries.len(), 2, "{list}");
+    assert_eq!(entries.len(), 3, "{list}");
     assert!(
         entries[0].starts_with("drwxr-xr-x 0/0") && entries[0].ends_with(" ."),
         "{list}"
     );
     assert!(
-        entries[1].starts_with("-rw-r--r-- 0/0") && entries[1].ends_with(" libgraceful_drain.so"),
+        entries[1].starts_with("-rwxr-xr-x 0/0") && entries[1].ends_with(" copy-module"),
+        "{list}"
+    );
+    assert!(
+        entries[2].starts_with("-rw-r--r-- 0/0") && entries[2].ends_with(" libgraceful_drain.so"),
         "{list}"
     );
     let x = TempDir::new("layer");
@@ -197,6 +216,17 @@ fn the_image_holds_exactly_the_tested_module_and_every_digest_holds() {
         "{info}"
     );
     assert!(info.contains("\nrustc rustc "), "{info}");
+    assert!(
+        info.contains(&format!(
+            "\nimage_architecture linux/{}\n",
+            elf_architecture(&module())
+        )),
+        "{info}"
+    );
+    assert!(
+        info.contains(&format!("\nsbom {sbom} (cargo-cyclonedx ")),
+        "{info}"
+    );
 
     // The oci-archive holds the same layout.
     let ax = TempDir::new("archive");
@@ -325,4 +355,267 @@ fn the_changelog_and_the_license_go_with_the_version() {
     assert!(license.contains("Apache License") && license.contains("Version 2.0"));
     let cargo = std::fs::read_to_string(repo_root().join("Cargo.toml")).unwrap();
     assert!(cargo.contains("license = \"Apache-2.0\""));
+}
+
+/// The OCI architecture of an ELF file, from its header (class, byte order, e_machine), read here
+/// independently of scripts/dist.sh.
+fn elf_architecture(path: &Path) -> &'static str {
+    let b = std::fs::read(path).unwrap();
+    assert_eq!(&b[..4], b"\x7fELF", "{path:?} is not an ELF file");
+    assert_eq!(b[5], 1, "{path:?}: little-endian");
+    match (b[4], u16::from_le_bytes([b[18], b[19]])) {
+        (2, 62) => "amd64",
+        (2, 183) => "arm64",
+        (c, m) => panic!("{path:?}: ELF class {c}, e_machine {m}: not a platform this test knows"),
+    }
+}
+
+/// `scripts/dist.sh` on copies of the module and of copy-module whose ELF headers say another
+/// machine: the image's architecture is read from the ELF, so an aarch64 module gives an arm64
+/// image (and BUILDINFO says so), not an amd64 one. Refused: a module whose copy-module is of
+/// another architecture, and a machine the OCI spec has no name for, named.
+#[test]
+fn the_image_architecture_comes_from_the_elf_header() {
+    let host = Dist::build("elf-host");
+    let dir = TempDir::new("elf-arch");
+    let patched = |from: &Path, name: &str, machine: u16| {
+        let mut b = std::fs::read(from).unwrap();
+        b[18..20].copy_from_slice(&machine.to_le_bytes());
+        let to = dir.0.join(name);
+        std::fs::write(&to, &b).unwrap();
+        to
+    };
+    let volume = host.image_volume();
+    let copier = volume.0.join("copy-module");
+    let dist = |so: &Path, copier: &Path, out: &str| {
+        Command::new("bash")
+            .arg(repo_root().join("scripts/dist.sh"))
+            .arg(so)
+            .arg(dir.0.join(out))
+            .env("COPY_MODULE", copier)
+            .output()
+            .unwrap()
+    };
+    // aarch64 (e_machine 183), both files.
+    let so = patched(&module(), "arm64.so", 183);
+    let out = dist(&so, &patched(&copier, "copy-module-arm64", 183), "arm64");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let layout = dir.0.join("arm64/oci");
+    let index = json(&layout.join("index.json"));
+    let manifest = json(&blob(&layout, &index["manifests"][0]));
+    let config = json(&blob(&layout, &manifest["config"]));
+    assert_eq!(elf_architecture(&so), "arm64");
+    assert_eq!(
+        (config["os"].as_str(), config["architecture"].as_str()),
+        (Some("linux"), Some("arm64"))
+    );
+    let info = std::fs::read_to_string(dir.0.join("arm64/BUILDINFO")).unwrap();
+    assert!(
+        info.contains("\nimage_architecture linux/arm64\n"),
+        "{info}"
+    );
+    // Refused.
+    for (so, copier, want) in [
+        (
+            so.clone(),
+            copier.clone(),
+            "copy-module is amd64, the module arm64",
+        ),
+        (
+            patched(&module(), "odd.so", 0x1234),
+            copier.clone(),
+            "e_machine 4660: no OCI architecture",
+        ),
+    ] {
+        let out = dist(&so, &copier, "refused");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{so:?}: {err}");
+        assert!(err.contains(want), "{so:?}: {err}");
+        assert!(!dir.0.join("refused/oci").exists());
+    }
+}
+
+/// The SBOM (CycloneDX, cargo-cyclonedx): the crate at this version and every crate the module
+/// is built from (`cargo tree`'s normal dependencies for this target: no dev-dependencies), each
+/// with its version, its purl and, for crates.io's, Cargo.lock's checksum; copy-module too. No
+/// path of the build machine in it.
+#[test]
+fn the_sbom_lists_the_crate_and_every_crate_it_is_built_from() {
+    let d = Dist::build("sbom");
+    let path = d.out().join(format!("graceful-drain-{VERSION}.cdx.json"));
+    let text = std::fs::read_to_string(&path).unwrap();
+    assert!(!text.contains(&repo_root().display().to_string()), "{text}");
+    let bom: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(bom["bomFormat"], "CycloneDX");
+    assert_eq!(bom["specVersion"], "1.5");
+    let me = &bom["metadata"]["component"];
+    assert_eq!(
+        (me["name"].as_str(), me["version"].as_str()),
+        (Some("graceful-drain"), Some(VERSION))
+    );
+    assert_eq!(me["licenses"][0]["expression"], "Apache-2.0");
+    assert_eq!(bom["metadata"]["tools"][0]["name"], "cargo-cyclonedx");
+
+    // Cargo.lock's checksums, by name and version.
+    let lock = std::fs::read_to_string(repo_root().join("Cargo.lock")).unwrap();
+    let mut checksums = BTreeMap::new();
+    for p in lock.split("[[package]]").skip(1) {
+        let field = |k: &str| {
+            p.lines()
+                .find_map(|l| l.strip_prefix(&format!("{k} = \"")))
+                .map(|v| v.trim_end_matches('"').to_string())
+        };
+        if let Some(sum) = field("checksum") {
+            checksums.insert((field("name").unwrap(), field("version").unwrap()), sum);
+        }
+    }
+    // What the module is built from, as cargo itself says.
+    let host =
+        String::from_utf8(Command::new("rustc").arg("-vV").output().unwrap().stdout).unwrap();
+    let host = host
+        .lines()
+        .find_map(|l| l.strip_prefix("host: "))
+        .unwrap()
+        .to_string();
+    let tree = Command::new("cargo")
+        .args([
+            "tree", "--locked", "-e", "normal", "--prefix", "none", "--target", &host,
+        ])
+        .current_dir(repo_root())
+        .output()
+        .unwrap();
+    assert!(
+        tree.status.success(),
+        "{}",
+        String::from_utf8_lossy(&tree.stderr)
+    );
+    let mut want: std::collections::BTreeSet<(String, String)> =
+        String::from_utf8_lossy(&tree.stdout)
+            .lines()
+            .filter_map(|l| {
+                let mut w = l.split_whitespace();
+                Some((
+                    w.next()?.to_string(),
+                    w.next()?.strip_prefix('v')?.to_string(),
+                ))
+            })
+            .filter(|(n, _)| n != "graceful-drain")
+            .collect();
+    assert!(want.iter().any(|(n, _)| n == "serde_json"), "{want:?}");
+    want.insert((
+        "graceful-drain-copy-module".to_string(),
+        VERSION.to_string(),
+    ));
+
+    let mut got = std::collections::BTreeSet::new();
+    for c in bom["components"].as_array().expect("components") {
+        let (name, version) = (c["name"].as_str().unwrap(), c["version"].as_str().unwrap());
+        assert!(
+            c["purl"]
+                .as_str()
+                .unwrap()
+                .starts_with(&format!("pkg:cargo/{name}@{version}")),
+            "{c}"
+        );
+        if let Some(sum) = checksums.get(&(name.to_string(), version.to_string())) {
+            assert_eq!(c["hashes"][0]["alg"], "SHA-256", "{c}");
+            assert_eq!(
+                c["hashes"][0]["content"].as_str(),
+                Some(sum.as_str()),
+                "{name} {version}: Cargo.lock's checksum"
+            );
+        }
+        got.insert((name.to_string(), version.to_string()));
+    }
+    assert_eq!(got, want, "the SBOM's components against cargo tree");
+    // Not a test dependency among them.
+    assert!(
+        !got.iter().any(|(n, _)| n == "tokio" || n == "proptest"),
+        "{got:?}"
+    );
+}
+
+/// copy-module, the image's entry point, run as the without-image-volumes init container runs
+/// it: in a root made of the image's layer and nothing else (no shell, no libc), as user 65532
+/// where this test can switch to it, into an empty directory: the module arrives whole, with its
+/// bytes. It is static (no interpreter, no library needed) and of the module's architecture; it
+/// fails, saying so, without a directory or into one that does not exist.
+#[test]
+fn copy_module_copies_the_module_in_a_root_made_of_the_image_alone() {
+    let d = Dist::build("copy-module");
+    let root = d.image_volume();
+    let exe = root.0.join("copy-module");
+    let headers = Command::new("readelf")
+        .args(["-ld"])
+        .arg(&exe)
+        .output()
+        .unwrap();
+    let headers = String::from_utf8_lossy(&headers.stdout);
+    assert!(
+        !headers.contains("INTERP") && !headers.contains("(NEEDED)"),
+        "{headers}"
+    );
+    assert_eq!(elf_architecture(&exe), elf_architecture(&module()));
+
+    use std::os::unix::fs::PermissionsExt;
+    let out_dir = root.0.join("out");
+    std::fs::create_dir(&out_dir).unwrap();
+    std::fs::set_permissions(&out_dir, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    // SAFETY: geteuid has no preconditions.
+    let as_root = unsafe { libc::geteuid() } == 0;
+    let chroot = |args: &[&str]| {
+        let mut cmd = Command::new("unshare");
+        cmd.arg("--mount");
+        if !as_root {
+            cmd.arg("--map-root-user");
+        }
+        cmd.arg("chroot");
+        if as_root {
+            cmd.arg("--userspec=65532:65532");
+        }
+        cmd.arg(&root.0).arg("/copy-module").args(args);
+        cmd.output().unwrap()
+    };
+    let run = chroot(&["/out"]);
+    assert!(
+        run.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&run.stdout),
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let copied = out_dir.join("libgraceful_drain.so");
+    assert_eq!(sha256(&copied), sha256(&module()), "the copied module");
+    let names: Vec<_> = std::fs::read_dir(&out_dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    assert_eq!(names, ["libgraceful_drain.so"], "no temporary file left");
+    if as_root {
+        use std::os::unix::fs::MetadataExt;
+        assert_eq!(std::fs::metadata(&copied).unwrap().uid(), 65532);
+    }
+    assert_eq!(
+        std::fs::metadata(&copied).unwrap().permissions().mode() & 0o777,
+        0o644
+    );
+    // Failures say so.
+    let usage = chroot(&[]);
+    assert_eq!(
+        usage.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&usage.stderr)
+    );
+    let missing = chroot(&["/no-such-dir"]);
+    assert_eq!(missing.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&missing.stderr).contains("cannot copy"),
+        "{}",
+        String::from_utf8_lossy(&missing.stderr)
+    );
 }

@@ -398,6 +398,43 @@ fn dedented(text: &str) -> String {
         .collect()
 }
 
+/// A digest pin as a page shows it: the `images:` entry of the kit's `kustomization.yaml` (`kit`, a
+/// directory) with its commented newName and digest lines taken in place of newTag, the edit
+/// tests/deploy.rs renders and checks in every kit. The digest's value is the page's placeholder.
+fn check_kustomize_pin(kit: &str, s: &Snippet, at: &str) {
+    let path = format!("{kit}/kustomization.yaml");
+    let file = std::fs::read_to_string(repo_root().join(&path))
+        .unwrap_or_else(|e| panic!("{at}: {path}: {e}"));
+    let normal = |l: &str| -> String {
+        let l = l.split("  #").next().unwrap().trim_end();
+        match l.split_once("digest: sha256:") {
+            Some((head, _)) => format!("{head}digest: sha256:"),
+            None => l.to_string(),
+        }
+    };
+    let mut want = Vec::new();
+    for l in file.lines().skip_while(|l| *l != "images:") {
+        if l.trim_start().starts_with("newTag:") {
+            continue;
+        }
+        let l = match l.strip_prefix("  # ") {
+            Some(key) if key.starts_with("newName:") || key.starts_with("digest:") => {
+                format!("  {key}")
+            }
+            _ if l.trim_start().starts_with('#') => continue,
+            _ => l.to_string(),
+        };
+        want.push(normal(&l));
+    }
+    let got: Vec<String> = dedented(&s.text).lines().map(normal).collect();
+    assert_eq!(got, want, "{at}: not the pin {path} describes");
+    let deploy = std::fs::read_to_string(repo_root().join("tests/deploy.rs")).unwrap();
+    assert!(
+        deploy.contains(&format!("dir: \"{kit}\"")),
+        "{at}: tests/deploy.rs does not render {kit}'s pin"
+    );
+}
+
 #[tokio::test]
 async fn every_yaml_and_json_snippet_is_checked() {
     // A real status to hold the documented one against.
@@ -429,6 +466,7 @@ async fn every_yaml_and_json_snippet_is_checked() {
                     assert!(ok && log.contains("passed"), "{at}:\n{log}");
                 }
                 "file" => check_same_as(arg.trim(), &s, &at),
+                "kustomize-pin" => check_kustomize_pin(arg.trim(), &s, &at),
                 "envoy-bootstrap-top" => {
                     // Top-level bootstrap fields: the example gateway with them added validates.
                     let fields = dedented(&s.text);
