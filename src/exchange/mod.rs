@@ -47,6 +47,7 @@ mod http1;
 mod http2;
 #[cfg(test)]
 mod tests;
+pub mod websocket;
 
 use http1::*;
 use http2::*;
