@@ -45,6 +45,7 @@
 
 mod http1;
 mod http2;
+pub mod sse;
 #[cfg(test)]
 mod tests;
 pub mod websocket;
