@@ -210,6 +210,26 @@ impl Follower {
         while i < bytes.len() {
             match self.st {
                 St::Lost(g) => return Err(g),
+                St::Head if self.have == 0 && bytes.len() - i >= 14 => {
+                    // The whole header is in these bytes: read it in place, one pass.
+                    if let Some(src) = bytes.get(i..i + 14) {
+                        self.head.copy_from_slice(src);
+                    }
+                    match self.first_two() {
+                        Ok(need) => self.need = need,
+                        Err(g) => return Err(self.lose(g)),
+                    }
+                    self.have = self.need;
+                    i += usize::from(self.need);
+                    if let Err(g) = self.rest_of_head() {
+                        return Err(self.lose(g));
+                    }
+                    if self.left == 0 {
+                        self.end_frame(i, &mut on_end);
+                    } else {
+                        self.st = St::Payload;
+                    }
+                }
                 St::Head => {
                     // Copy what the header still needs (at most 14 bytes in all).
                     let want = usize::from(self.need - self.have);

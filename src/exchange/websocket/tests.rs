@@ -118,12 +118,9 @@ fn gives_up(bytes: &[u8], masked: bool, deflate: bool) -> Option<GiveUp> {
     let mut f = Follower::new(masked, deflate);
     let r = f.feed(bytes, |_| {}).err();
     assert_eq!(f.gave_up(), r);
-    if r.is_some() {
+    if let Some(g) = r {
         // Sticky: later bytes are not read.
-        assert_eq!(
-            f.feed(&frame(FIN | 1, None, b"x", 0), |_| panic!()),
-            Err(r.unwrap())
-        );
+        assert_eq!(f.feed(&frame(FIN | 1, None, b"x", 0), |_| panic!()), Err(g));
     }
     r
 }
@@ -373,7 +370,9 @@ proptest! {
     }
 }
 
-/// Rough per-frame cost: `cargo test --release --lib websocket::tests::per_frame_cost -- --ignored --nocapture`.
+/// Rough per-frame cost: `cargo test --release --lib per_frame_cost -- --ignored --nocapture`;
+/// instructions: run that binary under `valgrind --tool=callgrind
+/// --toggle-collect='*Follower::feed_last*'` with `PER_FRAME_ROUNDS=1` and `PER_FRAME_STEP=<feed size>` (docs/long-lived-streams.md).
 #[test]
 #[ignore = "timing, run by hand"]
 fn per_frame_cost() {
@@ -387,22 +386,25 @@ fn per_frame_cost() {
         .take(one.len() * 10_000)
         .collect();
     let frames = 30_000u64;
+    let rounds: u32 = std::env::var("PER_FRAME_ROUNDS").map_or(50, |r| r.parse().unwrap());
     for (name, step) in [
         ("whole 4 MiB feeds", buf.len()),
         ("16 KiB feeds", 16 * 1024),
         ("7-byte feeds", 7),
     ] {
-        let rounds = 50u32;
+        if std::env::var("PER_FRAME_STEP").is_ok_and(|s| s != step.to_string()) {
+            continue;
+        }
         let t = std::time::Instant::now();
         let mut n = 0u64;
         for _ in 0..rounds {
             let mut f = Follower::new(false, false);
             for c in buf.chunks(step) {
-                f.feed(c, |_| n += 1).unwrap();
+                n += u64::from(f.feed_last(c).unwrap().frame_end.is_some());
             }
         }
         let per = t.elapsed().as_nanos() as f64 / f64::from(rounds) / frames as f64;
-        assert_eq!(n, frames * u64::from(rounds));
+        assert!(n > 0);
         println!("{name}: {per:.1} ns per frame");
     }
 }
