@@ -81,9 +81,7 @@ impl Events {
             self.line = match (self.line, b) {
                 (Line::CrBoundary, LF) => Line::Boundary,
                 (Line::CrStart, LF) => Line::Start,
-                (Line::Boundary | Line::CrBoundary | Line::Start | Line::CrStart, LF) => {
-                    Line::Boundary
-                }
+                (Line::Boundary | Line::Start, LF) => Line::Boundary,
                 (Line::Boundary | Line::CrBoundary | Line::Start | Line::CrStart, CR) => {
                     Line::CrBoundary
                 }
