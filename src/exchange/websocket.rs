@@ -420,6 +420,50 @@ impl Default for Follower {
     }
 }
 
+/// What a `101 Switching Protocols` switched the connection to, as far as following goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Switched {
+    /// WebSocket frames from now on: follow them (`deflate`: see [`Follower::new`]).
+    WebSocket {
+        /// `permessage-deflate` was accepted.
+        deflate: bool,
+    },
+    /// Not a WebSocket (no 101, `Upgrade: h2c`, any other protocol, a response without
+    /// `Upgrade: websocket`): leave the connection as today.
+    Other,
+    /// A WebSocket with an extension other than `permessage-deflate` accepted: its framing is
+    /// not known here, so the connection is left as today.
+    UnknownExtension,
+}
+
+/// Reads the upgrade from the response's `status`, its `Upgrade` value and its
+/// `Sec-WebSocket-Extensions` value (several field lines joined with `,`; empty when absent).
+/// RFC 6455 §4.1: the client fails the connection unless the 101's `Upgrade` is an ASCII
+/// case-insensitive match for `websocket`; §9.1: the server's extensions list is what both use.
+/// (The request's `Upgrade` need not be read: a server may only switch to a protocol the
+/// client listed, RFC 9110 §7.8, and the 101 names the one it chose.)
+pub fn switched(status: u16, upgrade: &[u8], extensions: &[u8]) -> Switched {
+    if status != 101 || !upgrade.trim_ascii().eq_ignore_ascii_case(b"websocket") {
+        return Switched::Other;
+    }
+    let mut deflate = false;
+    for ext in extensions.split(|&b| b == b',') {
+        let name = ext
+            .split(|&b| b == b';')
+            .next()
+            .unwrap_or_default()
+            .trim_ascii();
+        if name.is_empty() {
+            continue;
+        }
+        if !name.eq_ignore_ascii_case(b"permessage-deflate") || deflate {
+            return Switched::UnknownExtension;
+        }
+        deflate = true;
+    }
+    Switched::WebSocket { deflate }
+}
+
 /// A Close frame built by [`close_frame`]: fixed storage, no allocation.
 #[derive(Clone, Copy)]
 pub struct CloseFrame {

@@ -296,6 +296,39 @@ fn built_close_frames_are_read_back_by_the_follower() {
 }
 
 #[test]
+fn only_a_101_to_websocket_is_followed() {
+    let ws = Switched::WebSocket { deflate: false };
+    assert_eq!(switched(101, b"websocket", b""), ws);
+    assert_eq!(switched(101, b" WebSocket ", b""), ws);
+    // A 101 without `Upgrade: websocket`, an h2c upgrade, another protocol, no 101.
+    assert_eq!(switched(101, b"", b""), Switched::Other);
+    assert_eq!(switched(101, b"h2c", b""), Switched::Other);
+    assert_eq!(switched(101, b"websocket, h2c", b""), Switched::Other);
+    assert_eq!(switched(200, b"websocket", b""), Switched::Other);
+    assert_eq!(switched(426, b"websocket", b""), Switched::Other);
+    // Extensions.
+    let deflate = Switched::WebSocket { deflate: true };
+    assert_eq!(switched(101, b"websocket", b"permessage-deflate"), deflate);
+    assert_eq!(
+        switched(
+            101,
+            b"websocket",
+            b"permessage-deflate; client_max_window_bits=15; server_no_context_takeover"
+        ),
+        deflate
+    );
+    assert_eq!(
+        switched(101, b"websocket", b"x-webkit-deflate-frame"),
+        Switched::UnknownExtension
+    );
+    assert_eq!(
+        switched(101, b"websocket", b"permessage-deflate, permessage-deflate"),
+        Switched::UnknownExtension
+    );
+    assert_eq!(switched(101, b"websocket", b" , "), ws);
+}
+
+#[test]
 fn the_follower_is_small() {
     assert!(
         core::mem::size_of::<Follower>() <= 48,
