@@ -66,6 +66,15 @@ impl Events {
         }
     }
 
+    /// Starts following in the middle of a body whose bytes so far were not followed (say at
+    /// the drain's move time, so that nothing is scanned before): it takes itself to be inside
+    /// a line of unknown content, which is never wrong in the unsafe direction. Two line ends in
+    /// a row (not a CRLF's LF) prove a blank line whatever came before; one may only delay the
+    /// first boundary (a property test holds it to the model for every start point).
+    pub const fn resumed() -> Self {
+        Self { line: Line::In }
+    }
+
     /// The bytes fed so far end with an empty line, or none were fed: the body may end here.
     pub const fn at_boundary(&self) -> bool {
         matches!(self.line, Line::Boundary | Line::CrBoundary)
@@ -175,6 +184,18 @@ impl Chunked {
             digits: 0,
             left: 0,
             events: Events::new(),
+        }
+    }
+
+    /// Starts following at the start of a chunk-size line of a body whose event bytes so far were
+    /// not followed (the connection tracker already follows chunk framing: it can hand over at a
+    /// chunk boundary at the move time); see [`Events::resumed`].
+    pub const fn resumed_at_chunk_start() -> Self {
+        Self {
+            st: Ch::Size,
+            digits: 0,
+            left: 0,
+            events: Events::resumed(),
         }
     }
 

@@ -71,6 +71,17 @@ fn extensions_trailers_and_bare_lf_are_followed() {
 }
 
 #[test]
+fn a_follower_resumed_mid_body_waits_for_a_proven_blank_line() {
+    let mut c = Chunked::resumed_at_chunk_start();
+    assert!(!c.can_end_here());
+    // "\n" alone could end the line of an event: not enough.
+    assert_eq!(c.feed(b"1\r\n\n\r\n").unwrap().cut, None);
+    assert_eq!(c.feed(b"1\r\n\n\r\n").unwrap().cut, Some(6));
+    let mut e = Events::resumed();
+    assert_eq!(e.feed(b"tail of a line\r\n\r\ndata: x\n\n"), Some(27));
+}
+
+#[test]
 fn bad_chunk_framing_is_given_up() {
     for (wire, g) in [
         (&b"x\r\n"[..], GiveUp::Size),
@@ -154,6 +165,21 @@ proptest! {
         prop_assert!(seen.iter().all(|c| want.cuts.contains(c)));
         prop_assert_eq!(ended, want.ended);
         prop_assert_eq!(err, want.gave_up);
+    }
+
+    /// Resumed anywhere, the follower never says "boundary" where the model does not, and it
+    /// agrees again once two blank lines have passed.
+    #[test]
+    fn a_resumed_follower_never_invents_a_boundary(body in arb_body_piece(), start in any::<prop::sample::Index>()) {
+        let start = start.index(body.len() + 1);
+        let mut e = Events::resumed();
+        prop_assert!(!e.at_boundary());
+        for end in start..body.len() {
+            e.feed(&body[end..end + 1]);
+            if e.at_boundary() {
+                prop_assert!(ends_at_boundary(&body[..end + 1]), "{:?} from {}", body, start);
+            }
+        }
     }
 
     /// Body bytes split anywhere: the boundary state is the model's for every prefix.
