@@ -28,6 +28,7 @@
 #[cfg(any(test, fuzzing))]
 #[doc(hidden)]
 pub mod model;
+pub mod mover;
 #[cfg(test)]
 mod tests;
 

@@ -1,0 +1,173 @@
+use super::super::close_frame;
+use super::*;
+
+fn frame(b0: u8, masked: bool, payload: &[u8]) -> Vec<u8> {
+    let key = [9, 8, 7, 6];
+    let mut v = vec![b0, payload.len() as u8 | if masked { 0x80 } else { 0 }];
+    if masked {
+        v.extend_from_slice(&key);
+    }
+    v.extend(
+        payload
+            .iter()
+            .enumerate()
+            .map(|(i, b)| if masked { b ^ key[i % 4] } else { *b }),
+    );
+    v
+}
+
+#[test]
+fn an_idle_websocket_gets_the_close_at_once_and_the_answer_ends_it() {
+    let mut m = Move::new(false);
+    assert_eq!(m.server_bytes(&frame(0x81, false, b"hello")), Write::Pass);
+    assert_eq!(m.due(false), Wake::InjectClose);
+    assert!(m.moved());
+    // The client finishes its message, then answers: both pass (client bytes are never held).
+    m.client_bytes(&frame(0x01, true, b"par"));
+    m.client_bytes(&frame(0x80, true, b"t"));
+    m.client_bytes(close_frame(1001, "", Some([1, 2, 3, 4])).as_bytes());
+    // The server's late message and its Close answer are dropped.
+    assert_eq!(m.server_bytes(&frame(0x81, false, b"late")), Write::Drop);
+    assert_eq!(
+        m.server_bytes(close_frame(1001, "", None).as_bytes()),
+        Write::Drop
+    );
+    assert_eq!(m.dropped_frames(), 2);
+    assert_eq!(m.close_timeout(), Wake::Close);
+}
+
+#[test]
+fn a_server_inside_a_message_gets_the_close_at_its_end_or_at_a_frame_end_after_the_wait() {
+    let mut m = Move::new(false);
+    m.server_bytes(&frame(0x01, false, b"first"));
+    assert_eq!(m.due(false), Wake::Nothing);
+    // A ping between fragments is a frame end, not a message end.
+    assert_eq!(m.server_bytes(&frame(0x89, false, b"")), Write::Pass);
+    let mut last = frame(0x80, false, b"last");
+    let end = last.len();
+    // After the message end: a new message's first fragment and a ping, both dropped.
+    last.extend(frame(0x01, false, b"next"));
+    last.extend(frame(0x89, false, b""));
+    assert_eq!(m.server_bytes(&last), Write::SplitClose(end));
+    assert!(m.moved());
+    assert_eq!(m.dropped_frames(), 2);
+
+    let mut m = Move::new(false);
+    m.server_bytes(&frame(0x01, false, b"first"));
+    assert_eq!(m.due(false), Wake::Nothing);
+    assert_eq!(m.due(true), Wake::InjectClose);
+}
+
+#[test]
+fn a_write_ending_inside_a_frame_waits_for_the_next() {
+    let mut m = Move::new(false);
+    assert_eq!(m.due(false), Wake::InjectClose);
+    let mut m = Move::new(false);
+    let f = frame(0x82, false, b"0123456789");
+    m.server_bytes(&f[..4]);
+    assert_eq!(m.due(false), Wake::Nothing);
+    assert_eq!(m.server_bytes(&f[4..]), Write::AppendClose);
+}
+
+#[test]
+fn a_close_already_on_its_way_is_left_alone() {
+    let mut m = Move::new(false);
+    m.client_bytes(close_frame(1000, "", Some([1, 2, 3, 4])).as_bytes());
+    assert_eq!(m.due(false), Wake::Nothing);
+    let mut m = Move::new(false);
+    m.server_bytes(close_frame(1000, "", None).as_bytes());
+    assert_eq!(m.due(true), Wake::Nothing);
+    assert!(!m.moved() && !m.lost());
+}
+
+#[test]
+fn a_follower_that_gives_up_leaves_the_connection_as_today() {
+    let mut m = Move::new(false);
+    assert_eq!(m.server_bytes(&frame(0x83, false, b"")), Write::Pass);
+    assert!(m.lost());
+    assert_eq!(m.due(true), Wake::Nothing);
+    let mut m = Move::new(false);
+    m.client_bytes(&frame(0x81, false, b"unmasked"));
+    assert!(m.lost());
+}
+
+#[test]
+fn an_unanswered_close_tells_the_upstream_if_the_client_is_between_frames() {
+    let mut m = Move::new(false);
+    assert_eq!(m.due(false), Wake::InjectClose);
+    assert_eq!(m.close_timeout(), Wake::TellUpstreamAndClose);
+    let mut m = Move::new(false);
+    m.client_bytes(&frame(0x82, true, b"abcdef")[..5]);
+    assert_eq!(m.due(false), Wake::InjectClose);
+    assert_eq!(m.close_timeout(), Wake::Close);
+}
+
+mod properties {
+    use super::super::super::model::follow;
+    use super::*;
+    use proptest::prelude::*;
+
+    /// A valid server stream: messages of 1-3 fragments with pings between fragments.
+    fn stream() -> impl Strategy<Value = Vec<u8>> {
+        prop::collection::vec((1usize..4, 0usize..40, any::<bool>()), 0..6).prop_map(|msgs| {
+            let mut v = Vec::new();
+            for (frags, len, ping) in msgs {
+                for f in 0..frags {
+                    let op = if f == 0 { 0x02 } else { 0x00 };
+                    let fin = if f + 1 == frags { 0x80 } else { 0 };
+                    v.extend(frame(fin | op, false, &vec![7; len]));
+                    if ping && f + 1 < frags {
+                        v.extend(frame(0x89, false, b""));
+                    }
+                }
+            }
+            v
+        })
+    }
+
+    proptest! {
+        /// However the writes are cut and whenever the move is due, the Close goes exactly at a
+        /// frame end of the stream (a message end unless the wait for one was over), and every
+        /// byte after it is dropped.
+        #[test]
+        fn the_close_lands_on_a_frame_end(
+            bytes in stream(),
+            cuts in prop::collection::vec(any::<prop::sample::Index>(), 0..6),
+            due_at in any::<prop::sample::Index>(),
+            any_frame in any::<bool>(),
+        ) {
+            let model = follow(&bytes, false, false);
+            let mut points: Vec<usize> = cuts.iter().map(|c| c.index(bytes.len() + 1)).collect();
+            points.push(bytes.len());
+            points.sort_unstable();
+            let due_at = due_at.index(points.len());
+            let mut m = Move::new(false);
+            let (mut at, mut close_at, mut passed) = (0, None, 0);
+            for (i, p) in points.into_iter().enumerate() {
+                if i == due_at && m.due(any_frame) == Wake::InjectClose {
+                    close_at = Some(at);
+                }
+                match m.server_bytes(&bytes[at..p]) {
+                    Write::Pass => passed = p,
+                    Write::AppendClose => {
+                        passed = p;
+                        close_at = Some(p);
+                    }
+                    Write::SplitClose(k) => {
+                        passed = at + k;
+                        close_at = Some(at + k);
+                    }
+                    Write::Drop => {}
+                }
+                at = p;
+            }
+            if let Some(c) = close_at {
+                prop_assert!(m.moved());
+                prop_assert_eq!(passed.max(c), c, "bytes passed after the Close");
+                let ok = c == 0
+                    || model.ends.iter().any(|&(end, _, open)| end == c && (any_frame || !open));
+                prop_assert!(ok, "Close at {} is not a {} end", c, if any_frame { "frame" } else { "message" });
+            }
+        }
+    }
+}
