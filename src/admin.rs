@@ -13,64 +13,12 @@
 //! its cluster from the request could reach the admin. Calling the admin directly needs neither
 //! the cluster nor the guard.
 
+pub use crate::config::AdminAddress;
 use std::fmt;
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::TcpStream;
 use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
-
-/// Where Envoy's admin listens: the `admin.address` of the bootstrap.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum AdminAddress {
-    /// `socket_address`: an IP address and a port.
-    Tcp(SocketAddr),
-    /// `pipe.path`: a file system path, or an abstract socket name written `@name` (as Envoy
-    /// writes it).
-    Unix(String),
-}
-
-impl AdminAddress {
-    /// `"127.0.0.1:9901"`, `"[::1]:9901"`, `"/tmp/envoy.admin"` or `"@envoy-admin"`. What a
-    /// connect would refuse later is refused here, so a mistake stops Envoy at start rather than
-    /// showing at the first drain.
-    pub fn parse(text: &str) -> Result<Self, String> {
-        if text.starts_with('/') || text.starts_with('@') {
-            if text.len() < 2
-                || text.len() > MAX_UNIX_PATH
-                || text.contains('\0')
-                || text.trim_end() != text
-            {
-                return Err(format!(
-                    "{text:?} is not a unix socket path (2 to {MAX_UNIX_PATH} bytes, no NUL, \
-                     no trailing space)"
-                ));
-            }
-            return Ok(AdminAddress::Unix(text.to_string()));
-        }
-        match text.parse::<SocketAddr>() {
-            Ok(a) if a.port() == 0 => Err(format!("{text:?} has port 0")),
-            Ok(a) => Ok(AdminAddress::Tcp(a)),
-            Err(_) => Err(format!(
-                "{text:?} is neither an IP address with a port (\"127.0.0.1:9901\", \
-                 \"[::1]:9901\") nor the path of Envoy's admin unix socket \
-                 (\"/tmp/envoy.admin\", \"@envoy-admin\"); write the address of the \
-                 bootstrap's `admin:` section"
-            )),
-        }
-    }
-}
-
-/// Longest unix socket path a `sockaddr_un` holds (108 bytes with the final NUL).
-const MAX_UNIX_PATH: usize = 107;
-
-impl fmt::Display for AdminAddress {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            AdminAddress::Tcp(a) => write!(f, "{a}"),
-            AdminAddress::Unix(p) => write!(f, "{p}"),
-        }
-    }
-}
 
 /// The admin calls of a drain start, in order, each with what it means once answered 200.
 pub const DRAIN_START_CALLS: [(&str, &str); 2] = [
@@ -487,44 +435,6 @@ mod tests {
         }
         s.write_all(answer).unwrap();
         String::from_utf8(req).unwrap()
-    }
-
-    #[test]
-    fn addresses_are_parsed_as_envoy_writes_them() {
-        assert_eq!(
-            AdminAddress::parse("127.0.0.1:9901"),
-            Ok(AdminAddress::Tcp("127.0.0.1:9901".parse().unwrap()))
-        );
-        assert_eq!(
-            AdminAddress::parse("[::1]:9901"),
-            Ok(AdminAddress::Tcp("[::1]:9901".parse().unwrap()))
-        );
-        assert_eq!(
-            AdminAddress::parse("/tmp/envoy.admin"),
-            Ok(AdminAddress::Unix("/tmp/envoy.admin".into()))
-        );
-        assert_eq!(
-            AdminAddress::parse("@envoy-admin"),
-            Ok(AdminAddress::Unix("@envoy-admin".into()))
-        );
-        let long = format!("/{}", "x".repeat(MAX_UNIX_PATH));
-        for bad in [
-            "localhost:9901",
-            "127.0.0.1",
-            "127.0.0.1:0",
-            "9901",
-            "",
-            "/",
-            "@",
-            "tmp/envoy.admin",
-            "/tmp/envoy.admin ",
-            " 127.0.0.1:9901",
-            "::1:9901",
-            &long,
-        ] {
-            assert!(AdminAddress::parse(bad).is_err(), "{bad:?} accepted");
-        }
-        assert!(AdminAddress::parse(&long[..MAX_UNIX_PATH]).is_ok());
     }
 
     #[test]

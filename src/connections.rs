@@ -55,15 +55,8 @@ pub const EVENT_CONFIRM_CLOSE: u64 = 3;
 /// requests lost 1-2 requests sent at the drain start.
 pub const CONFIRM_DELAY: Duration = Duration::from_millis(50);
 
-/// How long an idle HTTP/2 client gets between the GOAWAY and the close, unless configured.
-pub const DEFAULT_IDLE_CLOSE_GRACE: Duration = Duration::from_secs(2);
-
-/// How long a connection must have had no request in flight to count as idle, unless
-/// configured. A keep-alive client sending back to back is "idle" for microseconds between its
-/// requests; closing it then would race its next request (measured: the hardening race test lost
-/// requests with no threshold). Such a connection is busy: its next response carries
-/// `connection: close` instead.
-pub const DEFAULT_IDLE_AFTER: Duration = Duration::from_secs(1);
+/// The idle defaults live with the network filter's config (the layer below).
+pub use crate::config::{DEFAULT_IDLE_AFTER, DEFAULT_IDLE_CLOSE_GRACE};
 
 /// A connection's own settings, from the network filter config of its listener (listeners may
 /// set them differently; none is process-wide).
