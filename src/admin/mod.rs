@@ -21,7 +21,7 @@ mod wire;
 use wire::call;
 pub use wire::{dechunk, parse_status};
 
-pub use crate::config::AdminAddress;
+pub use crate::config::{AdminAddress, AdminCheck};
 use std::fmt;
 use std::time::Duration;
 
@@ -79,32 +79,6 @@ pub fn check(addr: &AdminAddress, timeout: Duration) -> Result<String, CheckErro
         status,
         body: state[..state.floor_char_boundary(40)].to_string(),
     })
-}
-
-/// Whether `admin_address` answered as Envoy's admin when the server was initialized.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[repr(u8)]
-pub enum AdminCheck {
-    /// No `admin_address` configured (or no drain engine).
-    Unset = 0,
-    Checking = 1,
-    Recognised = 2,
-    /// No HTTP answer (nothing listens there, or no answer in time).
-    NotAnswering = 3,
-    /// An HTTP answer, not Envoy's admin's (a data or control listener, another server).
-    NotAdmin = 4,
-}
-
-impl AdminCheck {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            AdminCheck::Unset => "unset",
-            AdminCheck::Checking => "checking",
-            AdminCheck::Recognised => "recognised",
-            AdminCheck::NotAnswering => "not_answering",
-            AdminCheck::NotAdmin => "not_admin",
-        }
-    }
 }
 
 /// Check, when the server is initialized, which of `addrs` is Envoy's admin: up to `attempts`

@@ -1,5 +1,6 @@
 //! Where Envoy's admin listens, as the bootstrap config names it (parsed and checked at start;
-//! the admin layer makes the calls). Pure; uses nothing outside `std`.
+//! the admin layer makes the calls), and what the start check found there (kept in the shared
+//! state, below the admin layer). Pure; uses nothing outside `std`.
 
 use std::fmt;
 use std::net::SocketAddr;
@@ -53,6 +54,32 @@ impl fmt::Display for AdminAddress {
         match self {
             AdminAddress::Tcp(a) => write!(f, "{a}"),
             AdminAddress::Unix(p) => write!(f, "{p}"),
+        }
+    }
+}
+
+/// Whether `admin_address` answered as Envoy's admin when the server was initialized.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum AdminCheck {
+    /// No `admin_address` configured (or no drain engine).
+    Unset = 0,
+    Checking = 1,
+    Recognised = 2,
+    /// No HTTP answer (nothing listens there, or no answer in time).
+    NotAnswering = 3,
+    /// An HTTP answer, not Envoy's admin's (a data or control listener, another server).
+    NotAdmin = 4,
+}
+
+impl AdminCheck {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AdminCheck::Unset => "unset",
+            AdminCheck::Checking => "checking",
+            AdminCheck::Recognised => "recognised",
+            AdminCheck::NotAnswering => "not_answering",
+            AdminCheck::NotAdmin => "not_admin",
         }
     }
 }

@@ -14,7 +14,7 @@ mod duration;
 mod filter;
 mod token;
 
-pub use admin_address::AdminAddress;
+pub use admin_address::{AdminAddress, AdminCheck};
 pub use bootstrap_config::{
     BootstrapConfig, DrainSettings, RequestPolicy, BUILTIN_HEALTH_CHECK_USER_AGENTS,
 };
