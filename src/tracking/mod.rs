@@ -4,8 +4,8 @@
 //! reports into the module's bookkeeping, as the HTTP filter's hooks do in filter mode:
 //! - a request (HTTP/1.1) or stream (HTTP/2) that starts takes a ticket of the in-flight table,
 //!   on the connection's own slot or its worker's lane, and counts against its connection
-//!   ([`Conn::exchange_started`]), so the drain's count, the status's ages and the idle
-//!   checks of [`crate::connections`] see it;
+//!   ([`crate::connections::Conn::exchange_started`]), so the drain's count, the status's ages
+//!   and the idle checks of [`crate::connections`] see it;
 //! - while a drain is under way, an HTTP/1.1 request its `User-Agent` or path marks as a health
 //!   check keeps its connection busy but is not work (no ticket), as in the HTTP filter;
 //! - what the tracker cannot follow (`Event::Lost`) gives its tickets back and marks the
