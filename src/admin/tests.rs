@@ -1,3 +1,5 @@
+//! Unit tests of the admin calls, against one-connection servers on loopback and unix sockets.
+
 use super::*;
 use std::io::{Read, Write};
 use std::net::TcpListener;

@@ -1,3 +1,5 @@
+//! Unit tests of the configuration: defaults, every field, and errors that name the field.
+
 use super::*;
 
 #[test]

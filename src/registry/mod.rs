@@ -13,7 +13,7 @@
 //! worker's, [`Registry::lane`]) starts requests with [`Registry::start_in`]: no thread-local
 //! lookup at all on the request path.
 //!
-//! The drain protocol (model-checked by `tests/loom.rs`-style tests in this file under `--cfg loom`):
+//! The drain protocol (model-checked by the loom tests in `loom_tests.rs`, `make loom`):
 //! a request stores its waker, then a `SeqCst` fence, then reads the drain flag; a drain sets the
 //! flag, then a `SeqCst` fence, then scans. Of two `SeqCst` fences one comes first, so either the
 //! request sees the drain, or the scan sees the waker (or both): no request is ever missed.

@@ -1,3 +1,6 @@
+//! Unit tests of the in-flight table: slots, growth, reservations, the drain scan, counts, and
+//! threads racing each other (the heaviest are skipped under Miri, see the Makefile).
+
 use super::*;
 use std::collections::HashSet;
 use std::sync::atomic::AtomicBool;

@@ -1,3 +1,6 @@
+//! Unit tests of the stats scan: pacing, the view the drain gets, and the scanner thread against
+//! a fake store.
+
 use super::*;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 

@@ -1,3 +1,6 @@
+//! Unit tests of a followed connection: reads and writes fed as Envoy hands them over (bytes fed
+//! twice included), tickets, health checks, losses and the `connection: close` edits.
+
 use super::*;
 use crate::connections::Conn;
 use crate::drain::Trigger;
