@@ -1054,7 +1054,7 @@ fn documented_admin_addresses_are_the_shipped_ones() {
     assert_ne!(kourier, ["/tmp/envoy.admin"]);
 }
 
-/// A repository path as written in a page (`k8s/contour/`, `src/exchange/http1.rs`): the
+/// A repository path as written in a page (`k8s/contour/`, `src/exchange/http1/`): the
 /// top-level directories and files whose paths the docs name.
 const REPO_PREFIXES: [&str; 8] = [
     "src/",
