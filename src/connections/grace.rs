@@ -146,7 +146,7 @@ impl Connections {
 
     /// The HTTP filter saw a stream start on the connection `id()` names (its ConnectionId
     /// attribute, only asked for when a network filter is loaded). Returns the mark to pass to
-    /// [`stream_ended`]; none if the connection has no network filter.
+    /// [`stream_ended`](super::stream_ended); none if the connection has no network filter.
     pub fn stream_started(&self, id: impl FnOnce() -> Option<u64>) -> StreamMark {
         if self.commit.get().is_none() {
             return StreamMark::default(); // no network filter in this process: nothing to count

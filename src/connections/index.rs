@@ -78,7 +78,8 @@ pub fn unregister(conn: &Conn) {
     });
 }
 
-/// A stream counted against a connection ([`Connections::stream_started`]); hand it back to
+/// A stream counted against a connection
+/// ([`Connections::stream_started`](super::Connections::stream_started)); hand it back to
 /// [`stream_ended`]. `Default` is "none".
 /// It holds the connection itself, so the end of the stream takes no lock and no lookup (the
 /// connection's state outlives its network filter while a stream still holds it: harmless).
@@ -132,8 +133,9 @@ impl StreamMark {
         }
     }
 
-    /// Make this stream the one its connection hands back at drain start ([`Action::WakeStream`])
-    /// until it ends. `word` identifies the stream to the glue (non-zero). On the stream's worker.
+    /// Make this stream the one its connection hands back at drain start
+    /// ([`Action::WakeStream`](super::Action::WakeStream)) until it ends. `word` identifies the
+    /// stream to the glue (non-zero). On the stream's worker.
     pub fn attach(&mut self, word: usize) {
         if let Some(c) = &self.conn {
             c.stream.store(word, Ordering::Relaxed);

@@ -1,9 +1,12 @@
 //! Downstream connections as the network filter sees them, and what to tell the idle ones when a
 //! drain starts. No call into Envoy, and no clock of its own (the callers pass the request path's
-//! coarse time, `StreamSink::now_nanos`): the network-filter glue (`ffi::network`) feeds bytes and events in and applies
-//! the returned [`Action`]; the HTTP filter reports the streams it sees per connection id
-//! ([`Connections::stream_started`], [`stream_ended`]). The process's one [`Connections`] is
-//! owned by the module's shared state (`Shared::connections`); tests make their own.
+//! coarse time, `StreamSink::now_nanos`): the network filter ([`crate::network_filter`]) feeds
+//! bytes and events in and applies the returned [`Action`] through its host; the HTTP filter
+//! reports the streams it sees per connection id ([`Connections::stream_started`],
+//! [`stream_ended`]). The process's one [`Connections`] is owned by the module's shared state
+//! (`Shared::connections`); tests make their own. Uses only [`crate::exchange`] (the frame
+//! reader), [`crate::registry`] (lanes, reserved slots) and [`crate::threads`] (the grace
+//! thread): nothing above them.
 //!
 //! Why: at drain start the HTTP filter reaches every connection that carries a request. An idle
 //! keep-alive connection carries none, so nobody told its client until the process exited and the
@@ -26,12 +29,11 @@
 //! never opened a stream ([`FirstStream`] follows its frame headers until it does).
 //!
 //! Threading: a connection's network filter and every HTTP stream on it run on one worker thread,
-//! but not always its teardown: `network_filter_scheduler_commit` takes a strong reference to
-//! the filter on the committing thread (Envoy 1.38-1.40; `src/ffi/ENVOY_FACTS.md` §1), so when
-//! the drain side commits just as the worker closes the connection, the filter's destroy hook
-//! runs on the drain side's thread, inside the commit. Hence per-connection state is atomics behind an `Arc` ([`Conn`], found by id in its
-//! worker's own map, without a lock), and the drain side never holds a lock while it commits: it
-//! takes counted references to the wakers ([`Wakers`]) and commits after releasing the lock.
+//! but its destroy hook may run on the drain side's thread, inside a scheduler commit
+//! (`src/ffi/ENVOY_FACTS.md` §1). Hence per-connection state is atomics behind an `Arc`
+//! ([`Conn`], found by id in its worker's own map, without a lock), and the drain side never
+//! holds a lock while it commits: it takes counted references to the wakers ([`Wakers`]) and
+//! commits after releasing the lock.
 //!
 //! Files: [`machine`] the per-connection state machine ([`Conn`]); [`first_stream`] the HTTP/2
 //! client's frames until its first stream; [`index`] the worker's map by connection id and the
