@@ -279,12 +279,10 @@ impl Conn {
     /// (the re-checks run at the shortest grace any listener has). A connection opened after
     /// the drain start counts from its first re-check.
     ///
-    /// Judged at the close, [`CONFIRM_DELAY`] after this check: the re-check timer counts the
-    /// grace from the moment it woke the workers, and each worker stamps the drain start a
-    /// little later (its own turn, the coarse clock's tick). Judged at the check itself, the
-    /// first re-check, exactly one grace after the wake-up, found the grace short by that much
-    /// and the close waited a whole grace more (seen with Envoy Gateway's shutdown-manager: an
-    /// idle connection 4 s instead of 2 s, past its last poll before Envoy's exit).
+    /// Judged at the close, [`CONFIRM_DELAY`] after this check: each worker stamps the drain
+    /// start a little after the timer woke it, so judged at the check the first re-check found
+    /// the grace a few ms short and the close waited a whole grace more (the test
+    /// `a_connection_whose_worker_saw_the_drain_start_late_closes_at_the_first_re_check`).
     fn grace_over(&self, now: u64) -> bool {
         let seen = match self.drain_seen_at.compare_exchange(
             0,
