@@ -172,7 +172,7 @@ impl NetFilter {
             None => None,
         };
         if conn.read_wants_bytes(tracking.is_some()) {
-            self.read_with_bytes(host, conn, tracking.as_deref_mut(), data_len, shared());
+            self.read_with_bytes(host, conn, tracking.as_deref_mut(), data_len, shared);
         } else {
             conn.on_read(data_len, &[]);
         }
@@ -183,14 +183,15 @@ impl NetFilter {
     /// that its stack buffers and calls do not weigh on the common path of a connection that is
     /// not followed.
     #[inline(never)]
-    fn read_with_bytes(
+    fn read_with_bytes<'s>(
         &self,
         host: &impl ConnectionHost,
         conn: &Conn,
         tracking: Option<&mut Tracking>,
         data_len: usize,
-        shared: &Shared,
+        shared: impl FnOnce() -> &'s Shared,
     ) {
+        let shared = shared();
         let mut watch = self.first_stream.get();
         host.with_read_slices(|chunks| {
             crate::tracking::on_read_hook(
