@@ -88,7 +88,7 @@ impl ConnectionHost for NetConnection<'_> {
     }
 
     #[inline]
-    fn now_nanos(&self) -> u64 {
+    fn now_nanos() -> u64 {
         super::coarse_monotonic_nanos()
     }
 }

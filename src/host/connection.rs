@@ -63,6 +63,7 @@ pub trait ConnectionHost {
     fn wake_stream(&self, word: usize);
 
     /// The request path's coarse monotonic clock in nanoseconds (the one the HTTP filter stamps
-    /// a stream's end with, `StreamSink::now_nanos`).
-    fn now_nanos(&self) -> u64;
+    /// a stream's end with, `StreamSink::now_nanos`). Any thread. Without `self`, so that
+    /// `H::now_nanos` is a zero-sized function the tracker takes by value at no cost.
+    fn now_nanos() -> u64;
 }

@@ -183,9 +183,9 @@ impl NetFilter {
     /// that its stack buffers and calls do not weigh on the common path of a connection that is
     /// not followed.
     #[inline(never)]
-    fn read_with_bytes<'s>(
+    fn read_with_bytes<'s, H: ConnectionHost>(
         &self,
-        host: &impl ConnectionHost,
+        host: &H,
         conn: &Conn,
         tracking: Option<&mut Tracking>,
         data_len: usize,
@@ -201,7 +201,7 @@ impl NetFilter {
                 &mut watch,
                 tracking,
                 shared,
-                || host.now_nanos(),
+                H::now_nanos,
             )
         });
         self.first_stream.set(watch);
@@ -210,9 +210,9 @@ impl NetFilter {
     /// The server wrote `data_len` bytes towards the client. `shared`: as for
     /// [`NetFilter::on_read`].
     #[inline]
-    pub fn on_write<'s>(
+    pub fn on_write<'s, H: ConnectionHost>(
         &self,
-        host: &impl ConnectionHost,
+        host: &H,
         data_len: usize,
         shared: impl FnOnce() -> &'s Shared,
     ) {
@@ -230,7 +230,7 @@ impl NetFilter {
             return;
         };
         let shared = shared();
-        let now = || host.now_nanos();
+        let now = H::now_nanos;
         if t.on_write_len(data_len, conn, shared, now) {
             return;
         }
@@ -267,7 +267,7 @@ impl NetFilter {
     /// The drain side's `event_id` reached the connection ([`crate::connections::Connections::
     /// wake_all`]; only while [`NetFilter::may_reach_envoy`]): the state machine decides, this
     /// applies its [`Action`] through `host` and counts what it told.
-    pub fn on_scheduled(&self, host: &impl ConnectionHost, event_id: u64, shared: &Shared) {
+    pub fn on_scheduled<H: ConnectionHost>(&self, host: &H, event_id: u64, shared: &Shared) {
         let Some(conn) = self.conn.get() else { return };
         if !host.is_open() {
             return;
@@ -283,7 +283,7 @@ impl NetFilter {
         let done = conn.on_scheduled(
             &shared.connections,
             event_id,
-            host.now_nanos(),
+            H::now_nanos(),
             send_away_once,
         );
         // Sent-away connections were counted by `send_away_once`.

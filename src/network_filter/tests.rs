@@ -9,6 +9,8 @@ use std::time::Duration;
 std::thread_local! {
     /// What the fake connections of this thread were asked, in order.
     static CALLS: RefCell<Vec<Call>> = const { RefCell::new(Vec::new()) };
+    /// The fake clock (`ConnectionHost::now_nanos`), set by the last `FakeConnection::new`.
+    static CLOCK: Cell<u64> = const { Cell::new(0) };
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -31,21 +33,21 @@ fn take_calls() -> Vec<Call> {
 }
 
 /// One connection as a hook sees it: its id, whether it is open, the bytes of the read or
-/// write being handled, and the clock.
+/// write being handled.
 struct FakeConnection {
     id: u64,
     open: bool,
     bytes: &'static [u8],
-    now: u64,
 }
 
 impl FakeConnection {
+    /// In a hook that runs at `now`.
     fn new(bytes: &'static [u8], now: u64) -> FakeConnection {
+        CLOCK.with(|c| c.set(now));
         FakeConnection {
             id: 7,
             open: true,
             bytes,
-            now,
         }
     }
 }
@@ -96,8 +98,8 @@ impl ConnectionHost for FakeConnection {
     fn wake_stream(&self, word: usize) {
         record(Call::WakeStream(word));
     }
-    fn now_nanos(&self) -> u64 {
-        self.now
+    fn now_nanos() -> u64 {
+        CLOCK.with(Cell::get)
     }
 }
 
