@@ -126,6 +126,11 @@ fn an_idle_http2_connection_is_sent_one_no_error_goaway_at_the_drain_start() {
 /// then a clean FIN; never an abort or a reset), with details that name the module in Envoy's
 /// access log, and nothing written into it.
 #[test]
+#[cfg_attr(
+    feature = "cross-check",
+    ignore = "cross-check builds follow without counting once any test loaded the HTTP filter \
+              into the process-wide state: nothing is then known idle"
+)]
 fn an_idle_http1_connection_is_closed_with_a_flush_at_the_drain_start() {
     let (cm, fm) = open_connection(r#"{"track_requests": true, "idle_after": "0s"}"#);
     exchange(
