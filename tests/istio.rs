@@ -490,6 +490,23 @@ async fn the_kit_drains_istio_s_gateway_through_pilot_agent_s_stop() {
     let mut idle_h2 = H2Conn::connect(p.gateway).await.unwrap();
     assert_eq!(idle_h2.send("/ok", &[]).await.unwrap().status, 200);
     envoy.wait_active(2).await;
+    // Istio's stats inclusion list, with the override's entries: the module's series are
+    // exported and Envoy's request stats are there for it to read.
+    let prom = clients::get(p.admin, "/stats/prometheus")
+        .await
+        .unwrap()
+        .text();
+    assert!(
+        prom.contains("envoy_graceful_drain_active_requests"),
+        "{prom}"
+    );
+    assert!(!envoy.log().contains("Envoy keeps no"), "{}", envoy.log());
+    assert_eq!(
+        envoy
+            .stat("http.outbound_0.0.0.0_8080.downstream_rq_active")
+            .await,
+        Some(2)
+    );
 
     // Kubelet: the preStop hook.
     let t0 = Instant::now();
