@@ -272,6 +272,17 @@ async fn start_gateway(kit: bool, upstream: u16) -> (Envoy, Ports) {
     };
     remap(&mut b["admin"]);
     remap(&mut b["static_resources"]);
+    if kit {
+        // What pilot-agent adds to its bootstrap under the kit's EXIT_ON_ZERO_ACTIVE_CONNECTIONS
+        // (istio/istio pkg/bootstrap/config.go: requiredEnvoyStatsMatcherInclusionSuffixes, "Needed
+        // for draining"): the golden file was written without it.
+        let patterns = &mut b["stats_config"]["stats_matcher"]["inclusion_list"]["patterns"];
+        assert!(!patterns.to_string().contains("downstream_cx_active"));
+        patterns
+            .as_array_mut()
+            .unwrap()
+            .push(json!({"suffix": "downstream_cx_active"}));
+    }
     let d = &mut b["dynamic_resources"];
     assert_eq!(d["ads_config"]["api_type"], "DELTA_GRPC");
     let write = |name: &str, resources: Value| {
@@ -386,8 +397,9 @@ enum End {
     /// Envoy exited by itself during the wait.
     Exited,
     /// pilot-agent killed it (`cmd.Process.Kill()`: SIGKILL) after reading the connection
-    /// count this many times.
-    Killed { looks: u32 },
+    /// count this many times; `counted`: because the count was 0 (not because the stats were
+    /// missing or could not be read, which ends the wait at once too).
+    Killed { looks: u32, counted: bool },
 }
 
 /// pilot-agent's stop on SIGTERM, reproduced from istio/istio 1.31.0-rc.0: `pkg/envoy/agent.go`
@@ -406,9 +418,9 @@ async fn pilot_agent_stop(
     termination_drain: Duration,
 ) -> (End, Instant) {
     let _ = clients::request(p.admin, "POST", "/drain_listeners?graceful", &[]).await;
-    let kill = |envoy: &mut Envoy, looks: u32| {
+    let kill = |envoy: &mut Envoy, looks: u32, counted: bool| {
         envoy.signal(libc::SIGKILL);
-        (End::Killed { looks }, Instant::now())
+        (End::Killed { looks, counted }, Instant::now())
     };
     let Some(min_drain) = exit_on_zero else {
         let until = Instant::now() + termination_drain;
@@ -418,7 +430,7 @@ async fn pilot_agent_stop(
             }
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
-        return kill(envoy, 0);
+        return kill(envoy, 0, false);
     };
     tokio::time::sleep(min_drain).await;
     // Istio's known listeners, by the stat names Envoy gives their (remapped) addresses.
@@ -439,14 +451,14 @@ async fn pilot_agent_stop(
         let Ok(stats) = stats else {
             failures += 1;
             if failures > 4 {
-                return kill(envoy, looks);
+                return kill(envoy, looks, false);
             }
             continue;
         };
         failures = 0;
         let text = stats.text();
         if text.is_empty() {
-            return kill(envoy, looks);
+            return kill(envoy, looks, false);
         }
         let active: u64 = text
             .lines()
@@ -460,7 +472,7 @@ async fn pilot_agent_stop(
             .filter_map(|(_, v)| v.trim().parse::<u64>().ok())
             .sum();
         if active == 0 {
-            return kill(envoy, looks);
+            return kill(envoy, looks, true);
         }
     }
 }
@@ -566,7 +578,10 @@ async fn the_kit_drains_istio_s_gateway_through_pilot_agent_s_stop() {
     let (end, at) = pilot_agent_stop(&mut envoy, &p, Some(min_drain), Duration::ZERO).await;
     assert_eq!(
         end,
-        End::Killed { looks: 1 },
+        End::Killed {
+            looks: 1,
+            counted: true
+        },
         "pilot-agent's first look finds nothing open"
     );
     assert!(
@@ -610,9 +625,50 @@ async fn stock_istio_cuts_a_request_longer_than_its_termination_drain_duration()
             idle_h1.is_open()
         }
     );
-    assert_eq!(end, End::Killed { looks: 0 });
+    assert_eq!(
+        end,
+        End::Killed {
+            looks: 0,
+            counted: false
+        }
+    );
     assert!(at - sigterm >= Duration::from_secs(5));
     assert!(open, "the idle connection was told nothing before the kill");
     let r = slow_h1.await.unwrap();
     assert!(r.is_err(), "cut at the kill: {:?}", r.map(|r| r.status));
+}
+
+/// The kit when kubelet's preStop hook failed (the control listener unreachable): SIGTERM goes
+/// straight to pilot-agent, whose `drain_listeners` starts the module's drain, and its
+/// EXIT_ON_ZERO_ACTIVE_CONNECTIONS wait keeps Envoy until the request longer than 5 s is
+/// answered and its connection closed (the idle one was told at once); then it ends Envoy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn without_the_pre_stop_pilot_agent_s_stop_still_waits_for_the_kit_s_drain() {
+    let upstream = Upstream::start().await;
+    let (mut envoy, p) = start_gateway(true, upstream.port).await;
+    let v = values();
+    let min_drain = duration(&v["env"]["MINIMUM_DRAIN_DURATION"]);
+    let slow_h1 = tokio::spawn(clients::get(p.gateway, SLOW));
+    let mut idle_h1 = H1Conn::connect(p.gateway).await.unwrap();
+    assert_eq!(idle_h1.send("GET", "/ok", &[]).await.unwrap().status, 200);
+    envoy.wait_active(1).await;
+    let sigterm = Instant::now();
+    let ((end, at), told) = tokio::join!(
+        pilot_agent_stop(&mut envoy, &p, Some(min_drain), Duration::ZERO),
+        idle_h1.wait_closed(Duration::from_secs(4))
+    );
+    told.expect("the idle connection told at the drain start");
+    assert!(matches!(end, End::Killed { counted: true, .. }), "{end:?}");
+    let r = slow_h1.await.unwrap().expect("the request in flight");
+    assert_eq!((r.status, r.header("connection")), (200, Some("close")));
+    assert!(
+        at - sigterm >= Duration::from_millis(6000),
+        "ended only after the request: {:?}",
+        at - sigterm
+    );
+    let log = envoy.log();
+    assert!(
+        log.contains("drain started (trigger=drain_listeners"),
+        "{log}"
+    );
 }
