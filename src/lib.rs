@@ -9,6 +9,7 @@
 //! - [`extension`]: the bootstrap extension's life (load, engine hooks, scanner, admin calls,
 //!   fallback ticker, teardown), over a host trait the FFI implements.
 //! - [`http_filter`]: per-request glue (data and control roles), over a host trait.
+//! - [`network_filter`]: the network filter's lifecycle, over a host trait ([`host`]).
 //! - [`connections`]: downstream connections seen by the network filter; tells idle ones.
 //! - [`exchange`]: pure HTTP/1.1 and HTTP/2 framing follower for the network filter.
 //! - [`bootstrap`]: the drain engine on Envoy's main thread: SIGTERM hold, admin endpoints.
@@ -39,7 +40,9 @@ pub mod extension;
 pub mod faults;
 pub mod ffi;
 pub mod gauges;
+pub mod host;
 pub mod http_filter;
+pub mod network_filter;
 pub mod registry;
 pub mod state;
 pub mod stats_scan;

@@ -1,0 +1,158 @@
+//! The HTTP filter's config (its role) and the network filter's (idle grace, idle threshold,
+//! request tracking), with the defaults the connections layer uses. Uses `config`'s helpers.
+
+use super::*;
+
+/// How long an idle HTTP/2 client gets between the GOAWAY and the close, unless configured.
+pub const DEFAULT_IDLE_CLOSE_GRACE: Duration = Duration::from_secs(2);
+
+/// How long a connection must have had no request in flight to count as idle, unless
+/// configured. A keep-alive client sending back to back is "idle" for microseconds between its
+/// requests; closing it then would race its next request (measured: the hardening race test lost
+/// requests with no threshold). Such a connection is busy: its next response carries
+/// `connection: close` instead.
+pub const DEFAULT_IDLE_AFTER: Duration = Duration::from_secs(1);
+
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct FilterConfig {
+    pub role: Role,
+    /// Control role only: `/drain` requires this bearer token.
+    pub drain_token: Option<DrainToken>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawFilterConfig {
+    role: Option<String>,
+    drain_token_file: Option<String>,
+    drain_token_env: Option<String>,
+}
+
+impl FilterConfig {
+    /// Parse, reading a token file or variable if the config names one.
+    pub fn parse(raw: &[u8]) -> Result<Self, ConfigError> {
+        Self::parse_with(
+            raw,
+            |var| std::env::var(var).ok(),
+            |path| std::fs::read_to_string(path),
+        )
+    }
+
+    /// [`FilterConfig::parse`] with the environment and file system passed in (for tests).
+    pub fn parse_with(
+        raw: &[u8],
+        env: impl Fn(&str) -> Option<String>,
+        read: impl Fn(&str) -> std::io::Result<String>,
+    ) -> Result<Self, ConfigError> {
+        #[cfg(feature = "panic-test")]
+        if raw == b"panic-test" {
+            panic!("test panic requested in filter config");
+        }
+        let r: RawFilterConfig = parse_json("filter", raw)?;
+        let role =
+            match r.role.as_deref() {
+                None | Some("data") => Role::Data,
+                Some("control") => Role::Control,
+                Some("admin_guard") => return Err(error(
+                    "filter",
+                    "role",
+                    "role \"admin_guard\" was removed: the drain engine now calls Envoy's admin \
+                     itself (bootstrap field admin_address); delete the graceful_drain_admin \
+                     cluster and this filter",
+                )),
+                Some(other) => {
+                    return Err(error(
+                        "filter",
+                        "role",
+                        format!("unknown role {other:?}: expected \"data\" or \"control\""),
+                    ))
+                }
+            };
+        let token = match (r.drain_token_file, r.drain_token_env) {
+            (Some(_), Some(_)) => {
+                return Err(error(
+                    "filter",
+                    "drain_token_env",
+                    "set drain_token_file or drain_token_env, not both",
+                ))
+            }
+            (Some(path), None) => {
+                let text = read(&path).map_err(|e| {
+                    error(
+                        "filter",
+                        "drain_token_file",
+                        format!("cannot read {path:?}: {e}"),
+                    )
+                })?;
+                Some(DrainToken::from_text("drain_token_file", &text)?)
+            }
+            (None, Some(var)) => {
+                let text = env(&var).ok_or_else(|| {
+                    error(
+                        "filter",
+                        "drain_token_env",
+                        format!("environment variable {var:?} is not set"),
+                    )
+                })?;
+                Some(DrainToken::from_text("drain_token_env", &text)?)
+            }
+            (None, None) => None,
+        };
+        if token.is_some() && role != Role::Control {
+            return Err(error(
+                "filter",
+                "role",
+                "a drain token only applies to the control role; the data role serves no \
+                 control endpoint",
+            ));
+        }
+        Ok(FilterConfig {
+            role,
+            drain_token: token,
+        })
+    }
+}
+
+/// The network filter's config (JSON in a StringValue; empty means the defaults).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NetworkFilterConfig {
+    /// Time an idle HTTP/2 client gets between the GOAWAY and the close.
+    pub idle_close_grace: Duration,
+    /// No request in flight for this long makes a connection idle.
+    pub idle_after: Duration,
+    /// Follow every request on the connection from its bytes (the tracking layer): connection
+    /// mode's exact in-flight count and idle detection, without an HTTP filter. Default `false`
+    /// (beside the HTTP filter: filter mode); the shipped example sets `true` (docs/modes.md).
+    pub track_requests: bool,
+}
+
+impl NetworkFilterConfig {
+    pub fn parse(raw: &[u8]) -> Result<Self, ConfigError> {
+        #[derive(Default, Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct Raw {
+            idle_close_grace: Option<String>,
+            idle_after: Option<String>,
+            track_requests: Option<bool>,
+        }
+        const SCOPE: &str = "network filter";
+        let c: Raw = if raw.iter().all(u8::is_ascii_whitespace) {
+            Raw::default()
+        } else {
+            serde_json::from_slice(raw).map_err(|e| error(SCOPE, "filter_config", e.to_string()))?
+        };
+        let field = |name: &str, v: Option<String>, default: Duration| match v {
+            None => Ok(default),
+            Some(s) => parse_duration(&s).map_err(|e| error(SCOPE, name, e)),
+        };
+        Ok(NetworkFilterConfig {
+            idle_close_grace: field(
+                "idle_close_grace",
+                c.idle_close_grace,
+                DEFAULT_IDLE_CLOSE_GRACE,
+            )?,
+            idle_after: field("idle_after", c.idle_after, DEFAULT_IDLE_AFTER)?,
+            track_requests: c.track_requests.unwrap_or(false),
+        })
+    }
+}

@@ -1,0 +1,418 @@
+//! Unit tests of the configuration: defaults, every field, and errors that name the field.
+
+use super::*;
+
+#[test]
+fn durations_in_envoy_style_parse() {
+    assert_eq!(parse_duration("5s"), Ok(Duration::from_secs(5)));
+    assert_eq!(parse_duration("1.5s"), Ok(Duration::from_millis(1500)));
+    assert_eq!(parse_duration("0.250s"), Ok(Duration::from_millis(250)));
+    assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+    assert_eq!(parse_duration("0.5ms"), Ok(Duration::from_micros(500)));
+    assert_eq!(parse_duration("0s"), Ok(Duration::ZERO));
+    assert_eq!(parse_duration("0.000000001s"), Ok(Duration::from_nanos(1)));
+    assert_eq!(parse_duration("3600s"), Ok(MAX_DURATION));
+}
+
+#[test]
+fn bad_durations_are_refused_with_a_reason() {
+    for bad in [
+        "",
+        "5",
+        "s",
+        "-1s",
+        "1.s",
+        ".5s",
+        "1e3s",
+        "5m",
+        "1h",
+        " 5s",
+        "5s ",
+        "1.0000000001s",
+        "3601s",
+        "99999999999999999999s",
+        "five s",
+        "1,5s",
+        "+1s",
+        "5 s",
+        "ms",
+    ] {
+        let e = parse_duration(bad).expect_err(bad);
+        assert!(e.contains("invalid duration"), "{bad}: {e}");
+    }
+}
+
+#[test]
+fn durations_round_trip_through_format() {
+    for ms in [0u64, 1, 250, 1000, 1500, 25_000, 3_600_000] {
+        let d = Duration::from_millis(ms);
+        assert_eq!(parse_duration(&format_duration(d)), Ok(d), "{ms}ms");
+    }
+    assert_eq!(format_duration(Duration::from_millis(1500)), "1.5s");
+}
+
+#[test]
+fn empty_bootstrap_config_means_defaults() {
+    let c = BootstrapConfig::parse(b"").unwrap();
+    assert_eq!(c.drain, DrainSettings::default());
+    assert_eq!(BootstrapConfig::parse(b"  {} ").unwrap(), c);
+    assert_eq!(c.drain.min_drain_duration, Duration::from_secs(5));
+    assert_eq!(c.drain.quiet_period, Duration::from_secs(1));
+    assert_eq!(c.drain.drain_timeout, Duration::from_secs(25));
+    assert_eq!(c.lifecycle_log_level, log::Level::Info);
+    let warn = BootstrapConfig::parse(br#"{"lifecycle_log_level":"warn"}"#).unwrap();
+    assert_eq!(warn.lifecycle_log_level, log::Level::Warn);
+}
+
+#[test]
+fn bootstrap_only_fields() {
+    let d = BootstrapConfig::parse(b"").unwrap();
+    assert_eq!(d.admin_address, []);
+    assert_eq!(d.ignored_stat_prefixes, ["admin"]);
+    assert_eq!(d.requests, RequestPolicy::default());
+    let c =
+        BootstrapConfig::parse(br#"{"admin_address":"","ignored_stat_prefixes":["admin","ops"]}"#)
+            .unwrap();
+    assert_eq!(c.admin_address, []);
+    assert_eq!(c.ignored_stat_prefixes, ["admin", "ops"]);
+    let a = |t: &str| AdminAddress::parse(t).unwrap();
+    let c = BootstrapConfig::parse(br#"{"admin_address":"127.0.0.1:9901"}"#).unwrap();
+    assert_eq!(c.admin_address, [a("127.0.0.1:9901")]);
+    let c = BootstrapConfig::parse(br#"{"admin_address":"/tmp/envoy.admin"}"#).unwrap();
+    assert_eq!(c.admin_address, [a("/tmp/envoy.admin")]);
+    // Several places the admin may be (a platform's releases differ): tried in order.
+    let c = BootstrapConfig::parse(br#"{"admin_address":["127.0.0.1:9901","/tmp/envoy.admin"]}"#)
+        .unwrap();
+    assert_eq!(
+        c.admin_address,
+        [a("127.0.0.1:9901"), a("/tmp/envoy.admin")]
+    );
+    let e = BootstrapConfig::parse(br#"{"admin_address":"localhost:9901"}"#).unwrap_err();
+    assert_eq!(e.field, "admin_address");
+    assert!(e.problem.contains("\"localhost:9901\""), "{e}");
+    for bad in [
+        &br#"{"admin_address":[]}"#[..],
+        br#"{"admin_address":["127.0.0.1:9901","127.0.0.1:9901"]}"#,
+        br#"{"admin_address":["127.0.0.1:9901","localhost:1"]}"#,
+        br#"{"admin_address":9901}"#,
+    ] {
+        let e = BootstrapConfig::parse(bad).unwrap_err();
+        assert_eq!(e.field, "admin_address", "{e}");
+    }
+    // Configs written for the releases that called the admin through a cluster are refused
+    // with what to do instead, whatever the value.
+    for old in [
+        &br#"{"admin_cluster":"graceful_drain_admin"}"#[..],
+        br#"{"admin_cluster":""}"#,
+        br#"{"admin_cluster":null}"#,
+    ] {
+        let e = BootstrapConfig::parse(old).unwrap_err();
+        assert_eq!(e.field, "admin_cluster");
+        assert!(e.problem.contains("admin_address"), "{e}");
+    }
+    let e = BootstrapConfig::parse(br#"{"ignored_stat_prefixes":["http.admin"]}"#).unwrap_err();
+    assert_eq!(e.field, "ignored_stat_prefixes");
+}
+
+#[test]
+fn bootstrap_config_fields_parse() {
+    let c = BootstrapConfig::parse(
+        br#"{"min_drain_duration":"300ms","quiet_period":"0.2s","drain_timeout":"10s"}"#,
+    )
+    .unwrap();
+    assert_eq!(c.drain.min_drain_duration, Duration::from_millis(300));
+    assert_eq!(c.drain.quiet_period, Duration::from_millis(200));
+    assert_eq!(c.drain.drain_timeout, Duration::from_secs(10));
+}
+
+#[test]
+fn bootstrap_errors_name_the_field() {
+    let cases: &[(&[u8], &str)] = &[
+        (br#"{"min_drain_duration":"5x"}"#, "min_drain_duration"),
+        (br#"{"quiet_period":"-1s"}"#, "quiet_period"),
+        (br#"{"drain_timeout":"0s"}"#, "drain_timeout"),
+        (br#"{"drain_timeout":"3s"}"#, "drain_timeout"), // below default min 5s
+        (
+            br#"{"min_drain_duration":"1s","quiet_period":"30s"}"#,
+            "drain_timeout",
+        ),
+        (br#"{"drain_timout":"3s"}"#, "drain_timout"),
+        (br#"{"drain_timeout":5}"#, "drain_timeout"),
+        (
+            br#"{"quiet_period":"1s","min_drain_duration":["5s"]}"#,
+            "min_drain_duration",
+        ),
+        (
+            br#"{"quiet_period":"1s","quiet_period":"2s"}"#,
+            "quiet_period",
+        ),
+        (
+            br#"{"ignored_stat_prefixes":"admin"}"#,
+            "ignored_stat_prefixes",
+        ),
+        (br#"{"lifecycle_log_level":"debug"}"#, "lifecycle_log_level"),
+        (br#"{"lifecycle_log_level":"WARN"}"#, "lifecycle_log_level"),
+        (b"{not json", "extension_config"),
+        (b"[1, 2]", "extension_config"),
+    ];
+    for (raw, field) in cases {
+        let e = BootstrapConfig::parse(raw).expect_err(std::str::from_utf8(raw).unwrap());
+        assert_eq!(e.field, *field, "{e}");
+        assert!(e.to_string().contains(field), "{e}");
+    }
+}
+
+#[test]
+fn timeout_below_minimum_says_why() {
+    let e = BootstrapConfig::parse(br#"{"min_drain_duration":"10s","drain_timeout":"3s"}"#)
+        .unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "invalid graceful_drain bootstrap config: field `drain_timeout`: 3s is below \
+         min_drain_duration 10s: the drain could never complete normally"
+    );
+}
+
+#[test]
+fn drain_token_from_file_or_env() {
+    let env = |v: &str| (v == "TOKEN").then(|| "s3cret\n".to_string());
+    let read = |p: &str| {
+        if p == "/t" {
+            Ok("from-file\n".to_string())
+        } else {
+            Err(std::io::Error::from(std::io::ErrorKind::NotFound))
+        }
+    };
+    let c = FilterConfig::parse_with(
+        br#"{"role":"control","drain_token_env":"TOKEN"}"#,
+        env,
+        read,
+    )
+    .unwrap();
+    let t = c.drain_token.unwrap();
+    assert!(t.accepts(b"Bearer s3cret"));
+    assert!(!t.accepts(b"Bearer s3cre"));
+    assert!(!t.accepts(b"Bearer s3cretX"));
+    assert!(
+        t.accepts(b"bearer s3cret"),
+        "the scheme is case-insensitive (RFC 7235)"
+    );
+    assert!(!t.accepts(b"Bearers3cret"));
+    assert!(!t.accepts(b"Bearer S3CRET"), "the token is not");
+    assert!(!t.accepts(b"s3cret"));
+    assert!(!t.accepts(b""));
+    assert_eq!(format!("{t:?}"), "DrainToken(<redacted>)");
+    let c = FilterConfig::parse_with(br#"{"role":"control","drain_token_file":"/t"}"#, env, read)
+        .unwrap();
+    assert!(c.drain_token.unwrap().accepts(b"Bearer from-file"));
+
+    let cases: &[(&[u8], &str, &str)] = &[
+        (
+            br#"{"role":"control","drain_token_file":"/missing"}"#,
+            "drain_token_file",
+            "cannot read",
+        ),
+        (
+            br#"{"role":"control","drain_token_env":"NOPE"}"#,
+            "drain_token_env",
+            "not set",
+        ),
+        (
+            br#"{"role":"control","drain_token_env":"TOKEN","drain_token_file":"/t"}"#,
+            "drain_token_env",
+            "not both",
+        ),
+        (
+            br#"{"role":"data","drain_token_env":"TOKEN"}"#,
+            "role",
+            "only applies",
+        ),
+    ];
+    for (raw, field, problem) in cases {
+        let e = FilterConfig::parse_with(raw, env, read).unwrap_err();
+        assert_eq!(e.field, *field, "{e}");
+        assert!(e.problem.contains(problem), "{e}");
+        assert!(!e.to_string().contains("s3cret"), "token leaked into {e}");
+    }
+    let bad = |v: &str| Some(v.to_string());
+    for (value, problem) in [("", "empty"), ("two words", "printable"), ("\n", "empty")] {
+        let env = |_: &str| bad(value);
+        let e = FilterConfig::parse_with(br#"{"role":"control","drain_token_env":"X"}"#, env, read)
+            .unwrap_err();
+        assert!(e.problem.contains(problem), "{value:?}: {e}");
+    }
+}
+
+#[test]
+fn filter_config_roles() {
+    assert_eq!(FilterConfig::parse(b"").unwrap().role, Role::Data);
+    assert_eq!(FilterConfig::parse(b"{}").unwrap().role, Role::Data);
+    assert_eq!(
+        FilterConfig::parse(br#"{"role":"data"}"#).unwrap().role,
+        Role::Data
+    );
+    assert_eq!(
+        FilterConfig::parse(br#"{"role":"control"}"#).unwrap().role,
+        Role::Control
+    );
+    let e = FilterConfig::parse(br#"{"role":"admin"}"#).unwrap_err();
+    assert_eq!(e.field, "role");
+    assert!(e.problem.contains("\"admin\""), "{e}");
+    let e = FilterConfig::parse(br#"{"role":"admin_guard"}"#).unwrap_err();
+    assert_eq!(e.field, "role");
+    assert!(e.problem.contains("admin_address"), "{e}");
+    let e = FilterConfig::parse(br#"{"rol":"data"}"#).unwrap_err();
+    assert_eq!(e.field, "rol");
+    let e = FilterConfig::parse(&[0xff, 0xfe]).unwrap_err();
+    assert_eq!(e.field, "filter_config");
+    let e = FilterConfig::parse(br#"{"role":"data","role":"data"}"#).unwrap_err();
+    assert_eq!(e.field, "role");
+    let e = FilterConfig::parse(br#"{"role":7}"#).unwrap_err();
+    assert_eq!(e.field, "role");
+}
+
+/// Serde quotes the name of an unknown field in backticks; a name that holds backticks
+/// itself is still named as written (it was named `` (empty) when the name was read up to
+/// the first backtick).
+#[test]
+fn an_unknown_field_with_backticks_is_named_as_written() {
+    for key in [
+        "`quiet_period",
+        "quiet`period",
+        "a`, expected `b`",
+        "``",
+        "x`",
+    ] {
+        let raw = serde_json::json!({ key: 1 }).to_string();
+        let e = BootstrapConfig::parse(raw.as_bytes()).unwrap_err();
+        assert_eq!(e.field, key, "{e}");
+        assert!(e.problem.starts_with("unknown field `"), "{e}");
+        let e = FilterConfig::parse(raw.as_bytes()).unwrap_err();
+        assert_eq!(e.field, key, "{e}");
+    }
+    assert_eq!(
+        named_by_serde("unknown field `a`b`, there are no fields at line 1 column 9"),
+        Some("a`b")
+    );
+    assert_eq!(
+        named_by_serde("duplicate field `role` at line 1 column 20"),
+        Some("role")
+    );
+    assert_eq!(named_by_serde("invalid type: integer `1`"), None);
+}
+
+#[test]
+fn health_checks_are_recognised_by_user_agent_and_path() {
+    let c = BootstrapConfig::parse(
+        br#"{"health_check_user_agents":["Pingdom"],"health_check_paths":["/healthz"]}"#,
+    )
+    .unwrap();
+    let p = &c.requests;
+    for ua in [
+        "Envoy/HC",
+        "kube-probe/1.31",
+        "ELB-HealthChecker/2.0",
+        "GoogleHC/1.0",
+        "Pingdom.com_bot_version_1.4",
+    ] {
+        assert!(p.is_health_check(Some(ua.as_bytes()), Some(b"/")), "{ua}");
+    }
+    assert!(!p.is_health_check(Some(b"curl/8.0"), Some(b"/")));
+    assert!(
+        !p.is_health_check(Some(b"my kube-probe/1"), None),
+        "prefix, not substring"
+    );
+    assert!(p.is_health_check(None, Some(b"/healthz")));
+    assert!(p.is_health_check(None, Some(b"/healthz?full=1")));
+    assert!(!p.is_health_check(None, Some(b"/healthz/deep")));
+    assert!(!RequestPolicy::default().is_health_check(None, Some(b"/healthz")));
+}
+
+#[test]
+fn readiness_failure_delay_must_stay_below_the_minimum() {
+    let ok = BootstrapConfig::parse(br#"{"readiness_failure_delay":"2s"}"#).unwrap();
+    assert_eq!(ok.requests.readiness_failure_delay, Duration::from_secs(2));
+    for bad in [
+        &br#"{"readiness_failure_delay":"5s"}"#[..],
+        br#"{"readiness_failure_delay":"3s","min_drain_duration":"2s","drain_timeout":"9s"}"#,
+        br#"{"readiness_failure_delay":"soon"}"#,
+    ] {
+        let e = BootstrapConfig::parse(bad).unwrap_err();
+        assert_eq!(e.field, "readiness_failure_delay", "{e}");
+    }
+    for (bad, field) in [
+        (
+            &br#"{"health_check_paths":["healthz"]}"#[..],
+            "health_check_paths",
+        ),
+        (
+            br#"{"health_check_user_agents":[""]}"#,
+            "health_check_user_agents",
+        ),
+    ] {
+        assert_eq!(BootstrapConfig::parse(bad).unwrap_err().field, field);
+    }
+}
+
+#[test]
+fn network_filter_config_defaults_and_errors_name_the_field() {
+    let parse =
+        |raw: &[u8]| NetworkFilterConfig::parse(raw).map(|c| (c.idle_close_grace, c.idle_after));
+    let defaults = (Duration::from_secs(2), Duration::from_secs(1));
+    assert_eq!(parse(b"").unwrap(), defaults);
+    assert_eq!(parse(b"{}").unwrap(), defaults);
+    assert_eq!(
+        parse(br#"{"idle_close_grace": "500ms", "idle_after": "0s"}"#).unwrap(),
+        (Duration::from_millis(500), Duration::ZERO)
+    );
+    for (raw, field) in [
+        (&br#"{"idle_after": "1"}"#[..], "idle_after"),
+        (br#"{"idle_close_grace": "soon"}"#, "idle_close_grace"),
+        (br#"{"grace": "1s"}"#, "grace"),
+    ] {
+        let e = NetworkFilterConfig::parse(raw).unwrap_err().to_string();
+        assert!(e.contains(field), "{e}");
+        assert!(
+            e.starts_with("invalid graceful_drain network filter config"),
+            "{e}"
+        );
+    }
+}
+
+#[test]
+fn addresses_are_parsed_as_envoy_writes_them() {
+    assert_eq!(
+        AdminAddress::parse("127.0.0.1:9901"),
+        Ok(AdminAddress::Tcp("127.0.0.1:9901".parse().unwrap()))
+    );
+    assert_eq!(
+        AdminAddress::parse("[::1]:9901"),
+        Ok(AdminAddress::Tcp("[::1]:9901".parse().unwrap()))
+    );
+    assert_eq!(
+        AdminAddress::parse("/tmp/envoy.admin"),
+        Ok(AdminAddress::Unix("/tmp/envoy.admin".into()))
+    );
+    assert_eq!(
+        AdminAddress::parse("@envoy-admin"),
+        Ok(AdminAddress::Unix("@envoy-admin".into()))
+    );
+    let long = format!("/{}", "x".repeat(admin_address::MAX_UNIX_PATH));
+    for bad in [
+        "localhost:9901",
+        "127.0.0.1",
+        "127.0.0.1:0",
+        "9901",
+        "",
+        "/",
+        "@",
+        "tmp/envoy.admin",
+        "/tmp/envoy.admin ",
+        " 127.0.0.1:9901",
+        "::1:9901",
+        &long,
+    ] {
+        assert!(AdminAddress::parse(bad).is_err(), "{bad:?} accepted");
+    }
+    assert!(AdminAddress::parse(&long[..admin_address::MAX_UNIX_PATH]).is_ok());
+}

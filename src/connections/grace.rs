@@ -1,0 +1,225 @@
+//! The connections of a process ([`Connections`], one per `Shared`): the waker table, the
+//! counts, the drain flag, and the grace thread that re-checks idle connections after the drain
+//! start.
+
+use super::index::LOCAL;
+use super::{
+    get, ConnSettings, Counts, IdleTold, StreamMark, Wakers, CONFIRM_DELAY,
+    DEFAULT_IDLE_CLOSE_GRACE, EVENT_CONFIRM_CLOSE, EVENT_DRAIN_STARTED, EVENT_GRACE_OVER, RECHECKS,
+};
+use crate::threads::Threads;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+/// The waker table, the counts, the drain flag and the grace. One per process, owned by the
+/// module's shared state (`Shared::connections`); a test makes its own.
+pub struct Connections {
+    pub wakers: Wakers,
+    pub counts: Counts,
+    draining: AtomicBool,
+    /// The shortest and longest `idle_close_grace` of the network filter configs loaded (ms;
+    /// 0 for none): the re-checks run at the shortest, for as long as the longest needs.
+    grace_min_ms: AtomicU64,
+    grace_max_ms: AtomicU64,
+    commit: OnceLock<fn(usize, u64)>,
+    /// A network filter that follows exchanges (`track_requests`) is loaded: its connections'
+    /// requests are in the in-flight table (connection mode).
+    tracking: AtomicBool,
+    /// Open connections whose tracker lost the thread: their requests are not in the table, so
+    /// while any is open the drain also waits for Envoy's gauges.
+    untracked_open: AtomicUsize,
+    /// Followed connections whose next request's head has begun and is not complete yet.
+    partial_heads: AtomicUsize,
+}
+
+impl Default for Connections {
+    fn default() -> Self {
+        Connections {
+            wakers: Wakers::default(),
+            counts: Counts::default(),
+            draining: AtomicBool::new(false),
+            grace_min_ms: AtomicU64::new(0),
+            grace_max_ms: AtomicU64::new(0),
+            commit: OnceLock::new(),
+            tracking: AtomicBool::new(false),
+            untracked_open: AtomicUsize::new(0),
+            partial_heads: AtomicUsize::new(0),
+        }
+    }
+}
+
+impl Connections {
+    /// How the drain side wakes a connection (installed once by the network-filter glue).
+    pub fn install_commit(&self, commit: fn(usize, u64)) {
+        let _ = self.commit.set(commit);
+    }
+
+    /// A network filter config with these settings was loaded (any listener).
+    pub fn note_config(&self, settings: ConnSettings) {
+        let ms = (settings.idle_close_grace.as_millis() as u64).max(1);
+        let _ = self
+            .grace_min_ms
+            .try_update(Ordering::Relaxed, Ordering::Relaxed, |m| {
+                (m == 0 || ms < m).then_some(ms)
+            });
+        self.grace_max_ms.fetch_max(ms, Ordering::Relaxed);
+    }
+
+    /// The shortest and longest `idle_close_grace` of the configs loaded (the default if none).
+    pub fn graces(&self) -> (Duration, Duration) {
+        let ms = |a: &AtomicU64| match a.load(Ordering::Relaxed) {
+            0 => DEFAULT_IDLE_CLOSE_GRACE,
+            v => Duration::from_millis(v),
+        };
+        (ms(&self.grace_min_ms), ms(&self.grace_max_ms))
+    }
+
+    pub fn is_draining(&self) -> bool {
+        self.draining.load(Ordering::SeqCst)
+    }
+
+    /// A network filter that follows exchanges was loaded (its config's `track_requests`).
+    pub fn note_tracking(&self) {
+        self.tracking.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether the in-flight table holds every request of the connections this module follows:
+    /// a tracking network filter is loaded and none of its open connections lost the thread.
+    pub fn tracking_is_exact(&self) -> bool {
+        self.tracking.load(Ordering::Relaxed) && self.untracked_open.load(Ordering::Relaxed) == 0
+    }
+
+    /// A followed connection lost the thread (`opened`) or one that had closed (`!opened`).
+    pub fn note_untracked(&self, opened: bool) {
+        if opened {
+            self.untracked_open.fetch_add(1, Ordering::Relaxed);
+        } else {
+            let _ = self
+                .untracked_open
+                .try_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
+        }
+    }
+
+    /// A followed connection's request head began (`true`) or completed, or the connection
+    /// stopped being followed (`false`). Envoy's connection manager makes a stream at a head's
+    /// first byte (counted in its gauge from then), the tracker takes a ticket at the head's end:
+    /// in between, the drain counts the head here (`Shared::poll`).
+    pub fn note_partial_head(&self, began: bool) {
+        if began {
+            self.partial_heads.fetch_add(1, Ordering::SeqCst);
+        } else {
+            let _ = self
+                .partial_heads
+                .try_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
+        }
+    }
+
+    /// Followed connections with a request head on its way.
+    pub fn partial_heads(&self) -> usize {
+        self.partial_heads.load(Ordering::SeqCst)
+    }
+
+    /// Open connections whose tracker lost the thread.
+    pub fn untracked_open(&self) -> usize {
+        self.untracked_open.load(Ordering::Relaxed)
+    }
+
+    /// Wake every connection with `event`. Returns how many were woken.
+    pub fn wake_all(&self, event: u64) -> usize {
+        let Some(commit) = self.commit.get() else {
+            return 0;
+        };
+        // Commit without holding any lock: a commit may run a connection's destroy hook on
+        // this thread (module doc), which takes the table's lock to leave it.
+        let all = self.wakers.snapshot();
+        for w in &all {
+            commit(w.word(), event);
+        }
+        all.len()
+    }
+
+    /// Mark the drain started (once). Returns false if it already was.
+    pub fn mark_draining(&self) -> bool {
+        !self.draining.swap(true, Ordering::SeqCst)
+    }
+
+    /// The HTTP filter saw a stream start on the connection `id()` names (its ConnectionId
+    /// attribute, only asked for when a network filter is loaded). Returns the mark to pass to
+    /// [`stream_ended`](super::stream_ended); none if the connection has no network filter.
+    pub fn stream_started(&self, id: impl FnOnce() -> Option<u64>) -> StreamMark {
+        if self.commit.get().is_none() {
+            return StreamMark::default(); // no network filter in this process: nothing to count
+        }
+        let Some(id) = id() else {
+            return StreamMark::default();
+        };
+        let conn = LOCAL
+            .try_with(|l| {
+                let l = l.try_borrow().ok()?;
+                l.map.get(&id).filter(|c| !get(&c.gone)).cloned()
+            })
+            .ok()
+            .flatten();
+        if let Some(c) = &conn {
+            c.stream_started();
+            #[cfg(feature = "cross-check")]
+            c.xc.check_start(c.id);
+        }
+        StreamMark { conn, attached: 0 }
+    }
+
+    /// Idle connections told so far (status JSON, drain-complete log line).
+    pub fn idle_told(&self) -> IdleTold {
+        self.counts.snapshot()
+    }
+
+    /// Integration point for the drain start (`Shared::start_drain`): wake every connection now
+    /// so idle ones are told, and once more after the grace so they are closed. Any thread;
+    /// idempotent. The re-checks run on a thread owned by `threads`, whose gate keeps their
+    /// commits out of Envoy once the exit is released; `drained` only ends them early.
+    pub fn drain_started(
+        &'static self,
+        threads: &'static Threads,
+        on_panic: fn(),
+        drained: impl Fn() -> bool + Send + 'static,
+    ) {
+        if !self.mark_draining() || self.commit.get().is_none() {
+            return; // already started, or no network filter loaded
+        }
+        let n = self.wake_all(EVENT_DRAIN_STARTED);
+        let (shortest, longest) = self.graces();
+        log::info!(
+            "graceful_drain: telling idle connections about the drain ({n} open connections; idle \
+             HTTP/2 get GOAWAY now and a close after their listener's idle_close_grace \
+             ({shortest:?}{}), idle HTTP/1.1 a close)",
+            if longest > shortest {
+                format!(" to {longest:?}")
+            } else {
+                String::new()
+            }
+        );
+        let grace = shortest.max(Duration::from_millis(10));
+        // Enough rounds at the shortest grace for the longest to pass, then RECHECKS more.
+        let rounds = RECHECKS + (longest.as_millis() / grace.as_millis().max(1)) as u32;
+        // One timer thread per process: network filters have no timer of their own, and the
+        // scheduler commit is thread-safe. It ends after its rounds, or when the module stops.
+        let spawned = threads.spawn("graceful_drain_idle_grace", on_panic, move || {
+            for round in 0..=rounds {
+                if round > 0 {
+                    if !threads.sleep(grace.saturating_sub(CONFIRM_DELAY)) || drained() {
+                        return;
+                    }
+                    self.wake_all(EVENT_GRACE_OVER);
+                }
+                if !threads.sleep(CONFIRM_DELAY) || drained() {
+                    return;
+                }
+                self.wake_all(EVENT_CONFIRM_CLOSE);
+            }
+        });
+        if let Err(e) = spawned {
+            log::warn!("graceful_drain: no grace timer thread ({e}); idle HTTP/2 closed at exit");
+        }
+    }
+}

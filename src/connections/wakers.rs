@@ -1,0 +1,132 @@
+//! The scheduler table shared with the drain side: every live connection's waker, sharded per
+//! worker; the last holder of a waker destroys it.
+
+use std::cell::Cell;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+const SHARDS: usize = 64;
+
+/// Lock a mutex even if poisoned: the slabs hold plain words whose invariants a panic cannot
+/// break halfway, and refusing to drain would be worse.
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// A connection's waker (an opaque word: the glue stores a scheduler pointer) and how to destroy
+/// it. Shared by the table and, briefly, by the drain side while it commits: the last holder
+/// destroys it, so a commit never meets a deleted scheduler.
+#[derive(Debug)]
+pub struct Waker {
+    word: usize,
+    destroy: fn(usize),
+}
+
+impl Waker {
+    pub fn new(word: usize, destroy: fn(usize)) -> Arc<Waker> {
+        Arc::new(Waker { word, destroy })
+    }
+
+    pub fn word(&self) -> usize {
+        self.word
+    }
+}
+
+impl Drop for Waker {
+    fn drop(&mut self) {
+        (self.destroy)(self.word)
+    }
+}
+
+#[derive(Default)]
+struct Slab {
+    entries: Vec<Option<Arc<Waker>>>,
+    free: Vec<usize>,
+}
+
+/// Where a connection's waker sits in [`Wakers`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WakerSlot {
+    shard: usize,
+    index: usize,
+}
+
+/// Every live connection's waker, sharded per worker thread so registering a connection takes
+/// an uncontended lock.
+pub struct Wakers {
+    shards: Box<[Mutex<Slab>]>,
+}
+
+thread_local! {
+    static SHARD: Cell<usize> = const { Cell::new(usize::MAX) };
+}
+static NEXT_SHARD: AtomicUsize = AtomicUsize::new(0);
+
+impl Default for Wakers {
+    fn default() -> Self {
+        Wakers {
+            shards: (0..SHARDS).map(|_| Mutex::new(Slab::default())).collect(),
+        }
+    }
+}
+
+impl Wakers {
+    fn my_shard() -> usize {
+        SHARD
+            .try_with(|s| {
+                if s.get() == usize::MAX {
+                    s.set(NEXT_SHARD.fetch_add(1, Ordering::Relaxed) % SHARDS);
+                }
+                s.get()
+            })
+            .unwrap_or(0)
+    }
+
+    pub fn insert(&self, waker: Arc<Waker>) -> WakerSlot {
+        let shard = Self::my_shard();
+        let mut s = lock(&self.shards[shard]);
+        let index = match s.free.pop() {
+            Some(i) => {
+                s.entries[i] = Some(waker);
+                i
+            }
+            None => {
+                s.entries.push(Some(waker));
+                s.entries.len() - 1
+            }
+        };
+        WakerSlot { shard, index }
+    }
+
+    /// Take the waker out of the table. Dropping the result destroys it unless the drain side
+    /// is committing to it right now (then that commit's end destroys it).
+    pub fn remove(&self, slot: WakerSlot) -> Option<Arc<Waker>> {
+        let mut s = lock(&self.shards[slot.shard]);
+        let w = s.entries.get_mut(slot.index)?.take();
+        if w.is_some() {
+            s.free.push(slot.index);
+        }
+        w
+    }
+
+    /// Counted references to every live waker; no lock is held once this returns.
+    pub fn snapshot(&self) -> Vec<Arc<Waker>> {
+        let mut all = Vec::new();
+        for shard in self.shards.iter() {
+            let s = lock(shard);
+            all.extend(s.entries.iter().flatten().cloned());
+        }
+        all
+    }
+
+    pub fn len(&self) -> usize {
+        self.shards
+            .iter()
+            .map(|s| lock(s).entries.iter().flatten().count())
+            .sum()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}

@@ -1,0 +1,354 @@
+//! The network filter's lifecycle (`envoy.filters.network.dynamic_modules`, before the HTTP
+//! connection manager), written against [`ConnectionHost`]: what its config load sets up, what a
+//! new connection registers, how reads and writes reach the connection's state machine and its
+//! exchange tracker, how a scheduled event's [`Action`] is applied and counted, and what its
+//! destroy releases. `crate::ffi::network` only converts and calls these, one call per hook.
+//!
+//! Uses [`crate::connections`] (the state machine that decides), [`crate::tracking`] (the
+//! exchange tracker, connection mode), [`crate::state`] (the shared drain state, passed in) and
+//! [`crate::host::connection`]. The decisions stay returned values ([`Action`], tested on their
+//! own in `connections`); this file applies them through the host.
+
+use crate::config::NetworkFilterConfig;
+use crate::connections::{
+    Action, Conn, ConnSettings, FirstStream, Waker, WakerSlot, GOAWAY_NO_ERROR,
+};
+use crate::host::connection::ConnectionHost;
+use crate::state::{Protocol, Shared, Stat};
+use crate::tracking::Tracking;
+use std::cell::{Cell, OnceCell, RefCell};
+use std::sync::Arc;
+
+/// One listener's network filter config. Its stats are the bootstrap extension's (through
+/// `Shared::counters`): what its connections count (told idle, sent away, served while
+/// draining, untracked) lands in the same stats as the HTTP filter's.
+#[derive(Debug)]
+pub struct NetConfig {
+    /// This listener's idle settings, given to each of its connections.
+    settings: ConnSettings,
+    /// Follow every exchange from the bytes (`track_requests`: connection mode).
+    track_requests: bool,
+}
+
+impl NetConfig {
+    /// A listener's config was loaded: the drain side learns how to wake connections (`H`'s
+    /// scheduler commit) and this listener's grace; `publish_active_requests` starts the
+    /// in-flight gauge when this listener counts requests itself.
+    pub fn load<H: ConnectionHost>(
+        config: NetworkFilterConfig,
+        shared: &Shared,
+        publish_active_requests: fn(),
+    ) -> NetConfig {
+        let NetworkFilterConfig {
+            idle_close_grace: grace,
+            idle_after,
+            track_requests,
+        } = config;
+        let c = &shared.connections;
+        c.install_commit(H::commit_scheduler);
+        let settings = ConnSettings {
+            idle_after,
+            idle_close_grace: grace,
+        };
+        c.note_config(settings);
+        if track_requests {
+            c.note_tracking();
+        }
+        log::info!(
+            "graceful_drain: network filter loaded (idle connections are told at drain start; \
+             idle_close_grace={grace:?}, idle_after={idle_after:?}, \
+             track_requests={track_requests})"
+        );
+        if track_requests {
+            publish_active_requests();
+        }
+        NetConfig {
+            settings,
+            track_requests,
+        }
+    }
+
+    /// Envoy destroys a listener's config, after its filters (`None`: a config it refused).
+    pub fn unload(config: Option<Box<NetConfig>>) {
+        #[cfg(feature = "cross-check")]
+        {
+            let (checks, ahead, disagreements, starts) = crate::connections::cross_check_tallies();
+            log::info!(
+                "graceful_drain: cross-check: {checks} checks ({starts} at request starts, the \
+                 others at reads), the tracker ahead at {ahead}, {disagreements} disagreements"
+            );
+        }
+        drop(config);
+    }
+}
+
+/// One connection's filter. Only shared references to it are ever made: its hooks can nest (a
+/// close or a write made from the scheduled hook raises the event and write hooks of the same
+/// filter at once), so every field that changes is a cell.
+pub struct NetFilter {
+    /// Its listener's idle settings (the config outlives its filters).
+    settings: ConnSettings,
+    conn: OnceCell<Arc<Conn>>,
+    slot: Cell<Option<WakerSlot>>,
+    /// An HTTP/2 client's frames until its first stream (while `conn` is watching for it).
+    first_stream: Cell<FirstStream>,
+    /// The connection raised a close event: no host may be made for it any more
+    /// ([`NetFilter::may_reach_envoy`]).
+    closed: Cell<bool>,
+    /// The connection's requests, followed from its bytes (connection mode), if configured.
+    tracking: Option<RefCell<Tracking>>,
+}
+
+impl NetFilter {
+    /// Envoy made a filter for a new connection of the listener `config` is for (`None`: no
+    /// config, the defaults).
+    pub fn new(config: Option<&NetConfig>, shared: &Shared) -> NetFilter {
+        let track = config.is_some_and(|c| c.track_requests);
+        // Per connection, by its listener's own config, whatever other listeners have: where
+        // this listener's chain has the HTTP filter too, the tracker's count is the one, and the
+        // HTTP filter takes no ticket for the connection's requests (`StreamMark::
+        // counted_by_tracker`). The test-only cross-check build follows beside the HTTP filter
+        // without counting instead.
+        #[cfg(not(feature = "cross-check"))]
+        let _ = shared;
+        let tracking = match track {
+            #[cfg(feature = "cross-check")]
+            true if shared.data_filter_loaded() => Some(Tracking::shadow()),
+            true => Some(Tracking::new()),
+            false => None,
+        };
+        NetFilter {
+            settings: config.map_or_else(ConnSettings::default, |c| c.settings),
+            conn: OnceCell::new(),
+            slot: Cell::new(None),
+            first_stream: Cell::new(FirstStream::default()),
+            closed: Cell::new(false),
+            tracking: tracking.map(RefCell::new),
+        }
+    }
+
+    /// The connection is set up (its callbacks exist): its state, findable by id from its
+    /// worker, and a waker for the drain side.
+    pub fn on_new_connection(&self, host: &impl ConnectionHost, shared: &'static Shared) {
+        let requests = &shared.requests;
+        let lane = requests.lane();
+        let conn = Arc::new(
+            Conn::on_lane(host.id(), lane, lane.and_then(|l| requests.reserve(l)))
+                .with_settings(self.settings),
+        );
+        if self.tracking.as_ref().is_some_and(|t| t.borrow().counts()) {
+            conn.set_followed(true);
+        }
+        crate::connections::register(&conn);
+        let _ = self.conn.set(conn);
+        if let Some(s) = host.new_scheduler() {
+            let waker = Waker::new(s, host_delete_scheduler(host));
+            self.slot.set(Some(shared.connections.wakers.insert(waker)));
+            if let Some(conn) = self.conn.get() {
+                conn.set_wakeable();
+            }
+        }
+    }
+
+    /// The client sent `data_len` bytes. `shared` is asked for only when the bytes are wanted:
+    /// the common read of a connection that is not followed pays nothing for it.
+    #[inline]
+    pub fn on_read<'s>(
+        &self,
+        host: &impl ConnectionHost,
+        data_len: usize,
+        shared: impl FnOnce() -> &'s Shared,
+    ) {
+        let Some(conn) = self.conn.get() else {
+            return;
+        };
+        let mut tracking = match self.tracking.as_ref().map(RefCell::try_borrow_mut) {
+            Some(Ok(t)) => Some(t),
+            // Cannot be: its hooks do not nest into a read or write hook.
+            Some(Err(_)) => {
+                in_use();
+                None
+            }
+            None => None,
+        };
+        if conn.read_wants_bytes(tracking.is_some()) {
+            self.read_with_bytes(host, conn, tracking.as_deref_mut(), data_len, shared);
+        } else {
+            conn.on_read(data_len, &[]);
+        }
+    }
+
+    /// A read whose bytes are wanted: hands the read buffer's slices to
+    /// [`crate::tracking::on_read_hook`], which decides everything. Kept out of the read hook, so
+    /// that its stack buffers and calls do not weigh on the common path of a connection that is
+    /// not followed.
+    #[inline(never)]
+    fn read_with_bytes<'s, H: ConnectionHost>(
+        &self,
+        host: &H,
+        conn: &Conn,
+        tracking: Option<&mut Tracking>,
+        data_len: usize,
+        shared: impl FnOnce() -> &'s Shared,
+    ) {
+        let shared = shared();
+        let mut watch = self.first_stream.get();
+        host.with_read_slices(|chunks| {
+            crate::tracking::on_read_hook(
+                conn,
+                data_len,
+                chunks,
+                &mut watch,
+                tracking,
+                shared,
+                H::now_nanos,
+            )
+        });
+        self.first_stream.set(watch);
+    }
+
+    /// The server wrote `data_len` bytes towards the client. `shared`: as for
+    /// [`NetFilter::on_read`].
+    #[inline]
+    pub fn on_write<'s, H: ConnectionHost>(
+        &self,
+        host: &H,
+        data_len: usize,
+        shared: impl FnOnce() -> &'s Shared,
+    ) {
+        let Some(conn) = self.conn.get() else {
+            return;
+        };
+        conn.on_write(data_len);
+        // An empty write (Envoy makes one at a proxied response's end, ENVOY_FACTS.md §6) has
+        // no byte to follow: no buffer callbacks for it.
+        let Some(tracking) = self.tracking.as_ref().filter(|_| data_len > 0) else {
+            return;
+        };
+        let Ok(mut t) = tracking.try_borrow_mut() else {
+            in_use();
+            return;
+        };
+        let shared = shared();
+        let now = H::now_nanos;
+        if t.on_write_len(data_len, conn, shared, now) {
+            return;
+        }
+        let edit = host.with_write_slices(|chunks| t.on_write_bytes(chunks, conn, shared, now));
+        drop(t);
+        // After the slices are released: the rewrite changes the buffer they described.
+        if edit.is_some_and(|e| !host.replace_write_start(e.replaced(), e.pieces())) {
+            log::warn!(
+                "graceful_drain: could not edit connection: close in a response on connection {}",
+                conn.id
+            );
+        }
+    }
+
+    /// The connection raised an event; `close`: a remote or local close.
+    pub fn on_event(&self, close: bool) {
+        if close {
+            self.closed.set(true);
+            // Test-only: the streams the close resets end in both filters in no set order.
+            #[cfg(feature = "cross-check")]
+            if let Some(conn) = self.conn.get() {
+                conn.cross_check_event(None);
+            }
+        }
+    }
+
+    /// Whether a scheduled event may make a host for this connection: not once it raised a
+    /// close event, as Envoy's side of it may be gone before a scheduled event still queued for
+    /// this filter runs (ENVOY_FACTS.md §1, schedulers).
+    pub fn may_reach_envoy(&self) -> bool {
+        !self.closed.get()
+    }
+
+    /// The drain side's `event_id` reached the connection ([`crate::connections::Connections::
+    /// wake_all`]; only while [`NetFilter::may_reach_envoy`]): the state machine decides, this
+    /// applies its [`Action`] through `host` and counts what it told.
+    pub fn on_scheduled<H: ConnectionHost>(&self, host: &H, event_id: u64, shared: &Shared) {
+        let Some(conn) = self.conn.get() else { return };
+        if !host.is_open() {
+            return;
+        }
+        let send_away_once = |id, http2| {
+            let p = if http2 {
+                Protocol::Http2
+            } else {
+                Protocol::Http1
+            };
+            shared.send_away_once(Some(id), || p).is_some()
+        };
+        let done = conn.on_scheduled(
+            &shared.connections,
+            event_id,
+            H::now_nanos(),
+            send_away_once,
+        );
+        // Sent-away connections were counted by `send_away_once`.
+        for (p, told) in [
+            (Protocol::Http1, done.told_http1),
+            (Protocol::Http2, done.told_http2),
+        ] {
+            if told {
+                shared.counters.count(Stat::IdleTold(p));
+            }
+        }
+        apply(host, conn, done.action);
+    }
+
+    /// Envoy destroys the filter; possibly on the drain side's thread, inside its commit (see
+    /// [`crate::connections`]): touches only thread-safe state, never the host.
+    pub fn on_destroy(&self, shared: &Shared) {
+        if let Some(slot) = self.slot.get() {
+            // Deletes the scheduler now, or when a commit in progress lets go of it.
+            drop(shared.connections.wakers.remove(slot));
+        }
+        if let Some(conn) = self.conn.get() {
+            if let Some(tracking) = &self.tracking {
+                if let Ok(mut t) = tracking.try_borrow_mut() {
+                    t.on_close(conn, shared);
+                }
+            }
+            crate::connections::unregister(conn);
+        }
+    }
+}
+
+/// `H::delete_scheduler` as the plain `fn` a [`Waker`] holds.
+fn host_delete_scheduler<H: ConnectionHost>(_: &H) -> fn(usize) {
+    H::delete_scheduler
+}
+
+/// Does what the state machine decided to the connection.
+fn apply(host: &impl ConnectionHost, conn: &Conn, action: Action) {
+    match action {
+        Action::Nothing => {}
+        Action::WakeStream(word) => host.wake_stream(word),
+        Action::GoAway | Action::GoAwayBusy => {
+            log::debug!(
+                "graceful_drain: GOAWAY to {} HTTP/2 connection {}",
+                if action == Action::GoAway {
+                    "idle"
+                } else {
+                    "busy"
+                },
+                conn.id
+            );
+            host.inject_write(&GOAWAY_NO_ERROR)
+        }
+        Action::Close => {
+            log::debug!("graceful_drain: closing idle connection {}", conn.id);
+            host.close(b"graceful_drain_idle_close")
+        }
+    }
+}
+
+#[cold]
+fn in_use() {
+    log::warn!("graceful_drain: a connection's tracker was in use: bytes not followed");
+}
+
+#[cfg(test)]
+mod tests;
