@@ -671,7 +671,12 @@ async fn start_gateway(m: &Manifests, upstream: u16) -> Gateway {
             "--config-yaml" => {
                 let mut extra = yaml(&given.next().expect("the --config-yaml value"));
                 let l = &mut extra["static_resources"]["listeners"][0];
-                assert_eq!(l["address"]["socket_address"]["address"], "::");
+                // IPv4 in the pod, as Contour's own listeners; IPv6 loopback here (the
+                // dual-stack component's family; the IPv4 bind: tests/ip_family.rs).
+                assert_eq!(
+                    l["address"]["socket_address"],
+                    json!({"address": "0.0.0.0", "port_value": 10001})
+                );
                 l["address"] = json!({"socket_address": {"address": "::1", "port_value": p[4]}});
                 control = Some(p[4]);
                 let mut s = module_settings(&extra);
