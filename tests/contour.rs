@@ -678,6 +678,16 @@ async fn start_gateway(m: &Manifests, upstream: u16) -> Gateway {
                     json!({"address": "0.0.0.0", "port_value": 10001})
                 );
                 l["address"] = json!({"socket_address": {"address": "::1", "port_value": p[4]}});
+                // ... with the dual-stack component's rule: /drain from ::1 too.
+                let ids = &mut l["filter_chains"][0]["filters"][0]["typed_config"]["http_filters"]
+                    [0]["typed_config"]["rules"]["policies"]["drain-from-outside-the-pod"]
+                    ["principals"][0]["not_id"]["or_ids"]["ids"];
+                let v4 =
+                    json!([{"direct_remote_ip": {"address_prefix": "127.0.0.0", "prefix_len": 8}}]);
+                assert_eq!(*ids, v4);
+                ids.as_array_mut().unwrap().push(
+                    json!({"direct_remote_ip": {"address_prefix": "::1", "prefix_len": 128}}),
+                );
                 control = Some(p[4]);
                 let mut s = module_settings(&extra);
                 assert_eq!(s["admin_address"], "/admin/admin.sock");

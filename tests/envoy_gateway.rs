@@ -1426,6 +1426,18 @@ async fn start_gateway_with(
                 let sa = &mut l["address"]["socket_address"];
                 assert_eq!(*sa, json!({"address": "0.0.0.0", "port_value": 19010}));
                 *sa = json!({"address": "::1", "port_value": control});
+                // ... with the dual-stack component's rule, /drain from ::1 too (unless the
+                // test narrowed the kit's rule).
+                let ids = &mut l["filter_chains"][0]["filters"][0]["typed_config"]["http_filters"]
+                    [0]["typed_config"]["rules"]["policies"]["drain-from-outside-the-pod"]
+                    ["principals"][0]["not_id"]["or_ids"]["ids"];
+                let v4 =
+                    json!([{"direct_remote_ip": {"address_prefix": "127.0.0.0", "prefix_len": 8}}]);
+                if *ids == v4 {
+                    ids.as_array_mut().unwrap().push(
+                        json!({"direct_remote_ip": {"address_prefix": "::1", "prefix_len": 128}}),
+                    );
+                }
                 has_control = true;
             }
             other => panic!("unexpected static listener {other}"),
@@ -2003,10 +2015,7 @@ async fn only_the_pod_itself_may_start_a_drain_through_the_control_listener() {
             ["principals"][0]["not_id"]["or_ids"]["ids"];
         assert_eq!(
             *ids,
-            json!([
-                {"direct_remote_ip": {"address_prefix": "127.0.0.0", "prefix_len": 8}},
-                {"direct_remote_ip": {"address_prefix": "::1", "prefix_len": 128}}
-            ])
+            json!([{"direct_remote_ip": {"address_prefix": "127.0.0.0", "prefix_len": 8}}])
         );
         *ids = json!([{"direct_remote_ip": {"address_prefix": "127.0.0.2", "prefix_len": 32}}]);
     };
