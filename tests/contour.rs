@@ -445,13 +445,15 @@ fn the_kit_s_bootstrap_pieces_fit_contour_s_bootstrap() {
         ![8080, 8443, 8002, 9001, 8001, 8090].contains(&port),
         "{port}"
     );
+    // The Kourier kit's IPv4 listener (its ipv4-only component: Contour binds IPv4 as that does).
     let kourier = yaml(
-        &std::fs::read_to_string(repo_root().join("k8s/kourier/graceful-drain/envoy-args.yaml"))
+        &std::fs::read_to_string(repo_root().join("k8s/kourier/ipv4-only/kustomization.yaml"))
             .unwrap(),
     );
-    // The values of its operations: the container's name, then --config-yaml and its value.
+    let ops = yaml(kourier["patches"][0]["patch"].as_str().unwrap());
+    // The values of its operations: the container's name, --config-yaml, then the new value.
     let kourier = config_yaml(
-        &items(&kourier, "ops")
+        &items(&ops, "ops")
             .iter()
             .map(|op| op["value"].as_str().unwrap_or_default().to_string())
             .collect::<Vec<_>>(),
