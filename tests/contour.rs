@@ -445,13 +445,15 @@ fn the_kit_s_bootstrap_pieces_fit_contour_s_bootstrap() {
         ![8080, 8443, 8002, 9001, 8001, 8090].contains(&port),
         "{port}"
     );
+    // The Kourier kit's IPv4 listener (its ipv4-only component: Contour binds IPv4 as that does).
     let kourier = yaml(
-        &std::fs::read_to_string(repo_root().join("k8s/kourier/graceful-drain/envoy-args.yaml"))
+        &std::fs::read_to_string(repo_root().join("k8s/kourier/ipv4-only/kustomization.yaml"))
             .unwrap(),
     );
-    // The values of its operations: the container's name, then --config-yaml and its value.
+    let ops = yaml(kourier["patches"][0]["patch"].as_str().unwrap());
+    // The values of its operations: the container's name, --config-yaml, then the new value.
     let kourier = config_yaml(
-        &items(&kourier, "ops")
+        &items(&ops, "ops")
             .iter()
             .map(|op| op["value"].as_str().unwrap_or_default().to_string())
             .collect::<Vec<_>>(),
@@ -671,8 +673,23 @@ async fn start_gateway(m: &Manifests, upstream: u16) -> Gateway {
             "--config-yaml" => {
                 let mut extra = yaml(&given.next().expect("the --config-yaml value"));
                 let l = &mut extra["static_resources"]["listeners"][0];
-                assert_eq!(l["address"]["socket_address"]["address"], "::");
+                // IPv4 in the pod, as Contour's own listeners; IPv6 loopback here (the
+                // dual-stack component's family; the IPv4 bind: tests/ip_family.rs).
+                assert_eq!(
+                    l["address"]["socket_address"],
+                    json!({"address": "0.0.0.0", "port_value": 10001})
+                );
                 l["address"] = json!({"socket_address": {"address": "::1", "port_value": p[4]}});
+                // ... with the dual-stack component's rule: /drain from ::1 too.
+                let ids = &mut l["filter_chains"][0]["filters"][0]["typed_config"]["http_filters"]
+                    [0]["typed_config"]["rules"]["policies"]["drain-from-outside-the-pod"]
+                    ["principals"][0]["not_id"]["or_ids"]["ids"];
+                let v4 =
+                    json!([{"direct_remote_ip": {"address_prefix": "127.0.0.0", "prefix_len": 8}}]);
+                assert_eq!(*ids, v4);
+                ids.as_array_mut().unwrap().push(
+                    json!({"direct_remote_ip": {"address_prefix": "::1", "prefix_len": 128}}),
+                );
                 control = Some(p[4]);
                 let mut s = module_settings(&extra);
                 assert_eq!(s["admin_address"], "/admin/admin.sock");

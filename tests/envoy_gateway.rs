@@ -374,11 +374,12 @@ fn kit_pieces_fit_together() {
     let port = named(&c["ports"], "drain-control").unwrap();
     assert_eq!(port["containerPort"].as_u64(), Some(control_port));
     assert!(!(19000..=19003).contains(&control_port), "EG's ports");
-    // Dual-stack; its listener stats named so EG's shutdown-manager leaves them out of its count
+    // IPv4, as EG's own listeners by default (the dual-stack component for ipFamily IPv6 or
+    // DualStack); its listener stats named so EG's shutdown-manager leaves them out of its count
     // (EG's regex `admin|19001|19003|worker`), and /drain refused from outside the pod.
     assert_eq!(
         control["address"]["socket_address"],
-        json!({"address": "::", "port_value": 19010, "ipv4_compat": true})
+        json!({"address": "0.0.0.0", "port_value": 19010})
     );
     assert!(control["stat_prefix"].as_str().unwrap().contains("admin"));
     let filters = &hcm(control)["http_filters"];
@@ -1420,13 +1421,23 @@ async fn start_gateway_with(
         match l["name"].as_str().unwrap() {
             STATS_LISTENER => relocate(l, 19001, stats),
             CONTROL_LISTENER => {
-                // Dual-stack `::` in the pod; IPv6 loopback here.
+                // IPv4 in the pod; IPv6 loopback here (the dual-stack component's family; the
+                // IPv4 bind: tests/ip_family.rs).
                 let sa = &mut l["address"]["socket_address"];
-                assert_eq!(
-                    *sa,
-                    json!({"address": "::", "port_value": 19010, "ipv4_compat": true})
-                );
+                assert_eq!(*sa, json!({"address": "0.0.0.0", "port_value": 19010}));
                 *sa = json!({"address": "::1", "port_value": control});
+                // ... with the dual-stack component's rule, /drain from ::1 too (unless the
+                // test narrowed the kit's rule).
+                let ids = &mut l["filter_chains"][0]["filters"][0]["typed_config"]["http_filters"]
+                    [0]["typed_config"]["rules"]["policies"]["drain-from-outside-the-pod"]
+                    ["principals"][0]["not_id"]["or_ids"]["ids"];
+                let v4 =
+                    json!([{"direct_remote_ip": {"address_prefix": "127.0.0.0", "prefix_len": 8}}]);
+                if *ids == v4 {
+                    ids.as_array_mut().unwrap().push(
+                        json!({"direct_remote_ip": {"address_prefix": "::1", "prefix_len": 128}}),
+                    );
+                }
                 has_control = true;
             }
             other => panic!("unexpected static listener {other}"),
@@ -1804,7 +1815,7 @@ fn kit_shutdown_manager(gw: &Gateway) -> EgShutdownManager {
 
 /// The kit's pod stopping: kubelet sends SIGTERM to envoy (no preStop) while the shutdown-manager
 /// runs EG's sequence from its preStop hook, with idle keep-alive connections and a request in
-/// flight. The kit's own drain settings (min_drain_duration 5s) and shutdown settings.
+/// flight. The kit's own drain settings (min_drain_duration 15s) and shutdown settings.
 async fn eg_sequence_with_the_kit(health_check_failure_delay: Option<Duration>) {
     let upstream = Upstream::start().await;
     let gw = start_gateway(Policy::ConnectionMode, None, upstream.port).await;
@@ -1850,7 +1861,7 @@ async fn eg_sequence_with_the_kit(health_check_failure_delay: Option<Duration>) 
     assert_eq!(e.reason(), Some(h2::Reason::NO_ERROR));
     assert_eq!(busy.await.unwrap().unwrap().status, 200);
     drop(probe);
-    // Envoy exits by the module's rules (at least its min_drain_duration, 5s), after the
+    // Envoy exits by the module's rules (at least its min_drain_duration, 15s), after the
     // shutdown-manager's last poll (so that poll found Envoy's admin answering).
     let (exit, at) = envoy.wait_exit(Duration::from_secs(30)).await;
     assert!(exit.success(), "{exit}");
@@ -2004,10 +2015,7 @@ async fn only_the_pod_itself_may_start_a_drain_through_the_control_listener() {
             ["principals"][0]["not_id"]["or_ids"]["ids"];
         assert_eq!(
             *ids,
-            json!([
-                {"direct_remote_ip": {"address_prefix": "127.0.0.0", "prefix_len": 8}},
-                {"direct_remote_ip": {"address_prefix": "::1", "prefix_len": 128}}
-            ])
+            json!([{"direct_remote_ip": {"address_prefix": "127.0.0.0", "prefix_len": 8}}])
         );
         *ids = json!([{"direct_remote_ip": {"address_prefix": "127.0.0.2", "prefix_len": 32}}]);
     };

@@ -2,14 +2,16 @@
 //! `promtool test rules` cases (which do fail when a rule is broken), the PrometheusRule holds the
 //! same groups as the plain rules file, every alert has its runbook entry in docs/alerts.md, and
 //! the rules and the Grafana dashboard use only metric names that a real Envoy with the module
-//! exports on `/stats/prometheus`.
+//! exports on `/stats/prometheus`. Each kit's `alerts` component: the same rules with the
+//! thresholds that follow the kit's `drain_timeout`, and its own `promtool test rules` cases.
 
 mod common;
 
 use common::clients;
 use common::envoy::{Envoy, Options, TempDir};
+use common::json::{config_yaml, duration, module_settings};
 use common::repo_root;
-use common::tools::{promtool, yaml};
+use common::tools::{kustomize, promtool, relative, yaml};
 use std::collections::BTreeSet;
 
 const RULES: &str = "k8s/monitoring/graceful-drain-rules.yaml";
@@ -34,7 +36,7 @@ fn rules(groups: &serde_json::Value) -> Vec<serde_json::Value> {
 #[test]
 fn rules_pass_promtool_check_and_their_tests() {
     let (ok, out) = promtool(&["check", "rules", RULES], &repo_root());
-    assert!(ok && out.contains("SUCCESS: 6 rules found"), "{out}");
+    assert!(ok && out.contains("SUCCESS: 7 rules found"), "{out}");
     let (ok, out) = promtool(&["test", "rules", RULE_TESTS], &repo_root());
     assert!(ok && out.contains("SUCCESS"), "{out}");
     // Every alert is tested.
@@ -363,6 +365,97 @@ async fn rules_and_dashboard_use_only_metrics_envoy_exports() {
                 exported.contains(&n),
                 "{what}: {n} is not exported by Envoy with the module ({expr})"
             );
+        }
+    }
+}
+
+/// A kit's `drain_timeout`, from the bootstrap pieces it gives Envoy.
+fn kit_drain_timeout(kit: &str) -> std::time::Duration {
+    let pieces = if kit == "envoy-gateway" {
+        let ep = yaml(&read("k8s/envoy-gateway/envoyproxy.yaml"));
+        yaml(ep["spec"]["bootstrap"]["value"].as_str().unwrap())
+    } else {
+        // The values of the JSON patch's operations: --config-yaml and its value among them.
+        let ops = yaml(&read(&format!("k8s/{kit}/graceful-drain/envoy-args.yaml")));
+        let values: Vec<String> = ops
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|op| op["value"].as_str().unwrap_or_default().to_string())
+            .collect();
+        config_yaml(&values)
+    };
+    duration(&module_settings(&pieces)["drain_timeout"])
+}
+
+/// Each kit's `alerts` component renders the PrometheusRule of k8s/monitoring with
+/// GracefulDrainTooLong's `for` at the kit's drain_timeout plus 90 s (teardown, a scrape and an
+/// evaluation), rounded up to the minute, and nothing else changed but names; its cases pass on
+/// the rendered rules and fail on the default ones where the thresholds differ.
+#[test]
+fn each_kit_s_alerts_follow_its_drain_timeout() {
+    let plain = yaml(&read(RULES));
+    for kit in ["kourier", "contour", "envoy-gateway"] {
+        let dir = TempDir::new("kit-alerts");
+        let component = repo_root().join(format!("k8s/{kit}/alerts"));
+        std::fs::write(
+            dir.0.join("kustomization.yaml"),
+            format!("components:\n- {}\n", relative(&dir.0, &component)),
+        )
+        .unwrap();
+        let rule: serde_json::Value = yaml(&kustomize(&dir.0));
+        assert_eq!(rule["kind"], "PrometheusRule", "{kit}");
+        assert_eq!(rule["metadata"]["name"], format!("graceful-drain-{kit}"));
+        let timeout = kit_drain_timeout(kit);
+        let minutes = (timeout.as_secs() + 90).div_ceil(60);
+        let mut groups = rule["spec"]["groups"].clone();
+        let too_long = groups[0]["rules"]
+            .as_array_mut()
+            .unwrap()
+            .iter_mut()
+            .find(|r| r["alert"] == "GracefulDrainTooLong")
+            .unwrap();
+        assert_eq!(
+            too_long["for"],
+            format!("{minutes}m"),
+            "{kit}: drain_timeout {timeout:?}"
+        );
+        // Everything else is the default rules'.
+        let default = rules(&plain["groups"])
+            .into_iter()
+            .find(|r| r["alert"] == "GracefulDrainTooLong")
+            .unwrap();
+        let mut same = too_long.clone();
+        for f in ["for", "annotations"] {
+            same[f] = default[f].clone();
+        }
+        assert_eq!(
+            same["annotations"]["runbook"],
+            too_long["annotations"]["runbook"]
+        );
+        *too_long = same;
+        assert_eq!(groups, plain["groups"], "{kit}: other rules changed");
+
+        // Its promtool cases, on the rendered rules.
+        let tests = format!("k8s/{kit}/alerts/graceful-drain-rules.test.yaml");
+        let doc = serde_json::json!({"groups": rule["spec"]["groups"]});
+        std::fs::write(dir.0.join("graceful-drain-rules.yaml"), doc.to_string()).unwrap();
+        std::fs::write(dir.0.join("graceful-drain-rules.test.yaml"), read(&tests)).unwrap();
+        let (ok, out) = promtool(&["test", "rules", "graceful-drain-rules.test.yaml"], &dir.0);
+        assert!(ok && out.contains("SUCCESS"), "{kit}: {out}");
+        assert!(read(&tests).contains("alertname: GracefulDrainTooLong"));
+        // The cases catch a `for` that does not follow the drain_timeout: a minute shorter or
+        // longer fails them.
+        for wrong in [minutes - 1, minutes + 1] {
+            let mut doc = doc.clone();
+            for r in doc["groups"][0]["rules"].as_array_mut().unwrap() {
+                if r["alert"] == "GracefulDrainTooLong" {
+                    r["for"] = serde_json::json!(format!("{wrong}m"));
+                }
+            }
+            std::fs::write(dir.0.join("graceful-drain-rules.yaml"), doc.to_string()).unwrap();
+            let (ok, out) = promtool(&["test", "rules", "graceful-drain-rules.test.yaml"], &dir.0);
+            assert!(!ok, "{kit}: its cases pass with `for` {wrong}m:\n{out}");
         }
     }
 }
