@@ -3,8 +3,9 @@
 //! own), the fallback ticker, and the teardown that stops and joins every module thread.
 //!
 //! The FFI glue (`ffi::bootstrap`) only guards, converts and calls the `on_*` methods here. It
-//! gives Envoy's side as a [`MainThread`] (timer, gauges, counters) and, once Envoy has created
-//! the extension, a [`StatsSource`] (the stats store); the process-wide parts as an [`Env`].
+//! gives the process-wide parts as an [`Env`], Envoy's side among them (the
+//! [`ExtensionHost`]: timer, main-thread hop, stats), and, once Envoy has created the extension,
+//! a [`StatsSource`] (the stats store).
 
 use crate::admin::{self, AdminAddress, AdminCheck};
 use crate::bootstrap::{Engine, EngineHost, ShutdownRelease};
@@ -18,11 +19,7 @@ use std::cell::RefCell;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
-/// `config_scheduled` event: evaluate the drain now.
-pub const EVENT_KICK: u64 = 1;
-/// `config_scheduled` event: the admin_address check finished (its gauge is set on the main
-/// thread).
-pub const EVENT_ADMIN_CHECKED: u64 = 2;
+pub use crate::host::extension::{ExtensionHost, EVENT_ADMIN_CHECKED, EVENT_KICK};
 
 /// How long teardown waits for the module's threads to end: longer than the one call a thread
 /// cannot be interrupted in (a socket call to the admin, at most [`ADMIN_CALL_TIMEOUT`]); every
@@ -40,13 +37,6 @@ const ADMIN_CHECK_ATTEMPTS: u32 = 3;
 
 pub use crate::state::Gauge;
 
-/// What the extension needs from Envoy on the main thread, inside one of its hooks.
-pub trait MainThread {
-    /// (Re)arm the extension's timer (nothing if Envoy gave none: the fallback ticker runs).
-    fn arm_timer(&self, delay: Duration);
-    fn set_gauge(&self, gauge: Gauge, value: u64);
-}
-
 /// Envoy's stats store, read on the scanner thread.
 pub trait StatsSource: Send + Sync + 'static {
     /// Visit every gauge (`Pass::Gauges`) or every counter, name and value. False when the call
@@ -60,13 +50,13 @@ pub trait StatsSource: Send + Sync + 'static {
 pub struct Env {
     pub shared: &'static Shared,
     pub threads: &'static Threads,
-    /// Run `config_scheduled` with an event on Envoy's main thread, from any thread.
-    pub to_main_thread: fn(u64),
+    /// Envoy's side of the extension.
+    pub envoy: &'static dyn ExtensionHost,
 }
 
 impl Env {
     fn kick(&self) {
-        (self.to_main_thread)(EVENT_KICK)
+        self.envoy.kick_engine()
     }
 
     fn count_module_error(&self) {
@@ -148,7 +138,7 @@ impl ScanSource for Arc<StatsStore> {
 /// The engine's host for one hook: Envoy's main-thread calls plus the extension's own.
 struct Host<'a> {
     ext: &'a Extension,
-    envoy: &'a dyn MainThread,
+    envoy: &'static dyn ExtensionHost,
 }
 
 impl EngineHost for Host<'_> {
@@ -279,8 +269,7 @@ impl Extension {
         if !self.admin_address.is_empty() {
             let addrs = self.admin_address.clone();
             let admin_found = self.admin_found.clone();
-            let (shared, threads, to_main) =
-                (self.env.shared, self.env.threads, self.env.to_main_thread);
+            let (shared, threads, envoy) = (self.env.shared, self.env.threads, self.env.envoy);
             shared.counters.set_admin_check(AdminCheck::Checking);
             let if_not = "admin_address is not checked";
             self.on_admin_thread("the admin_address check", if_not, move || {
@@ -294,7 +283,7 @@ impl Extension {
                 *lock_or_recover(&admin_found) = addr;
                 shared.counters.set_admin_check(found);
                 if found == AdminCheck::Recognised {
-                    to_main(EVENT_ADMIN_CHECKED);
+                    envoy.to_main_thread(EVENT_ADMIN_CHECKED);
                 }
             });
         } else {
@@ -313,20 +302,16 @@ impl Extension {
 
     /// Envoy's own drain (`/drain_listeners`, a hot restart handing over) started.
     #[must_use]
-    pub fn on_drain_started(&self, envoy: &dyn MainThread) -> Option<ShutdownRelease> {
-        self.with_engine(envoy, |e, h, s| e.on_envoy_drain_started(h, s))
+    pub fn on_drain_started(&self) -> Option<ShutdownRelease> {
+        self.with_engine(|e, h, s| e.on_envoy_drain_started(h, s))
     }
 
     /// SIGTERM (or SIGINT, `/quitquitquit`): hold Envoy's exit with `release` until the drain
     /// completes. Returns the release when it may be given at once.
     #[must_use]
-    pub fn on_shutdown(
-        &self,
-        envoy: &dyn MainThread,
-        release: ShutdownRelease,
-    ) -> Option<ShutdownRelease> {
+    pub fn on_shutdown(&self, release: ShutdownRelease) -> Option<ShutdownRelease> {
         // Engine busy (cannot be, on the main thread): the release drops and Envoy exits.
-        self.with_engine(envoy, |e, h, s| e.on_shutdown(h, s, release))
+        self.with_engine(|e, h, s| e.on_shutdown(h, s, release))
     }
 
     /// The engine failed while holding Envoy's exit: take the hold back, to give it now.
@@ -336,26 +321,23 @@ impl Extension {
 
     /// `config_scheduled` with `event` (a kick, or the admin check's result) or the timer.
     #[must_use]
-    pub fn on_event(&self, envoy: &dyn MainThread, event: u64) -> Option<ShutdownRelease> {
+    pub fn on_event(&self, event: u64) -> Option<ShutdownRelease> {
         if event == EVENT_ADMIN_CHECKED {
             let ok = self.env.shared.counters.admin_check() == AdminCheck::Recognised;
-            envoy.set_gauge(Gauge::AdminAddressOk, u64::from(ok));
+            self.env
+                .envoy
+                .set_gauge(Gauge::AdminAddressOk, u64::from(ok));
             return None;
         }
-        self.with_engine(envoy, |e, h, s| e.evaluate(h, s))
+        self.with_engine(|e, h, s| e.evaluate(h, s))
     }
 
     /// The extension's admin endpoints: status, body, and a release to give.
-    pub fn on_admin(
-        &self,
-        envoy: &dyn MainThread,
-        method: &[u8],
-        path: &[u8],
-    ) -> (u32, String, Option<ShutdownRelease>) {
+    pub fn on_admin(&self, method: &[u8], path: &[u8]) -> (u32, String, Option<ShutdownRelease>) {
         let Ok(mut engine) = self.engine.try_borrow_mut() else {
             return (503, "graceful_drain engine busy\n".into(), None);
         };
-        let host = Host { ext: self, envoy };
+        let host = self.host();
         engine.on_admin(&host, self.env.shared, method, path)
     }
 
@@ -390,11 +372,17 @@ impl Extension {
 
     fn with_engine(
         &self,
-        envoy: &dyn MainThread,
         f: impl FnOnce(&mut Engine, &Host, &Shared) -> Option<ShutdownRelease>,
     ) -> Option<ShutdownRelease> {
         let mut engine = self.engine.try_borrow_mut().ok()?;
-        f(&mut engine, &Host { ext: self, envoy }, self.env.shared)
+        f(&mut engine, &self.host(), self.env.shared)
+    }
+
+    fn host(&self) -> Host<'_> {
+        Host {
+            ext: self,
+            envoy: self.env.envoy,
+        }
     }
 
     /// Start the stats scanner (once; its first scan measures what a scan costs here).
@@ -486,22 +474,34 @@ mod tests {
     use super::*;
     use crate::state::tests::fixture;
     use crate::state::{Counters, Stat};
-    use std::cell::{Cell, RefCell};
+    use std::cell::Cell;
     use std::rc::Rc;
     use std::sync::atomic::{AtomicU64, Ordering};
 
+    /// Envoy's side of the extension, recording the timer's arming and the gauges set.
     #[derive(Default)]
     struct FakeEnvoy {
-        timers: RefCell<Vec<Duration>>,
-        gauges: RefCell<Vec<(Gauge, u64)>>,
+        timers: Mutex<Vec<Duration>>,
+        gauges: Mutex<Vec<(Gauge, u64)>>,
     }
 
-    impl MainThread for FakeEnvoy {
-        fn arm_timer(&self, delay: Duration) {
-            self.timers.borrow_mut().push(delay);
+    impl FakeEnvoy {
+        fn timers(&self) -> Vec<Duration> {
+            lock_or_recover(&self.timers).clone()
         }
+        fn gauges(&self) -> Vec<(Gauge, u64)> {
+            lock_or_recover(&self.gauges).clone()
+        }
+    }
+
+    impl ExtensionHost for FakeEnvoy {
+        fn to_main_thread(&self, _: u64) {}
+        fn arm_timer(&self, delay: Duration) {
+            lock_or_recover(&self.timers).push(delay);
+        }
+        fn count(&self, _: Stat) {}
         fn set_gauge(&self, gauge: Gauge, value: u64) {
-            self.gauges.borrow_mut().push((gauge, value));
+            lock_or_recover(&self.gauges).push((gauge, value));
         }
     }
 
@@ -538,22 +538,22 @@ mod tests {
     }
 
     /// This test's own process-wide parts, in statics of the test (so Miri, which reports memory
-    /// only a leaked pointer reaches, sees them reachable): a state over a fake clock, and an
-    /// owner of threads.
+    /// only a leaked pointer reaches, sees them reachable): a state over a fake clock, an owner
+    /// of threads, and Envoy's side of the extension.
     macro_rules! env {
         () => {{
-            static STATE: OnceLock<(Shared, Arc<crate::clock::FakeClock>, Threads)> =
+            static STATE: OnceLock<(Shared, Arc<crate::clock::FakeClock>, Threads, FakeEnvoy)> =
                 OnceLock::new();
-            let (shared, clock, threads) = STATE.get_or_init(|| {
+            let (shared, clock, threads, envoy) = STATE.get_or_init(|| {
                 let f = fixture(None);
-                (f.shared, f.clock, Threads::default())
+                (f.shared, f.clock, Threads::default(), FakeEnvoy::default())
             });
             let env = Env {
                 shared,
                 threads,
-                to_main_thread: |_| {},
+                envoy,
             };
-            (env, &**clock)
+            (env, &**clock, envoy)
         }};
     }
 
@@ -582,7 +582,7 @@ mod tests {
                 true
             }
         }
-        let (env, _) = env!();
+        let (env, _, _) = env!();
         let gauges = |control: u64, during: fn(&Counters)| {
             let store = Arc::new(StatsStore {
                 source: Mutex::new(Some(Arc::new(Racing {
@@ -592,11 +592,7 @@ mod tests {
                 }))),
                 hidden: Default::default(),
                 ignored_stat_prefixes: vec!["admin".to_string()],
-                env: Env {
-                    shared: env.shared,
-                    threads: env.threads,
-                    to_main_thread: env.to_main_thread,
-                },
+                env,
             });
             store.scan(Pass::Gauges).expect("the pass")
         };
@@ -616,7 +612,7 @@ mod tests {
 
     #[test]
     fn a_bad_config_and_a_second_engine_are_refused() {
-        let (env, _) = env!();
+        let (env, _, _) = env!();
         assert!(Extension::load(br#"{"drain_timeout": "soon"}"#, env, true).is_none());
         assert!(env.shared.settings().is_none(), "nothing installed");
         let first = Extension::load(FAST, env, true).expect("loads");
@@ -629,7 +625,7 @@ mod tests {
 
     #[test]
     fn sigterm_is_held_until_the_drain_completes_then_released_once() {
-        let (env, clock) = env!();
+        let (env, clock, envoy) = env!();
         // Filter mode: the module's own count, once a scan of the drain showed nothing in flight
         // outside it (the scanner runs on its own thread, in real time).
         env.shared.note_data_filter_loaded();
@@ -639,16 +635,15 @@ mod tests {
             refuse: false,
             matcher: false,
         })));
-        let envoy = FakeEnvoy::default();
         let released = Rc::new(Cell::new(0));
         let n = released.clone();
         let hold = ShutdownRelease::new(move || n.set(n.get() + 1));
-        assert!(ext.on_shutdown(&envoy, hold).is_none(), "held");
-        assert_eq!(envoy.gauges.borrow()[0], (Gauge::Draining, 1));
+        assert!(ext.on_shutdown(hold).is_none(), "held");
+        assert_eq!(envoy.gauges()[0], (Gauge::Draining, 1));
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
         let mut advanced = Duration::ZERO;
         let release = loop {
-            if let Some(r) = ext.on_event(&envoy, EVENT_KICK) {
+            if let Some(r) = ext.on_event(EVENT_KICK) {
                 break r;
             }
             assert!(
@@ -657,7 +652,7 @@ mod tests {
             );
             // The drain's clock past min_drain_duration, not near its timeout.
             if advanced < Duration::from_millis(100) {
-                let step = *envoy.timers.borrow().last().expect("timer armed");
+                let step = *envoy.timers().last().expect("timer armed");
                 clock.advance(step);
                 advanced += step;
             }
@@ -670,7 +665,7 @@ mod tests {
         assert_eq!(released.get(), 0, "returned to the glue, which calls it");
         release.release();
         assert_eq!(released.get(), 1);
-        assert!(ext.on_event(&envoy, EVENT_KICK).is_none(), "given once");
+        assert!(ext.on_event(EVENT_KICK).is_none(), "given once");
         assert_eq!(
             crate::state::tests::counted(),
             [Stat::DrainsStarted, Stat::DrainsCompleted]
@@ -681,12 +676,12 @@ mod tests {
 
     #[test]
     fn destroy_disarms_a_hold_still_pending_and_closes_the_gate() {
-        let (env, _) = env!();
+        let (env, _, _) = env!();
         let ext = Extension::load(FAST, env, true).unwrap();
         let released = Rc::new(Cell::new(0));
         let n = released.clone();
         let hold = ShutdownRelease::new(move || n.set(n.get() + 1));
-        assert!(ext.on_shutdown(&FakeEnvoy::default(), hold).is_none());
+        assert!(ext.on_shutdown(hold).is_none());
         ext.destroy();
         assert_eq!(released.get(), 0, "never called from the destroy hook");
         assert!(
@@ -697,19 +692,18 @@ mod tests {
 
     #[test]
     fn the_admin_check_result_sets_its_gauge_and_evaluates_nothing() {
-        let (env, _) = env!();
+        let (env, _, envoy) = env!();
         let ext = Extension::load(FAST, env, true).unwrap();
-        let envoy = FakeEnvoy::default();
         env.shared.counters.set_admin_check(AdminCheck::Recognised);
-        assert!(ext.on_event(&envoy, EVENT_ADMIN_CHECKED).is_none());
-        assert_eq!(*envoy.gauges.borrow(), [(Gauge::AdminAddressOk, 1)]);
-        assert!(envoy.timers.borrow().is_empty(), "not an evaluation");
+        assert!(ext.on_event(EVENT_ADMIN_CHECKED).is_none());
+        assert_eq!(envoy.gauges(), [(Gauge::AdminAddressOk, 1)]);
+        assert!(envoy.timers().is_empty(), "not an evaluation");
         ext.destroy();
     }
 
     #[test]
     fn a_scan_sums_the_followed_stats_less_what_is_not_work_and_stops_with_the_store() {
-        let (env, _) = env!();
+        let (env, _, _) = env!();
         let ext = Extension::load(FAST, env, true).unwrap();
         let store = ext.store.clone();
         assert_eq!(

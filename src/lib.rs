@@ -8,7 +8,10 @@
 //!   instances: [`state::Shared`] and [`threads::Threads`].
 //! - [`extension`]: the bootstrap extension's life (load, engine hooks, scanner, admin calls,
 //!   fallback ticker, teardown), over a host trait the FFI implements.
-//! - [`http_filter`]: per-request glue (data and control roles), over a host trait.
+//! - [`http_filter`]: per-request glue (data and control roles) and the filter's life
+//!   (poisoning, deferred destroy, recycling), over a host trait.
+//! - [`host`]: one host trait per Envoy object (HTTP stream, bootstrap extension): how the
+//!   layers below `ffi` reach Envoy; the FFI implements them, tests fake them.
 //! - [`connections`]: downstream connections seen by the network filter; tells idle ones.
 //! - [`exchange`]: pure HTTP/1.1 and HTTP/2 framing follower for the network filter.
 //! - [`bootstrap`]: the drain engine on Envoy's main thread: SIGTERM hold, admin endpoints.
@@ -39,6 +42,7 @@ pub mod extension;
 pub mod faults;
 pub mod ffi;
 pub mod gauges;
+pub mod host;
 pub mod http_filter;
 pub mod registry;
 pub mod state;

@@ -1,7 +1,7 @@
 //! Process-wide drain state shared by every worker thread and the main thread, split by owner:
 //! the in-flight [`Registry`] (workers write, the drain scans), the drain state machine (the
 //! engine drives it), the `/drain` [`Waiters`] (control streams), the network filter's
-//! [`Connections`] and the [`Counters`] behind the status report. The clock and the two ways back into Envoy ([`Hooks`]) are passed in at
+//! [`Connections`] and the [`Counters`] behind the status report. The clock and the hosts that reach Envoy ([`Hosts`]) are passed in at
 //! construction, so every part is unit-tested without Envoy. No FFI here.
 //!
 //! The request path touches only the registry (worker-local atomics) and plain counters. Locks
@@ -12,6 +12,10 @@ use crate::clock::Clock;
 use crate::config::{format_duration, DrainSettings, RequestPolicy};
 use crate::connections::{Connections, StreamMark};
 use crate::drain::{Decision, Drain, Observation, Outcome, Phase, Trigger};
+use crate::host::extension::ExtensionHost;
+pub use crate::host::extension::{Gauge, Stat};
+use crate::host::stream::Wakers;
+pub use crate::host::stream::{Protocol, Waker};
 use crate::registry::{Lane, Registry, ReservedSlot, Ticket};
 use serde::Serialize;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicU8, Ordering};
@@ -22,127 +26,20 @@ use std::time::Duration;
 pub const EVENT_GO_AWAY: u64 = 1;
 pub const EVENT_DRAIN_DONE: u64 = 2;
 
-/// How the state reaches Envoy; the FFI layer passes real ones, tests pass fakes.
+/// How the state reaches Envoy: one host per Envoy object ([`crate::host`]), passed in at
+/// construction; the FFI layer passes the real ones, tests fakes. Each is a `&'static dyn`: one
+/// indirect call, as the fn pointers it replaced.
 #[derive(Clone, Copy)]
-pub struct Hooks {
-    /// Commit `event` to a stream waker (any thread).
-    pub commit: fn(waker: usize, event: u64),
-    /// Delete a stream waker whose owner left it to the drain completion (any thread:
-    /// [`Waiters::unregister`]).
-    pub delete_waker: fn(waker: usize),
-    /// Ask the drain engine on the main thread to evaluate the drain now (any thread).
-    pub kick_engine: fn(),
+pub struct Hosts {
+    /// Streams' wakers (Envoy's HTTP filter schedulers): the drain start commits to them, the
+    /// `/drain` completion commits to and deletes them (any thread).
+    pub wakers: &'static dyn Wakers,
+    /// The bootstrap extension: the engine's kick and the module's stats (any thread).
+    pub extension: &'static dyn ExtensionHost,
     /// The drain started: tell idle connections (the network filter, through
-    /// [`Connections::drain_started`] on this state's `connections`; any thread).
-    pub drain_started: fn(),
-    /// Add one to the module's Envoy stat `stat` (any thread; [`Counters::count`] calls it).
-    pub count: fn(stat: Stat),
-}
-
-/// A counter the module reports through Envoy's stats, `<metrics_namespace>.<name>` (every one
-/// defined by the bootstrap extension's config, so by one namespace whichever filters are
-/// loaded). The status report's figures of the same names are counted by [`Counters::count`] at
-/// the same moment.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Stat {
-    DrainsStarted,
-    DrainsCompleted,
-    DrainsTimedOut,
-    /// A connection told to go away (GOAWAY or `connection: close`) while draining, once per
-    /// connection whoever told it.
-    SentAway(Protocol),
-    /// A request that started during a drain.
-    ServedWhileDraining,
-    /// A failure of the module contained on the data path or on a module thread.
-    ModuleErrors,
-    /// An idle keep-alive connection told at the drain start (HTTP/1.1 closed, HTTP/2 GOAWAY).
-    IdleTold(Protocol),
-    /// A connection whose bytes the exchange tracker could not follow (connection mode).
-    ConnectionsUntracked,
-}
-
-impl Stat {
-    /// Every counter, in the order they are defined.
-    pub const ALL: [Stat; 11] = [
-        Stat::DrainsStarted,
-        Stat::DrainsCompleted,
-        Stat::DrainsTimedOut,
-        Stat::SentAway(Protocol::Http1),
-        Stat::SentAway(Protocol::Http2),
-        Stat::SentAway(Protocol::Other),
-        Stat::ServedWhileDraining,
-        Stat::ModuleErrors,
-        Stat::IdleTold(Protocol::Http1),
-        Stat::IdleTold(Protocol::Http2),
-        Stat::ConnectionsUntracked,
-    ];
-
-    /// Its name under the namespace (documented in docs/configuration.md; dashboards and alerts
-    /// use them: k8s/monitoring/).
-    pub fn name(self) -> &'static str {
-        match self {
-            Stat::DrainsStarted => "drains_started",
-            Stat::DrainsCompleted => "drains_completed",
-            Stat::DrainsTimedOut => "drains_timed_out",
-            Stat::SentAway(Protocol::Http1) => "connections_sent_away_http1",
-            Stat::SentAway(Protocol::Http2) => "connections_sent_away_http2",
-            Stat::SentAway(Protocol::Other) => "connections_sent_away_other",
-            Stat::ServedWhileDraining => "requests_served_while_draining",
-            Stat::ModuleErrors => "module_errors",
-            Stat::IdleTold(Protocol::Http1) => "idle_connections_told_http1",
-            // Idle connections have no third protocol: the network filter tells HTTP/1.1 and
-            // HTTP/2 ones only.
-            Stat::IdleTold(_) => "idle_connections_told_http2",
-            Stat::ConnectionsUntracked => "connections_untracked",
-        }
-    }
-}
-
-/// A gauge the module reports through Envoy's stats (as [`Stat`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Gauge {
-    /// 1 from the drain's start.
-    Draining,
-    /// 1 once the start-time check recognised Envoy's admin at `admin_address`.
-    AdminAddressOk,
-    /// The in-flight table's count, set every [`crate::gauges::GAUGE_PERIOD`].
-    ActiveRequests,
-}
-
-impl Gauge {
-    pub const ALL: [Gauge; 3] = [
-        Gauge::Draining,
-        Gauge::AdminAddressOk,
-        Gauge::ActiveRequests,
-    ];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Gauge::Draining => "draining",
-            Gauge::AdminAddressOk => "admin_address_ok",
-            Gauge::ActiveRequests => "active_requests",
-        }
-    }
-}
-
-/// HTTP protocol family of a connection sent away. Stats and status use the same three labels.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Protocol {
-    Http1,
-    Http2,
-    /// HTTP/3 or anything else Envoy may report.
-    Other,
-}
-
-impl Protocol {
-    /// From Envoy's protocol strings ("HTTP/1.1", "HTTP/2", ...).
-    pub fn from_envoy(s: &[u8]) -> Protocol {
-        match s {
-            b"HTTP/1.0" | b"HTTP/1.1" => Protocol::Http1,
-            b"HTTP/2" => Protocol::Http2,
-            _ => Protocol::Other,
-        }
-    }
+    /// [`Connections::drain_started`] on this state's `connections`; any thread). The seam the
+    /// connection host (`host::connection`, issue #45) takes over.
+    pub connections_drain_started: fn(),
 }
 
 /// Result of asking for a drain to start.
@@ -160,9 +57,6 @@ pub enum Wait {
     Waiting(u64),
     AlreadyDone,
 }
-
-/// A waker: an opaque non-zero word (an Envoy scheduler pointer in production).
-pub type Waker = usize;
 
 /// `/drain` requests waiting for the drain to complete. Owned by the control streams; answered
 /// once by the drain completion.
@@ -245,8 +139,8 @@ impl Waiters {
 /// Counters behind the status report (relaxed atomics: reports, not synchronisation), and the
 /// one way the module's Envoy counters move ([`Counters::count`]).
 pub struct Counters {
-    /// Envoy's side ([`Hooks::count`]).
-    publish: fn(Stat),
+    /// Envoy's side ([`ExtensionHost::count`]).
+    publish: &'static dyn ExtensionHost,
     served_while_draining: AtomicU64,
     sent_away: [AtomicU64; 3],
     /// Envoy's own in-flight gauge sum as last seen by the drain engine (+1; 0 = never seen).
@@ -266,7 +160,7 @@ pub struct Counters {
 }
 
 impl Counters {
-    pub fn new(publish: fn(Stat)) -> Self {
+    pub fn new(publish: &'static dyn ExtensionHost) -> Self {
         Counters {
             publish,
             served_while_draining: AtomicU64::new(0),
@@ -294,7 +188,7 @@ impl Counters {
         if let Some(f) = figure {
             f.fetch_add(1, Ordering::Relaxed);
         }
-        (self.publish)(stat)
+        self.publish.count(stat)
     }
     pub fn served_while_draining(&self) {
         self.count(Stat::ServedWhileDraining)
@@ -426,27 +320,27 @@ pub struct Shared {
     data_filter_loaded: AtomicBool,
     /// The Envoy the module was loaded into (set once, at program init).
     envoy: OnceLock<crate::compat::EnvoyGeneration>,
-    hooks: Hooks,
+    hosts: Hosts,
 }
 
 impl Shared {
-    pub fn new(clock: Box<dyn Clock>, hooks: Hooks) -> Self {
-        Self::with_registry(clock, hooks, Registry::new())
+    pub fn new(clock: Box<dyn Clock>, hosts: Hosts) -> Self {
+        Self::with_registry(clock, hosts, Registry::new())
     }
 
-    pub fn with_registry(clock: Box<dyn Clock>, hooks: Hooks, requests: Registry) -> Self {
+    pub fn with_registry(clock: Box<dyn Clock>, hosts: Hosts, requests: Registry) -> Self {
         Shared {
             clock,
             requests,
             waiters: Waiters::default(),
-            counters: Counters::new(hooks.count),
+            counters: Counters::new(hosts.extension),
             connections: Connections::default(),
             drain: Mutex::new(None),
             policy: OnceLock::new(),
             readiness_fails_at: AtomicU64::new(0),
             data_filter_loaded: AtomicBool::new(false),
             envoy: OnceLock::new(),
-            hooks,
+            hosts,
         }
     }
 
@@ -477,7 +371,7 @@ impl Shared {
     }
 
     pub fn commit(&self, waker: Waker, event: u64) {
-        (self.hooks.commit)(waker, event)
+        self.hosts.wakers.commit(waker, event);
     }
 
     /// Install the drain clock with its settings (bootstrap extension config). The first install
@@ -627,16 +521,19 @@ impl Shared {
         #[cfg(feature = "panic-test")]
         if crate::faults::active("skip_wakeup") {
             // Test-only: prove the race test catches a lost wake-up.
-            self.requests.begin_drain(|_| {}, self.hooks.delete_waker);
-            (self.hooks.kick_engine)();
+            self.requests
+                .begin_drain(|_| {}, |w| self.hosts.wakers.delete(w));
+            self.hosts.extension.kick_engine();
             return StartResult::Started;
         }
-        self.requests
-            .begin_drain(|w| self.commit(w, EVENT_GO_AWAY), self.hooks.delete_waker);
+        self.requests.begin_drain(
+            |w| self.commit(w, EVENT_GO_AWAY),
+            |w| self.hosts.wakers.delete(w),
+        );
         // Tell idle keep-alive connections (network filter); after the wake-ups above, so on each
         // worker the busy connections' HTTP filters act first.
-        (self.hooks.drain_started)();
-        (self.hooks.kick_engine)();
+        (self.hosts.connections_drain_started)();
+        self.hosts.extension.kick_engine();
         StartResult::Started
     }
 
@@ -689,7 +586,7 @@ impl Shared {
         if let Decision::Completed(_) = decision {
             self.waiters.complete(
                 |w| self.commit(w, EVENT_DRAIN_DONE),
-                |w| (self.hooks.delete_waker)(w),
+                |w| self.hosts.wakers.delete(w),
             );
         }
         decision
@@ -894,7 +791,7 @@ pub(crate) mod tests {
     use std::sync::Arc;
 
     /// A `Shared` over a fake clock, whose commits and kicks are recorded in thread-local lists
-    /// (the hooks are plain `fn`s, as the FFI's are).
+    /// (the hosts are `&'static`, as the FFI's are: [`FakeEnvoy`]).
     pub(crate) struct Fixture {
         pub shared: Shared,
         pub clock: Arc<FakeClock>,
@@ -906,9 +803,44 @@ pub(crate) mod tests {
         pub(crate) static KICKS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
         pub(crate) static DELETED: std::cell::RefCell<Vec<usize>> =
             const { std::cell::RefCell::new(Vec::new()) };
-        /// The Envoy stats counted on this thread ([`Hooks::count`]).
+        /// The Envoy stats counted on this thread ([`ExtensionHost::count`]).
         pub(crate) static COUNTED: std::cell::RefCell<Vec<Stat>> =
             const { std::cell::RefCell::new(Vec::new()) };
+    }
+
+    /// Envoy as the state's tests see it: what the state asks of it is recorded in this
+    /// thread's lists above.
+    pub(crate) struct FakeEnvoy;
+
+    impl FakeEnvoy {
+        pub(crate) const HOSTS: Hosts = Hosts {
+            wakers: &FakeEnvoy,
+            extension: &FakeEnvoy,
+            connections_drain_started: || {},
+        };
+    }
+
+    impl Wakers for FakeEnvoy {
+        fn commit(&self, waker: Waker, event: u64) -> bool {
+            COMMITS.with(|c| c.borrow_mut().push((waker, event)));
+            true
+        }
+        fn delete(&self, waker: Waker) {
+            DELETED.with(|d| d.borrow_mut().push(waker))
+        }
+    }
+
+    impl ExtensionHost for FakeEnvoy {
+        fn to_main_thread(&self, event: u64) {
+            if event == crate::host::extension::EVENT_KICK {
+                KICKS.with(|k| k.set(k.get() + 1))
+            }
+        }
+        fn arm_timer(&self, _: Duration) {}
+        fn count(&self, stat: Stat) {
+            COUNTED.with(|c| c.borrow_mut().push(stat))
+        }
+        fn set_gauge(&self, _: Gauge, _: u64) {}
     }
 
     pub(crate) fn counted() -> Vec<Stat> {
@@ -949,13 +881,7 @@ pub(crate) mod tests {
         let clock = Arc::new(FakeClock::new());
         let shared = Shared::with_registry(
             Box::new(ArcClock(clock.clone(), tick)),
-            Hooks {
-                commit: |w, e| COMMITS.with(|c| c.borrow_mut().push((w, e))),
-                delete_waker: |w| DELETED.with(|d| d.borrow_mut().push(w)),
-                kick_engine: || KICKS.with(|k| k.set(k.get() + 1)),
-                drain_started: || {},
-                count: |s| COUNTED.with(|c| c.borrow_mut().push(s)),
-            },
+            FakeEnvoy::HOSTS,
             Registry::with_limits(4, 8),
         );
         if let Some(s) = settings {

@@ -549,16 +549,24 @@ impl ExtensionMetrics {
     }
 }
 
-/// The extension's timer; deleted on drop (main thread only: `timer_delete` asserts it).
+/// The extension's timer; deleted on drop (main thread only: `timer_delete` asserts it). Its
+/// word goes to [`timer_enable`].
 pub(crate) struct Timer(std::ptr::NonNull<c_void>);
 
 impl Timer {
-    /// Fire `on_bootstrap_extension_timer_fired` in `ms` milliseconds (re-arms). Main thread.
-    pub(crate) fn enable(&self, ms: u64) {
-        // SAFETY: a live timer (deleted only by its drop), on the main thread.
-        unsafe {
-            abi::envoy_dynamic_module_callback_bootstrap_extension_timer_enable(self.0.as_ptr(), ms)
-        }
+    pub(crate) fn word(&self) -> usize {
+        self.0.as_ptr() as usize
+    }
+}
+
+/// Fire `on_bootstrap_extension_timer_fired` in `ms` milliseconds (re-arms). Main thread.
+///
+/// # Safety
+/// `word` is a live [`Timer`]'s, and this runs on the main thread (where its owner drops it).
+pub(crate) unsafe fn timer_enable(word: usize, ms: u64) {
+    // SAFETY: per the contract.
+    unsafe {
+        abi::envoy_dynamic_module_callback_bootstrap_extension_timer_enable(word as *mut c_void, ms)
     }
 }
 
