@@ -30,6 +30,9 @@ use unused_hooks;
 pub mod abi;
 pub mod bootstrap;
 mod envoy;
+/// The frame token and a handle made from it, public only for `tests/compile_fail/`.
+#[doc(hidden)]
+pub use envoy::{Hook, HttpStream};
 #[cfg(test)]
 mod fake_envoy;
 pub mod http;
