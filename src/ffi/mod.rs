@@ -4,8 +4,10 @@
 //!   valid (a stream or connection inside its hook, a config until its destroy), and the RAII
 //!   handles of the extension's timer and scheduler; nothing else here calls a callback;
 //! - [`http`], [`network`], [`bootstrap`]: the exported hooks. Each guards against panics,
-//!   converts pointers and buffers, and delegates to safe code ([`crate::http_filter`],
-//!   [`crate::connections`], [`crate::extension`]). Nothing here makes drain decisions;
+//!   lends its object for the hook ([`with_object`]), makes a handle for Envoy's side, and
+//!   makes one call into safe code ([`crate::http_filter`], [`crate::connections`],
+//!   [`crate::extension`]), which it reaches through the host traits of [`crate::host`].
+//!   Nothing here makes drain decisions;
 //! - `stats`: the module's Envoy stats, all defined by the bootstrap extension's config;
 //! - here: the panic guard, buffer helpers, the clock, and the process-wide instances.
 //!

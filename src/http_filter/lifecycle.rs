@@ -136,7 +136,8 @@ impl Filter {
     /// Called when Envoy creates the filter for a new stream (`envoy_stream`: its word for the
     /// stream). The memory is a recycled filter of this worker when there is one.
     pub fn new(config: &StreamConfig, envoy_stream: usize) -> Box<Filter> {
-        let filter = Filter {
+        // Built where it goes (the recycled memory's old value is dropped first).
+        let filter = || Filter {
             role: config.role,
             envoy_stream,
             stream: RefCell::new(Stream::new(config.role, config.token.as_ref())),
@@ -149,10 +150,10 @@ impl Filter {
         };
         match FreeList::take() {
             Some(mut reused) => {
-                *reused = filter;
+                *reused = filter();
                 reused
             }
-            None => Box::new(filter),
+            None => Box::new(filter()),
         }
     }
 
