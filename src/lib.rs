@@ -4,7 +4,7 @@
 //! Layers, from the Envoy boundary inwards (each owns what it names; no other part touches it):
 //! - [`ffi`]: the only unsafe code and the only caller of Envoy. Raw ABI declarations, the
 //!   exported hooks (guard, convert, delegate), RAII handles for Envoy's timer and schedulers,
-//!   the loan of a hook's object ([`ffi::with_object`]), the panic guard, buffers and the logger. Owns the process-wide
+//!   the loan of a hook's object (`ffi::with_object`), the panic guard, buffers and the logger. Owns the process-wide
 //!   instances: [`state::Shared`] and [`threads::Threads`].
 //! - [`extension`]: the bootstrap extension's life (load, engine hooks, scanner, admin calls,
 //!   fallback ticker, teardown), over a host trait the FFI implements.

@@ -326,7 +326,7 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_stream_complete(
 
 /// The stream ends here (see the stream-complete hook), and the filter is freed (or, destroyed
 /// inside one of its own hooks, by that hook when it returns). The guard is the filter's life's
-/// (`lifecycle::release` contains a panic finishing the stream), as in [`stream_hook`].
+/// (`lifecycle::release` contains a panic finishing the stream), as in `stream_hook`.
 #[no_mangle]
 pub extern "C" fn envoy_dynamic_module_on_http_filter_destroy(fm: *const c_void) {
     // SAFETY: the filter is alive until this hook (or the hook it defers to) frees it.

@@ -29,7 +29,7 @@ struct WaitersInner {
 }
 
 impl Waiters {
-    /// Wait for completion: `waker` gets [`EVENT_DRAIN_DONE`] when it comes.
+    /// Wait for completion: `waker` gets [`super::EVENT_DRAIN_DONE`] when it comes.
     pub fn register(&self, waker: Waker) -> Wait {
         let mut w = lock(&self.inner);
         if w.done {
