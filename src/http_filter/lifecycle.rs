@@ -136,7 +136,6 @@ impl Filter {
     /// Called when Envoy creates the filter for a new stream (`envoy_stream`: its word for the
     /// stream). The memory is a recycled filter of this worker when there is one.
     pub fn new(config: &StreamConfig, envoy_stream: usize) -> Box<Filter> {
-        // Built where it goes (the recycled memory's old value is dropped first).
         let filter = || Filter {
             role: config.role,
             envoy_stream,
@@ -150,7 +149,17 @@ impl Filter {
         };
         match FreeList::take() {
             Some(mut reused) => {
-                *reused = filter();
+                // Field by field (every field but the free list's link, None once taken): no copy
+                // of the whole filter through the stack (about 20 instructions per request).
+                let f = &mut *reused;
+                f.role = config.role;
+                f.envoy_stream = envoy_stream;
+                *f.stream.get_mut() = Stream::new(config.role, config.token.as_ref());
+                f.destroy_pending.set(false);
+                f.poisoned.set(false);
+                f.envoy_done.set(false);
+                #[cfg(feature = "cross-check")]
+                f.xc_done_pending.set(false);
                 reused
             }
             None => Box::new(filter()),
@@ -389,9 +398,13 @@ impl FreeList {
 
     /// Keep `f` for reuse on this worker (or drop it).
     fn give(f: Box<Filter>) {
-        let mut f = Some(f);
-        Self::with(|l| f = f.take().and_then(|f| l.push(f)));
-        drop(f);
+        // Dropped with the closure when the thread's list is gone.
+        let _ = FREE_FILTERS.try_with(move |c| {
+            let mut list = ManuallyDrop::into_inner(c.take());
+            let full = list.push(f);
+            c.set(ManuallyDrop::new(list));
+            drop(full);
+        });
     }
 
     /// How many this worker keeps.

@@ -170,8 +170,16 @@ fn released_filters_are_reused_up_to_the_bound() {
     let again = Filter::new(&c, 0x20);
     assert_eq!(&*again as *const Filter, at, "the same memory");
     assert_eq!(again.wakeable_stream(), Some(0x20), "a fresh filter in it");
+    assert!(!again.poisoned.get() && !again.destroy_pending.get());
     assert_eq!(FreeList::len(), 0);
+    again.poisoned.set(true);
+    again.destroy_pending.set(true);
+    again.stream_complete();
     release(again, &host, &shared);
+    let clean = Filter::new(&c, 0x30);
+    assert!(!clean.poisoned.get() && !clean.destroy_pending.get());
+    assert_eq!(clean.wakeable_stream(), Some(0x30), "every field reset");
+    release(clean, &host, &shared);
     let many: Vec<_> = (0..FREE_FILTERS_MAX + 3)
         .map(|i| Filter::new(&c, i + 1))
         .collect();
