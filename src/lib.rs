@@ -4,12 +4,15 @@
 //! Layers, from the Envoy boundary inwards (each owns what it names; no other part touches it):
 //! - [`ffi`]: the only unsafe code and the only caller of Envoy. Raw ABI declarations, the
 //!   exported hooks (guard, convert, delegate), RAII handles for Envoy's timer and schedulers,
-//!   the filter allocator, the panic guard, buffers and the logger. Owns the process-wide
+//!   the loan of a hook's object (`ffi::with_object`), the panic guard, buffers and the logger. Owns the process-wide
 //!   instances: [`state::Shared`] and [`threads::Threads`].
 //! - [`extension`]: the bootstrap extension's life (load, engine hooks, scanner, admin calls,
 //!   fallback ticker, teardown), over a host trait the FFI implements.
-//! - [`http_filter`]: per-request glue (data and control roles), over a host trait.
-//! - [`network_filter`]: the network filter's lifecycle, over a host trait ([`host`]).
+//! - [`http_filter`]: per-request glue (data and control roles) and the filter's life
+//!   (poisoning, deferred destroy, recycling), over a host trait.
+//! - [`host`]: one host trait per Envoy object (HTTP stream, connection, bootstrap extension): how the
+//!   layers below `ffi` reach Envoy; the FFI implements them, tests fake them.
+//! - [`network_filter`]: the network filter's lifecycle, over a host trait.
 //! - [`connections`]: downstream connections seen by the network filter; tells idle ones.
 //! - [`exchange`]: pure HTTP/1.1 and HTTP/2 framing follower for the network filter.
 //! - [`bootstrap`]: the drain engine on Envoy's main thread: SIGTERM hold, admin endpoints.

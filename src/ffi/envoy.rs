@@ -25,12 +25,12 @@ const EMPTY: Buffer = Buffer {
 /// keeps them inside the hook that made them: none can be stored, returned or sent to a thread
 /// (`Hook` is neither `Send` nor `Sync`, and the borrow ends with the frame). What is left to the
 /// `unsafe` constructor's caller is only that Envoy's pointer is the right one for this hook.
-pub(crate) struct Hook(PhantomData<*const ()>);
+pub struct Hook(PhantomData<*const ()>);
 
 impl Hook {
     /// A hook's frame: make one at the top of the hook, on its stack.
     #[inline]
-    pub(crate) fn frame() -> Hook {
+    pub fn frame() -> Hook {
         Hook(PhantomData)
     }
 }
@@ -39,7 +39,7 @@ impl Hook {
 
 /// An HTTP stream inside one of its filter's hooks, on its worker.
 #[derive(Clone, Copy)]
-pub(crate) struct HttpStream<'hook> {
+pub struct HttpStream<'hook> {
     fe: EnvoyPtr,
     _hook: PhantomData<&'hook ()>,
 }
@@ -50,7 +50,7 @@ impl<'hook> HttpStream<'hook> {
     /// (or a live filter's, inside its connection's scheduled hook on the same worker). The
     /// handle cannot outlive that frame.
     #[inline]
-    pub(crate) unsafe fn in_hook(_hook: &'hook Hook, fe: EnvoyPtr) -> Self {
+    pub unsafe fn in_hook(_hook: &'hook Hook, fe: EnvoyPtr) -> Self {
         HttpStream {
             fe,
             _hook: PhantomData,
@@ -549,16 +549,24 @@ impl ExtensionMetrics {
     }
 }
 
-/// The extension's timer; deleted on drop (main thread only: `timer_delete` asserts it).
+/// The extension's timer; deleted on drop (main thread only: `timer_delete` asserts it). Its
+/// word goes to [`timer_enable`].
 pub(crate) struct Timer(std::ptr::NonNull<c_void>);
 
 impl Timer {
-    /// Fire `on_bootstrap_extension_timer_fired` in `ms` milliseconds (re-arms). Main thread.
-    pub(crate) fn enable(&self, ms: u64) {
-        // SAFETY: a live timer (deleted only by its drop), on the main thread.
-        unsafe {
-            abi::envoy_dynamic_module_callback_bootstrap_extension_timer_enable(self.0.as_ptr(), ms)
-        }
+    pub(crate) fn word(&self) -> usize {
+        self.0.as_ptr() as usize
+    }
+}
+
+/// Fire `on_bootstrap_extension_timer_fired` in `ms` milliseconds (re-arms). Main thread.
+///
+/// # Safety
+/// `word` is a live [`Timer`]'s, and this runs on the main thread (where its owner drops it).
+pub(crate) unsafe fn timer_enable(word: usize, ms: u64) {
+    // SAFETY: per the contract.
+    unsafe {
+        abi::envoy_dynamic_module_callback_bootstrap_extension_timer_enable(word as *mut c_void, ms)
     }
 }
 

@@ -4,8 +4,10 @@
 //!   valid (a stream or connection inside its hook, a config until its destroy), and the RAII
 //!   handles of the extension's timer and scheduler; nothing else here calls a callback;
 //! - [`http`], [`network`], [`bootstrap`]: the exported hooks. Each guards against panics,
-//!   converts pointers and buffers, and delegates to safe code ([`crate::http_filter`],
-//!   [`crate::connections`], [`crate::extension`]). Nothing here makes drain decisions;
+//!   lends its object for the hook ([`with_object`]), makes a handle for Envoy's side, and
+//!   makes one call into safe code ([`crate::http_filter`], [`crate::connections`],
+//!   [`crate::extension`]), which it reaches through the host traits of [`crate::host`].
+//!   Nothing here makes drain decisions;
 //! - `stats`: the module's Envoy stats, all defined by the bootstrap extension's config;
 //! - here: the panic guard, buffer helpers, the clock, and the process-wide instances.
 //!
@@ -30,6 +32,9 @@ use unused_hooks;
 pub mod abi;
 pub mod bootstrap;
 mod envoy;
+/// The frame token and a handle made from it, public only for `tests/compile_fail/`.
+#[doc(hidden)]
+pub use envoy::{Hook, HttpStream};
 #[cfg(test)]
 mod fake_envoy;
 pub mod http;
@@ -38,10 +43,10 @@ pub mod network;
 mod stats;
 
 use crate::clock::Clock;
-use crate::state::{Hooks, Shared};
+use crate::state::{Hosts, Shared};
 use crate::threads::{GateFaults, Threads};
 use abi::Buffer;
-use std::os::raw::c_char;
+use std::os::raw::{c_char, c_void};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::OnceLock;
 use std::time::Instant;
@@ -58,6 +63,26 @@ pub(crate) fn guard<R>(hook: &'static str, fallback: R, f: impl FnOnce() -> R) -
             fallback
         }
     }
+}
+
+/// Lend the module's object behind a pointer Envoy handed back to a hook (a filter, a config)
+/// to `f`, and to `f` only: the reference's lifetime is `f`'s own, not one the caller picks, so
+/// it cannot be kept past the hook, nor past a free that follows the loan
+/// (`tests/compile_fail/`). `None`, without calling `f`, for a null pointer. Every hook reaches
+/// its object this way.
+///
+/// # Safety
+/// `p` is null or points at a live `T` this module gave Envoy, which stays alive until `f`
+/// returns, and no `&mut T` to it exists meanwhile (only shared references are ever made:
+/// hooks can nest).
+#[doc(hidden)]
+#[inline(always)]
+pub unsafe fn with_object<T, R>(
+    p: *const c_void,
+    f: impl for<'hook> FnOnce(&'hook T) -> R,
+) -> Option<R> {
+    // SAFETY: per the contract.
+    unsafe { p.cast::<T>().as_ref() }.map(f)
 }
 
 /// A buffer pointing at module-owned bytes, valid while `bytes` lives.
@@ -159,14 +184,10 @@ pub(crate) fn shared() -> &'static Shared {
                 epoch: Instant::now(),
                 coarse_epoch: coarse_monotonic_nanos(),
             }),
-            Hooks {
-                commit: |w, e| {
-                    http::commit_scheduler(w, e);
-                },
-                delete_waker: http::drop_scheduler,
-                kick_engine: bootstrap::kick_engine,
-                count: stats::count,
-                drain_started: || {
+            Hosts {
+                wakers: &http::Schedulers,
+                extension: &bootstrap::EnvoyExtension,
+                connections_drain_started: || {
                     shared()
                         .connections
                         .drain_started(threads(), count_module_error, || {

@@ -3,8 +3,9 @@
 //! own), the fallback ticker, and the teardown that stops and joins every module thread.
 //!
 //! The FFI glue (`ffi::bootstrap`) only guards, converts and calls the `on_*` methods here. It
-//! gives Envoy's side as a [`MainThread`] (timer, gauges, counters) and, once Envoy has created
-//! the extension, a [`StatsSource`] (the stats store); the process-wide parts as an [`Env`].
+//! gives the process-wide parts as an [`Env`], Envoy's side among them (the
+//! [`ExtensionHost`]: timer, main-thread hop, stats), and, once Envoy has created the extension,
+//! a [`StatsSource`] (the stats store).
 
 use crate::admin::{self, AdminAddress, AdminCheck};
 use crate::bootstrap::{Engine, EngineHost, ShutdownRelease};
@@ -18,11 +19,7 @@ use std::cell::RefCell;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
-/// `config_scheduled` event: evaluate the drain now.
-pub const EVENT_KICK: u64 = 1;
-/// `config_scheduled` event: the admin_address check finished (its gauge is set on the main
-/// thread).
-pub const EVENT_ADMIN_CHECKED: u64 = 2;
+pub use crate::host::extension::{ExtensionHost, EVENT_ADMIN_CHECKED, EVENT_KICK};
 
 /// How long teardown waits for the module's threads to end: longer than the one call a thread
 /// cannot be interrupted in (a socket call to the admin, at most [`ADMIN_CALL_TIMEOUT`]); every
@@ -40,13 +37,6 @@ const ADMIN_CHECK_ATTEMPTS: u32 = 3;
 
 pub use crate::state::Gauge;
 
-/// What the extension needs from Envoy on the main thread, inside one of its hooks.
-pub trait MainThread {
-    /// (Re)arm the extension's timer (nothing if Envoy gave none: the fallback ticker runs).
-    fn arm_timer(&self, delay: Duration);
-    fn set_gauge(&self, gauge: Gauge, value: u64);
-}
-
 /// Envoy's stats store, read on the scanner thread.
 pub trait StatsSource: Send + Sync + 'static {
     /// Visit every gauge (`Pass::Gauges`) or every counter, name and value. False when the call
@@ -60,13 +50,13 @@ pub trait StatsSource: Send + Sync + 'static {
 pub struct Env {
     pub shared: &'static Shared,
     pub threads: &'static Threads,
-    /// Run `config_scheduled` with an event on Envoy's main thread, from any thread.
-    pub to_main_thread: fn(u64),
+    /// Envoy's side of the extension.
+    pub envoy: &'static dyn ExtensionHost,
 }
 
 impl Env {
     fn kick(&self) {
-        (self.to_main_thread)(EVENT_KICK)
+        self.envoy.kick_engine()
     }
 
     fn count_module_error(&self) {
@@ -148,7 +138,7 @@ impl ScanSource for Arc<StatsStore> {
 /// The engine's host for one hook: Envoy's main-thread calls plus the extension's own.
 struct Host<'a> {
     ext: &'a Extension,
-    envoy: &'a dyn MainThread,
+    envoy: &'static dyn ExtensionHost,
 }
 
 impl EngineHost for Host<'_> {
@@ -279,8 +269,7 @@ impl Extension {
         if !self.admin_address.is_empty() {
             let addrs = self.admin_address.clone();
             let admin_found = self.admin_found.clone();
-            let (shared, threads, to_main) =
-                (self.env.shared, self.env.threads, self.env.to_main_thread);
+            let (shared, threads, envoy) = (self.env.shared, self.env.threads, self.env.envoy);
             shared.counters.set_admin_check(AdminCheck::Checking);
             let if_not = "admin_address is not checked";
             self.on_admin_thread("the admin_address check", if_not, move || {
@@ -294,7 +283,7 @@ impl Extension {
                 *lock_or_recover(&admin_found) = addr;
                 shared.counters.set_admin_check(found);
                 if found == AdminCheck::Recognised {
-                    to_main(EVENT_ADMIN_CHECKED);
+                    envoy.to_main_thread(EVENT_ADMIN_CHECKED);
                 }
             });
         } else {
@@ -313,20 +302,16 @@ impl Extension {
 
     /// Envoy's own drain (`/drain_listeners`, a hot restart handing over) started.
     #[must_use]
-    pub fn on_drain_started(&self, envoy: &dyn MainThread) -> Option<ShutdownRelease> {
-        self.with_engine(envoy, |e, h, s| e.on_envoy_drain_started(h, s))
+    pub fn on_drain_started(&self) -> Option<ShutdownRelease> {
+        self.with_engine(|e, h, s| e.on_envoy_drain_started(h, s))
     }
 
     /// SIGTERM (or SIGINT, `/quitquitquit`): hold Envoy's exit with `release` until the drain
     /// completes. Returns the release when it may be given at once.
     #[must_use]
-    pub fn on_shutdown(
-        &self,
-        envoy: &dyn MainThread,
-        release: ShutdownRelease,
-    ) -> Option<ShutdownRelease> {
+    pub fn on_shutdown(&self, release: ShutdownRelease) -> Option<ShutdownRelease> {
         // Engine busy (cannot be, on the main thread): the release drops and Envoy exits.
-        self.with_engine(envoy, |e, h, s| e.on_shutdown(h, s, release))
+        self.with_engine(|e, h, s| e.on_shutdown(h, s, release))
     }
 
     /// The engine failed while holding Envoy's exit: take the hold back, to give it now.
@@ -336,26 +321,23 @@ impl Extension {
 
     /// `config_scheduled` with `event` (a kick, or the admin check's result) or the timer.
     #[must_use]
-    pub fn on_event(&self, envoy: &dyn MainThread, event: u64) -> Option<ShutdownRelease> {
+    pub fn on_event(&self, event: u64) -> Option<ShutdownRelease> {
         if event == EVENT_ADMIN_CHECKED {
             let ok = self.env.shared.counters.admin_check() == AdminCheck::Recognised;
-            envoy.set_gauge(Gauge::AdminAddressOk, u64::from(ok));
+            self.env
+                .envoy
+                .set_gauge(Gauge::AdminAddressOk, u64::from(ok));
             return None;
         }
-        self.with_engine(envoy, |e, h, s| e.evaluate(h, s))
+        self.with_engine(|e, h, s| e.evaluate(h, s))
     }
 
     /// The extension's admin endpoints: status, body, and a release to give.
-    pub fn on_admin(
-        &self,
-        envoy: &dyn MainThread,
-        method: &[u8],
-        path: &[u8],
-    ) -> (u32, String, Option<ShutdownRelease>) {
+    pub fn on_admin(&self, method: &[u8], path: &[u8]) -> (u32, String, Option<ShutdownRelease>) {
         let Ok(mut engine) = self.engine.try_borrow_mut() else {
             return (503, "graceful_drain engine busy\n".into(), None);
         };
-        let host = Host { ext: self, envoy };
+        let host = self.host();
         engine.on_admin(&host, self.env.shared, method, path)
     }
 
@@ -390,11 +372,17 @@ impl Extension {
 
     fn with_engine(
         &self,
-        envoy: &dyn MainThread,
         f: impl FnOnce(&mut Engine, &Host, &Shared) -> Option<ShutdownRelease>,
     ) -> Option<ShutdownRelease> {
         let mut engine = self.engine.try_borrow_mut().ok()?;
-        f(&mut engine, &Host { ext: self, envoy }, self.env.shared)
+        f(&mut engine, &self.host(), self.env.shared)
+    }
+
+    fn host(&self) -> Host<'_> {
+        Host {
+            ext: self,
+            envoy: self.env.envoy,
+        }
     }
 
     /// Start the stats scanner (once; its first scan measures what a scan costs here).
@@ -482,279 +470,4 @@ fn start_fallback_ticker(env: Env) {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::state::tests::fixture;
-    use crate::state::{Counters, Stat};
-    use std::cell::{Cell, RefCell};
-    use std::rc::Rc;
-    use std::sync::atomic::{AtomicU64, Ordering};
-
-    #[derive(Default)]
-    struct FakeEnvoy {
-        timers: RefCell<Vec<Duration>>,
-        gauges: RefCell<Vec<(Gauge, u64)>>,
-    }
-
-    impl MainThread for FakeEnvoy {
-        fn arm_timer(&self, delay: Duration) {
-            self.timers.borrow_mut().push(delay);
-        }
-        fn set_gauge(&self, gauge: Gauge, value: u64) {
-            self.gauges.borrow_mut().push((gauge, value));
-        }
-    }
-
-    /// A stats store with one HCM's request figures (and one of the admin's, ignored).
-    struct FakeStats {
-        active: AtomicU64,
-        refuse: bool,
-        /// A stats matcher keeps only `cluster.` and `server.` stats.
-        matcher: bool,
-    }
-
-    impl StatsSource for FakeStats {
-        fn visit(&self, pass: Pass, stat: &mut dyn FnMut(&[u8], u64)) -> bool {
-            if self.refuse {
-                return false;
-            }
-            if self.matcher {
-                stat(b"cluster.backend.upstream_rq_active", 4);
-                stat(b"server.live", 1);
-                return true;
-            }
-            match pass {
-                Pass::Gauges => {
-                    stat(
-                        b"http.ingress.downstream_rq_active",
-                        self.active.load(Ordering::SeqCst),
-                    );
-                    stat(b"http.admin.downstream_rq_active", 5);
-                }
-                Pass::Counters => stat(b"http.ingress.downstream_rq_total", 40),
-            }
-            true
-        }
-    }
-
-    /// This test's own process-wide parts, in statics of the test (so Miri, which reports memory
-    /// only a leaked pointer reaches, sees them reachable): a state over a fake clock, and an
-    /// owner of threads.
-    macro_rules! env {
-        () => {{
-            static STATE: OnceLock<(Shared, Arc<crate::clock::FakeClock>, Threads)> =
-                OnceLock::new();
-            let (shared, clock, threads) = STATE.get_or_init(|| {
-                let f = fixture(None);
-                (f.shared, f.clock, Threads::default())
-            });
-            let env = Env {
-                shared,
-                threads,
-                to_main_thread: |_| {},
-            };
-            (env, &**clock)
-        }};
-    }
-
-    const FAST: &[u8] =
-        br#"{"min_drain_duration": "50ms", "quiet_period": "0s", "drain_timeout": "5s"}"#;
-
-    /// A gauge pass during which control requests start and end (kubelet's probes, a waiting
-    /// `/drain`), one data request in flight all along: the figure never falls below it.
-    /// Taking off the control requests counted at the end of the pass, as before, gave 0 when a
-    /// probe started after the pass had read the control listener's gauge: the drain saw nothing
-    /// in flight and could complete, cutting that request.
-    #[test]
-    fn control_requests_starting_during_a_pass_never_hide_a_request_in_flight() {
-        /// Reads the control listener's gauge as `control`, then runs `during` (on the module's
-        /// counters), then reads the data listener's gauge: one request in flight.
-        struct Racing {
-            control: u64,
-            shared: &'static Shared,
-            during: fn(&Counters),
-        }
-        impl StatsSource for Racing {
-            fn visit(&self, _: Pass, stat: &mut dyn FnMut(&[u8], u64)) -> bool {
-                stat(b"http.control.downstream_rq_active", self.control);
-                (self.during)(&self.shared.counters);
-                stat(b"http.ingress.downstream_rq_active", 1);
-                true
-            }
-        }
-        let (env, _) = env!();
-        let gauges = |control: u64, during: fn(&Counters)| {
-            let store = Arc::new(StatsStore {
-                source: Mutex::new(Some(Arc::new(Racing {
-                    control,
-                    shared: env.shared,
-                    during,
-                }))),
-                hidden: Default::default(),
-                ignored_stat_prefixes: vec!["admin".to_string()],
-                env: Env {
-                    shared: env.shared,
-                    threads: env.threads,
-                    to_main_thread: env.to_main_thread,
-                },
-            });
-            store.scan(Pass::Gauges).expect("the pass")
-        };
-        // A probe arrives after the pass read the control listener's gauge (0 then).
-        assert_eq!(gauges(0, |c| c.control_started()), 1, "a probe arriving");
-        // It is answered (its count ends) while a second pass reads it in Envoy's gauge.
-        assert_eq!(
-            gauges(1, |c| c.control_ended()),
-            2,
-            "a probe ending: counted, safe"
-        );
-        // A waiting /drain in flight all through a pass is taken off.
-        env.shared.counters.control_started();
-        assert_eq!(gauges(1, |_| {}), 1, "a waiting /drain is not work");
-        env.shared.counters.control_ended();
-    }
-
-    #[test]
-    fn a_bad_config_and_a_second_engine_are_refused() {
-        let (env, _) = env!();
-        assert!(Extension::load(br#"{"drain_timeout": "soon"}"#, env, true).is_none());
-        assert!(env.shared.settings().is_none(), "nothing installed");
-        let first = Extension::load(FAST, env, true).expect("loads");
-        assert!(
-            Extension::load(FAST, env, true).is_none(),
-            "configured twice"
-        );
-        first.destroy();
-    }
-
-    #[test]
-    fn sigterm_is_held_until_the_drain_completes_then_released_once() {
-        let (env, clock) = env!();
-        // Filter mode: the module's own count, once a scan of the drain showed nothing in flight
-        // outside it (the scanner runs on its own thread, in real time).
-        env.shared.note_data_filter_loaded();
-        let ext = Extension::load(FAST, env, true).unwrap();
-        ext.set_stats(Some(Arc::new(FakeStats {
-            active: AtomicU64::new(0),
-            refuse: false,
-            matcher: false,
-        })));
-        let envoy = FakeEnvoy::default();
-        let released = Rc::new(Cell::new(0));
-        let n = released.clone();
-        let hold = ShutdownRelease::new(move || n.set(n.get() + 1));
-        assert!(ext.on_shutdown(&envoy, hold).is_none(), "held");
-        assert_eq!(envoy.gauges.borrow()[0], (Gauge::Draining, 1));
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        let mut advanced = Duration::ZERO;
-        let release = loop {
-            if let Some(r) = ext.on_event(&envoy, EVENT_KICK) {
-                break r;
-            }
-            assert!(
-                std::time::Instant::now() < deadline,
-                "not released 10 s after min_drain_duration passed"
-            );
-            // The drain's clock past min_drain_duration, not near its timeout.
-            if advanced < Duration::from_millis(100) {
-                let step = *envoy.timers.borrow().last().expect("timer armed");
-                clock.advance(step);
-                advanced += step;
-            }
-            std::thread::sleep(Duration::from_millis(2));
-        };
-        assert!(
-            advanced >= Duration::from_millis(50),
-            "not before min_drain_duration"
-        );
-        assert_eq!(released.get(), 0, "returned to the glue, which calls it");
-        release.release();
-        assert_eq!(released.get(), 1);
-        assert!(ext.on_event(&envoy, EVENT_KICK).is_none(), "given once");
-        assert_eq!(
-            crate::state::tests::counted(),
-            [Stat::DrainsStarted, Stat::DrainsCompleted]
-        );
-        ext.destroy();
-        assert_eq!(released.get(), 1);
-    }
-
-    #[test]
-    fn destroy_disarms_a_hold_still_pending_and_closes_the_gate() {
-        let (env, _) = env!();
-        let ext = Extension::load(FAST, env, true).unwrap();
-        let released = Rc::new(Cell::new(0));
-        let n = released.clone();
-        let hold = ShutdownRelease::new(move || n.set(n.get() + 1));
-        assert!(ext.on_shutdown(&FakeEnvoy::default(), hold).is_none());
-        ext.destroy();
-        assert_eq!(released.get(), 0, "never called from the destroy hook");
-        assert!(
-            !env.threads.is_open(),
-            "no module thread calls into Envoy any more"
-        );
-    }
-
-    #[test]
-    fn the_admin_check_result_sets_its_gauge_and_evaluates_nothing() {
-        let (env, _) = env!();
-        let ext = Extension::load(FAST, env, true).unwrap();
-        let envoy = FakeEnvoy::default();
-        env.shared.counters.set_admin_check(AdminCheck::Recognised);
-        assert!(ext.on_event(&envoy, EVENT_ADMIN_CHECKED).is_none());
-        assert_eq!(*envoy.gauges.borrow(), [(Gauge::AdminAddressOk, 1)]);
-        assert!(envoy.timers.borrow().is_empty(), "not an evaluation");
-        ext.destroy();
-    }
-
-    #[test]
-    fn a_scan_sums_the_followed_stats_less_what_is_not_work_and_stops_with_the_store() {
-        let (env, _) = env!();
-        let ext = Extension::load(FAST, env, true).unwrap();
-        let store = ext.store.clone();
-        assert_eq!(
-            store.scan(Pass::Gauges),
-            None,
-            "no store before extension_new"
-        );
-        let stats = Arc::new(FakeStats {
-            active: AtomicU64::new(3),
-            refuse: false,
-            matcher: false,
-        });
-        ext.set_stats(Some(stats.clone()));
-        assert_eq!(
-            store.scan(Pass::Gauges),
-            Some(3),
-            "the admin's own is ignored"
-        );
-        env.shared.counters.control_started();
-        assert_eq!(
-            store.scan(Pass::Gauges),
-            Some(2),
-            "a waiting /drain is not work"
-        );
-        assert_eq!(store.scan(Pass::Counters), Some(39));
-        assert!(!store.last_pass_hidden());
-        // #44 item 3: a stats matcher that keeps none of the request stats. The pass reads 0,
-        // and says that 0 is no figure.
-        ext.set_stats(Some(Arc::new(FakeStats {
-            active: AtomicU64::new(0),
-            refuse: false,
-            matcher: true,
-        })));
-        for pass in [Pass::Gauges, Pass::Counters] {
-            assert_eq!(store.scan(pass), Some(0));
-            assert!(store.last_pass_hidden(), "{pass:?}");
-        }
-        ext.set_stats(Some(Arc::new(FakeStats {
-            active: AtomicU64::new(0),
-            refuse: true,
-            matcher: false,
-        })));
-        assert_eq!(store.scan(Pass::Gauges), None, "the gate refused the call");
-        ext.set_stats(None);
-        assert_eq!(store.scan(Pass::Gauges), None, "extension destroyed");
-        ext.destroy();
-    }
-}
+mod tests;

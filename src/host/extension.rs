@@ -1,0 +1,118 @@
+//! The bootstrap extension as the module reaches it: its timer, the hop to Envoy's main thread
+//! and the module's stats ([`ExtensionHost`], one process-wide object). Implemented by
+//! `ffi::bootstrap`; faked in tests. Plain types only. (Envoy's stats store behind the extension
+//! is `crate::extension::StatsSource`: its passes are `crate::stats_scan`'s, a layer above this.)
+
+use super::stream::Protocol;
+use std::time::Duration;
+
+/// `config_scheduled` event: evaluate the drain now.
+pub const EVENT_KICK: u64 = 1;
+/// `config_scheduled` event: the admin_address check finished (its gauge is set on the main
+/// thread).
+pub const EVENT_ADMIN_CHECKED: u64 = 2;
+
+/// The bootstrap extension's side of Envoy. One per process, alive for the process (`&'static`):
+/// before the extension's config exists and after its destroy, every call does nothing.
+pub trait ExtensionHost: Sync {
+    /// Run the extension's `config_scheduled` hook with `event` on Envoy's main thread. Any
+    /// thread; refused (nothing happens) once the module's calls into Envoy are closed.
+    fn to_main_thread(&self, event: u64);
+    /// Ask the drain engine on the main thread to evaluate the drain now. Any thread.
+    fn kick_engine(&self) {
+        self.to_main_thread(EVENT_KICK)
+    }
+    /// (Re)arm the extension's timer. Main thread only, inside one of the extension's hooks;
+    /// nothing if Envoy gave no timer (the fallback ticker runs then).
+    fn arm_timer(&self, delay: Duration);
+    /// Add one to a counter of the module. Any thread.
+    fn count(&self, stat: Stat);
+    /// Set a gauge of the module. Any thread.
+    fn set_gauge(&self, gauge: Gauge, value: u64);
+}
+
+/// A counter the module reports through Envoy's stats, `<metrics_namespace>.<name>` (every one
+/// defined by the bootstrap extension's config, so by one namespace whichever filters are
+/// loaded). The status report's figures of the same names are counted by [`crate::state::Counters::count`] at
+/// the same moment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stat {
+    DrainsStarted,
+    DrainsCompleted,
+    DrainsTimedOut,
+    /// A connection told to go away (GOAWAY or `connection: close`) while draining, once per
+    /// connection whoever told it.
+    SentAway(Protocol),
+    /// A request that started during a drain.
+    ServedWhileDraining,
+    /// A failure of the module contained on the data path or on a module thread.
+    ModuleErrors,
+    /// An idle keep-alive connection told at the drain start (HTTP/1.1 closed, HTTP/2 GOAWAY).
+    IdleTold(Protocol),
+    /// A connection whose bytes the exchange tracker could not follow (connection mode).
+    ConnectionsUntracked,
+}
+
+impl Stat {
+    /// Every counter, in the order they are defined.
+    pub const ALL: [Stat; 11] = [
+        Stat::DrainsStarted,
+        Stat::DrainsCompleted,
+        Stat::DrainsTimedOut,
+        Stat::SentAway(Protocol::Http1),
+        Stat::SentAway(Protocol::Http2),
+        Stat::SentAway(Protocol::Other),
+        Stat::ServedWhileDraining,
+        Stat::ModuleErrors,
+        Stat::IdleTold(Protocol::Http1),
+        Stat::IdleTold(Protocol::Http2),
+        Stat::ConnectionsUntracked,
+    ];
+
+    /// Its name under the namespace (documented in docs/configuration.md; dashboards and alerts
+    /// use them: k8s/monitoring/).
+    pub fn name(self) -> &'static str {
+        match self {
+            Stat::DrainsStarted => "drains_started",
+            Stat::DrainsCompleted => "drains_completed",
+            Stat::DrainsTimedOut => "drains_timed_out",
+            Stat::SentAway(Protocol::Http1) => "connections_sent_away_http1",
+            Stat::SentAway(Protocol::Http2) => "connections_sent_away_http2",
+            Stat::SentAway(Protocol::Other) => "connections_sent_away_other",
+            Stat::ServedWhileDraining => "requests_served_while_draining",
+            Stat::ModuleErrors => "module_errors",
+            Stat::IdleTold(Protocol::Http1) => "idle_connections_told_http1",
+            // Idle connections have no third protocol: the network filter tells HTTP/1.1 and
+            // HTTP/2 ones only.
+            Stat::IdleTold(_) => "idle_connections_told_http2",
+            Stat::ConnectionsUntracked => "connections_untracked",
+        }
+    }
+}
+
+/// A gauge the module reports through Envoy's stats (as [`Stat`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Gauge {
+    /// 1 from the drain's start.
+    Draining,
+    /// 1 once the start-time check recognised Envoy's admin at `admin_address`.
+    AdminAddressOk,
+    /// The in-flight table's count, set every [`crate::gauges::GAUGE_PERIOD`].
+    ActiveRequests,
+}
+
+impl Gauge {
+    pub const ALL: [Gauge; 3] = [
+        Gauge::Draining,
+        Gauge::AdminAddressOk,
+        Gauge::ActiveRequests,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Gauge::Draining => "draining",
+            Gauge::AdminAddressOk => "admin_address_ok",
+            Gauge::ActiveRequests => "active_requests",
+        }
+    }
+}
