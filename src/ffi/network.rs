@@ -137,12 +137,18 @@ pub extern "C" fn envoy_dynamic_module_on_network_filter_new(
     })
 }
 
+/// Lend the filter `fm` to `f` for the hook's duration only ([`super::with_object`]: the
+/// reference cannot outlive the call, `tests/compile_fail/`).
+///
 /// # Safety
-/// `fm` must be a pointer returned by `on_network_filter_new` and not yet destroyed.
-unsafe fn net_filter<'a>(fm: *const c_void) -> Option<&'a NetFilter> {
-    // SAFETY: per the contract; a shared reference only (hooks may nest: see NetFilter), on the
-    // filter's worker.
-    unsafe { (fm as *const NetFilter).as_ref() }
+/// `fm` must be a pointer returned by `on_network_filter_new` and not yet destroyed; a shared
+/// reference only (hooks may nest: see NetFilter), on the filter's worker.
+unsafe fn with_net_filter<R>(
+    fm: *const c_void,
+    f: impl for<'hook> FnOnce(&'hook NetFilter) -> R,
+) -> Option<R> {
+    // SAFETY: per the contract.
+    unsafe { super::with_object(fm, f) }
 }
 
 #[no_mangle]
@@ -151,13 +157,14 @@ pub extern "C" fn envoy_dynamic_module_on_network_filter_new_connection(
     fm: *const c_void,
 ) -> u32 {
     guard("network_filter_new_connection", STATUS_CONTINUE, || {
-        // SAFETY: our own filter pointer.
-        if let Some(f) = unsafe { net_filter(fm) } {
+        let run = |f: &NetFilter| {
             let hook = Hook::frame();
             // SAFETY: the filter's own pointer inside its hook; callbacks are set by now.
             let envoy = unsafe { NetConnection::in_hook(&hook, fe) };
             f.on_new_connection(&envoy, super::shared());
-        }
+        };
+        // SAFETY: our own filter pointer.
+        unsafe { with_net_filter(fm, run) };
         STATUS_CONTINUE
     })
 }
@@ -170,13 +177,14 @@ pub extern "C" fn envoy_dynamic_module_on_network_filter_read(
     _end_stream: bool,
 ) -> u32 {
     guard("network_filter_read", STATUS_CONTINUE, || {
-        // SAFETY: our own filter pointer.
-        if let Some(f) = unsafe { net_filter(fm) } {
+        let run = |f: &NetFilter| {
             let hook = Hook::frame();
             // SAFETY: the filter's own pointer inside its read hook.
             let envoy = unsafe { NetConnection::in_hook(&hook, fe) };
             f.on_read(&envoy, data_len, super::shared);
-        }
+        };
+        // SAFETY: our own filter pointer.
+        unsafe { with_net_filter(fm, run) };
         STATUS_CONTINUE
     })
 }
@@ -189,13 +197,14 @@ pub extern "C" fn envoy_dynamic_module_on_network_filter_write(
     _end_stream: bool,
 ) -> u32 {
     guard("network_filter_write", STATUS_CONTINUE, || {
-        // SAFETY: our own filter pointer.
-        if let Some(f) = unsafe { net_filter(fm) } {
+        let run = |f: &NetFilter| {
             let hook = Hook::frame();
             // SAFETY: the filter's own pointer inside its write hook.
             let envoy = unsafe { NetConnection::in_hook(&hook, fe) };
             f.on_write(&envoy, data_len, super::shared);
-        }
+        };
+        // SAFETY: our own filter pointer.
+        unsafe { with_net_filter(fm, run) };
         STATUS_CONTINUE
     })
 }
@@ -207,10 +216,11 @@ pub extern "C" fn envoy_dynamic_module_on_network_filter_event(
     event: u32,
 ) {
     guard("network_filter_event", (), || {
-        // SAFETY: our own filter pointer.
-        if let Some(f) = unsafe { net_filter(fm) } {
+        let run = |f: &NetFilter| {
             f.on_event(matches!(event, EVENT_REMOTE_CLOSE | EVENT_LOCAL_CLOSE));
-        }
+        };
+        // SAFETY: our own filter pointer.
+        unsafe { with_net_filter(fm, run) };
     })
 }
 
@@ -221,17 +231,17 @@ pub extern "C" fn envoy_dynamic_module_on_network_filter_scheduled(
     event_id: u64,
 ) {
     guard("network_filter_scheduled", (), || {
-        // SAFETY: our own filter pointer.
-        let Some(f) = (unsafe { net_filter(fm) }) else {
-            return;
+        let run = |f: &NetFilter| {
+            if !f.may_reach_envoy() {
+                return;
+            }
+            let hook = Hook::frame();
+            // SAFETY: the filter's own pointer inside its hook, no close event raised yet.
+            let envoy = unsafe { NetConnection::in_hook(&hook, fe) };
+            f.on_scheduled(&envoy, event_id, super::shared());
         };
-        if !f.may_reach_envoy() {
-            return;
-        }
-        let hook = Hook::frame();
-        // SAFETY: the filter's own pointer inside its hook, no close event raised yet.
-        let envoy = unsafe { NetConnection::in_hook(&hook, fe) };
-        f.on_scheduled(&envoy, event_id, super::shared());
+        // SAFETY: our own filter pointer.
+        unsafe { with_net_filter(fm, run) };
     })
 }
 
