@@ -3,7 +3,7 @@ SHELL := /bin/bash
 
 # The Envoy to run and test against: `make test ENVOY_VERSION=1.39.3` (also `run`). Default: the
 # version pinned in scripts/install-envoy.sh. The module is one build for every supported Envoy
-# (src/compat.rs): the version only picks the Envoy binary.
+# (src/envoy_stats/compat.rs): the version only picks the Envoy binary.
 ENVOY_VERSION ?= $(shell sed -n 's/^ENVOY_VERSION=//p' scripts/install-envoy.sh)
 SUPPORTED_ENVOY_VERSIONS := $(shell scripts/install-envoy.sh --supported)
 minor_of = $(word 1,$(subst ., ,$(1))).$(word 2,$(subst ., ,$(1)))
@@ -104,11 +104,11 @@ lint:
 # The in-flight table's drain protocol under the loom model checker (its own target dir: the cfg
 # changes every dependency's build).
 loom:
-	RUSTFLAGS="--cfg loom" cargo test --lib --release --target-dir target/loom registry::loom
+	RUSTFLAGS="--cfg loom" cargo test --lib --release --target-dir target/loom counting::loom
 
 # The pure layers' unit tests under Miri (undefined behaviour, data races). Needs a nightly
 # toolchain with the miri component (rustup); about 5 minutes, so not part of CI. The heaviest
 # registry stress tests are left to `make test` and `make loom`.
-MIRI_SKIP := --skip registry::tests::the_table_grows --skip registry::tests::a_thread_beyond   --skip registry::tests::a_slot_released --skip registry::tests::end_waits   --skip registry::tests::concurrent_starts
+MIRI_SKIP := --skip counting::tests::the_table_grows --skip counting::tests::a_thread_beyond   --skip counting::tests::a_slot_released --skip counting::tests::end_waits   --skip counting::tests::concurrent_starts
 miri:
 	cargo +nightly miri test --lib --target-dir target/miri -- $(MIRI_SKIP)

@@ -29,26 +29,16 @@
 //! on are in `src/ffi/ENVOY_FACTS.md`, with their evidence.
 #![deny(unsafe_code)]
 
-pub mod admin;
-pub mod bootstrap;
-pub mod clock;
-pub mod compat;
 pub mod config;
 pub mod connections;
-pub mod control;
-pub mod drain;
+pub mod counting;
+pub mod engine;
+pub mod envoy_stats;
 pub mod exchange;
 pub mod extension;
-#[cfg(feature = "panic-test")]
-pub mod faults;
 pub mod ffi;
-pub mod gauges;
 pub mod host;
 pub mod http_filter;
 pub mod network_filter;
-pub mod registry;
-pub mod state;
-pub mod stats_scan;
-mod sync;
-pub mod threads;
+pub mod runtime;
 pub mod tracking;

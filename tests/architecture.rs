@@ -1,6 +1,7 @@
 //! The layering of `src/`, checked on the source text: only `src/ffi/` may use `unsafe` or name
-//! the FFI module, and the modules of the crate import each other without a cycle (each layer
-//! can be read, and tested, without the ones above it). Comments and test modules do not count.
+//! the FFI module; every top-level module has a layer in [`LAYERS`] and imports only modules of
+//! the layers below it (so each layer can be read, and tested, without the ones above it; no
+//! cycle either). Comments and inline test modules do not count; a sibling `tests.rs` does.
 
 mod common;
 
@@ -162,6 +163,94 @@ fn the_modules_of_src_import_each_other_without_a_cycle() {
     if let Some(cycle) = find_cycle(&graph) {
         panic!("import cycle in src/: {}", cycle.join(" -> "));
     }
+}
+
+/// The layers of `src/`, bottom first: a module may import only modules of a lower layer (never
+/// one of its own layer, never one above). `docs/architecture.md` draws the same table.
+const LAYERS: &[(&str, &[&str])] = &[
+    (
+        "the ground: what the module runs on, and how it reaches Envoy",
+        &["runtime", "host"],
+    ),
+    ("configuration", &["config"]),
+    (
+        "pure followers and the request table",
+        &["exchange", "counting"],
+    ),
+    ("Envoy's own figures", &["envoy_stats"]),
+    ("downstream connections", &["connections"]),
+    ("the drain", &["engine"]),
+    ("the tracker", &["tracking"]),
+    (
+        "glue, one per Envoy object",
+        &["http_filter", "network_filter", "extension"],
+    ),
+    ("the seam", &["ffi"]),
+];
+
+fn layer_of(module: &str) -> Option<usize> {
+    LAYERS.iter().position(|(_, ms)| ms.contains(&module))
+}
+
+/// Every import from a module to one of its own layer or above, as `from -> to (file:line)`.
+fn upward_imports(modules: &BTreeMap<String, Vec<(String, String)>>) -> Vec<String> {
+    let mut found = Vec::new();
+    for (module, lines) in modules {
+        let Some(from) = layer_of(module) else {
+            continue;
+        };
+        for (at, line) in lines {
+            for to in named(line) {
+                if &to == module || !modules.contains_key(&to) {
+                    continue;
+                }
+                match layer_of(&to) {
+                    Some(l) if l < from => {}
+                    _ => found.push(format!("{module} -> {to} ({at}: {})", line.trim())),
+                }
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn every_module_has_a_layer_and_imports_only_lower_layers() {
+    let modules = modules();
+    let unplaced: Vec<&String> = modules.keys().filter(|m| layer_of(m).is_none()).collect();
+    assert!(
+        unplaced.is_empty(),
+        "modules of src/ with no layer in LAYERS: {unplaced:?}"
+    );
+    let up = upward_imports(&modules);
+    assert!(
+        up.is_empty(),
+        "imports from a layer to its own or a higher one:\n{}",
+        up.join("\n")
+    );
+}
+
+/// The layer check fails on a planted upward import (a file of `counting` naming `engine`).
+#[test]
+fn a_planted_upward_import_is_found() {
+    let dir = std::env::temp_dir().join(format!("architecture-up-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("counting")).unwrap();
+    std::fs::create_dir_all(dir.join("engine")).unwrap();
+    std::fs::write(dir.join("engine/mod.rs"), "use crate::counting::Ticket;\n").unwrap();
+    std::fs::write(
+        dir.join("counting/table.rs"),
+        "use crate::engine::state::Shared;\n",
+    )
+    .unwrap();
+    let modules = modules_under(&dir);
+    std::fs::remove_dir_all(&dir).unwrap();
+    let up = upward_imports(&modules);
+    assert_eq!(up.len(), 1, "{up:?}");
+    assert!(
+        up[0].starts_with("counting -> engine (src/counting/table.rs:1"),
+        "{up:?}"
+    );
 }
 
 /// Which modules each module names (only modules of the crate, not itself).

@@ -14,7 +14,7 @@ use common::envoy::{
 };
 use common::scenario::{sigterm_drains_in_flight_work, Slow};
 use common::{clients, free_ports, sha256};
-use graceful_drain::compat::{read_rodata, release_in, ALLOW_UNTESTED_ENV, TESTED};
+use graceful_drain::envoy_stats::compat::{read_rodata, release_in, ALLOW_UNTESTED_ENV, TESTED};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
@@ -202,7 +202,7 @@ async fn one_module_file_loads_into_every_tested_envoy_and_drains_there() {
             )),
             "{v}: {loaded}"
         );
-        // What it gives, per generation (src/compat.rs): only the log's source location differs.
+        // What it gives, per generation (src/envoy_stats/compat.rs): only the log's source location differs.
         assert_eq!(
             loaded.contains(": everything (supported"),
             minor == "1.40",

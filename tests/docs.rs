@@ -1617,7 +1617,7 @@ fn every_mode_has_one_name() {
 /// points to it.
 #[test]
 fn the_stats_matcher_entries_are_what_the_module_reads() {
-    use graceful_drain::stats_scan::{Pass, StatSums, HIDDEN_STATS};
+    use graceful_drain::envoy_stats::scan::{Pass, StatSums, HIDDEN_STATS};
     let text = std::fs::read_to_string(repo_root().join("docs/configuration.md")).unwrap();
     let section = &text[text
         .find("### Stats matchers and renamed series")

@@ -1076,7 +1076,7 @@ fn thread_calls(log: &str, which: &str) -> String {
     }
 }
 
-/// One owner for the module's threads (src/threads.rs): with the test fault `hold_thread_calls`
+/// One owner for the module's threads (src/runtime/threads.rs): with the test fault `hold_thread_calls`
 /// every call a module thread decides to make waits until Envoy's exit is released, the widest
 /// window there is between a thread's check and its call. The gate refuses each of them; with
 /// `no_gate` too, the same calls come after the release (counted, not made), so the check fails

@@ -4,12 +4,12 @@
 //! invariants; the exchange tracker must also agree with a reference model of valid HTTP/1.1
 //! and HTTP/2 conversations.
 
-use graceful_drain::admin::{dechunk, parse_status};
 use graceful_drain::config::{
     format_duration, parse_duration, BootstrapConfig, FilterConfig, MAX_DURATION,
 };
-use graceful_drain::control::{route, Route};
+use graceful_drain::envoy_stats::admin::{dechunk, parse_status};
 use graceful_drain::exchange::{unread, Event, Tracker};
+use graceful_drain::http_filter::control::{route, Route};
 use proptest::prelude::*;
 use std::time::Duration;
 

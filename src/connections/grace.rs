@@ -7,7 +7,7 @@ use super::{
     get, ConnSettings, Counts, IdleTold, StreamMark, Wakers, CONFIRM_DELAY,
     DEFAULT_IDLE_CLOSE_GRACE, EVENT_CONFIRM_CLOSE, EVENT_DRAIN_STARTED, EVENT_GRACE_OVER, RECHECKS,
 };
-use crate::threads::Threads;
+use crate::runtime::threads::Threads;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::OnceLock;
 use std::time::Duration;

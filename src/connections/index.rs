@@ -2,7 +2,7 @@
 //! the HTTP filter holds on its connection ([`StreamMark`]).
 
 use super::{get, set, Conn};
-use crate::registry::{Lane, ReservedSlot};
+use crate::counting::{Lane, ReservedSlot};
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::Ordering;

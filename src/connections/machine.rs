@@ -8,7 +8,7 @@ use super::{
     get, set, Action, ConnSettings, Connections, Counts, FirstStream, Scheduled, Wire,
     CONFIRM_DELAY, EVENT_CONFIRM_CLOSE, EVENT_DRAIN_STARTED, EVENT_GRACE_OVER, H2_MAGIC_PREFIX,
 };
-use crate::registry::{Lane, ReservedSlot};
+use crate::counting::{Lane, ReservedSlot};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::time::Duration;
 

@@ -5,7 +5,7 @@
 //! reports the streams it sees per connection id ([`Connections::stream_started`],
 //! [`stream_ended`]). The process's one [`Connections`] is owned by the module's shared state
 //! (`Shared::connections`); tests make their own. Uses only [`crate::exchange`] (the frame
-//! reader), [`crate::registry`] (lanes, reserved slots), [`crate::threads`] (the grace thread)
+//! reader), [`crate::counting`] (lanes, reserved slots), [`crate::runtime::threads`] (the grace thread)
 //! and [`crate::config`] (the idle defaults): nothing above them.
 //!
 //! Why: at drain start the HTTP filter reaches every connection that carries a request. An idle

@@ -7,14 +7,14 @@
 //! [`ExtensionHost`]: timer, main-thread hop, stats), and, once Envoy has created the extension,
 //! a [`StatsSource`] (the stats store).
 
-use crate::admin::{self, AdminAddress, AdminCheck};
-use crate::bootstrap::{Engine, EngineHost, ShutdownRelease};
 use crate::config::BootstrapConfig;
-use crate::drain::{Phase, IN_FLIGHT_RECHECK};
-use crate::registry::Counts;
-use crate::state::{NotWork, Shared};
-use crate::stats_scan::{DrainTiming, EnvoyView, Pass, ScanSource, Scanner, StatSums};
-use crate::threads::Threads;
+use crate::counting::Counts;
+use crate::engine::drain::{Phase, IN_FLIGHT_RECHECK};
+use crate::engine::main_thread::{Engine, EngineHost, ShutdownRelease};
+use crate::engine::state::{NotWork, Shared};
+use crate::envoy_stats::admin::{self, AdminAddress, AdminCheck};
+use crate::envoy_stats::scan::{DrainTiming, EnvoyView, Pass, ScanSource, Scanner, StatSums};
+use crate::runtime::threads::Threads;
 use std::cell::RefCell;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
@@ -35,7 +35,7 @@ const ADMIN_CALL_TIMEOUT: Duration = Duration::from_secs(2);
 /// warns (the admin may still be coming up when the server is initialized).
 const ADMIN_CHECK_ATTEMPTS: u32 = 3;
 
-pub use crate::state::Gauge;
+pub use crate::engine::state::Gauge;
 
 /// Envoy's stats store, read on the scanner thread.
 pub trait StatsSource: Send + Sync + 'static {
@@ -183,7 +183,7 @@ impl EngineHost for Host<'_> {
         self.ext
             .on_admin_thread("the drain start's admin calls", if_not, move || {
                 #[cfg(feature = "panic-test")]
-                if crate::faults::active("admin_panic") {
+                if crate::runtime::faults::active("admin_panic") {
                     panic!("test fault: admin_panic");
                 }
                 for target in &targets {
@@ -235,7 +235,7 @@ impl Extension {
             cfg.lifecycle_log_level,
             "graceful_drain: drain engine loaded (graceful_drain {}, Envoy {}; \
              min_drain_duration={:?}, quiet_period={:?}, drain_timeout={:?})",
-            crate::compat::MODULE_VERSION,
+            crate::envoy_stats::compat::MODULE_VERSION,
             env.shared.envoy_minor().unwrap_or("unknown"),
             cfg.drain.min_drain_duration,
             cfg.drain.quiet_period,

@@ -1,8 +1,8 @@
 //! The extension's life against a fake Envoy side, a fake stats store and the state's fixture.
 
 use super::*;
-use crate::state::tests::fixture;
-use crate::state::{Counters, Stat};
+use crate::engine::state::tests::fixture;
+use crate::engine::state::{Counters, Stat};
 use std::cell::Cell;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -71,8 +71,12 @@ impl StatsSource for FakeStats {
 /// of threads, and Envoy's side of the extension.
 macro_rules! env {
     () => {{
-        static STATE: OnceLock<(Shared, Arc<crate::clock::FakeClock>, Threads, FakeEnvoy)> =
-            OnceLock::new();
+        static STATE: OnceLock<(
+            Shared,
+            Arc<crate::runtime::clock::FakeClock>,
+            Threads,
+            FakeEnvoy,
+        )> = OnceLock::new();
         let (shared, clock, threads, envoy) = STATE.get_or_init(|| {
             let f = fixture(None);
             (f.shared, f.clock, Threads::default(), FakeEnvoy::default())
@@ -196,7 +200,7 @@ fn sigterm_is_held_until_the_drain_completes_then_released_once() {
     assert_eq!(released.get(), 1);
     assert!(ext.on_event(EVENT_KICK).is_none(), "given once");
     assert_eq!(
-        crate::state::tests::counted(),
+        crate::engine::state::tests::counted(),
         [Stat::DrainsStarted, Stat::DrainsCompleted]
     );
     ext.destroy();

@@ -8,10 +8,10 @@
 use super::abi::{Buffer, EnvoyPtr, HttpHeader};
 use super::envoy::{self, ExtensionConfig, ExtensionStats, Scheduler, Timer};
 use super::{envoy_bytes, guard, with_object};
-use crate::bootstrap::{ShutdownRelease, ADMIN_DRAIN_PATH, ADMIN_STATUS_PATH};
+use crate::engine::main_thread::{ShutdownRelease, ADMIN_DRAIN_PATH, ADMIN_STATUS_PATH};
+use crate::engine::state::Stat;
+use crate::envoy_stats::scan::Pass;
 use crate::extension::{Env, Extension, ExtensionHost, Gauge, StatsSource, EVENT_KICK};
-use crate::state::Stat;
-use crate::stats_scan::Pass;
 use std::os::raw::c_void;
 use std::ptr;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -77,8 +77,8 @@ impl StatsSource for ExtensionStats {
     fn visit(&self, pass: Pass, stat: &mut dyn FnMut(&[u8], u64)) -> bool {
         let gauges = pass == Pass::Gauges;
         #[cfg(feature = "panic-test")]
-        if crate::faults::active("slow_stats_scan") {
-            super::threads().sleep(crate::faults::SLOW_SCAN);
+        if crate::runtime::faults::active("slow_stats_scan") {
+            super::threads().sleep(crate::runtime::faults::SLOW_SCAN);
         }
         super::threads()
             .call("stats_scan", || self.iterate(gauges, stat))
@@ -91,7 +91,7 @@ impl StatsSource for ExtensionStats {
 fn publish_build_info(envoy: &ExtensionConfig) {
     if let Some(id) = envoy.define_labelled_gauge("build_info", &["version", "envoy"]) {
         let found = super::abi::generation().minor();
-        envoy.set_labelled_gauge(id, &[crate::compat::MODULE_VERSION, found], 1);
+        envoy.set_labelled_gauge(id, &[crate::envoy_stats::compat::MODULE_VERSION, found], 1);
     }
 }
 
@@ -139,7 +139,7 @@ pub extern "C" fn envoy_dynamic_module_on_bootstrap_extension_config_new(
         #[allow(unused_mut)] // replaced by a test fault
         let (mut timer, scheduler) = (envoy.new_timer(), envoy.new_scheduler());
         #[cfg(feature = "panic-test")]
-        if crate::faults::active("no_timer") {
+        if crate::runtime::faults::active("no_timer") {
             timer = None; // deleted by its drop
         }
         if scheduler.is_none() {
@@ -195,7 +195,7 @@ pub extern "C" fn envoy_dynamic_module_on_bootstrap_extension_config_destroy(bcm
         super::stats::forget();
         KICK_SCHEDULER.store(0, Ordering::Release);
         TIMER.store(0, Ordering::Release);
-        if crate::threads::Threads::on_module_thread() {
+        if crate::runtime::threads::Threads::on_module_thread() {
             // Run inside a module thread's commit (Envoy dropped its last reference there):
             // timer_delete must run on the main thread, so both are left to the exit.
             log::warn!("graceful_drain: engine config destroyed off the main thread");

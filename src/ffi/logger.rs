@@ -3,7 +3,7 @@
 //! `/logging`). Panics are routed here too instead of Envoy's stderr.
 
 use super::abi;
-use crate::threads::Threads;
+use crate::runtime::threads::Threads;
 
 struct EnvoyLogger;
 
@@ -87,7 +87,7 @@ pub(super) fn install() {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::compat::EnvoyGeneration;
+    use crate::envoy_stats::compat::EnvoyGeneration;
     use crate::ffi::abi::{
         pretend_generation, reset_fake, script, take_calls, take_calls_with_args, Arg, Call,
     };
@@ -168,7 +168,7 @@ mod tests {
         let record = log::Record::builder()
             .args(format_args!("a line"))
             .level(log::Level::Warn)
-            .file(Some("src/drain.rs"))
+            .file(Some("src/engine/drain.rs"))
             .line(Some(42))
             .build();
         for g in [
@@ -188,7 +188,7 @@ mod tests {
                     args: vec![
                         level.clone(),
                         line,
-                        Arg::Bytes(b"src/drain.rs".to_vec()),
+                        Arg::Bytes(b"src/engine/drain.rs".to_vec()),
                         Arg::Int(42),
                     ],
                 }

@@ -13,7 +13,7 @@
 //!
 //! What Envoy's side does (which thread may call what, what a call may run re-entrantly, who
 //! owns which buffer) is recorded with its evidence in `ENVOY_FACTS.md` beside this file. Every
-//! call a module thread makes into Envoy passes the gate of [`crate::threads::Threads`].
+//! call a module thread makes into Envoy passes the gate of [`crate::runtime::threads::Threads`].
 #![allow(unsafe_code)]
 // Exported hooks receive Envoy's own pointers by contract of the ABI; they are entry points for
 // Envoy, not an API for Rust callers, so they are not `unsafe fn`.
@@ -42,9 +42,9 @@ mod logger;
 pub mod network;
 mod stats;
 
-use crate::clock::Clock;
-use crate::state::{Hosts, Shared};
-use crate::threads::{GateFaults, Threads};
+use crate::engine::state::{Hosts, Shared};
+use crate::runtime::clock::Clock;
+use crate::runtime::threads::{GateFaults, Threads};
 use abi::Buffer;
 use std::os::raw::{c_char, c_void};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -154,8 +154,8 @@ pub(crate) fn threads() -> &'static Threads {
         let mut faults = GateFaults::default();
         #[cfg(feature = "panic-test")]
         {
-            faults.hold_calls_until_release = crate::faults::active("hold_thread_calls");
-            faults.no_gate = crate::faults::active("no_gate");
+            faults.hold_calls_until_release = crate::runtime::faults::active("hold_thread_calls");
+            faults.no_gate = crate::runtime::faults::active("no_gate");
         }
         Threads::new(faults)
     })
@@ -168,9 +168,10 @@ pub(crate) fn count_module_error() {
 
 /// Start setting the `active_requests` gauge (a config that counts requests was loaded).
 pub(crate) fn publish_active_requests() {
-    static PUBLISHER: crate::gauges::GaugePublisher = crate::gauges::GaugePublisher::new();
+    static PUBLISHER: crate::engine::gauges::GaugePublisher =
+        crate::engine::gauges::GaugePublisher::new();
     PUBLISHER.start(threads(), shared(), |v| {
-        stats::set(crate::state::Gauge::ActiveRequests, v)
+        stats::set(crate::engine::state::Gauge::ActiveRequests, v)
     });
 }
 
@@ -191,7 +192,10 @@ pub(crate) fn shared() -> &'static Shared {
                     shared()
                         .connections
                         .drain_started(threads(), count_module_error, || {
-                            matches!(shared().phase(), crate::drain::Phase::Drained { .. })
+                            matches!(
+                                shared().phase(),
+                                crate::engine::drain::Phase::Drained { .. }
+                            )
                         })
                 },
             },
@@ -209,7 +213,10 @@ pub extern "C" fn envoy_dynamic_module_on_program_init() -> *const c_char {
             return std::ptr::null();
         };
         logger::install();
-        log::info!("{}", crate::compat::loaded_line(abi::generation()));
+        log::info!(
+            "{}",
+            crate::envoy_stats::compat::loaded_line(abi::generation())
+        );
         shared().set_envoy(abi::generation());
         abi_version.as_ptr() as *const c_char
     })

@@ -7,9 +7,9 @@ use super::abi::{Buffer, EnvoyPtr};
 use super::envoy::{self, Hook, NetConnection, SliceIter};
 use super::{envoy_bytes, guard};
 use crate::config::NetworkFilterConfig;
+use crate::engine::state::EVENT_GO_AWAY;
 use crate::host::connection::ConnectionHost;
 use crate::network_filter::{NetConfig, NetFilter};
-use crate::state::EVENT_GO_AWAY;
 use std::os::raw::c_void;
 use std::ptr;
 
@@ -44,7 +44,7 @@ impl ConnectionHost for NetConnection<'_> {
     fn delete_scheduler(waker: usize) {
         // SAFETY: called once, by the last holder of the scheduler (see `Waker`).
         let delete = || unsafe { envoy::net_scheduler_delete(waker) };
-        if crate::threads::Threads::on_module_thread() {
+        if crate::runtime::threads::Threads::on_module_thread() {
             // The last holder can be the idle-grace thread (`Connections::wake_all` drops its
             // snapshot there): a module thread reaches Envoy only through the gate, closed once
             // the exit was released (#44 item 10).

@@ -16,8 +16,8 @@
 //! an update does nothing.
 
 use super::envoy::{ExtensionConfig, ExtensionMetrics};
-use crate::state::{Gauge, Stat};
-use crate::threads::Threads;
+use crate::engine::state::{Gauge, Stat};
+use crate::runtime::threads::Threads;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::OnceLock;
 

@@ -1,7 +1,7 @@
 //! The bootstrap extension as the module reaches it: its timer, the hop to Envoy's main thread
 //! and the module's stats ([`ExtensionHost`], one process-wide object). Implemented by
 //! `ffi::bootstrap`; faked in tests. Plain types only. (Envoy's stats store behind the extension
-//! is `crate::extension::StatsSource`: its passes are `crate::stats_scan`'s, a layer above this.)
+//! is `crate::extension::StatsSource`: its passes are `crate::envoy_stats::scan`'s, a layer above this.)
 
 use super::stream::Protocol;
 use std::time::Duration;
@@ -33,7 +33,7 @@ pub trait ExtensionHost: Sync {
 
 /// A counter the module reports through Envoy's stats, `<metrics_namespace>.<name>` (every one
 /// defined by the bootstrap extension's config, so by one namespace whichever filters are
-/// loaded). The status report's figures of the same names are counted by [`crate::state::Counters::count`] at
+/// loaded). The status report's figures of the same names are counted by [`crate::engine::state::Counters::count`] at
 /// the same moment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Stat {
@@ -97,7 +97,7 @@ pub enum Gauge {
     Draining,
     /// 1 once the start-time check recognised Envoy's admin at `admin_address`.
     AdminAddressOk,
-    /// The in-flight table's count, set every [`crate::gauges::GAUGE_PERIOD`].
+    /// The in-flight table's count, set every [`crate::engine::gauges::GAUGE_PERIOD`].
     ActiveRequests,
 }
 

@@ -7,7 +7,7 @@
 
 use super::{HeadersAction, Stream, StreamHost, StreamSink};
 use crate::config::{DrainToken, FilterConfig, Role};
-use crate::state::Shared;
+use crate::engine::state::Shared;
 use std::cell::{Cell, RefCell};
 use std::mem::ManuallyDrop;
 use std::panic::{catch_unwind, AssertUnwindSafe};

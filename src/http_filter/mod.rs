@@ -11,12 +11,13 @@
 //! Envoy lets that happen without aborting the stream.
 
 use crate::config::{DrainToken, Role};
-use crate::control::{route, Route};
-use crate::drain::Trigger;
-use crate::registry::Ticket;
-use crate::state::{Shared, StartResult, Wait, Waker, EVENT_DRAIN_DONE, EVENT_GO_AWAY};
+use crate::counting::Ticket;
+use crate::engine::drain::Trigger;
+use crate::engine::state::{Shared, StartResult, Wait, Waker, EVENT_DRAIN_DONE, EVENT_GO_AWAY};
+use crate::http_filter::control::{route, Route};
 use std::sync::Arc;
 
+pub mod control;
 pub mod lifecycle;
 
 pub use crate::host::stream::{StreamHost, StreamSink, INTERNAL_ERROR};
@@ -434,7 +435,7 @@ impl ControlStream {
     /// Answer the request: its count as not work ends first, so it always ends inside Envoy's
     /// own count of the stream (which Envoy ends when the stream completes, before the filters
     /// hear of it: a stats pass must never take off a request Envoy no longer counts;
-    /// `crate::state::NotWork::within`).
+    /// `crate::engine::state::NotWork::within`).
     fn respond(
         &mut self,
         host: &impl StreamHost,

@@ -1,8 +1,8 @@
 //! The per-request glue against a fake stream host.
 
 use super::*;
-use crate::state::tests::{commits, counted, fast, fixture, Fixture};
-use crate::state::Protocol;
+use crate::engine::state::tests::{commits, counted, fast, fixture, Fixture};
+use crate::engine::state::Protocol;
 use std::cell::{Cell, RefCell};
 use std::time::Duration;
 
@@ -407,7 +407,7 @@ fn a_waiting_drain_is_answered_at_completion() {
     assert!(host.responses.borrow().is_empty(), "waits");
     assert!(shared.is_draining());
     clock.advance(Duration::from_secs(1));
-    shared.poll(crate::state::EnvoyObservation::Unused);
+    shared.poll(crate::engine::state::EnvoyObservation::Unused);
     assert!(commits().contains(&(0x1010, EVENT_DRAIN_DONE)));
     s.on_scheduled(&host, &shared, EVENT_DRAIN_DONE);
     assert_eq!(host.status(), Some(200));
@@ -432,7 +432,7 @@ fn a_client_giving_up_on_drain_unregisters_before_its_waker_is_destroyed() {
     s.on_request_headers(&host, &shared, true);
     s.finish(&host, &shared);
     clock.advance(Duration::from_secs(1));
-    shared.poll(crate::state::EnvoyObservation::Unused);
+    shared.poll(crate::engine::state::EnvoyObservation::Unused);
     assert!(
         commits().iter().all(|(_, e)| *e != EVENT_DRAIN_DONE),
         "a destroyed waker was woken: {:?}",

@@ -5,7 +5,7 @@
 //! destroy releases. `crate::ffi::network` only converts and calls these, one call per hook.
 //!
 //! Uses [`crate::connections`] (the state machine that decides), [`crate::tracking`] (the
-//! exchange tracker, connection mode), [`crate::state`] (the shared drain state, passed in) and
+//! exchange tracker, connection mode), [`crate::engine::state`] (the shared drain state, passed in) and
 //! [`crate::host::connection`]. The decisions stay returned values ([`Action`], tested on their
 //! own in `connections`); this file applies them through the host.
 
@@ -13,8 +13,8 @@ use crate::config::NetworkFilterConfig;
 use crate::connections::{
     Action, Conn, ConnSettings, FirstStream, Waker, WakerSlot, GOAWAY_NO_ERROR,
 };
+use crate::engine::state::{Protocol, Shared, Stat};
 use crate::host::connection::ConnectionHost;
-use crate::state::{Protocol, Shared, Stat};
 use crate::tracking::Tracking;
 use std::cell::{Cell, OnceCell, RefCell};
 use std::sync::Arc;

@@ -4,9 +4,9 @@
 
 use super::*;
 use crate::connections::Conn;
+use crate::counting::Ticket;
+use crate::engine::state::Shared;
 use crate::exchange::Event;
-use crate::registry::Ticket;
-use crate::state::Shared;
 
 impl Tracking {
     /// The connection is gone (its filter's destroy hook, possibly on the drain side's thread:
@@ -44,7 +44,7 @@ impl Tracking {
             .give_back(counted, || self.end_all(conn, shared));
         shared
             .counters
-            .count(crate::state::Stat::ConnectionsUntracked);
+            .count(crate::engine::state::Stat::ConnectionsUntracked);
         if self.shadow {
             conn.cross_check_event(None);
             log::info!(
@@ -133,7 +133,7 @@ pub(super) fn on_event(
                 // did it, with the response that just ended.
                 if t.protocol() == Protocol::Http1 && t.will_close() && shared.is_draining() {
                     fed.sent_away_http1 |= shared
-                        .send_away_once(Some(conn.id), || crate::state::Protocol::Http1)
+                        .send_away_once(Some(conn.id), || crate::engine::state::Protocol::Http1)
                         .is_some();
                 }
             }

@@ -28,8 +28,8 @@ pub use write::{HeadEdit, StatusLine, Told, CONNECTION_CLOSE, MAX_STATUS_LINE};
 
 use read::{Tail, READ_SLICES};
 
+use crate::counting::Ticket;
 use crate::exchange::{Protocol, Tracker};
-use crate::registry::Ticket;
 
 /// One followed connection, owned by its network filter (on its worker; the close may come
 /// from another thread, see [`Tracking::on_close`]).

@@ -3,10 +3,10 @@
 
 use super::*;
 use crate::connections::Conn;
-use crate::drain::Trigger;
-use crate::state::tests::{counted, fast, fixture};
-use crate::state::Shared;
-use crate::state::Stat;
+use crate::engine::drain::Trigger;
+use crate::engine::state::tests::{counted, fast, fixture};
+use crate::engine::state::Shared;
+use crate::engine::state::Stat;
 
 const GET: &[u8] = b"GET /a HTTP/1.1\r\nhost: x\r\n\r\n";
 const PROBE: &[u8] = b"GET /healthz HTTP/1.1\r\nhost: x\r\nuser-agent: kube-probe/1.31\r\n\r\n";
@@ -30,8 +30,8 @@ fn write(t: &mut Tracking, bytes: &[u8], conn: &Conn, shared: &Shared) -> Fed {
 /// never completes while a request is still arriving.
 #[test]
 fn a_head_on_its_way_holds_the_drain_from_its_first_byte() {
-    use crate::drain::Decision;
-    use crate::state::EnvoyObservation;
+    use crate::engine::drain::Decision;
+    use crate::engine::state::EnvoyObservation;
     let f = fixture(Some(fast()));
     let conn = Conn::new(1);
     let mut t = Tracking::new();
@@ -314,7 +314,7 @@ fn a_connection_the_tracker_loses_is_untracked_until_it_closes() {
 /// view fell to 0 at the loss with the request in flight: the drain could complete on it.)
 #[test]
 fn a_lost_connection_s_requests_stay_counted_until_a_gauge_pass_sees_them() {
-    use crate::stats_scan::{DrainTiming, EnvoyStatsCache, Pass, PassReading};
+    use crate::envoy_stats::scan::{DrainTiming, EnvoyStatsCache, Pass, PassReading};
     use std::time::{Duration, Instant};
     let f = fixture(Some(fast()));
     let conn = Conn::new(1);

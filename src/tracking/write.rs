@@ -5,7 +5,7 @@
 use super::events::on_event;
 use super::*;
 use crate::connections::Conn;
-use crate::state::Shared;
+use crate::engine::state::Shared;
 
 /// What [`Tracking::close_to_insert`] decided for a write.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -214,7 +214,7 @@ impl Tracking {
             insert: if close_line.is_some() { 0 } else { lf + 1 },
             strip: None,
             counted: shared
-                .send_away_once(Some(conn.id), || crate::state::Protocol::Http1)
+                .send_away_once(Some(conn.id), || crate::engine::state::Protocol::Http1)
                 .is_some(),
         }
     }

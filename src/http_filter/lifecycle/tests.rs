@@ -2,9 +2,9 @@
 //! standing for Envoy re-entering the filter from inside one of its hooks.
 
 use super::*;
+use crate::engine::state::tests::{counted, fast, fixture, Fixture};
+use crate::engine::state::{Stat, EVENT_GO_AWAY};
 use crate::http_filter::tests::FakeHost;
-use crate::state::tests::{counted, fast, fixture, Fixture};
-use crate::state::{Stat, EVENT_GO_AWAY};
 
 fn config(json: &[u8]) -> StreamConfig {
     let Fixture { shared, .. } = fixture(None);
@@ -87,7 +87,7 @@ fn a_panic_poisons_the_filter_and_fails_open() {
         Hooked::keep(Ran::Skipped),
         "poisoned: nothing more"
     );
-    shared.start_drain(crate::drain::Trigger::Admin);
+    shared.start_drain(crate::engine::drain::Trigger::Admin);
     assert_eq!(
         f.scheduled("scheduled", &host, &shared, EVENT_GO_AWAY),
         Hooked::keep(())

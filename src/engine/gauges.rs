@@ -1,10 +1,10 @@
 //! The `active_requests` gauge, set from the in-flight table by a module thread every
 //! [`GAUGE_PERIOD`] rather than moved by each request: two calls into Envoy per request saved
-//! (about 80 instructions). The gauge is the bootstrap extension's (`crate::state::Gauge`), so one
+//! (about 80 instructions). The gauge is the bootstrap extension's (`crate::engine::state::Gauge`), so one
 //! thread serves every listener.
 
-use crate::state::Shared;
-use crate::threads::Threads;
+use crate::engine::state::Shared;
+use crate::runtime::threads::Threads;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
@@ -57,7 +57,7 @@ impl Default for GaugePublisher {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::state::tests::fixture;
+    use crate::engine::state::tests::fixture;
     use std::sync::atomic::{AtomicU64, AtomicUsize};
     use std::time::Instant;
 

@@ -1,6 +1,6 @@
 //! Reading the table from any thread: the drain scan (the waker side of the drain protocol in
 //! the module comment), counts, ages and the footprint for the status report. Uses only the
-//! registry's own types and `crate::sync`.
+//! registry's own types and `crate::runtime::sync`.
 
 use super::*;
 
@@ -8,7 +8,7 @@ use super::*;
 #[allow(clippy::missing_const_for_thread_local)]
 mod scanning {
     use std::cell::Cell;
-    crate::sync::thread_local! {
+    crate::runtime::sync::thread_local! {
         pub(super) static SCANNING: Cell<bool> = Cell::new(false);
     }
 }

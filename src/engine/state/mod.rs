@@ -8,15 +8,15 @@
 //! The request path touches only the registry (worker-local atomics) and plain counters. Locks
 //! are taken on control paths only (status, drain start and completion, `/drain` waiters).
 
-use crate::clock::Clock;
 use crate::config::{DrainSettings, RequestPolicy};
 use crate::connections::{Connections, StreamMark};
-use crate::drain::{Decision, Drain, Observation, Phase, Trigger};
+use crate::counting::{Lane, Registry, ReservedSlot, Ticket};
+use crate::engine::drain::{Decision, Drain, Observation, Phase, Trigger};
 use crate::host::extension::ExtensionHost;
 pub use crate::host::extension::{Gauge, Stat};
 use crate::host::stream::Wakers;
 pub use crate::host::stream::{Protocol, Waker};
-use crate::registry::{Lane, Registry, ReservedSlot, Ticket};
+use crate::runtime::clock::Clock;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
@@ -64,7 +64,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 /// What Envoy's own stats add to the module's exact counts: the scanner's raw figures
-/// ([`crate::stats_scan::EnvoyView`]) and the drain's observation made of them
+/// ([`crate::envoy_stats::scan::EnvoyView`]) and the drain's observation made of them
 /// ([`EnvoyObservation`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum EnvoyReading<T> {
@@ -104,7 +104,7 @@ pub struct Shared {
     /// itself, exactly, and Envoy's stats are only a cross-check for other listeners.
     data_filter_loaded: AtomicBool,
     /// The Envoy the module was loaded into (set once, at program init).
-    envoy: OnceLock<crate::compat::EnvoyGeneration>,
+    envoy: OnceLock<crate::envoy_stats::compat::EnvoyGeneration>,
     hosts: Hosts,
 }
 
@@ -135,7 +135,7 @@ impl Shared {
     }
 
     /// The Envoy generation the module was loaded into (program init; once).
-    pub fn set_envoy(&self, found: crate::compat::EnvoyGeneration) {
+    pub fn set_envoy(&self, found: crate::envoy_stats::compat::EnvoyGeneration) {
         let _ = self.envoy.set(found);
     }
 
@@ -304,7 +304,7 @@ impl Shared {
             Ordering::Release,
         );
         #[cfg(feature = "panic-test")]
-        if crate::faults::active("skip_wakeup") {
+        if crate::runtime::faults::active("skip_wakeup") {
             // Test-only: prove the race test catches a lost wake-up.
             self.requests
                 .begin_drain(|_| {}, |w| self.hosts.wakers.delete(w));
@@ -413,7 +413,7 @@ impl Shared {
         let table = self.requests.footprint();
         let (not_work_started, _) = c.not_work();
         Status {
-            module_version: crate::compat::MODULE_VERSION,
+            module_version: crate::envoy_stats::compat::MODULE_VERSION,
             envoy: self.envoy_minor(),
             state: phase.name(),
             ready: self.is_ready(),

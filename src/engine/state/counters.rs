@@ -2,7 +2,7 @@
 //! ([`Counters::count`]), and the requests that are not work ([`NotWork`]).
 
 use super::{Protocol, Stat};
-use crate::admin::AdminCheck;
+use crate::envoy_stats::admin::AdminCheck;
 use crate::host::extension::ExtensionHost;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicU8, Ordering};
 

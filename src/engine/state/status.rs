@@ -2,7 +2,7 @@
 //! answer): plain serialisable structs, filled by `Shared::status`.
 
 use crate::config::{format_duration, DrainSettings};
-use crate::drain::Outcome;
+use crate::engine::drain::Outcome;
 use serde::Serialize;
 
 /// Size of the in-flight table (it grows with the peak concurrency and never shrinks).

@@ -1,6 +1,6 @@
 //! A request's life in the table: starting it (with or without a waker, on a known lane or a
 //! connection's reserved slot), ending it, giving it back, and the per-worker sent-away marks.
-//! Uses only the registry's own types and `crate::sync`.
+//! Uses only the registry's own types and `crate::runtime::sync`.
 
 use super::scan::scanning_here;
 use super::*;

@@ -1,6 +1,6 @@
 //! The table itself: a slab per worker thread, its segments of slots, the free stack of each
 //! slab, and the thread-local that ties a worker thread to its slab. Uses only the registry's
-//! own types and `crate::sync`.
+//! own types and `crate::runtime::sync`.
 
 use super::*;
 use std::cell::RefCell;
@@ -78,7 +78,7 @@ pub(super) struct Owner {
 #[allow(clippy::missing_const_for_thread_local)]
 mod owners {
     use super::*;
-    crate::sync::thread_local! {
+    crate::runtime::sync::thread_local! {
         pub(super) static OWNERS: RefCell<Vec<Owner>> = RefCell::new(Vec::new());
     }
 }

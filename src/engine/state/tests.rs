@@ -2,7 +2,7 @@
 //! modules' tests build on.
 
 use super::*;
-use crate::clock::FakeClock;
+use crate::runtime::clock::FakeClock;
 use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
 
@@ -386,7 +386,8 @@ fn status_json_has_the_documented_fields() {
     assert_eq!(v["settings"]["drain_timeout"], "25s");
     assert_eq!(v["module_version"], env!("CARGO_PKG_VERSION"));
     assert!(v["envoy"].is_null(), "no Envoy here: {v}");
-    f.shared.set_envoy(crate::compat::EnvoyGeneration::V1_38);
+    f.shared
+        .set_envoy(crate::envoy_stats::compat::EnvoyGeneration::V1_38);
     let v: serde_json::Value = serde_json::from_str(&f.shared.status().to_json()).unwrap();
     assert_eq!(v["envoy"], "1.38");
 }

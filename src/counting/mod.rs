@@ -32,7 +32,9 @@ pub use tickets::ReservedSlot;
 
 use table::{Slab, Slot};
 
-use crate::sync::{backoff, fence, AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use crate::runtime::sync::{
+    backoff, fence, AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering,
+};
 use std::sync::OnceLock;
 
 /// Slots in a worker's first segment; each further segment doubles.

@@ -1,11 +1,11 @@
 //! Bootstrap extension glue: the drain engine that runs on Envoy's main thread. It starts the drain
 //! on SIGTERM (holding Envoy's exit), on Envoy's own `/drain_listeners` and on its admin endpoint,
 //! evaluates the drain state machine when kicked or when its timer fires, and releases Envoy's exit
-//! when the drain completes. Thin: every decision comes from [`crate::drain`].
+//! when the drain completes. Thin: every decision comes from [`crate::engine::drain`].
 
-use crate::drain::{Decision, Observation, Phase, Trigger, IN_FLIGHT_RECHECK};
-use crate::state::{EnvoyObservation, Shared, StartResult, Stat};
-use crate::stats_scan::EnvoyView;
+use crate::engine::drain::{Decision, Observation, Phase, Trigger, IN_FLIGHT_RECHECK};
+use crate::engine::state::{EnvoyObservation, Shared, StartResult, Stat};
+use crate::envoy_stats::scan::EnvoyView;
 use std::time::{Duration, Instant};
 
 /// What the engine needs from Envoy. Main thread only.
@@ -128,7 +128,7 @@ impl Engine {
             Some(earlier) => earlier.and(release),
         });
         #[cfg(feature = "panic-test")]
-        if crate::faults::active("shutdown_panic") {
+        if crate::runtime::faults::active("shutdown_panic") {
             panic!("test fault: shutdown_panic");
         }
         shared.start_drain(Trigger::Sigterm);
@@ -312,10 +312,10 @@ pub const ADMIN_STATUS_PATH: &[u8] = b"/graceful_drain/status";
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::clock::Clock;
     use crate::config::DrainSettings;
-    use crate::state::tests::{counted, fixture};
-    use crate::stats_scan::EnvoyRequestStats;
+    use crate::engine::state::tests::{counted, fixture};
+    use crate::envoy_stats::scan::EnvoyRequestStats;
+    use crate::runtime::clock::Clock;
     use std::cell::{Cell, RefCell};
     use std::rc::Rc;
 

@@ -31,10 +31,10 @@ pub use scanner::Scanner;
 pub use sums::StatSums;
 
 use crate::config::DrainSettings;
-use crate::drain::IN_FLIGHT_RECHECK;
-use crate::registry::Counts;
-use crate::state::EnvoyReading;
-use crate::threads::Threads;
+use crate::counting::Counts;
+use crate::engine::drain::IN_FLIGHT_RECHECK;
+use crate::engine::state::EnvoyReading;
+use crate::runtime::threads::Threads;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 use std::time::{Duration, Instant};
@@ -147,7 +147,7 @@ impl PassReading {
 /// How many of the module's requests were in flight through a whole pass whose readings of the
 /// module's counts are `before` and `after`: the ones a gauge pass surely saw in Envoy's
 /// `downstream_rq_active`, so the only ones it may take off Envoy's figure as the module's own.
-/// The same rule as [`crate::state::NotWork::within`], for the same reason: Envoy takes a
+/// The same rule as [`crate::engine::state::NotWork::within`], for the same reason: Envoy takes a
 /// request off its gauge before the module hears it end (`src/ffi/ENVOY_FACTS.md` §6), so a
 /// request that ended during the pass may be missing from what the walk read while still in
 /// `before`; one that started during it may or may not be in it. Neither is taken off: the

@@ -206,7 +206,7 @@ impl EnvoyStatsCache {
     /// request the counters saw start counts as in flight until a gauge pass that started after
     /// them says otherwise, so a gauge pass read before it started never declares the drain done.
     /// Requests the module stopped counting while Envoy may still serve them (a connection its
-    /// tracker lost: [`crate::registry::Registry::give_back`]) count as in flight until a gauge
+    /// tracker lost: [`crate::counting::Registry::give_back`]) count as in flight until a gauge
     /// pass that started after they were given back was recorded: the last pass subtracted them
     /// as the module's own, so without them here the view would undercount until the next.
     ///
