@@ -5,9 +5,7 @@
 use crate::config::DrainSettings;
 use std::time::{Duration, Instant};
 
-/// While requests are in flight, the engine re-checks this often, so completion follows the
-/// moment the last request ends by at most this much (the requirement is 100 ms).
-pub const IN_FLIGHT_RECHECK: Duration = Duration::from_millis(20);
+pub use crate::config::IN_FLIGHT_RECHECK;
 
 /// What started the drain. Reported in status and logs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

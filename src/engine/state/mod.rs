@@ -63,28 +63,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// What Envoy's own stats add to the module's exact counts: the scanner's raw figures
-/// ([`crate::envoy_stats::scan::EnvoyView`]) and the drain's observation made of them
-/// ([`EnvoyObservation`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum EnvoyReading<T> {
-    /// Not used: no drain, or the filter counts every request that matters.
-    Unused,
-    /// Needed (no filter on the listeners) but not read yet: hold the drain (its timeout still
-    /// bounds it).
-    Pending,
-    Seen(T),
-}
-
-impl<T> EnvoyReading<T> {
-    pub fn map<U>(self, f: impl FnOnce(T) -> U) -> EnvoyReading<U> {
-        match self {
-            EnvoyReading::Unused => EnvoyReading::Unused,
-            EnvoyReading::Pending => EnvoyReading::Pending,
-            EnvoyReading::Seen(t) => EnvoyReading::Seen(f(t)),
-        }
-    }
-}
+pub use crate::envoy_stats::scan::EnvoyReading;
 
 /// Envoy's figures as the drain state machine sees them, for one poll.
 pub type EnvoyObservation = EnvoyReading<Observation>;

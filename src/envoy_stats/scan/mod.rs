@@ -31,9 +31,8 @@ pub use scanner::Scanner;
 pub use sums::StatSums;
 
 use crate::config::DrainSettings;
+use crate::config::IN_FLIGHT_RECHECK;
 use crate::counting::Counts;
-use crate::engine::drain::IN_FLIGHT_RECHECK;
-use crate::engine::state::EnvoyReading;
 use crate::runtime::threads::Threads;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
@@ -98,6 +97,29 @@ pub trait ScanSource: Send + Sync + 'static {
 pub struct EnvoyRequestStats {
     pub active: u64,
     pub total: u64,
+}
+
+/// What Envoy's own stats add to the module's exact counts: the scanner's raw figures
+/// ([`EnvoyView`]) and the drain's observation made of them
+/// (`crate::engine::state::EnvoyObservation`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EnvoyReading<T> {
+    /// Not used: no drain, or the filter counts every request that matters.
+    Unused,
+    /// Needed (no filter on the listeners) but not read yet: hold the drain (its timeout still
+    /// bounds it).
+    Pending,
+    Seen(T),
+}
+
+impl<T> EnvoyReading<T> {
+    pub fn map<U>(self, f: impl FnOnce(T) -> U) -> EnvoyReading<U> {
+        match self {
+            EnvoyReading::Unused => EnvoyReading::Unused,
+            EnvoyReading::Pending => EnvoyReading::Pending,
+            EnvoyReading::Seen(t) => EnvoyReading::Seen(f(t)),
+        }
+    }
 }
 
 pub type EnvoyView = EnvoyReading<EnvoyRequestStats>;
