@@ -1,32 +1,25 @@
 //! graceful-drain: an Envoy dynamic module (Envoy 1.38 to 1.40) that drains a gateway on shutdown
 //! without failing a request.
 //!
-//! Layers, from the Envoy boundary inwards (each owns what it names; no other part touches it):
-//! - [`ffi`]: the only unsafe code and the only caller of Envoy. Raw ABI declarations, the
-//!   exported hooks (guard, convert, delegate), RAII handles for Envoy's timer and schedulers,
-//!   the loan of a hook's object (`ffi::with_object`), the panic guard, buffers and the logger. Owns the process-wide
-//!   instances: [`state::Shared`] and [`threads::Threads`].
-//! - [`extension`]: the bootstrap extension's life (load, engine hooks, scanner, admin calls,
-//!   fallback ticker, teardown), over a host trait the FFI implements.
-//! - [`http_filter`]: per-request glue (data and control roles) and the filter's life
-//!   (poisoning, deferred destroy, recycling), over a host trait.
-//! - [`host`]: one host trait per Envoy object (HTTP stream, connection, bootstrap extension): how the
-//!   layers below `ffi` reach Envoy; the FFI implements them, tests fake them.
-//! - [`network_filter`]: the network filter's lifecycle, over a host trait.
-//! - [`connections`]: downstream connections seen by the network filter; tells idle ones.
-//! - [`exchange`]: pure HTTP/1.1 and HTTP/2 framing follower for the network filter.
-//! - [`bootstrap`]: the drain engine on Envoy's main thread: SIGTERM hold, admin endpoints.
-//! - [`threads`]: owner of every thread the module starts and the gate their calls into Envoy
-//!   pass (closed before Envoy's exit is released); [`gauges`] and [`stats_scan`] run on them.
-//! - [`state`]: the drain state shared by every worker and the main thread, split by owner.
-//! - [`registry`]: lock-free per-worker table of in-flight requests (loom-checked).
-//! - [`drain`]: the pure drain state machine; time is passed in ([`clock`]).
-//! - [`config`], [`control`], [`admin`], [`compat`]: configuration, control endpoints, calls to
-//!   Envoy's admin, the Envoy-version check. Pure or plain std.
+//! Folders by concern, in layers; a layer imports only the layers below it (`tests/architecture.rs`
+//! holds the table and checks every file). From the bottom:
+//! - [`runtime`] (clock, loom-swappable sync, the module's threads and their gate) and [`host`]
+//!   (one trait per Envoy object: stream, connection, extension; how everything above reaches
+//!   Envoy, faked in tests);
+//! - [`config`]: parsing and validation, errors that name the field;
+//! - [`exchange`] (pure HTTP/1.1, HTTP/2, WebSocket and SSE followers) and [`counting`] (the
+//!   lock-free per-worker table of requests in flight, loom-checked);
+//! - [`envoy_stats`]: Envoy's own stats, its admin, its release;
+//! - [`connections`]: downstream connections as the network filter sees them; tells idle ones;
+//! - [`engine`]: the pure drain state machine, the shared state, the engine on the main thread;
+//! - [`tracking`]: a connection's bytes turned into requests started and ended;
+//! - glue, one per Envoy object: [`http_filter`], [`network_filter`], [`extension`];
+//! - [`ffi`]: the only unsafe code and the only caller of Envoy; each exported hook is guard,
+//!   handle, one call.
 //!
-//! Only [`ffi`] is unsafe and only it calls Envoy; nothing else names it, and the modules import
-//! each other without a cycle (`tests/architecture.rs`). The facts about Envoy the code relies
-//! on are in `src/ffi/ENVOY_FACTS.md`, with their evidence.
+//! `docs/architecture.md` draws the layers and follows a SIGTERM, a request, an idle close and a
+//! stats scan through them; the facts about Envoy the code relies on are in
+//! `src/ffi/ENVOY_FACTS.md`, with their evidence.
 #![deny(unsafe_code)]
 
 pub mod config;
