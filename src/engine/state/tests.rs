@@ -316,7 +316,10 @@ fn protocol_labels_are_the_same_in_stats_and_status() {
 fn each_stat_has_its_own_documented_name() {
     let mut names: Vec<&str> = Stat::ALL.iter().map(|s| s.name()).collect();
     names.extend(Gauge::ALL.iter().map(|g| g.name()));
-    let docs = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/configuration.md"));
+    let docs = include_str!(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/docs/configuration.md"
+    ));
     for n in &names {
         assert!(
             docs.contains(&format!("`{n}`")),
