@@ -218,14 +218,21 @@ impl Chunked {
         }
     }
 
-    /// Follows the next wire bytes of the body. Sticky once it gives up.
+    /// Follows the next wire bytes of the body. Sticky once it gives up. Bytes after the body's
+    /// end in the same feed as the end: this feed says where the end was (`Ok`), the next one
+    /// returns the give-up ([`GiveUp::AfterEnd`]).
     pub fn feed(&mut self, bytes: &[u8]) -> Result<Fed, GiveUp> {
         let mut fed = Fed::default();
         let mut i = 0;
         while let Some(&b) = bytes.get(i) {
             match self.st {
                 Ch::Lost(g) => return Err(g),
-                Ch::Done => return Err(self.lose(GiveUp::AfterEnd)),
+                Ch::Done => {
+                    // Bytes after the body's end. When the end came in these same bytes, say
+                    // where it was: the give-up is sticky and the next feed returns it.
+                    let g = self.lose(GiveUp::AfterEnd);
+                    return if fed.ended.is_some() { Ok(fed) } else { Err(g) };
+                }
                 Ch::Size => {
                     i += 1;
                     if let Some(d) = (b as char).to_digit(16) {
