@@ -39,6 +39,18 @@ if [ ${#debs[@]} -gt 0 ]; then
   echo "installing Debian packages: ${debs[*]}" >&2
   { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${debs[@]}"; } >&2
 fi
+# `make mutants` (not CI) asks for cargo-mutants too: `scripts/install-tools.sh mutants`. Pinned;
+# built with its own lock file, optimised (it drives hundreds of builds, its own speed matters
+# little, but a debug build of it is no faster to compile), about 9 minutes on 2 cores.
+CARGO_MUTANTS_VERSION=27.1.0
+if [ "${1:-}" = mutants ]; then
+  have=$(cargo mutants --version 2>/dev/null || true)
+  if [ "${have##* }" != "$CARGO_MUTANTS_VERSION" ]; then
+    echo "installing cargo-mutants $CARGO_MUTANTS_VERSION (crates.io, several minutes)" >&2
+    env -u RUSTFLAGS -u CARGO_TARGET_DIR \
+      cargo install --quiet --locked --force "cargo-mutants@$CARGO_MUTANTS_VERSION" >&2
+  fi
+fi
 # (`cargo cyclonedx --version` says "cargo-cyclonedx-cyclonedx 0.5.9": its last word is the version.)
 have=$(cargo cyclonedx --version 2>/dev/null || true)
 if [[ "$have" != cargo-cyclonedx* || "${have##* }" != "$CARGO_CYCLONEDX_VERSION" ]]; then
