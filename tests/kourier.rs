@@ -309,6 +309,13 @@ fn the_kit_changes_in_the_gateway_only_what_the_module_needs() {
             (&json!(2), &json!(1)),
             "{tag}"
         );
+        // Each probe is a request the drain counts (ingress_http): below quiet_period, probes
+        // would hold every drain to drain_timeout (the readiness test shows both sides).
+        let quiet = duration(&module_settings(&extra)["quiet_period"]);
+        assert!(
+            Duration::from_secs(2) > quiet,
+            "{tag}: quiet_period {quiet:?}"
+        );
         assert_eq!(
             c["startupProbe"]["httpGet"], sc["readinessProbe"]["httpGet"],
             "{tag}"
@@ -879,7 +886,24 @@ async fn kourier_s_readiness_check_follows_the_controller_and_the_drain(tag: &'s
         status_v6(gw.control.unwrap(), "/drain/status").await,
         Ok(200)
     );
+    // The check is a request on listener_8081 (ingress_http), which the drain counts: kubelet
+    // keeps probing during the drain, at the kit's ratio of probe period to quiet_period (2 s to
+    // 1 s), and the drain still ends by its rules, not at drain_timeout (10 s here).
+    let period = 2 * QUIET;
+    let internal = gw.internal;
+    let prober = tokio::spawn(async move {
+        while status(internal, "/ready", &KOURIER_READY).await == Some(503) {
+            tokio::time::sleep(period).await;
+        }
+    });
     gw.envoy.wait_exit(Duration::from_secs(15)).await;
+    prober.abort();
+    let (reported, timed_out) = gw.envoy.reported_drain();
+    assert!(
+        !timed_out && reported < MIN_DRAIN + 3 * period,
+        "{tag}: drain of {reported:?} (timed out: {timed_out}) while kubelet probed"
+    );
+    eprintln!("{tag}: drain of {reported:?} with the probe every {period:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
