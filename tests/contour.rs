@@ -322,8 +322,7 @@ fn the_kit_changes_only_how_contour_s_envoy_pod_stops() {
         format!("graceful-drain:{}", env!("CARGO_PKG_VERSION")),
         "the module image `make dist` tags"
     );
-    // Readiness: the module's /ready (503 at the drain start), one failure enough; startup:
-    // Contour's own readiness check (its stats-health listener, pushed by Contour).
+    // The control port, declared.
     let control = named(
         &extra["static_resources"]["listeners"],
         "graceful-drain-control",
@@ -334,11 +333,23 @@ fn the_kit_changes_only_how_contour_s_envoy_pod_stops() {
         port["containerPort"],
         control["address"]["socket_address"]["port_value"]
     );
-    assert_eq!(
-        c["readinessProbe"]["httpGet"],
-        json!({"path": "/ready", "port": "drain-control"})
+    // Readiness: Contour's own check (its stats-health listener, pushed by Contour; 503 once
+    // Envoy's health checks fail), every 2 s, one failure enough.
+    let (probe, stock_probe) = (
+        &c["readinessProbe"]["httpGet"],
+        &sc["readinessProbe"]["httpGet"],
     );
-    assert_eq!(c["readinessProbe"]["failureThreshold"], 1);
+    assert_eq!(
+        (&probe["path"], &probe["port"]),
+        (&stock_probe["path"], &stock_probe["port"])
+    );
+    assert_eq!(
+        (
+            &c["readinessProbe"]["periodSeconds"],
+            &c["readinessProbe"]["failureThreshold"]
+        ),
+        (&json!(2), &json!(1))
+    );
     // Liveness: none, as Contour has none: nothing restarts a draining Envoy (a probe on the
     // admin's /ready would, since the drain fails it).
     assert!(sc["livenessProbe"].is_null() && c["livenessProbe"].is_null());
@@ -510,8 +521,21 @@ struct Gateway {
     stats: u16,
     /// The admin's unix socket (Contour's /admin/admin.sock).
     admin_socket: PathBuf,
-    /// The module's control listener, on [::1] (none for the stock pod).
+    /// The module's control listener, on [::1] (none for the stock pod; on 127.0.0.1 when
+    /// started unconfigured).
     control: Option<u16>,
+    /// Started before Contour configured it: the listeners it pushes, held back (the LDS file
+    /// Envoy reads, the listeners to move over it).
+    pending: Option<(PathBuf, PathBuf)>,
+}
+
+impl Gateway {
+    /// Contour's first push: its listeners, held back at the start, move over the LDS file Envoy
+    /// watches.
+    fn configure(&mut self) {
+        let (lds, pushed) = self.pending.take().expect("started unconfigured");
+        std::fs::rename(pushed, lds).unwrap();
+    }
 }
 
 /// The listeners, routes and clusters Contour pushes for one HTTPProxy, as files (Contour
@@ -635,9 +659,24 @@ fn write_contour_xds(dir: &Path, ports: [u16; 3], upstream: u16) -> (String, Str
 /// the pod's paths by a private directory, the ports by loopback ones (the control listener's
 /// `::` by `::1`), and the drain settings by short ones.
 async fn start_gateway(m: &Manifests, upstream: u16) -> Gateway {
+    start_gateway_as(m, upstream, true).await
+}
+
+/// [`start_gateway`], `configured` or not yet: before Contour pushed its listeners (none in the
+/// LDS file Envoy reads; [`Gateway::configure`] pushes them). Unconfigured, Envoy has no
+/// listener of Contour's (the admin is a unix socket): the control listener, on 127.0.0.1 then,
+/// tells when it runs.
+async fn start_gateway_as(m: &Manifests, upstream: u16, configured: bool) -> Gateway {
     let dir = TempDir::new("contour");
     let p = free_ports(5);
     let (lds, cds) = write_contour_xds(&dir.0, [p[0], p[1], p[2]], upstream);
+    let pending = (!configured).then(|| {
+        let (lds, pushed) = (PathBuf::from(&lds), dir.0.join("lds-pushed.json"));
+        std::fs::rename(&lds, &pushed).unwrap();
+        std::fs::write(&lds, json!({ "resources": [] }).to_string()).unwrap();
+        (lds, pushed)
+    });
+    let control_ip = if configured { "::1" } else { "127.0.0.1" };
     let cb = contour_bootstrap(m);
     let bootstrap = write_pod_files(&dir.0, &cb, |b| {
         let grpc = json!({"api_type": "GRPC", "transport_api_version": "V3",
@@ -679,7 +718,8 @@ async fn start_gateway(m: &Manifests, upstream: u16) -> Gateway {
                     l["address"]["socket_address"],
                     json!({"address": "0.0.0.0", "port_value": 10001})
                 );
-                l["address"] = json!({"socket_address": {"address": "::1", "port_value": p[4]}});
+                l["address"] =
+                    json!({"socket_address": {"address": control_ip, "port_value": p[4]}});
                 // ... with the dual-stack component's rule: /drain from ::1 too.
                 let ids = &mut l["filter_chains"][0]["filters"][0]["typed_config"]["http_filters"]
                     [0]["typed_config"]["rules"]["policies"]["drain-from-outside-the-pod"]
@@ -718,30 +758,36 @@ async fn start_gateway(m: &Manifests, upstream: u16) -> Gateway {
         ..Options::default()
     };
     // The stats-health listener stands in for the admin (its /ready and /stats go there).
-    let mut envoy = Envoy::start_args(&args, dir, [p[1], p[0], p[4]], &o).await;
+    let ready_port = if configured { p[1] } else { p[4] };
+    let mut envoy = Envoy::start_args(&args, dir, [ready_port, p[0], p[4]], &o).await;
     if control.is_some() {
-        envoy.control_on_ipv6();
+        if configured {
+            envoy.control_on_ipv6();
+        }
         envoy
             .wait_log("the admin found", "is Envoy's admin (state")
             .await;
     }
-    eventually(
-        "Contour's ingress listener serving",
-        Duration::from_secs(10),
-        || async {
-            clients::get(p[0], "/ok")
-                .await
-                .ok()
-                .filter(|r| r.status == 200)
-        },
-    )
-    .await;
+    if configured {
+        eventually(
+            "Contour's ingress listener serving",
+            Duration::from_secs(10),
+            || async {
+                clients::get(p[0], "/ok")
+                    .await
+                    .ok()
+                    .filter(|r| r.status == 200)
+            },
+        )
+        .await;
+    }
     Gateway {
         envoy,
         http: p[0],
         stats: p[1],
         admin_socket,
         control,
+        pending,
     }
 }
 
@@ -911,6 +957,49 @@ fn readiness_detection(c: &Value) -> Duration {
     let period = p["periodSeconds"].as_u64().unwrap_or(10);
     let threshold = p["failureThreshold"].as_u64().unwrap_or(3);
     Duration::from_secs(period * threshold)
+}
+
+/// The readiness check the kit leaves in place (Contour's own: `/ready` on 8002, its stats-health
+/// listener, which Contour pushes, routed to the admin's /ready), run as kubelet runs it: before
+/// Contour configured Envoy it is not Ready (no listener on 8002, while the module's static
+/// control listener would already answer 200); once Contour pushed its listeners, 200; at the
+/// drain start (SIGTERM: the module fails Envoy's health checks), 503 at once, never a refused
+/// connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn contour_s_readiness_check_follows_contour_and_the_drain() {
+    let m = kit();
+    let probe = &m.container("envoy").unwrap()["readinessProbe"]["httpGet"];
+    assert_eq!(
+        (&probe["path"], &probe["port"]),
+        (&json!("/ready"), &json!(8002)),
+        "Contour's check on its stats-health listener (the gateway's `stats` port here)"
+    );
+    let upstream = Upstream::start().await;
+    let mut gw = start_gateway_as(m, upstream.port, false).await;
+    let control = gw.control.unwrap();
+    let get = |port: u16, path: &'static str| async move {
+        clients::get(port, path).await.ok().map(|r| r.status)
+    };
+    // (a) Envoy runs (the module's control listener answers), unconfigured.
+    assert_eq!(get(control, "/ready").await, Some(200));
+    let before = get(gw.stats, "/ready").await;
+    assert!(
+        !before.is_some_and(|s| (200..300).contains(&s)),
+        "Ready before Contour configured Envoy: {before:?}"
+    );
+    // (b) Contour's push.
+    gw.configure();
+    eventually("Contour's check 200", Duration::from_secs(10), || async {
+        (get(gw.stats, "/ready").await == Some(200)).then_some(())
+    })
+    .await;
+    // (c) The drain start.
+    let sigterm = Instant::now();
+    gw.envoy.sigterm();
+    let after = clients::readiness_turns_503("Contour", sigterm, || get(gw.stats, "/ready")).await;
+    eprintln!("Contour's readiness check 503 {after:?} after the SIGTERM");
+    assert_eq!(get(control, "/drain/status").await, Some(200));
+    gw.envoy.wait_exit(Duration::from_secs(15)).await;
 }
 
 /// Contour v1.33.6's stock pod (the shutdown-manager, and Envoy's preStop waiting for it) run the same

@@ -32,7 +32,7 @@ use common::tools::{
 use common::upstream::Upstream;
 use common::{eventually, free_ports, repo_root};
 use serde_json::{json, Value};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
@@ -202,11 +202,20 @@ fn objects(k: &Kit) -> Vec<String> {
 /// each schema names the CRD it was cut from.
 #[test]
 fn the_fixtures_are_envoy_gateway_s_own_release_files() {
-    let tags: Vec<String> = checked_fixture_sources(&repo_root().join(FIXTURES))
+    let files: Vec<(String, String)> = checked_fixture_sources(&repo_root().join(FIXTURES))
         .into_iter()
-        .map(|f| f.tag)
+        .map(|f| (f.tag, f.fixture))
         .collect();
-    assert_eq!(tags, EG_RELEASES);
+    for release in EG_RELEASES {
+        for file in ["deployment.yaml", "ready.listeners.yaml"] {
+            let fixture = format!("{release}/{file}");
+            assert!(
+                files.contains(&(release.to_string(), fixture.clone())),
+                "{fixture} not in SOURCES"
+            );
+        }
+    }
+    assert_eq!(files.len(), 2 * EG_RELEASES.len());
     for release in EG_RELEASES {
         for kind in ["EnvoyProxy", "EnvoyExtensionPolicy", "EnvoyPatchPolicy"] {
             let s: Value =
@@ -1145,31 +1154,37 @@ fn json_patch_add(doc: &mut Value, path: &str, value: Value) {
     }
 }
 
-/// EG's readiness listener (internal/xds/translator/listener_ready.go): Envoy's health_check
-/// filter answers /ready from Envoy's health (503 once /healthcheck/fail was posted), every other
-/// path 500.
+/// EG's readiness listener as EG's xDS translator builds it (internal/xds/translator/
+/// listener_ready.go; its test's expected output, the fixture ready.listeners.yaml of the release,
+/// as it is): Envoy's health_check filter (pass_through_mode false) answers /ready from Envoy's
+/// health (200 while serving, 503 once /healthcheck/fail was posted), every other path 500. Only
+/// its address moves: EG's test IR puts it on 0.0.0.0:19001 (19003, `EnvoyReadinessPort`, in a
+/// real proxy), here a free loopback port.
 fn eg_ready_listener(port: u16) -> Value {
-    json!({
-        "@type": LISTENER,
-        "name": READY_LISTENER,
-        "address": {"socket_address": {"address": "127.0.0.1", "port_value": port, "protocol": "TCP"}},
-        "bypass_overload_manager": true,
-        "filter_chains": [{"filters": [{"name": "envoy.filters.network.http_connection_manager", "typed_config": {
-            "@type": HCM,
-            "stat_prefix": "eg-ready-http",
-            "route_config": {"name": "ready_route", "virtual_hosts": [{"name": "ready_route", "domains": ["*"], "routes": [
-                {"match": {"prefix": "/"}, "direct_response": {"status": 500}}
-            ]}]},
-            "http_filters": [
-                {"name": "envoy.filters.http.health_check", "typed_config": {
-                    "@type": "type.googleapis.com/envoy.extensions.filters.http.health_check.v3.HealthCheck",
-                    "pass_through_mode": false,
-                    "headers": [{"name": ":path", "string_match": {"exact": "/ready"}}]
-                }},
-                {"name": "envoy.filters.http.router", "typed_config": {"@type": ROUTER}}
-            ]
-        }}]}]
-    })
+    let file = repo_root()
+        .join(FIXTURES)
+        .join(eg_release())
+        .join("ready.listeners.yaml");
+    let mut listeners = yaml(&std::fs::read_to_string(file).unwrap());
+    let mut l = listeners[0].take();
+    assert_eq!(listeners.as_array().map(Vec::len), Some(1));
+    assert_eq!(l["name"], "envoy-gateway-proxy-ready-0.0.0.0-19001");
+    relocate_camel(&mut l, 19001, port);
+    // The name EG gives it in a real proxy (the shutdown-manager and the kit's
+    // ignored_stat_prefixes go by its stat prefix, eg-ready-http, which stays).
+    l["name"] = json!(READY_LISTENER);
+    l["@type"] = json!(LISTENER);
+    l
+}
+
+/// [`relocate`] for a listener in EG's testdata form (protobuf JSON names: `socketAddress`,
+/// `portValue`).
+fn relocate_camel(listener: &mut Value, pod_port: u64, port: u16) {
+    let sa = &mut listener["address"]["socketAddress"];
+    assert_eq!(sa["portValue"].as_u64(), Some(pod_port));
+    assert_eq!(sa["address"], "0.0.0.0");
+    sa["address"] = json!("127.0.0.1");
+    sa["portValue"] = json!(port);
 }
 
 /// The HTTPRoutes of the test Gateway: `covered` (the policy's target in the mixed case) and
@@ -1328,6 +1343,18 @@ struct Gateway {
     stats: u16,
     /// The kit's control listener (19010 in the pod), when the kit is applied.
     control: Option<u16>,
+    /// Started before EG configured it: the listeners it pushes, held back (the LDS file Envoy
+    /// reads, the listeners to move over it).
+    pending: Option<(PathBuf, PathBuf)>,
+}
+
+impl Gateway {
+    /// EG's first push: its listeners, held back at the start, move over the LDS file Envoy
+    /// watches.
+    fn configure(&mut self) {
+        let (lds, pushed) = self.pending.take().expect("started unconfigured");
+        std::fs::rename(pushed, lds).unwrap();
+    }
 }
 
 fn relocate(listener_or_endpoint: &mut Value, pod_port: u64, port: u16) {
@@ -1353,6 +1380,18 @@ async fn start_gateway_with(
     upstream: u16,
     edit: impl FnOnce(&mut Value),
 ) -> Gateway {
+    start_gateway_as(policy, settings, upstream, edit, true).await
+}
+
+/// [`start_gateway_with`], `configured` or not yet: before EG pushed its listeners (none in the
+/// LDS file Envoy reads; [`Gateway::configure`] pushes them).
+async fn start_gateway_as(
+    policy: Policy,
+    settings: Option<Settings>,
+    upstream: u16,
+    edit: impl FnOnce(&mut Value),
+    configured: bool,
+) -> Gateway {
     let release = eg_release();
     let mut b = if policy == Policy::None {
         eg_bootstrap(release)
@@ -1364,6 +1403,12 @@ async fn start_gateway_with(
     let p = free_ports(6);
     let (admin, stats, ready, http, control, unused) = (p[0], p[1], p[2], p[3], p[4], p[5]);
     let (lds, cds) = write_eg_xds(&dir.0, policy, http, ready, upstream);
+    let pending = (!configured).then(|| {
+        let (lds, pushed) = (PathBuf::from(&lds), dir.0.join("lds-pushed.json"));
+        std::fs::rename(&lds, &pushed).unwrap();
+        std::fs::write(&lds, json!({ "resources": [] }).to_string()).unwrap();
+        (lds, pushed)
+    });
     let ads = &b["dynamic_resources"];
     assert_eq!(
         ads["ads_config"]["grpc_services"][0]["envoy_grpc"]["cluster_name"],
@@ -1484,11 +1529,12 @@ async fn start_gateway_with(
         )
         .await;
     }
-    for (port, path, want) in [
+    let serving = [
         (http, "/covered/ok", 200),
         (http, "/uncovered/ok", 200),
         (ready, "/ready", 200),
-    ] {
+    ];
+    for (port, path, want) in serving.into_iter().filter(|_| configured) {
         eventually(
             "EG's xDS listeners serving",
             Duration::from_secs(10),
@@ -1503,6 +1549,7 @@ async fn start_gateway_with(
         ready,
         stats,
         control: has_control.then_some(control),
+        pending,
     }
 }
 
@@ -1666,6 +1713,48 @@ async fn kit_drains_an_eg_gateway_without_losing_a_request() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn kit_in_filter_mode_drains_an_eg_gateway_without_losing_a_request() {
     kit_drains_an_eg_gateway(Policy::Gateway).await;
+}
+
+/// The readiness check the kit leaves in place (EG's own: `/ready` on 19003, EG's readiness
+/// listener, which EG pushes, answered by Envoy's health_check filter), run as kubelet runs it
+/// on the kit's Envoy: before EG configured it, not Ready (no listener on 19003, while the kit's
+/// static control listener would already answer 200); once EG pushed its listeners, 200; at the
+/// drain start (SIGTERM: the module fails Envoy's health checks), 503 at once, never a refused
+/// connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn eg_s_readiness_check_follows_eg_and_the_drain() {
+    let (kit, stock) = (kit_deployment(), eg_deployment(eg_release()));
+    let probe = &container(&kit, "envoy")["readinessProbe"];
+    assert_eq!(probe, &container(&stock, "envoy")["readinessProbe"]);
+    assert_eq!(
+        (&probe["httpGet"]["path"], &probe["httpGet"]["port"]),
+        (&json!("/ready"), &json!(19003)),
+        "EG's check on its readiness listener (the gateway's `ready` port here)"
+    );
+    let upstream = Upstream::start().await;
+    let mut gw = start_gateway_as(Policy::Gateway, Some(FAST), upstream.port, |_| {}, false).await;
+    let control = gw.control.unwrap();
+    // (a) Envoy runs (the admin LIVE, the control listener answers), unconfigured.
+    assert_eq!(status(gw.admin, "/ready").await, Some(200), "Envoy LIVE");
+    assert_eq!(status6(control, "/ready").await, Some(200));
+    let before = status(gw.ready, "/ready").await;
+    assert!(
+        !before.is_some_and(|s| (200..300).contains(&s)),
+        "Ready before EG configured Envoy: {before:?}"
+    );
+    // (b) EG's push.
+    gw.configure();
+    eventually("EG's check 200", Duration::from_secs(10), || async {
+        (status(gw.ready, "/ready").await == Some(200)).then_some(())
+    })
+    .await;
+    // (c) The drain start.
+    let sigterm = Instant::now();
+    gw.envoy.sigterm();
+    let after = clients::readiness_turns_503("EG", sigterm, || status(gw.ready, "/ready")).await;
+    eprintln!("EG's readiness check 503 {after:?} after the SIGTERM");
+    assert_eq!(status6(control, "/drain/status").await, Some(200));
+    gw.envoy.wait_exit(Duration::from_secs(15)).await;
 }
 
 /// The kit's pod stopped with requests in flight on both protocols and late requests during the

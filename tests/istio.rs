@@ -190,6 +190,7 @@ fn the_values_fit_istio_s_gateway_chart() {
             "containers": [{
                 "name": "istio-proxy", "image": "docker.io/istio/proxyv2:1.31.0-rc.0",
                 "env": env, "lifecycle": v["lifecycle"], "volumeMounts": v["volumeMounts"],
+                "readinessProbe": v["readinessProbe"],
             }]
         }
     });
@@ -245,7 +246,11 @@ struct Ports {
     gateway: u16,
     prometheus: u16,
     status: u16,
+    /// pilot-agent's status server (15020): nobody answers unless a test serves it.
+    agent: u16,
     control: u16,
+    /// The kit's readiness listener (10002).
+    ready: u16,
 }
 
 /// Istio's bootstrap (the golden file) with what only a pod provides replaced by local
@@ -254,14 +259,28 @@ struct Ports {
 /// loopback ones (0.0.0.0 by 127.0.0.1), and pilot-agent's status server (15020) by a port
 /// nobody answers on. The override's control listener and admin address follow.
 async fn start_gateway(kit: bool, upstream: u16) -> (Envoy, Ports) {
+    let (envoy, ports, _) = start_gateway_as(kit, upstream, true).await;
+    (envoy, ports)
+}
+
+/// [`start_gateway`], `configured` or not yet: before istiod's first listeners (the LDS file
+/// Envoy reads is empty, so Envoy counts no successful listener update, as before istiod's first
+/// push). Unconfigured, also the LDS file and the file of istiod's listeners to move over it.
+async fn start_gateway_as(
+    kit: bool,
+    upstream: u16,
+    configured: bool,
+) -> (Envoy, Ports, Option<(PathBuf, PathBuf)>) {
     let dir = TempDir::new("istio");
-    let p = free_ports(6);
+    let p = free_ports(7);
     let ports = Ports {
         admin: p[0],
         gateway: p[1],
         prometheus: p[2],
         status: p[3],
+        agent: p[4],
         control: p[5],
+        ready: p[6],
     };
     let mut b: Value = serde_json::from_str(&read(fixture("default_golden.json"))).unwrap();
     let remap = |v: &mut Value| {
@@ -330,6 +349,13 @@ async fn start_gateway(kit: bool, upstream: u16) -> (Envoy, Ports) {
                 {"endpoint": {"address": {"socket_address": {"address": "127.0.0.1", "port_value": upstream}}}}]}]}
         }]),
     );
+    let pending = (!configured).then(|| {
+        let lds = PathBuf::from(lds["path_config_source"]["path"].as_str().unwrap());
+        let pushed = dir.0.join("lds-pushed.json");
+        std::fs::rename(&lds, &pushed).unwrap();
+        std::fs::write(&lds, "").unwrap();
+        (lds, pushed)
+    });
     *d = json!({"lds_config": lds, "cds_config": cds});
     let bootstrap = dir.0.join("envoy-rev.json");
     std::fs::write(&bootstrap, b.to_string()).unwrap();
@@ -339,6 +365,13 @@ async fn start_gateway(kit: bool, upstream: u16) -> (Envoy, Ports) {
         let l = &mut o["static_resources"]["listeners"][0];
         assert_eq!(l["address"]["socket_address"]["address"], "0.0.0.0");
         l["address"]["socket_address"] = json!({"address": "127.0.0.1", "port_value": p[5]});
+        let r = &mut o["static_resources"]["listeners"][1];
+        assert_eq!(r["name"], "graceful-drain-ready");
+        assert_eq!(
+            r["address"]["socket_address"],
+            json!({"address": "0.0.0.0", "port_value": 10002})
+        );
+        r["address"]["socket_address"] = json!({"address": "127.0.0.1", "port_value": p[6]});
         let mut s = module_settings(&o);
         assert_eq!(s["admin_address"][0], "127.0.0.1:15000");
         s["admin_address"] = json!(format!("127.0.0.1:{}", p[0]));
@@ -357,19 +390,130 @@ async fn start_gateway(kit: bool, upstream: u16) -> (Envoy, Ports) {
             .wait_log("the admin found", "is Envoy's admin (state")
             .await;
     }
-    eventually(
-        "the gateway listener serving",
-        Duration::from_secs(10),
-        || async {
-            clients::get(p[1], "/ok")
-                .await
-                .ok()
-                .filter(|r| r.status == 200)
-        },
-    )
-    .await;
+    if configured {
+        eventually(
+            "the gateway listener serving",
+            Duration::from_secs(10),
+            || async {
+                clients::get(p[1], "/ok")
+                    .await
+                    .ok()
+                    .filter(|r| r.status == 200)
+            },
+        )
+        .await;
+    }
     drop(p);
-    (envoy, ports)
+    (envoy, ports, pending)
+}
+
+/// pilot-agent's status server, as far as kubelet's readiness probe reads it: `GET
+/// /healthz/ready`, reproduced from istio/istio 1.31.0-rc.0 `pilot/cmd/pilot-agent/status/ready/
+/// probe.go` (`Check`: first that Envoy counted a successful CDS and LDS update, remembered once
+/// seen; then that `server.state` is LIVE (0) and `listener_manager.workers_started` is 1,
+/// remembered once seen) and `status/util/stats.go` (the admin's `/stats?usedonly&filter=`
+/// with Istio's regexes); `server.go` answers 200, or 503 with the reason. Served on 127.0.0.1
+/// until dropped.
+struct PilotAgentStatus(tokio::task::JoinHandle<()>);
+
+impl Drop for PilotAgentStatus {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+impl PilotAgentStatus {
+    async fn start(port: u16, admin: u16) -> PilotAgentStatus {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
+            .await
+            .expect("bind pilot-agent's status port");
+        // probe.go's receivedFirstUpdate and atleastOnceReady.
+        let cached = std::sync::Arc::new(std::sync::Mutex::new((false, false)));
+        PilotAgentStatus(tokio::spawn(async move {
+            loop {
+                let Ok((mut sock, _)) = listener.accept().await else {
+                    return;
+                };
+                let cached = cached.clone();
+                tokio::spawn(async move {
+                    let mut head = Vec::new();
+                    let mut buf = [0u8; 1024];
+                    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                        match sock.read(&mut buf).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => head.extend_from_slice(&buf[..n]),
+                        }
+                    }
+                    let answer = if head.starts_with(b"GET /healthz/ready ") {
+                        pilot_agent_ready(admin, &cached).await
+                    } else {
+                        Err("not found".to_string())
+                    };
+                    let (status, body) = match answer {
+                        Ok(()) => ("200 OK", String::new()),
+                        Err(e) => ("503 Service Unavailable", e),
+                    };
+                    let reply = format!(
+                        "HTTP/1.1 {status}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                        body.len()
+                    );
+                    let _ = sock.write_all(reply.as_bytes()).await;
+                });
+            }
+        }))
+    }
+}
+
+/// One of Envoy's stats in an admin `/stats` text answer (0 when absent).
+fn stat_value(text: &str, name: &str) -> u64 {
+    text.lines()
+        .filter_map(|l| l.split_once(": "))
+        .find(|(n, _)| *n == name)
+        .and_then(|(_, v)| v.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// probe.go `Check` over Envoy's admin on `admin`; `cached`: (receivedFirstUpdate,
+/// atleastOnceReady).
+async fn pilot_agent_ready(
+    admin: u16,
+    cached: &std::sync::Mutex<(bool, bool)>,
+) -> Result<(), String> {
+    let stats = |filter: &'static str| async move {
+        let path = format!("/stats?usedonly&filter={filter}");
+        clients::get(admin, &path).await.map(|r| r.text())
+    };
+    if !cached.lock().unwrap().0 {
+        let text = stats(
+            r"^(cluster_manager\.cds|listener_manager\.lds)\.(update_success|update_rejected)$",
+        )
+        .await?;
+        let (cds, lds) = (
+            stat_value(&text, "cluster_manager.cds.update_success"),
+            stat_value(&text, "listener_manager.lds.update_success"),
+        );
+        if cds == 0 || lds == 0 {
+            return Err(format!(
+                "config not (fully) received from XDS server: {text}"
+            ));
+        }
+        cached.lock().unwrap().0 = true;
+    }
+    if !cached.lock().unwrap().1 {
+        let text = stats(r"^(server\.state|listener_manager\.workers_started)").await?;
+        if !text.contains("server.state") || !text.contains("listener_manager.workers_started") {
+            return Err(format!("readiness stats not yet updated: {text}"));
+        }
+        if stat_value(&text, "server.state") != 0 {
+            return Err(format!("server is not live: {text}"));
+        }
+        if stat_value(&text, "listener_manager.workers_started") != 1 {
+            return Err("workers have not yet started".to_string());
+        }
+        cached.lock().unwrap().1 = true;
+    }
+    Ok(())
 }
 
 /// Every `socket_address` port of `v` found in `map` replaced, its 0.0.0.0 by 127.0.0.1.
@@ -674,4 +818,64 @@ async fn without_the_pre_stop_pilot_agent_s_stop_still_waits_for_the_kit_s_drain
         log.contains("drain started (trigger=drain_listeners"),
         "{log}"
     );
+}
+
+/// The kit's readiness probe (values.yaml: `/healthz/ready` on the override's readiness
+/// listener, 10002), run as kubelet runs it, with pilot-agent's status server reproduced from
+/// its source: before istiod's first listeners it is not Ready (pilot-agent's 503, passed on,
+/// while the module's static control listener would already answer 200); once they arrived, 200;
+/// from the drain start (kubelet's preStop `GET /drain`: the module fails Envoy's health checks)
+/// 503 at once, never a refused connection, while Istio's own 15021 still answers 200
+/// (pilot-agent caches its first success until its SIGTERM, which comes after the preStop).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_kit_s_readiness_probe_follows_istiod_and_the_drain() {
+    let v = values();
+    let o = override_json();
+    let listener = named(&o["static_resources"]["listeners"], "graceful-drain-ready").unwrap();
+    assert_eq!(
+        v["readinessProbe"]["httpGet"],
+        json!({"path": "/healthz/ready", "port": listener["address"]["socket_address"]["port_value"]})
+    );
+    let upstream = Upstream::start().await;
+    let (envoy, p, pending) = start_gateway_as(true, upstream.port, false).await;
+    let _agent = PilotAgentStatus::start(p.agent, p.admin).await;
+    let status = |port: u16, path: &'static str| async move {
+        clients::get(port, path).await.ok().map(|r| r.status)
+    };
+    // (a) Envoy runs (LIVE, the control listener answers), before istiod's listeners.
+    assert_eq!(status(p.admin, "/ready").await, Some(200), "Envoy LIVE");
+    assert_eq!(status(p.control, "/ready").await, Some(200));
+    let before = clients::get(p.ready, "/healthz/ready").await.unwrap();
+    assert_eq!(
+        (
+            before.status,
+            before.text().contains("config not (fully) received")
+        ),
+        (503, true),
+        "Ready before istiod configured Envoy: {}",
+        before.text()
+    );
+    assert_eq!(status(p.status, "/healthz/ready").await, Some(503), "15021");
+    // (b) istiod's first listeners.
+    let (lds, pushed) = pending.unwrap();
+    std::fs::rename(pushed, lds).unwrap();
+    eventually("the kit's probe 200", Duration::from_secs(10), || async {
+        (status(p.ready, "/healthz/ready").await == Some(200)).then_some(())
+    })
+    .await;
+    assert_eq!(status(p.status, "/healthz/ready").await, Some(200), "15021");
+    // (c) The drain start: kubelet's preStop (answered when the drain is done).
+    let started = Instant::now();
+    let control = p.control;
+    let pre_stop = tokio::spawn(async move { clients::get(control, "/drain").await });
+    let after =
+        clients::readiness_turns_503("Istio", started, || status(p.ready, "/healthz/ready")).await;
+    eprintln!("the kit's readiness probe 503 {after:?} after the preStop started the drain");
+    assert_eq!(
+        status(p.status, "/healthz/ready").await,
+        Some(200),
+        "Istio's 15021 during the preStop drain (why the kit does not probe it)"
+    );
+    pre_stop.abort();
+    drop(envoy);
 }

@@ -287,7 +287,7 @@ fn the_kit_changes_in_the_gateway_only_what_the_module_needs() {
             sc["lifecycle"]["preStop"].is_object(),
             "{tag}: Kourier's preStop"
         );
-        // Readiness: the module's /ready (503 at the drain start), one failure enough.
+        // The control port, declared.
         let control = named(
             &extra["static_resources"]["listeners"],
             "graceful_drain_control",
@@ -295,13 +295,27 @@ fn the_kit_changes_in_the_gateway_only_what_the_module_needs() {
         .expect("the control listener");
         let port = named(&c["ports"], "drain-control").expect("control port declared");
         assert_eq!(port["containerPort"].as_u64(), Some(port_of(control)));
-        let probe = &c["readinessProbe"]["httpGet"];
+        // Readiness and startup: Kourier's own check (its controller configured the gateway;
+        // 503 once Envoy's health checks fail), every 2 s, one failure enough.
         assert_eq!(
-            (probe["path"].as_str(), probe["port"].as_str()),
-            (Some("/ready"), Some("drain-control"))
+            c["readinessProbe"]["httpGet"], sc["readinessProbe"]["httpGet"],
+            "{tag}"
         );
-        assert_eq!(c["readinessProbe"]["failureThreshold"], 1);
-        // Startup: Kourier's own readiness check (its controller configured the gateway).
+        assert_eq!(
+            (
+                &c["readinessProbe"]["periodSeconds"],
+                &c["readinessProbe"]["failureThreshold"]
+            ),
+            (&json!(2), &json!(1)),
+            "{tag}"
+        );
+        // Each probe is a request the drain counts (ingress_http): below quiet_period, probes
+        // would hold every drain to drain_timeout (the readiness test shows both sides).
+        let quiet = duration(&module_settings(&extra)["quiet_period"]);
+        assert!(
+            Duration::from_secs(2) > quiet,
+            "{tag}: quiet_period {quiet:?}"
+        );
         assert_eq!(
             c["startupProbe"]["httpGet"], sc["readinessProbe"]["httpGet"],
             "{tag}"
@@ -479,6 +493,18 @@ struct Gateway {
     stats: u16,
     /// The module's control listener, on [::1] (none for the stock gateway).
     control: Option<u16>,
+    /// Started before Kourier's controller configured it: the listeners it pushes, held back
+    /// (the LDS file Envoy reads, the listeners to move over it).
+    pending: Option<(PathBuf, PathBuf)>,
+}
+
+impl Gateway {
+    /// The controller's first push: Kourier's listeners, held back at the start, move over the
+    /// LDS file Envoy watches.
+    fn configure(&mut self) {
+        let (lds, pushed) = self.pending.take().expect("started unconfigured");
+        std::fs::rename(pushed, lds).unwrap();
+    }
 }
 
 fn hcm_over_rds(route_config: &str, rds_file: &Path) -> Value {
@@ -572,9 +598,26 @@ async fn start_gateway(m: &Manifests, upstream: u16) -> Gateway {
 
 /// [`start_gateway`] with the control listener on `control_ip` (in place of the pod's `::`).
 async fn start_gateway_with_control_on(m: &Manifests, upstream: u16, control_ip: &str) -> Gateway {
+    start_gateway_as(m, upstream, control_ip, true).await
+}
+
+/// [`start_gateway`], `configured` or not yet: before Kourier's controller pushed its listeners
+/// (none in the LDS file Envoy reads; [`Gateway::configure`] pushes them).
+async fn start_gateway_as(
+    m: &Manifests,
+    upstream: u16,
+    control_ip: &str,
+    configured: bool,
+) -> Gateway {
     let dir = TempDir::new("kourier");
     let p = free_ports(6);
     let (lds, cds) = write_kourier_xds(&dir.0, [p[0], p[1], p[2]], upstream);
+    let pending = (!configured).then(|| {
+        let (lds, pushed) = (PathBuf::from(&lds), dir.0.join("lds-pushed.json"));
+        std::fs::rename(&lds, &pushed).unwrap();
+        std::fs::write(&lds, json!({ "resources": [] }).to_string()).unwrap();
+        (lds, pushed)
+    });
     let socket = dir.0.join("envoy.admin").display().to_string();
     let admin_tcp = format!("127.0.0.1:{}", p[5]);
 
@@ -674,7 +717,7 @@ async fn start_gateway_with_control_on(m: &Manifests, upstream: u16, control_ip:
             .wait_log("the admin found", "is Envoy's admin (state")
             .await;
     }
-    for port in [p[0], p[1], p[2]] {
+    for port in [p[0], p[1], p[2]].into_iter().filter(|_| configured) {
         eventually(
             "Kourier's listeners serving",
             Duration::from_secs(10),
@@ -694,6 +737,7 @@ async fn start_gateway_with_control_on(m: &Manifests, upstream: u16, control_ip:
         probe: p[2],
         stats: p[3],
         control,
+        pending,
     }
 }
 
@@ -722,6 +766,7 @@ async fn the_kit_drains_without_losing_a_request(tag: &'static str) {
         probe,
         stats,
         control,
+        ..
     } = gw;
     let control = control.unwrap();
     assert_eq!(
@@ -792,6 +837,83 @@ async fn the_kit_over_kourier_1_23_drains_without_losing_a_request() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_kit_over_kourier_1_14_drains_without_losing_a_request() {
     the_kit_drains_without_losing_a_request(OLDER).await
+}
+
+/// The readiness check the kit leaves in place (Kourier's own: `/ready` with Host internalkourier on
+/// 8081, a listener Kourier's controller pushes, routed to the admin's /ready), run as kubelet
+/// runs it: before the controller configured the gateway it is not Ready (no listener on 8081,
+/// while the module's static control listener would already answer 200); once the controller
+/// pushed its listeners, 200; at the drain start (SIGTERM: the module fails Envoy's health
+/// checks), 503 at once, never a refused connection.
+async fn kourier_s_readiness_check_follows_the_controller_and_the_drain(tag: &'static str) {
+    let m = kit(tag);
+    let probe = &m.container()["readinessProbe"]["httpGet"];
+    assert_eq!(
+        probe,
+        &json!({"path": "/ready", "port": 8081, "scheme": "HTTP",
+                "httpHeaders": [{"name": "Host", "value": "internalkourier"}]}),
+        "{tag}: Kourier's check on listener_8081 (the gateway's `internal` port here)"
+    );
+    let upstream = Upstream::start().await;
+    let mut gw = start_gateway_as(m, upstream.port, "::1", false).await;
+    // (a) Envoy runs (the admin is LIVE, the module's control listener answers), unconfigured.
+    assert_eq!(
+        status(gw.stats, "/ready", &[]).await,
+        Some(200),
+        "{tag}: Envoy LIVE"
+    );
+    assert_eq!(status_v6(gw.control.unwrap(), "/ready").await, Ok(200));
+    let before = status(gw.internal, "/ready", &KOURIER_READY).await;
+    assert!(
+        !before.is_some_and(|s| (200..300).contains(&s)),
+        "{tag}: Ready before the controller configured the gateway: {before:?}"
+    );
+    // (b) The controller's push.
+    gw.configure();
+    eventually("Kourier's check 200", Duration::from_secs(10), || async {
+        (status(gw.internal, "/ready", &KOURIER_READY).await == Some(200)).then_some(())
+    })
+    .await;
+    // (c) The drain start.
+    let sigterm = Instant::now();
+    gw.envoy.sigterm();
+    let after = clients::readiness_turns_503(tag, sigterm, || {
+        status(gw.internal, "/ready", &KOURIER_READY)
+    })
+    .await;
+    eprintln!("{tag}: Kourier's readiness check 503 {after:?} after the SIGTERM");
+    assert_eq!(
+        status_v6(gw.control.unwrap(), "/drain/status").await,
+        Ok(200)
+    );
+    // The check is a request on listener_8081 (ingress_http), which the drain counts: kubelet
+    // keeps probing during the drain, at the kit's ratio of probe period to quiet_period (2 s to
+    // 1 s), and the drain still ends by its rules, not at drain_timeout (10 s here).
+    let period = 2 * QUIET;
+    let internal = gw.internal;
+    let prober = tokio::spawn(async move {
+        while status(internal, "/ready", &KOURIER_READY).await == Some(503) {
+            tokio::time::sleep(period).await;
+        }
+    });
+    gw.envoy.wait_exit(Duration::from_secs(15)).await;
+    prober.abort();
+    let (reported, timed_out) = gw.envoy.reported_drain();
+    assert!(
+        !timed_out && reported < MIN_DRAIN + 3 * period,
+        "{tag}: drain of {reported:?} (timed out: {timed_out}) while kubelet probed"
+    );
+    eprintln!("{tag}: drain of {reported:?} with the probe every {period:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn kourier_1_23_s_readiness_check_follows_the_controller_and_the_drain() {
+    kourier_s_readiness_check_follows_the_controller_and_the_drain(NEWEST).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn kourier_1_14_s_readiness_check_follows_the_controller_and_the_drain() {
+    kourier_s_readiness_check_follows_the_controller_and_the_drain(OLDER).await
 }
 
 /// Kourier's stock gateway (knative-v1.23.0) run the same way, on an Envoy that can run it: its

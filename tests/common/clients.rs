@@ -463,3 +463,38 @@ pub async fn wait_not_ready(control: u16, platform: u16) {
     )
     .await;
 }
+
+/// How soon a kit's readiness check must turn 503 once a drain started: well within one period
+/// of kubelet's probe (2 s in the kits), so the first probe after the drain start fails.
+pub const READY_503_WITHIN: Duration = Duration::from_secs(1);
+
+/// Poll a kit's readiness check (`check`, the status of kubelet's request; `None` when no answer)
+/// from the drain's start (`since`): 200 until it answers 503, never anything else (no refused
+/// connection, no other status), and 503 within [`READY_503_WITHIN`]. How long after `since` the
+/// first 503 came.
+pub async fn readiness_turns_503<F, Fut>(
+    what: &str,
+    since: std::time::Instant,
+    mut check: F,
+) -> Duration
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<u16>>,
+{
+    loop {
+        let status = check().await;
+        let t = since.elapsed();
+        match status {
+            Some(503) => return t,
+            Some(200) => {}
+            other => {
+                panic!("{what}: answered {other:?} {t:?} after the drain start, not 200 or 503")
+            }
+        }
+        assert!(
+            t < READY_503_WITHIN,
+            "{what}: still 200 {t:?} after the drain start"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
