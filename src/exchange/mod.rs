@@ -53,6 +53,7 @@ pub mod websocket;
 use http1::*;
 use http2::*;
 pub use http2::{FrameHead, FrameReader, Read};
+pub use websocket::mover::Moving;
 
 // The limits: above them the tracker gives up ([`Event::Lost`]), which is safe: the connection's
 // requests are then counted from Envoy's gauges (`crate::tracking`, `Registry::give_back`), the
@@ -165,6 +166,8 @@ enum Wire {
     Undecided(u8),
     Http1(H1),
     Http2(H2),
+    /// After a 101 to WebSocket: the frame followers in the HTTP/1.1 state's place (no larger).
+    WebSocket(Moving),
 }
 
 impl Default for Wire {
@@ -257,10 +260,15 @@ impl Tracker {
                 }
                 Wire::Http1(h) => h.server(rest, ctx),
                 Wire::Http2(h) => h.step(client, rest, ctx),
-                Wire::Undecided(_) => (rest.len(), None),
+                Wire::Undecided(_) | Wire::WebSocket(_) => (rest.len(), None),
             };
             rest = rest.get(n..).unwrap_or_default();
-            let Some(ev) = ev else { return };
+            let Some(ev) = ev else {
+                if self.ctx.tunnel && !client {
+                    self.switch(rest);
+                }
+                return;
+            };
             match ev {
                 Event::Started(_) => self.ctx.started += 1,
                 Event::Ended(_) => self.ctx.ended = (self.ctx.ended + 1).min(self.ctx.started),
@@ -276,6 +284,31 @@ impl Tracker {
         }
     }
 
+    /// A tunnel just opened with `rest` the server's first bytes in it: a 101 that switched to
+    /// WebSocket frames ([`http1::F_WS`]) takes the HTTP/1.1 state's place with the two frame
+    /// followers ([`Moving`]), unless the client sent bytes while it waited for the answer
+    /// (not kept, so its frames cannot be followed: left as today).
+    #[cold]
+    fn switch(&mut self, rest: &[u8]) {
+        let Wire::Http1(h) = &self.wire else { return };
+        let f = h.resp.facts;
+        if f & F_WS == 0 || h.waited {
+            return;
+        }
+        let mut moving = Moving::new(f & F_DEFLATE != 0);
+        moving.mv.server_bytes(rest);
+        self.wire = Wire::WebSocket(moving);
+    }
+
+    /// The WebSocket this connection switched to, if it did (see [`Moving`]); its frames are
+    /// fed there by the caller, not through [`Tracker::client`] and [`Tracker::server`].
+    pub fn websocket(&mut self) -> Option<&mut Moving> {
+        match &mut self.wire {
+            Wire::WebSocket(m) => Some(m),
+            _ => None,
+        }
+    }
+
     /// What the connection speaks ([`Protocol::Unknown`] once the tracker gave up).
     pub fn protocol(&self) -> Protocol {
         if self.ctx.lost {
@@ -283,7 +316,7 @@ impl Tracker {
         }
         match self.wire {
             Wire::Undecided(_) => Protocol::Undecided,
-            Wire::Http1(_) => Protocol::Http1,
+            Wire::Http1(_) | Wire::WebSocket(_) => Protocol::Http1,
             Wire::Http2(_) => Protocol::Http2,
         }
     }
@@ -302,7 +335,7 @@ impl Tracker {
         match &self.wire {
             Wire::Http1(h) => h.req.st.in_head(),
             Wire::Http2(h) => h.c.block != 0,
-            Wire::Undecided(_) => false,
+            Wire::Undecided(_) | Wire::WebSocket(_) => false,
         }
     }
 

@@ -304,6 +304,35 @@ impl NetConnection<'_> {
         }
     }
 
+    /// Inside the write hook: add `bytes` at the end of this write (Envoy copies them).
+    pub(crate) fn append_write(self, bytes: &[u8]) -> bool {
+        // SAFETY: as above, inside the write hook; the bytes live for the call, which copies.
+        unsafe {
+            abi::envoy_dynamic_module_callback_network_filter_append_write_buffer(
+                self.fe,
+                module_buffer(bytes),
+            )
+        }
+    }
+
+    /// Inside the write hook: drop this write's first `n` bytes.
+    pub(crate) fn drain_write(self, n: usize) -> bool {
+        // SAFETY: as above, inside the write hook.
+        unsafe { abi::envoy_dynamic_module_callback_network_filter_drain_write_buffer(self.fe, n) }
+    }
+
+    /// Pass `bytes` to the read filters after this one (towards the upstream), as read data.
+    pub(crate) fn inject_read(self, bytes: &[u8]) {
+        // SAFETY: as above; the buffer lives for the call, which copies it.
+        unsafe {
+            abi::envoy_dynamic_module_callback_network_filter_inject_read_data(
+                self.fe,
+                module_buffer(bytes),
+                false,
+            )
+        }
+    }
+
     /// Close after flushing what is written; `details` goes to Envoy's access log.
     pub(crate) fn close(self, details: &[u8]) {
         // SAFETY: as above; the buffer lives for the call.

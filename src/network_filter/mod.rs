@@ -15,7 +15,7 @@ use crate::connections::{
 };
 use crate::engine::state::{Protocol, Shared, Stat};
 use crate::host::connection::ConnectionHost;
-use crate::tracking::Tracking;
+use crate::tracking::{Tracking, WsWake, WsWrite};
 use std::cell::{Cell, OnceCell, RefCell};
 use std::sync::Arc;
 
@@ -43,8 +43,21 @@ impl NetConfig {
             idle_close_grace: grace,
             idle_after,
             track_requests,
+            long_lived,
         } = config;
         let c = &shared.connections;
+        c.long_lived.note_settings(long_lived);
+        if let Some(d) = shared.settings() {
+            if let Some(w) = long_lived.window_within(d.min_drain_duration, d.drain_timeout) {
+                log::info!(
+                    "graceful_drain: long_lived_window {:?} will be shortened to {w:?} at a drain:                      min_drain_duration ({:?}) + window + close_timeout ({:?}) must fit                      drain_timeout ({:?})",
+                    long_lived.window,
+                    d.min_drain_duration,
+                    long_lived.close_timeout,
+                    d.drain_timeout
+                );
+            }
+        }
         c.install_commit(H::commit_scheduler);
         let settings = ConnSettings {
             idle_after,
@@ -57,7 +70,12 @@ impl NetConfig {
         log::info!(
             "graceful_drain: network filter loaded (idle connections are told at drain start; \
              idle_close_grace={grace:?}, idle_after={idle_after:?}, \
-             track_requests={track_requests})"
+             track_requests={track_requests}, move_long_lived_streams={}, \
+             long_lived_window={:?}, close_timeout={:?}, message_wait={:?})",
+            long_lived.enabled,
+            long_lived.window,
+            long_lived.close_timeout,
+            long_lived.message_wait,
         );
         if track_requests {
             publish_active_requests();
@@ -234,7 +252,18 @@ impl NetFilter {
         if t.on_write_len(data_len, conn, shared, now) {
             return;
         }
+        if t.tracker().tunnel() {
+            // Only a tunnel's writes (nothing else pays for the WebSocket move).
+            return self.websocket_write(host, conn, t, shared);
+        }
         let edit = host.with_write_slices(|chunks| t.on_write_bytes(chunks, conn, shared, now));
+        if t.tracker().tunnel() && t.note_switch(shared) {
+            // Switched to WebSocket in this write: woken by the moves thread at the moves' start
+            // (`wake_all`), or now if they began.
+            if shared.connections.long_lived.plan(conn.id).is_some() {
+                self.wake_at(shared, 1);
+            }
+        }
         drop(t);
         // After the slices are released: the rewrite changes the buffer they described.
         if edit.is_some_and(|e| !host.replace_write_start(e.replaced(), e.pieces())) {
@@ -242,6 +271,104 @@ impl NetFilter {
                 "graceful_drain: could not edit connection: close in a response on connection {}",
                 conn.id
             );
+        }
+    }
+
+    /// A write on a tunnel: a switched WebSocket's server frames, passed, or with our Close put
+    /// in at a frame end, or dropped after it (docs/long-lived-streams.md, step 2-3).
+    #[cold]
+    fn websocket_write<H: ConnectionHost>(
+        &self,
+        host: &H,
+        conn: &Conn,
+        mut t: std::cell::RefMut<'_, Tracking>,
+        shared: &Shared,
+    ) {
+        if !t.is_websocket() {
+            return;
+        }
+        let close_timeout = shared
+            .connections
+            .long_lived
+            .settings()
+            .close_timeout
+            .as_nanos() as u64;
+        let now = shared.clock.nanos();
+        let (w, wake) =
+            host.with_write_slices(|chunks| t.websocket_write(chunks(), close_timeout, now));
+        drop(t);
+        let ok = match &w {
+            WsWrite::Pass => true,
+            WsWrite::Append(close) => host.append_write(close),
+            WsWrite::Replace(bytes) => host.replace_write_start(usize::MAX, [bytes, b""]),
+            WsWrite::Drop => host.drain_write(usize::MAX),
+        };
+        if !ok {
+            log::warn!(
+                "graceful_drain: could not edit a WebSocket write on connection {} ({w:?})",
+                conn.id
+            );
+        } else if !matches!(w, WsWrite::Pass | WsWrite::Drop) {
+            log::debug!(
+                "graceful_drain: WebSocket Close(1001) written in a write on connection {}",
+                conn.id
+            );
+        }
+        if let Some(at) = wake {
+            self.wake_at(shared, at);
+        }
+    }
+
+    /// Ask the moves thread to wake this connection at `at` (`Shared` clock nanos).
+    fn wake_at(&self, shared: &Shared, at: u64) {
+        if let Some(slot) = self.slot.get() {
+            shared.connections.wakers.wake_at(slot, at);
+        }
+    }
+
+    /// The moves thread woke the connection: its WebSocket's next step.
+    fn long_lived_wake<H: ConnectionHost>(&self, host: &H, conn: &Conn, shared: &Shared) {
+        let Some(tracking) = &self.tracking else {
+            return;
+        };
+        let Ok(mut t) = tracking.try_borrow_mut() else {
+            return in_use();
+        };
+        if !t.is_websocket() {
+            return;
+        }
+        let plan = shared.connections.long_lived.plan(conn.id);
+        let (act, wake) = t.websocket_wake(plan, shared.clock.nanos());
+        drop(t);
+        match act {
+            WsWake::Nothing => {}
+            WsWake::Inject(close) => {
+                log::debug!(
+                    "graceful_drain: WebSocket Close(1001) to the client of connection {}",
+                    conn.id
+                );
+                host.inject_write(&close)
+            }
+            WsWake::TellUpstreamAndClose => {
+                log::debug!(
+                    "graceful_drain: WebSocket client of connection {} did not answer the Close: \
+                     Close(1001) to the upstream, then closing",
+                    conn.id
+                );
+                host.inject_read(&crate::tracking::upstream_close(H::mask_key()));
+                host.close(b"graceful_drain_websocket_close_timeout")
+            }
+            WsWake::Close => {
+                log::debug!(
+                    "graceful_drain: WebSocket on connection {} still open after close_timeout: \
+                     closing",
+                    conn.id
+                );
+                host.close(b"graceful_drain_websocket_close_timeout")
+            }
+        }
+        if let Some(at) = wake {
+            self.wake_at(shared, at);
         }
     }
 
@@ -271,6 +398,9 @@ impl NetFilter {
         let Some(conn) = self.conn.get() else { return };
         if !host.is_open() {
             return;
+        }
+        if event_id == crate::connections::EVENT_LONG_LIVED {
+            return self.long_lived_wake(host, conn, shared);
         }
         let send_away_once = |id, http2| {
             let p = if http2 {

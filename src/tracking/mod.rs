@@ -20,9 +20,11 @@
 //! May use: `exchange`, `registry`, `connections`, and `state::Shared` (handed in by the glue).
 
 mod events;
+mod long_lived;
 mod read;
 mod write;
 
+pub use long_lived::{upstream_close, WsWake, WsWrite, GOING_AWAY_REASON};
 pub use read::{on_read_hook, TAIL};
 pub use write::{HeadEdit, StatusLine, Told, CONNECTION_CLOSE, MAX_STATUS_LINE};
 

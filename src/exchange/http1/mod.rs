@@ -199,6 +199,9 @@ pub(super) const F_UPGRADE: u16 = 1 << 5;
 pub(super) const F_HTTP10: u16 = 1 << 6;
 pub(super) const F_HEAD: u16 = 1 << 7;
 pub(super) const F_CONNECT: u16 = 1 << 8;
+/// A 101 that switched to WebSocket frames (`h1::switched_head`), with permessage-deflate.
+pub(super) const F_WS: u16 = 1 << 9;
+pub(super) const F_DEFLATE: u16 = 1 << 10;
 
 // A request's flags in the FIFO.
 pub(super) const R_HEAD: u8 = 1;
