@@ -35,6 +35,9 @@ enum Upstream {
     Chatty,
     /// After the handshake, reads nothing (so never answers a Close) and sends nothing.
     Deaf,
+    /// As `Chatty`, but each of its messages is three fragments 40 ms apart: at a move time it
+    /// is most often inside a message, so the Close goes in the write of a last fragment.
+    Fragmented,
 }
 
 /// A WebSocket server on a free loopback port; the returned task runs until the test ends.
@@ -66,7 +69,11 @@ async fn upstream(kind: Upstream) -> (u16, Arc<Mutex<Seen>>) {
                     tokio::select! {
                         _ = tick.tick() => {
                             n += 1;
-                            if tx.send(Message::Text(format!("server {n}"))).await.is_err() {
+                            if kind == Upstream::Fragmented {
+                                if send_fragments(&mut tx, n).await.is_err() {
+                                    break;
+                                }
+                            } else if tx.send(Message::Text(format!("server {n}"))).await.is_err() {
                                 break;
                             }
                         }
@@ -91,6 +98,28 @@ async fn upstream(kind: Upstream) -> (u16, Arc<Mutex<Seen>>) {
         }
     });
     (port, seen)
+}
+
+/// One text message in three fragments, 40 ms apart (RFC 6455 §5.4).
+async fn send_fragments<S>(tx: &mut S, n: u64) -> Result<(), ()>
+where
+    S: futures_util::Sink<Message> + Unpin,
+{
+    use tokio_tungstenite::tungstenite::protocol::frame::coding::{Data, OpCode};
+    use tokio_tungstenite::tungstenite::protocol::frame::Frame;
+    let parts = [
+        (OpCode::Data(Data::Text), format!("server {n} ")),
+        (OpCode::Data(Data::Continue), "in three ".to_string()),
+        (OpCode::Data(Data::Continue), "fragments".to_string()),
+    ];
+    for (i, (op, text)) in parts.into_iter().enumerate() {
+        if i > 0 {
+            tokio::time::sleep(Duration::from_millis(40)).await;
+        }
+        let frame = Frame::message(text.into_bytes(), op, i == 2);
+        tx.send(Message::Frame(frame)).await.map_err(|_| ())?;
+    }
+    Ok(())
 }
 
 /// What one WebSocket client saw.
@@ -251,6 +280,46 @@ async fn websockets_get_close_1001_spread_over_the_window_and_the_exit_follows()
             .collect::<Vec<_>>()
             .join("\n")
     );
+}
+
+/// The server is inside a fragmented message at most move times: the Close waits for its last
+/// fragment and goes into that write (the write-hook path), never between two fragments, and
+/// every client reads whole messages then Close(1001).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_server_inside_a_fragmented_message_gets_the_close_after_its_last_fragment() {
+    let (port, seen) = upstream(Upstream::Fragmented).await;
+    let mut envoy = Envoy::start(options("8s", r#""long_lived_window": "1s""#, port)).await;
+    let clients = connect_clients(&envoy, 8).await;
+    envoy.sigterm();
+    for c in clients {
+        let e = c.await.unwrap();
+        assert_eq!(e.code, Some(1001), "{e:?}");
+        let got = seen
+            .lock()
+            .unwrap()
+            .messages
+            .get(&e.name)
+            .cloned()
+            .unwrap_or_default();
+        assert!(
+            e.sent.is_subset(&got),
+            "{}: lost {:?}",
+            e.name,
+            e.sent.difference(&got)
+        );
+    }
+    let (status, _) = envoy.wait_exit(Duration::from_secs(10)).await;
+    assert!(status.success());
+    let (_, timed_out) = envoy.reported_drain();
+    assert!(!timed_out);
+    let log = envoy.log();
+    let in_writes = log.matches("Close(1001) written in a write").count();
+    let injected = log
+        .matches("Close(1001) to the client of connection")
+        .count();
+    eprintln!("Close put in a write: {in_writes}, injected at a wake-up: {injected}");
+    assert_eq!(in_writes + injected, 8, "{log}");
+    assert!(in_writes > 0, "the write-hook path was not taken: {log}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

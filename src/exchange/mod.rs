@@ -168,6 +168,8 @@ enum Wire {
     Http2(H2),
     /// After a 101 to WebSocket: the frame followers in the HTTP/1.1 state's place (no larger).
     WebSocket(Moving),
+    /// An SSE response being ended at a drain (`Tracker::sse_hand_over`).
+    Sse(sse::Ending),
 }
 
 impl Default for Wire {
@@ -260,7 +262,7 @@ impl Tracker {
                 }
                 Wire::Http1(h) => h.server(rest, ctx),
                 Wire::Http2(h) => h.step(client, rest, ctx),
-                Wire::Undecided(_) | Wire::WebSocket(_) => (rest.len(), None),
+                Wire::Undecided(_) | Wire::WebSocket(_) | Wire::Sse(_) => (rest.len(), None),
             };
             rest = rest.get(n..).unwrap_or_default();
             let Some(ev) = ev else {
@@ -309,6 +311,51 @@ impl Tracker {
         }
     }
 
+    /// HTTP/1.1: the response under way is a chunked `text/event-stream` (SSE), and no other
+    /// request is read behind it.
+    pub fn sse_in_flight(&self) -> bool {
+        match &self.wire {
+            Wire::Http1(h) => {
+                !self.ctx.lost
+                    && !self.ctx.tunnel
+                    && h.sse
+                    && h.fifo.len == 1
+                    && h.req.st == St::Start
+            }
+            _ => false,
+        }
+    }
+
+    /// Hands an SSE response over to its end ([`sse::Ending`]) if the server's bytes so far end
+    /// at a chunk start (else `false`: try again after the next write). From then on the
+    /// connection is a tunnel: busy until it closes, its request in flight, and later bytes
+    /// are the caller's to feed ([`Tracker::sse_ending`]).
+    pub fn sse_hand_over(&mut self) -> bool {
+        if !self.sse_in_flight() {
+            return false;
+        }
+        let Wire::Http1(h) = &self.wire else {
+            return false;
+        };
+        if h.resp.st != St::ChunkSize || h.resp.pos != 0 {
+            return false;
+        }
+        self.ctx.tunnel = true;
+        self.wire = Wire::Sse(sse::Ending {
+            body: sse::Chunked::resumed_at_chunk_start(),
+            step: 0,
+        });
+        true
+    }
+
+    /// The SSE response being ended, if it was handed over.
+    pub fn sse_ending(&mut self) -> Option<&mut sse::Ending> {
+        match &mut self.wire {
+            Wire::Sse(e) => Some(e),
+            _ => None,
+        }
+    }
+
     /// What the connection speaks ([`Protocol::Unknown`] once the tracker gave up).
     pub fn protocol(&self) -> Protocol {
         if self.ctx.lost {
@@ -316,7 +363,7 @@ impl Tracker {
         }
         match self.wire {
             Wire::Undecided(_) => Protocol::Undecided,
-            Wire::Http1(_) | Wire::WebSocket(_) => Protocol::Http1,
+            Wire::Http1(_) | Wire::WebSocket(_) | Wire::Sse(_) => Protocol::Http1,
             Wire::Http2(_) => Protocol::Http2,
         }
     }
@@ -333,9 +380,11 @@ impl Tracker {
     /// HTTP/1.1 request line do not count.
     pub fn partial(&self) -> bool {
         match &self.wire {
-            Wire::Http1(h) => h.req.st.in_head(),
+            // A tunnel's client bytes are not heads (and a 101 to WebSocket drops the HTTP/1.1
+            // state: the same whether the 101 came whole or split).
+            Wire::Http1(h) => h.req.st.in_head() && !self.ctx.tunnel,
             Wire::Http2(h) => h.c.block != 0,
-            Wire::Undecided(_) | Wire::WebSocket(_) => false,
+            Wire::Undecided(_) | Wire::WebSocket(_) | Wire::Sse(_) => false,
         }
     }
 
@@ -360,7 +409,9 @@ impl Tracker {
     /// (no HPACK here), the hints are empty.
     pub fn hints(&self) -> Hints<'_> {
         match &self.wire {
-            Wire::Http1(h) if h.hints.valid => h.hints.get(),
+            // Not once a tunnel opened: a 101 to WebSocket replaces the HTTP/1.1 state, and a
+            // tunnel reads the same whether its head came whole or split.
+            Wire::Http1(h) if h.hints.valid && !self.ctx.tunnel => h.hints.get(),
             _ => Hints::default(),
         }
     }
@@ -369,7 +420,12 @@ impl Tracker {
     /// response or interim response under way).
     pub fn awaiting_response_head(&self) -> bool {
         match &self.wire {
-            Wire::Http1(h) => !self.ctx.lost && h.resp.st == St::Start && h.fifo.front().is_some(),
+            Wire::Http1(h) => {
+                !self.ctx.lost
+                    && !self.ctx.tunnel
+                    && h.resp.st == St::Start
+                    && h.fifo.front().is_some()
+            }
             _ => false,
         }
     }

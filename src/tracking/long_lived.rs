@@ -226,3 +226,6 @@ pub fn upstream_close(key: [u8; 4]) -> Vec<u8> {
         .as_bytes()
         .to_vec()
 }
+
+#[cfg(test)]
+mod tests;

@@ -47,6 +47,8 @@ pub(in crate::exchange) struct H1 {
     pub(in crate::exchange) verdict_pending: bool,
     /// The client sent bytes while waiting (tunnel data or a next request; not kept).
     pub(in crate::exchange) waited: bool,
+    /// The response under way is a chunked `text/event-stream` (an SSE response).
+    pub(in crate::exchange) sse: bool,
 }
 
 // Why `Wait` does not buffer: a client may send tunnel data right behind a CONNECT or an
@@ -230,6 +232,7 @@ impl H1 {
         match self.resp.body(te) {
             Some(st) => {
                 self.resp.st = st;
+                self.sse = te && f & F_SSE != 0;
                 None
             }
             None => Some(self.response_done(ctx)),
@@ -237,6 +240,7 @@ impl H1 {
     }
 
     pub(in crate::exchange) fn response_done(&mut self, ctx: &mut Ctx) -> Event {
+        self.sse = false;
         self.fifo.pop();
         self.resp.st = St::Start;
         Event::Ended(seq(ctx.ended))

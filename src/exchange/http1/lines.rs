@@ -35,7 +35,7 @@ impl Half {
             return (lf + 1, Some(Mile::Bad));
         }
         self.st = St::LineStart;
-        let kinds = if req { !0 } else { !REQUEST_ONLY };
+        let kinds = if req { !RESPONSE_ONLY } else { !REQUEST_ONLY };
         let mut i = lf + 1;
         loop {
             // The line from `at`. Where the loop leaves, `head_len` is the bytes of the head
@@ -180,6 +180,10 @@ impl Half {
     /// One byte of a header value (`St::Value`): the state moves to `LineStart` at its LF, to
     /// `SkipLine` when the rest of the line does not matter. `false`: it does not parse.
     pub(in crate::exchange) fn value_byte(&mut self, b: u8) -> bool {
+        if self.hdr == H_CT {
+            self.content_type_byte(b);
+            return true;
+        }
         match b {
             LF | CR | SP | HT | b',' => {
                 if self.elem == 1 {
@@ -242,6 +246,33 @@ impl Half {
             }
         }
         true
+    }
+
+    /// One byte of a response's `Content-Type` value: [`F_SSE`] when its media type (before any
+    /// parameter) is `text/event-stream`, any case; the rest of the line is skipped as soon as
+    /// it cannot be.
+    fn content_type_byte(&mut self, b: u8) {
+        match b {
+            SP | HT if self.elem == 0 => {}
+            LF | CR | SP | HT | b';' | b',' => {
+                if self.elem == 1 && self.cand != 0 && usize::from(self.pos) == EVENT_STREAM.len() {
+                    self.facts |= F_SSE;
+                }
+                self.st = if b == LF { St::LineStart } else { St::SkipLine };
+            }
+            _ => {
+                if self.elem == 0 {
+                    self.elem = 1;
+                    self.pos = 0;
+                    self.cand = 1;
+                }
+                if EVENT_STREAM.get(usize::from(self.pos)) != Some(&b.to_ascii_lowercase()) {
+                    self.cand = 0;
+                    self.st = St::SkipLine;
+                }
+                self.pos = self.pos.saturating_add(1);
+            }
+        }
     }
 
     /// The name of header kind `k` and its colon were read: its value follows.
