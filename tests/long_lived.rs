@@ -53,6 +53,9 @@ async fn upstream(kind: Upstream) -> (u16, Arc<Mutex<Seen>>) {
             };
             let seen = s.clone();
             tokio::spawn(async move {
+                if is_sse(&tcp).await {
+                    return serve_sse(tcp).await;
+                }
                 let Ok(ws) = tokio_tungstenite::accept_async(tcp).await else {
                     return;
                 };
@@ -98,6 +101,127 @@ async fn upstream(kind: Upstream) -> (u16, Arc<Mutex<Seen>>) {
         }
     });
     (port, seen)
+}
+
+/// Whether the request on `tcp` (not read yet) asks for an event stream (`/sse/` in its path).
+async fn is_sse(tcp: &TcpStream) -> bool {
+    let mut buf = [0u8; 256];
+    for _ in 0..100 {
+        let n = tcp.peek(&mut buf).await.unwrap_or(0);
+        if buf[..n].windows(2).any(|w| w == b"\r\n") {
+            return buf[..n].windows(5).any(|w| w == b"/sse/");
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    false
+}
+
+/// An SSE upstream: a chunked `text/event-stream` response, an event every 100 ms, each sent
+/// as two chunks 30 ms apart (so a cut after the first would be inside an event), until the
+/// connection goes.
+async fn serve_sse(mut tcp: TcpStream) {
+    let mut head = Vec::new();
+    let mut buf = [0u8; 1024];
+    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+        match tcp.read(&mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(k) => head.extend_from_slice(&buf[..k]),
+        }
+    }
+    let resp = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream; charset=utf-8\r\n\
+                 cache-control: no-cache\r\ntransfer-encoding: chunked\r\n\r\n";
+    if tcp.write_all(resp).await.is_err() {
+        return;
+    }
+    let chunk = |s: &str| format!("{:x}\r\n{s}\r\n", s.len()).into_bytes();
+    for n in 1u64.. {
+        let first = chunk(&format!("id: {n}\ndata: event {n}"));
+        if tcp.write_all(&first).await.is_err() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(30)).await;
+        if tcp.write_all(&chunk(" ends here\n\n")).await.is_err() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(70)).await;
+    }
+}
+
+/// What one SSE client saw.
+#[derive(Debug)]
+struct SseEnd {
+    /// The response ended with its last chunk (a clean end, not a cut).
+    clean: bool,
+    /// The body ended at an event boundary (a blank line).
+    at_boundary: bool,
+    /// Events dispatched (complete ones), each whole.
+    events: usize,
+    /// When the end (or the cut) arrived.
+    at: Instant,
+}
+
+/// An SSE client over a raw connection: reads the response to its end, decodes the chunked
+/// body and parses the event stream (WHATWG HTML §9.2.6: an event is dispatched at a blank
+/// line).
+async fn sse_client(data: u16, name: String) -> SseEnd {
+    let mut tcp = TcpStream::connect(("127.0.0.1", data)).await.unwrap();
+    let req = format!(
+        "GET /upstream-streaming/sse/{name} HTTP/1.1\r\nhost: x\r\naccept: text/event-stream\r\n\r\n"
+    );
+    tcp.write_all(req.as_bytes()).await.unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    let mut clean_at = None;
+    let done = tokio::time::timeout(Duration::from_secs(30), async {
+        loop {
+            match tcp.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(k) => got.extend_from_slice(&buf[..k]),
+            }
+            if clean_at.is_none() && got.ends_with(b"\r\n0\r\n\r\n") {
+                clean_at = Some(Instant::now());
+            }
+        }
+    })
+    .await;
+    assert!(done.is_ok(), "{name}: not ended within 30 s");
+    let cut_at = Instant::now();
+    let text = String::from_utf8_lossy(&got);
+    let (head, mut rest) = text.split_once("\r\n\r\n").expect("a response head");
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    let mut body = String::new();
+    let mut clean = false;
+    while let Some((size, after)) = rest.split_once("\r\n") {
+        let Ok(n) = usize::from_str_radix(size.trim(), 16) else {
+            break;
+        };
+        if n == 0 {
+            clean = after == "\r\n";
+            break;
+        }
+        if after.len() < n + 2 {
+            break;
+        }
+        body.push_str(&after[..n]);
+        rest = &after[n + 2..];
+    }
+    let at_boundary = body.ends_with("\n\n");
+    let events = body
+        .split("\n\n")
+        .filter(|e| e.contains("data: "))
+        .count()
+        .saturating_sub(usize::from(!at_boundary));
+    for e in body.split("\n\n").filter(|e| !e.is_empty()) {
+        if at_boundary || !body.ends_with(e) {
+            assert!(e.ends_with(" ends here"), "{name}: a cut event {e:?}");
+        }
+    }
+    SseEnd {
+        clean: clean && clean_at.is_some(),
+        at_boundary,
+        events,
+        at: clean_at.unwrap_or(cut_at),
+    }
 }
 
 /// One text message in three fragments, 40 ms apart (RFC 6455 §5.4).
@@ -211,15 +335,31 @@ async fn connect_clients(envoy: &Envoy, n: usize) -> Vec<tokio::task::JoinHandle
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn websockets_get_close_1001_spread_over_the_window_and_the_exit_follows() {
+async fn websockets_get_close_1001_sse_ends_cleanly_spread_over_the_window_and_the_exit_follows() {
     let (port, seen) = upstream(Upstream::Chatty).await;
     let mut envoy = Envoy::start(options("8s", r#""long_lived_window": "2s""#, port)).await;
-    let clients = connect_clients(&envoy, 20).await;
+    let sse: Vec<_> = (0..10)
+        .map(|i| tokio::spawn(sse_client(envoy.data, format!("s{i}"))))
+        .collect();
+    envoy.wait_active(10).await;
+    let clients: Vec<_> = (0..20)
+        .map(|i| tokio::spawn(client(envoy.data, format!("c{i}"))))
+        .collect();
+    envoy.wait_active(30).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
     let t0 = Instant::now();
     envoy.sigterm();
     let mut ends = Vec::new();
     for c in clients {
         ends.push(c.await.unwrap());
+    }
+    let mut sse_ends = Vec::new();
+    for c in sse {
+        sse_ends.push(c.await.unwrap());
+    }
+    for e in &sse_ends {
+        assert!(e.clean && e.at_boundary, "{e:?}");
+        assert!(e.events >= 10, "{e:?}");
     }
     let (status, exited) = envoy.wait_exit(Duration::from_secs(10)).await;
     assert!(status.success(), "{status}");
@@ -243,7 +383,11 @@ async fn websockets_get_close_1001_spread_over_the_window_and_the_exit_follows()
             seen.closes
         );
     }
-    let at: Vec<Duration> = ends.iter().map(|e| e.at - t0).collect();
+    let at: Vec<Duration> = ends
+        .iter()
+        .map(|e| e.at - t0)
+        .chain(sse_ends.iter().map(|e| e.at - t0))
+        .collect();
     let first = *at.iter().min().unwrap();
     let last = *at.iter().max().unwrap();
     eprintln!(
@@ -273,7 +417,7 @@ async fn websockets_get_close_1001_spread_over_the_window_and_the_exit_follows()
     assert!(!timed_out, "the drain must complete, not time out");
     let log = envoy.log();
     assert!(
-        log.contains("long-lived streams moved: websocket 20, sse 0; cut: websocket 0, sse 0"),
+        log.contains("long-lived streams moved: websocket 20, sse 10; cut: websocket 0, sse 0"),
         "completion line: {}",
         log.lines()
             .filter(|l| l.contains("drain completed"))
@@ -326,12 +470,25 @@ async fn a_server_inside_a_fragmented_message_gets_the_close_after_its_last_frag
 async fn with_the_move_off_websockets_are_cut_at_the_drain_timeout_as_before() {
     let (port, _seen) = upstream(Upstream::Chatty).await;
     let mut envoy = Envoy::start(options("4s", r#""move_long_lived_streams": false"#, port)).await;
-    let clients = connect_clients(&envoy, 3).await;
+    let sse: Vec<_> = (0..2)
+        .map(|i| tokio::spawn(sse_client(envoy.data, format!("s{i}"))))
+        .collect();
+    envoy.wait_active(2).await;
+    let clients: Vec<_> = (0..3)
+        .map(|i| tokio::spawn(client(envoy.data, format!("c{i}"))))
+        .collect();
+    envoy.wait_active(5).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
     let t0 = Instant::now();
     envoy.sigterm();
     let mut ends = Vec::new();
     for c in clients {
         ends.push(c.await.unwrap());
+    }
+    for c in sse {
+        let e = c.await.unwrap();
+        assert!(!e.clean, "cut, not ended: {e:?}");
+        assert!(e.at - t0 >= Duration::from_millis(3800), "{e:?}");
     }
     let (_, exited) = envoy.wait_exit(Duration::from_secs(10)).await;
     for e in &ends {
@@ -346,7 +503,7 @@ async fn with_the_move_off_websockets_are_cut_at_the_drain_timeout_as_before() {
     assert!(timed_out, "cut at drain_timeout");
     assert!(exited - t0 >= Duration::from_millis(3800));
     assert!(
-        envoy.log().contains("cut: websocket 3, sse 0"),
+        envoy.log().contains("cut: websocket 3, sse 2"),
         "{}",
         envoy.log()
     );

@@ -31,6 +31,7 @@ pub struct LongLived {
     pub websockets_open: AtomicU64,
     pub websockets_moved: AtomicU64,
     pub websockets_cut: AtomicU64,
+    pub sse_open: AtomicU64,
     pub sse_moved: AtomicU64,
     pub sse_cut: AtomicU64,
 }
@@ -50,6 +51,7 @@ impl Default for LongLived {
             websockets_open: AtomicU64::new(0),
             websockets_moved: AtomicU64::new(0),
             websockets_cut: AtomicU64::new(0),
+            sse_open: AtomicU64::new(0),
             sse_moved: AtomicU64::new(0),
             sse_cut: AtomicU64::new(0),
         }
@@ -150,11 +152,14 @@ impl LongLived {
         }
     }
 
-    /// The drain completed: the WebSockets still open are cut by the exit. Returns how many.
-    pub fn cut_at_completion(&self) -> u64 {
-        let open = self.websockets_open.load(Ordering::Relaxed);
-        self.websockets_cut.fetch_add(open, Ordering::Relaxed);
-        open
+    /// The drain completed: the WebSockets and SSE responses still open are cut by the exit.
+    /// Returns how many of each.
+    pub fn cut_at_completion(&self) -> (u64, u64) {
+        let ws = self.websockets_open.load(Ordering::Relaxed);
+        self.websockets_cut.fetch_add(ws, Ordering::Relaxed);
+        let sse = self.sse_open.load(Ordering::Relaxed);
+        self.sse_cut.fetch_add(sse, Ordering::Relaxed);
+        (ws, sse)
     }
 }
 
@@ -178,9 +183,7 @@ impl Connections {
         let Some(commit) = self.commit.get().copied() else {
             return;
         };
-        if !ll.enabled() {
-            return;
-        }
+        // Off, the thread still runs: its first wake-up counts the streams that will be cut.
         let s = ll.settings();
         let window = match s.window_within(min_drain, drain_timeout) {
             Some(w) => {

@@ -248,8 +248,12 @@ impl Engine {
                     self.completion_reported = true;
                     host.set_draining_gauge(0);
                     shared.counters.count(Stat::DrainsCompleted);
-                    for _ in 0..shared.connections.long_lived.cut_at_completion() {
+                    let (ws_cut, sse_cut) = shared.connections.long_lived.cut_at_completion();
+                    for _ in 0..ws_cut {
                         shared.counters.count(Stat::WebsocketsCut);
+                    }
+                    for _ in 0..sse_cut {
+                        shared.counters.count(Stat::SseResponsesCut);
                     }
                     let st = shared.status();
                     let ll = st.long_lived_streams;

@@ -285,7 +285,16 @@ impl NetFilter {
         shared: &Shared,
     ) {
         if !t.is_websocket() {
-            return;
+            let (w, wake) = host.with_write_slices(|chunks| t.sse_write(chunks()));
+            drop(t);
+            return self.apply_write(
+                host,
+                conn,
+                shared,
+                w,
+                wake,
+                "SSE response ended (last chunk)",
+            );
         }
         let close_timeout = shared
             .connections
@@ -297,22 +306,40 @@ impl NetFilter {
         let (w, wake) =
             host.with_write_slices(|chunks| t.websocket_write(chunks(), close_timeout, now));
         drop(t);
+        self.apply_write(
+            host,
+            conn,
+            shared,
+            w,
+            wake,
+            "WebSocket Close(1001) written in a write",
+        )
+    }
+
+    /// Applies a long-lived stream's write edit, and asks for its wake-up.
+    fn apply_write<H: ConnectionHost>(
+        &self,
+        host: &H,
+        conn: &Conn,
+        shared: &Shared,
+        w: WsWrite,
+        wake: Option<u64>,
+        what: &str,
+    ) {
         let ok = match &w {
             WsWrite::Pass => true,
-            WsWrite::Append(close) => host.append_write(close),
+            WsWrite::Append(bytes) => host.append_write(bytes),
             WsWrite::Replace(bytes) => host.replace_write_start(usize::MAX, [bytes, b""]),
             WsWrite::Drop => host.drain_write(usize::MAX),
         };
         if !ok {
             log::warn!(
-                "graceful_drain: could not edit a WebSocket write on connection {} ({w:?})",
+                "graceful_drain: could not edit a long-lived stream's write on connection {} \
+                 ({w:?})",
                 conn.id
             );
-        } else if !matches!(w, WsWrite::Pass | WsWrite::Drop) {
-            log::debug!(
-                "graceful_drain: WebSocket Close(1001) written in a write on connection {}",
-                conn.id
-            );
+        } else if !matches!(w, WsWrite::Drop) && wake.is_some() {
+            log::debug!("graceful_drain: {what} on connection {}", conn.id);
         }
         if let Some(at) = wake {
             self.wake_at(shared, at);
@@ -334,11 +361,13 @@ impl NetFilter {
         let Ok(mut t) = tracking.try_borrow_mut() else {
             return in_use();
         };
-        if !t.is_websocket() {
-            return;
-        }
         let plan = shared.connections.long_lived.plan(conn.id);
-        let (act, wake) = t.websocket_wake(plan, shared.clock.nanos());
+        let now = shared.clock.nanos();
+        let (act, wake) = if t.is_websocket() {
+            t.websocket_wake(plan, now)
+        } else {
+            t.sse_wake(plan, now, shared)
+        };
         drop(t);
         match act {
             WsWake::Nothing => {}
@@ -360,11 +389,11 @@ impl NetFilter {
             }
             WsWake::Close => {
                 log::debug!(
-                    "graceful_drain: WebSocket on connection {} still open after close_timeout: \
-                     closing",
+                    "graceful_drain: long-lived stream on connection {} ended or still open \
+                     after close_timeout: closing",
                     conn.id
                 );
-                host.close(b"graceful_drain_websocket_close_timeout")
+                host.close(b"graceful_drain_long_lived_moved")
             }
         }
         if let Some(at) = wake {

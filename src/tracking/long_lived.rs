@@ -6,6 +6,7 @@
 use super::*;
 use crate::connections::MovePlan;
 use crate::engine::state::{Shared, Stat};
+use crate::exchange::sse::LAST_CHUNK;
 use crate::exchange::websocket::mover::{Wake, Write};
 use crate::exchange::websocket::{close_frame, GOING_AWAY};
 use std::sync::atomic::Ordering;
@@ -225,6 +226,156 @@ pub fn upstream_close(key: [u8; 4]) -> Vec<u8> {
     close_frame(GOING_AWAY, GOING_AWAY_REASON, Some(key))
         .as_bytes()
         .to_vec()
+}
+
+// ---- SSE (HTTP/1.1 chunked) ---------------------------------------------------------------
+
+/// `sse::Ending::step`: handed over, looking for an event boundary at a chunk start.
+#[allow(dead_code)]
+const SSE_LOOKING: u8 = 0;
+/// The last chunk was written (or the server ended the response): close at the next wake-up.
+const SSE_ENDED: u8 = 1;
+/// Closed (or closing).
+const SSE_CLOSED: u8 = 2;
+/// The body could not be followed: left as today.
+const SSE_LOST: u8 = 3;
+
+/// How soon to look again when an SSE response was not at a chunk start at its move time.
+const SSE_RETRY_NANOS: u64 = 10_000_000;
+
+impl Tracking {
+    /// Whether the connection carries a long-lived stream this module may move: a switched
+    /// WebSocket, an SSE response in flight, or one being ended.
+    pub fn long_lived(&mut self) -> bool {
+        self.tracker.websocket().is_some()
+            || self.tracker.sse_ending().is_some()
+            || self.tracker.sse_in_flight()
+    }
+
+    /// The moves thread woke a connection that is not a WebSocket: an SSE response in flight
+    /// is counted (once), and at its move time handed over to its end (the write hook then
+    /// writes the last chunk at the first event boundary); once ended, the connection closes.
+    pub fn sse_wake(
+        &mut self,
+        plan: Option<MovePlan>,
+        now: u64,
+        shared: &Shared,
+    ) -> (WsWake, Option<u64>) {
+        if !self.counts() {
+            return (WsWake::Nothing, None);
+        }
+        if let Some(e) = self.tracker.sse_ending() {
+            if e.step == SSE_ENDED {
+                e.step = SSE_CLOSED;
+                return (WsWake::Close, None);
+            }
+            return (WsWake::Nothing, None);
+        }
+        if !self.tracker.sse_in_flight() {
+            return (WsWake::Nothing, None);
+        }
+        if !self.sse_counted {
+            self.sse_counted = true;
+            shared
+                .connections
+                .long_lived
+                .sse_open
+                .fetch_add(1, Ordering::Relaxed);
+        }
+        let Some(p) = plan else {
+            return (WsWake::Nothing, None);
+        };
+        if now < p.at {
+            return (WsWake::Nothing, Some(p.at));
+        }
+        if self.tracker.sse_hand_over() {
+            return (WsWake::Nothing, None);
+        }
+        (WsWake::Nothing, Some(now.saturating_add(SSE_RETRY_NANOS)))
+    }
+
+    /// A write of an SSE response being ended (`chunks`: its slices; `None`: the body is no
+    /// longer followed, left as today). Returns the edit, and a wake-up to ask for (now: the
+    /// close) once the response ended in it.
+    pub fn sse_write<'a>(
+        &mut self,
+        chunks: Option<impl Iterator<Item = &'a [u8]>>,
+    ) -> (WsWrite, Option<u64>) {
+        let Some(e) = self.tracker.sse_ending() else {
+            return (WsWrite::Pass, None);
+        };
+        match e.step {
+            SSE_ENDED | SSE_CLOSED => return (WsWrite::Drop, None),
+            SSE_LOST => return (WsWrite::Pass, None),
+            _ => {}
+        }
+        let Some(chunks) = chunks else {
+            e.step = SSE_LOST;
+            return (WsWrite::Pass, None);
+        };
+        let slices: Vec<&[u8]> = chunks.collect();
+        let (mut before, mut end) = (0usize, None);
+        for c in &slices {
+            match e.body.feed(c) {
+                Err(_) => {
+                    e.step = SSE_LOST;
+                    return (WsWrite::Pass, None);
+                }
+                Ok(fed) => {
+                    // The server ended the response itself: nothing to add.
+                    if let Some(k) = fed.ended {
+                        end = Some((before + k, false));
+                        break;
+                    }
+                    if let Some(k) = fed.cut {
+                        end = Some((before + k, true));
+                        break;
+                    }
+                }
+            }
+            before += c.len();
+        }
+        let Some((at, last_chunk)) = end else {
+            return (WsWrite::Pass, None);
+        };
+        e.step = SSE_ENDED;
+        let total: usize = slices.iter().map(|c| c.len()).sum();
+        let edit = if at == total {
+            if last_chunk {
+                WsWrite::Append(LAST_CHUNK.to_vec())
+            } else {
+                WsWrite::Pass
+            }
+        } else {
+            let mut bytes: Vec<u8> = slices.concat();
+            bytes.truncate(at);
+            if last_chunk {
+                bytes.extend_from_slice(LAST_CHUNK);
+            }
+            WsWrite::Replace(bytes)
+        };
+        (edit, Some(1))
+    }
+
+    /// The connection closed: an SSE response counted at the moves' start is no longer open,
+    /// and moved if its end was written.
+    pub(super) fn sse_closed(&mut self, shared: &Shared) {
+        if !std::mem::take(&mut self.sse_counted) {
+            return;
+        }
+        let ll = &shared.connections.long_lived;
+        let _ = ll
+            .sse_open
+            .try_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
+        if self
+            .tracker
+            .sse_ending()
+            .is_some_and(|e| matches!(e.step, SSE_ENDED | SSE_CLOSED))
+        {
+            ll.sse_moved.fetch_add(1, Ordering::Relaxed);
+            shared.counters.count(Stat::SseResponsesMoved);
+        }
+    }
 }
 
 #[cfg(test)]

@@ -58,6 +58,8 @@ pub struct Tracking {
     partial_head: bool,
     /// This module put `connection: close` on one of the connection's responses.
     told_close: bool,
+    /// An SSE response of the connection was counted open at the moves' start.
+    sse_counted: bool,
     /// Test-only (`cross-check` builds, beside the HTTP filter): follow without counting, and
     /// report to the connection's cross-check instead.
     shadow: bool,

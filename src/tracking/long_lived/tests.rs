@@ -191,3 +191,112 @@ fn the_tracker_keeps_its_size() {
     assert!(std::mem::size_of::<crate::exchange::Tracker>() <= 280);
     assert!(std::mem::size_of::<Tracking>() <= 408);
 }
+
+const SSE_GET: &[u8] = b"GET /events HTTP/1.1\r\nhost: x\r\naccept: text/event-stream\r\n\r\n";
+const SSE_HEAD: &[u8] = b"HTTP/1.1 200 OK\r\nContent-Type: TEXT/event-stream;charset=utf-8\r\n\
+transfer-encoding: chunked\r\n\r\n";
+
+fn sse_started(head: &[u8]) -> (Tracking, Conn, crate::engine::state::tests::Fixture) {
+    let f = fixture(Some(fast()));
+    let conn = Conn::new(1);
+    let mut t = Tracking::new();
+    t.on_read(
+        SSE_GET.len(),
+        Some([SSE_GET].into_iter()),
+        &conn,
+        &f.shared,
+        now,
+    );
+    t.on_write(Some([head].into_iter()), &conn, &f.shared, now);
+    (t, conn, f)
+}
+
+fn chunk(data: &[u8]) -> Vec<u8> {
+    [format!("{:x}\r\n", data.len()).as_bytes(), data, b"\r\n"].concat()
+}
+
+#[test]
+fn only_chunked_event_streams_are_sse_responses() {
+    assert!(sse_started(SSE_HEAD).0.long_lived());
+    for head in [
+        &b"HTTP/1.1 200 OK\r\ncontent-type: text/event-streams\r\ntransfer-encoding: chunked\r\n\r\n"[..],
+        &b"HTTP/1.1 200 OK\r\ncontent-type: text/html\r\ntransfer-encoding: chunked\r\n\r\n"[..],
+        &b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: 5\r\n\r\n"[..],
+    ] {
+        assert!(!sse_started(head).0.long_lived(), "{:?}", String::from_utf8_lossy(head));
+    }
+    // The head split anywhere (the byte-by-byte parse): the same.
+    let f = fixture(Some(fast()));
+    let conn = Conn::new(1);
+    let mut t = Tracking::new();
+    t.on_read(
+        SSE_GET.len(),
+        Some([SSE_GET].into_iter()),
+        &conn,
+        &f.shared,
+        now,
+    );
+    for b in SSE_HEAD.chunks(1) {
+        t.on_write(Some([b].into_iter()), &conn, &f.shared, now);
+    }
+    assert!(t.long_lived());
+}
+
+#[test]
+fn an_sse_response_ends_with_the_last_chunk_at_the_first_event_boundary_after_its_move_time() {
+    let (mut t, conn, f) = sse_started(SSE_HEAD);
+    let ev = chunk(b"data: one\n\n");
+    t.on_write(Some([&ev[..]].into_iter()), &conn, &f.shared, now);
+    // Counted at the moves' start, handed over at its move time (at a chunk start).
+    assert_eq!(
+        t.sse_wake(plan(500), 100, &f.shared),
+        (WsWake::Nothing, Some(500))
+    );
+    let ll = &f.shared.connections.long_lived;
+    assert_eq!(ll.sse_open.load(Ordering::Relaxed), 1);
+    assert_eq!(
+        t.sse_wake(plan(500), 500, &f.shared),
+        (WsWake::Nothing, None)
+    );
+    // Half an event: not here (the events are followed from the hand-over: the first blank
+    // line after a line end proves a boundary).
+    let half = chunk(b"data: two");
+    assert_eq!(
+        t.sse_write(Some([&half[..]].into_iter())),
+        (WsWrite::Pass, None)
+    );
+    // Its end, and the start of the next event in the same write: the last chunk goes
+    // between them, the rest is dropped.
+    let rest = [chunk(b"\n\n"), chunk(b"data: thr")].concat();
+    let (w, wake) = t.sse_write(Some([&rest[..]].into_iter()));
+    let mut want = chunk(b"\n\n");
+    want.extend_from_slice(LAST_CHUNK);
+    assert_eq!(w, WsWrite::Replace(want));
+    assert_eq!(wake, Some(1));
+    // Later writes are dropped; the next wake-up closes.
+    assert_eq!(
+        t.sse_write(Some([&ev[..]].into_iter())),
+        (WsWrite::Drop, None)
+    );
+    assert_eq!(t.sse_wake(plan(500), 600, &f.shared), (WsWake::Close, None));
+    t.on_close(&conn, &f.shared);
+    assert_eq!(ll.sse_open.load(Ordering::Relaxed), 0);
+    assert_eq!(ll.sse_moved.load(Ordering::Relaxed), 1);
+}
+
+#[test]
+fn an_sse_response_not_at_a_chunk_start_is_handed_over_later() {
+    let (mut t, conn, f) = sse_started(SSE_HEAD);
+    let ev = chunk(b"data: one\n\n");
+    // Half a chunk written: the move waits for its end.
+    t.on_write(Some([&ev[..5]].into_iter()), &conn, &f.shared, now);
+    let (act, wake) = t.sse_wake(plan(500), 500, &f.shared);
+    assert_eq!(act, WsWake::Nothing);
+    assert_eq!(wake, Some(500 + SSE_RETRY_NANOS));
+    t.on_write(Some([&ev[5..]].into_iter()), &conn, &f.shared, now);
+    assert_eq!(
+        t.sse_wake(plan(500), 600, &f.shared),
+        (WsWake::Nothing, None)
+    );
+    assert!(t.tracker().tunnel(), "handed over");
+}
