@@ -413,7 +413,8 @@ async fn websockets_get_close_1001_sse_ends_cleanly_spread_over_the_window_and_t
         took < last + common::envoy::EXIT_SLACK,
         "exited after {took:?}"
     );
-    let (_, timed_out) = envoy.reported_drain();
+    let (drained_in, timed_out) = envoy.reported_drain();
+    eprintln!("drain completed in {drained_in:?} (the module's line), process exit {took:?}");
     assert!(!timed_out, "the drain must complete, not time out");
     let log = envoy.log();
     assert!(

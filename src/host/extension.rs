@@ -55,9 +55,10 @@ pub enum Stat {
     WebsocketsMoved,
     /// A WebSocket still open when the drain completed or timed out (cut by the exit).
     WebsocketsCut,
-    /// An SSE response ended at an event boundary at a drain (not built yet: stays 0).
+    /// A chunked SSE response ended with its last chunk at an event boundary at a drain, and its
+    /// connection closed (connection mode).
     SseResponsesMoved,
-    /// An SSE response still open when the drain ended (not counted apart yet: stays 0).
+    /// An SSE response still open when the drain completed or timed out (cut by the exit).
     SseResponsesCut,
 }
 
