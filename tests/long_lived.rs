@@ -417,6 +417,12 @@ async fn websockets_get_close_1001_sse_ends_cleanly_spread_over_the_window_and_t
     eprintln!("drain completed in {drained_in:?} (the module's line), process exit {took:?}");
     assert!(!timed_out, "the drain must complete, not time out");
     let log = envoy.log();
+    eprintln!(
+        "WebSocket handshakes over: {} closed while open, {} in Envoy's delayed close",
+        log.matches("close handshake over on connection").count()
+            - log.matches("in Envoy's delayed close").count(),
+        log.matches("in Envoy's delayed close").count()
+    );
     assert!(
         log.contains("long-lived streams moved: websocket 20, sse 10; cut: websocket 0, sse 0"),
         "completion line: {}",

@@ -164,6 +164,16 @@ impl LongLived {
 }
 
 impl Connections {
+    /// Wake the connection at `slot` with [`EVENT_LONG_LIVED`] now, from its own worker (a
+    /// long-lived stream's move wants its next step at once: its end was written).
+    pub fn wake_long_lived_now(&self, slot: super::WakerSlot) {
+        let (Some(commit), Some(w)) = (self.commit.get(), self.wakers.get(slot)) else {
+            return;
+        };
+        // Committed without the table's lock held (`get` released it).
+        commit(w.word(), EVENT_LONG_LIVED);
+    }
+
     /// The drain started at `now` (`Shared` clock nanos, read by `clock`): the moves begin at
     /// `now + min_drain`, over the window shortened to fit `drain_timeout` (logged). A thread
     /// owned by `threads` then sleeps until the next wake-up a connection asked for

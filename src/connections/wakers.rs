@@ -146,6 +146,15 @@ impl Wakers {
         }
     }
 
+    /// A counted reference to the waker at `slot`, if it is still there.
+    pub fn get(&self, slot: WakerSlot) -> Option<Arc<Waker>> {
+        lock(&self.shards[slot.shard])
+            .entries
+            .get(slot.index)
+            .cloned()
+            .flatten()
+    }
+
     /// Counted references to every live waker; no lock is held once this returns.
     pub fn snapshot(&self) -> Vec<Arc<Waker>> {
         let mut all = Vec::new();

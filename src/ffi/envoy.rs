@@ -194,6 +194,8 @@ pub(crate) unsafe fn http_scheduler_delete(word: usize) {
 const CONNECTION_OPEN: u32 = 0;
 /// `envoy_dynamic_module_type_network_connection_close_type`: FlushWrite.
 const CLOSE_FLUSH_WRITE: u32 = 0;
+/// `close_type` NoFlush.
+const CLOSE_NO_FLUSH: u32 = 1;
 
 /// A downstream connection inside one of its network filter's hooks, on its worker.
 #[derive(Clone, Copy)]
@@ -329,6 +331,18 @@ impl NetConnection<'_> {
                 self.fe,
                 module_buffer(bytes),
                 false,
+            )
+        }
+    }
+
+    /// Close without flushing (`NoFlush`).
+    pub(crate) fn close_no_flush(self, details: &[u8]) {
+        // SAFETY: as above; the buffer lives for the call.
+        unsafe {
+            abi::envoy_dynamic_module_callback_network_filter_close_with_details(
+                self.fe,
+                CLOSE_NO_FLUSH,
+                module_buffer(details),
             )
         }
     }

@@ -99,6 +99,10 @@ impl ConnectionHost for NetConnection<'_> {
         NetConnection::close(*self, details)
     }
 
+    fn close_no_flush(&self, details: &[u8]) {
+        NetConnection::close_no_flush(*self, details)
+    }
+
     fn wake_stream(&self, word: usize) {
         super::http::wake_stream(word, EVENT_GO_AWAY)
     }

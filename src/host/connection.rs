@@ -71,6 +71,10 @@ pub trait ConnectionHost {
     /// log.
     fn close(&self, details: &[u8]);
 
+    /// Close without flushing (Envoy's `NoFlush`): for a connection already in Envoy's delayed
+    /// close, whose writes are out.
+    fn close_no_flush(&self, details: &[u8]);
+
     /// Send the connection away through one of its HTTP streams: the word that stream attached
     /// to it (`crate::connections::StreamMark::attach`), woken as from its own scheduler.
     fn wake_stream(&self, word: usize);

@@ -347,9 +347,14 @@ impl NetFilter {
     }
 
     /// Ask the moves thread to wake this connection at `at` (`Shared` clock nanos).
+    /// `at` 1: now, committed to the connection's own scheduler.
     fn wake_at(&self, shared: &Shared, at: u64) {
         if let Some(slot) = self.slot.get() {
-            shared.connections.wakers.wake_at(slot, at);
+            if at <= 1 {
+                shared.connections.wake_long_lived_now(slot);
+            } else {
+                shared.connections.wakers.wake_at(slot, at);
+            }
         }
     }
 
@@ -363,13 +368,35 @@ impl NetFilter {
         };
         let plan = shared.connections.long_lived.plan(conn.id);
         let now = shared.clock.nanos();
-        let (act, wake) = if t.is_websocket() {
+        let open = host.is_open();
+        let (act, wake) = if !open && !t.is_websocket() {
+            (WsWake::Nothing, None)
+        } else if t.is_websocket() {
             t.websocket_wake(plan, now)
         } else {
             t.sse_wake(plan, now, shared)
         };
         drop(t);
+        if !open && act != WsWake::CloseNow {
+            // Closing by itself: nothing to write into it any more.
+            return;
+        }
         match act {
+            WsWake::CloseNow if open => {
+                log::debug!(
+                    "graceful_drain: WebSocket close handshake over on connection {}: closing",
+                    conn.id
+                );
+                host.close(b"graceful_drain_websocket_moved")
+            }
+            WsWake::CloseNow => {
+                log::debug!(
+                    "graceful_drain: WebSocket close handshake over on connection {}, in Envoy's \
+                     delayed close: closing now",
+                    conn.id
+                );
+                host.close_no_flush(b"graceful_drain_websocket_moved")
+            }
             WsWake::Nothing => {}
             WsWake::Inject(close) => {
                 log::debug!(
@@ -425,11 +452,13 @@ impl NetFilter {
     /// applies its [`Action`] through `host` and counts what it told.
     pub fn on_scheduled<H: ConnectionHost>(&self, host: &H, event_id: u64, shared: &Shared) {
         let Some(conn) = self.conn.get() else { return };
+        if event_id == crate::connections::EVENT_LONG_LIVED {
+            // Also in Envoy's delayed close (not open any more): a finished WebSocket handshake
+            // closes it at once.
+            return self.long_lived_wake(host, conn, shared);
+        }
         if !host.is_open() {
             return;
-        }
-        if event_id == crate::connections::EVENT_LONG_LIVED {
-            return self.long_lived_wake(host, conn, shared);
         }
         let send_away_once = |id, http2| {
             let p = if http2 {

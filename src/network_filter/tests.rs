@@ -112,6 +112,9 @@ impl ConnectionHost for FakeConnection {
     fn close(&self, details: &[u8]) {
         record(Call::Close(details.to_vec()));
     }
+    fn close_no_flush(&self, details: &[u8]) {
+        record(Call::Close(details.to_vec()));
+    }
     fn wake_stream(&self, word: usize) {
         record(Call::WakeStream(word));
     }

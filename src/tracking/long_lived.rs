@@ -27,6 +27,8 @@ const DUE_ANY: u8 = 3;
 const SENT: u8 = 4;
 /// Nothing more to do.
 const DONE: u8 = 5;
+/// Both Close frames went through: close the connection now (before Envoy's delayed close).
+const CLOSING: u8 = 6;
 
 /// What the glue does with a write towards the client of a switched connection.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -50,6 +52,9 @@ pub enum WsWake {
     TellUpstreamAndClose,
     /// Close, flushing what is written.
     Close,
+    /// The close handshake is over: close at once (flushing if the connection is still open,
+    /// without waiting if Envoy's own delayed close already began: everything was written).
+    CloseNow,
 }
 
 fn client_close() -> Vec<u8> {
@@ -111,6 +116,13 @@ impl Tracking {
             before += c.len();
         }
         let Some(at) = split else {
+            if m.step == SENT && m.mv.handshake_done() {
+                // The upstream answered the client's Close: nothing more will pass. Close now,
+                // rather than wait for Envoy's own close after the upstream's (a delayed close:
+                // the client waits for the server to close first, RFC 6455 §7.1.1).
+                m.step = CLOSING;
+                return (out, Some(1));
+            }
             return (out, None);
         };
         m.step = SENT;
@@ -187,6 +199,10 @@ impl Tracking {
                     return (WsWake::Nothing, Some(m.at));
                 }
                 (WsWake::Nothing, None)
+            }
+            CLOSING => {
+                m.step = DONE;
+                (WsWake::CloseNow, None)
             }
             SENT if now >= m.at => {
                 m.step = DONE;

@@ -99,6 +99,12 @@ impl Move {
         matches!(self.st, St::Sent | St::Answered)
     }
 
+    /// The close handshake is over on both sides: the client answered our Close, and the
+    /// upstream's own Close answer (dropped) shows it read the client's.
+    pub fn handshake_done(&self) -> bool {
+        matches!(self.st, St::Answered) && self.to_client.close().is_some()
+    }
+
     /// A Close was on its way before ours: the connection ends by itself.
     pub const fn ending(&self) -> bool {
         matches!(self.st, St::Ending)

@@ -300,3 +300,21 @@ fn an_sse_response_not_at_a_chunk_start_is_handed_over_later() {
     );
     assert!(t.tracker().tunnel(), "handed over");
 }
+
+#[test]
+fn once_both_close_frames_passed_the_connection_closes_at_once() {
+    let (mut t, conn, f) = switched(SWITCHED);
+    t.websocket_wake(plan(500), 500);
+    let answer = close_frame(GOING_AWAY, "", Some([9, 9, 9, 9]));
+    let a = answer.as_bytes();
+    t.on_read(a.len(), Some([a].into_iter()), &conn, &f.shared, now);
+    // The upstream's answer to the client's Close: dropped, and the close asked for now.
+    let server_close = close_frame(GOING_AWAY, "", None);
+    let s = server_close.as_bytes();
+    assert_eq!(
+        t.websocket_write(Some([s].into_iter()), 1_000, 700),
+        (WsWrite::Drop, Some(1))
+    );
+    assert_eq!(t.websocket_wake(plan(500), 701), (WsWake::CloseNow, None));
+    assert_eq!(t.websocket_wake(plan(500), 5_000), (WsWake::Nothing, None));
+}
