@@ -181,7 +181,7 @@ impl NetworkFilterConfig {
             idle_close_grace: Option<String>,
             idle_after: Option<String>,
             track_requests: Option<bool>,
-            move_long_lived_streams: Option<bool>,
+            move_long_lived_streams: Option<serde_json::Value>,
             long_lived_window: Option<String>,
             close_timeout: Option<String>,
             message_wait: Option<String>,
@@ -205,7 +205,17 @@ impl NetworkFilterConfig {
             idle_after: field("idle_after", c.idle_after, DEFAULT_IDLE_AFTER)?,
             track_requests: c.track_requests.unwrap_or(false),
             long_lived: LongLivedSettings {
-                enabled: c.move_long_lived_streams.unwrap_or(true),
+                enabled: match c.move_long_lived_streams {
+                    None => true,
+                    Some(serde_json::Value::Bool(b)) => b,
+                    Some(other) => {
+                        return Err(error(
+                            SCOPE,
+                            "move_long_lived_streams",
+                            format!("expected true or false, not {other}"),
+                        ))
+                    }
+                },
                 window: field(
                     "long_lived_window",
                     c.long_lived_window,
