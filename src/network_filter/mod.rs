@@ -253,16 +253,12 @@ impl NetFilter {
             return;
         }
         if t.tracker().tunnel() {
-            // Only a tunnel's writes (nothing else pays for the WebSocket move).
-            return self.websocket_write(host, conn, t, shared);
+            // Only a tunnel's writes (nothing else pays for the long-lived streams' moves).
+            return self.long_lived_write(host, conn, &mut t, shared);
         }
         let edit = host.with_write_slices(|chunks| t.on_write_bytes(chunks, conn, shared, now));
-        if t.tracker().tunnel() && t.note_switch(shared) {
-            // Switched to WebSocket in this write: woken by the moves thread at the moves' start
-            // (`wake_all`), or now if they began.
-            if shared.connections.long_lived.plan(conn.id).is_some() {
-                self.wake_at(shared, 1);
-            }
+        if t.tracker().tunnel() {
+            self.switched(conn, &mut t, shared);
         }
         drop(t);
         // After the slices are released: the rewrite changes the buffer they described.
@@ -277,16 +273,16 @@ impl NetFilter {
     /// A write on a tunnel: a switched WebSocket's server frames, passed, or with our Close put
     /// in at a frame end, or dropped after it (docs/long-lived-streams.md, step 2-3).
     #[cold]
-    fn websocket_write<H: ConnectionHost>(
+    #[inline(never)]
+    fn long_lived_write<H: ConnectionHost>(
         &self,
         host: &H,
         conn: &Conn,
-        mut t: std::cell::RefMut<'_, Tracking>,
+        t: &mut Tracking,
         shared: &Shared,
     ) {
         if !t.is_websocket() {
             let (w, wake) = host.with_write_slices(|chunks| t.sse_write(chunks()));
-            drop(t);
             return self.apply_write(
                 host,
                 conn,
@@ -305,7 +301,6 @@ impl NetFilter {
         let now = shared.clock.nanos();
         let (w, wake) =
             host.with_write_slices(|chunks| t.websocket_write(chunks(), close_timeout, now));
-        drop(t);
         self.apply_write(
             host,
             conn,
@@ -316,7 +311,18 @@ impl NetFilter {
         )
     }
 
-    /// Applies a long-lived stream's write edit, and asks for its wake-up.
+    /// A write opened a tunnel: a WebSocket is counted open once, and woken by the moves thread
+    /// at the moves' start (`wake_all`), or now if they began.
+    #[cold]
+    #[inline(never)]
+    fn switched(&self, conn: &Conn, t: &mut Tracking, shared: &Shared) {
+        if t.note_switch(shared) && shared.connections.long_lived.plan(conn.id).is_some() {
+            self.wake_at(shared, 1);
+        }
+    }
+
+    /// Applies a long-lived stream's write edit, and asks for its wake-up (the edits do not
+    /// re-enter this filter's hooks: the tracker may stay borrowed).
     fn apply_write<H: ConnectionHost>(
         &self,
         host: &H,

@@ -152,6 +152,30 @@ impl Half {
         let Some(k) = (0..NAMES.len() as u8).find(|&k| named(k)) else {
             return true;
         };
+        if k == H_CT {
+            // A response's Content-Type, whole: compared at once (what `content_type_byte` does
+            // a byte at a time), not fed byte by byte: every response has one.
+            let value = line
+                .get(NAMES[usize::from(H_CT)].len() + 1..)
+                .unwrap_or_default();
+            let at = value
+                .iter()
+                .position(|&c| c != SP && c != HT)
+                .unwrap_or(value.len());
+            let v = value.get(at..).unwrap_or_default();
+            if v.first().is_some_and(|&c| c | 0x20 == b't')
+                && v.get(..EVENT_STREAM.len())
+                    .is_some_and(|t| t.eq_ignore_ascii_case(EVENT_STREAM))
+                && matches!(
+                    v.get(EVENT_STREAM.len()),
+                    None | Some(&CR) | Some(&SP) | Some(&HT) | Some(&b';') | Some(&b',')
+                )
+            {
+                self.facts |= F_SSE;
+            }
+            self.st = St::LineStart;
+            return true;
+        }
         self.header_value(k, hints);
         let value = line
             .get(NAMES[usize::from(k)].len() + 1..)
@@ -180,10 +204,6 @@ impl Half {
     /// One byte of a header value (`St::Value`): the state moves to `LineStart` at its LF, to
     /// `SkipLine` when the rest of the line does not matter. `false`: it does not parse.
     pub(in crate::exchange) fn value_byte(&mut self, b: u8) -> bool {
-        if self.hdr == H_CT {
-            self.content_type_byte(b);
-            return true;
-        }
         match b {
             LF | CR | SP | HT | b',' => {
                 if self.elem == 1 {
@@ -251,7 +271,7 @@ impl Half {
     /// One byte of a response's `Content-Type` value: [`F_SSE`] when its media type (before any
     /// parameter) is `text/event-stream`, any case; the rest of the line is skipped as soon as
     /// it cannot be.
-    fn content_type_byte(&mut self, b: u8) {
+    pub(in crate::exchange) fn content_type_byte(&mut self, b: u8) {
         match b {
             SP | HT if self.elem == 0 => {}
             LF | CR | SP | HT | b';' | b',' => {
@@ -288,6 +308,7 @@ impl Half {
                 self.facts |= F_TE;
                 self.st = St::Value;
             }
+            H_CT => self.st = St::ContentType,
             _ => self.st = St::Value,
         }
     }

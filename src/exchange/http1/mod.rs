@@ -35,6 +35,8 @@ pub(super) enum St {
     LineCr,
     Name,
     Value,
+    /// A response's `Content-Type` value (`Half::content_type_byte`).
+    ContentType,
     UserAgent,
     SkipLine,
     /// Response head complete: decide what it means (no byte consumed).
@@ -82,6 +84,7 @@ impl St {
                 | St::LineCr
                 | St::Name
                 | St::Value
+                | St::ContentType
                 | St::UserAgent
                 | St::SkipLine
         )

@@ -181,6 +181,10 @@ impl Half {
                         return (i, Mile::Bad);
                     }
                 }
+                St::ContentType => {
+                    i += 1;
+                    self.content_type_byte(b);
+                }
                 St::UserAgent => {
                     if self.elem == 0 && (b == SP || b == HT) {
                         i += 1;
