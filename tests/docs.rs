@@ -909,6 +909,10 @@ fn module_default(field: &str) -> String {
         "idle_close_grace" => format_duration(n.idle_close_grace),
         "idle_after" => format_duration(n.idle_after),
         "track_requests" => n.track_requests.to_string(),
+        "move_long_lived_streams" => n.long_lived.enabled.to_string(),
+        "long_lived_window" => format_duration(n.long_lived.window),
+        "close_timeout" => format_duration(n.long_lived.close_timeout),
+        "message_wait" => format_duration(n.long_lived.message_wait),
         other => {
             panic!("docs/configuration.md documents {other}: say here where its default comes from")
         }

@@ -124,6 +124,53 @@ pub struct NetworkFilterConfig {
     /// mode's exact in-flight count and idle detection, without an HTTP filter. Default `false`
     /// (beside the HTTP filter: filter mode); the shipped example sets `true` (docs/modes.md).
     pub track_requests: bool,
+    /// What happens to long-lived streams (WebSocket) at a drain (connection mode).
+    pub long_lived: LongLivedSettings,
+}
+
+/// How long-lived streams are moved to another pod at a drain (docs/long-lived-streams.md):
+/// after `min_drain_duration`, each is given a time in `window`, then a WebSocket gets a
+/// Close(1001) at a message end (at any frame end after `message_wait`), and its connection is
+/// closed `close_timeout` after that if the close handshake did not end it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LongLivedSettings {
+    /// `move_long_lived_streams`: off, they are cut at `drain_timeout` as before.
+    pub enabled: bool,
+    /// `long_lived_window`: the moves are spread uniformly over this window.
+    pub window: Duration,
+    /// `close_timeout`: after the Close, how long the peers have to finish the handshake.
+    pub close_timeout: Duration,
+    /// `message_wait`: how long to wait for a message end before a frame end will do.
+    pub message_wait: Duration,
+}
+
+/// Default `long_lived_window`: N reconnects arrive at N/10 per second at the remaining pods.
+pub const DEFAULT_LONG_LIVED_WINDOW: Duration = Duration::from_secs(10);
+/// Default `close_timeout`: a close handshake takes one round trip; 5 s covers a slow peer.
+pub const DEFAULT_CLOSE_TIMEOUT: Duration = Duration::from_secs(5);
+/// Default `message_wait`: a server in the middle of a fragmented message gets this long.
+pub const DEFAULT_MESSAGE_WAIT: Duration = Duration::from_secs(1);
+
+impl Default for LongLivedSettings {
+    fn default() -> Self {
+        LongLivedSettings {
+            enabled: true,
+            window: DEFAULT_LONG_LIVED_WINDOW,
+            close_timeout: DEFAULT_CLOSE_TIMEOUT,
+            message_wait: DEFAULT_MESSAGE_WAIT,
+        }
+    }
+}
+
+impl LongLivedSettings {
+    /// The window to use with these drain settings: shortened so that `min_drain_duration +
+    /// window + close_timeout` fits `drain_timeout` (`None`: it fits as configured).
+    pub fn window_within(&self, min_drain: Duration, drain_timeout: Duration) -> Option<Duration> {
+        let room = drain_timeout
+            .saturating_sub(min_drain)
+            .saturating_sub(self.close_timeout);
+        (self.window > room).then_some(room)
+    }
 }
 
 impl NetworkFilterConfig {
@@ -134,6 +181,10 @@ impl NetworkFilterConfig {
             idle_close_grace: Option<String>,
             idle_after: Option<String>,
             track_requests: Option<bool>,
+            move_long_lived_streams: Option<serde_json::Value>,
+            long_lived_window: Option<String>,
+            close_timeout: Option<String>,
+            message_wait: Option<String>,
         }
         const SCOPE: &str = "network filter";
         let c: Raw = if raw.iter().all(u8::is_ascii_whitespace) {
@@ -153,6 +204,36 @@ impl NetworkFilterConfig {
             )?,
             idle_after: field("idle_after", c.idle_after, DEFAULT_IDLE_AFTER)?,
             track_requests: c.track_requests.unwrap_or(false),
+            long_lived: LongLivedSettings {
+                enabled: match c.move_long_lived_streams {
+                    None => true,
+                    Some(serde_json::Value::Bool(b)) => b,
+                    Some(other) => {
+                        return Err(error(
+                            SCOPE,
+                            "move_long_lived_streams",
+                            format!("expected true or false, not {other}"),
+                        ))
+                    }
+                },
+                window: field(
+                    "long_lived_window",
+                    c.long_lived_window,
+                    DEFAULT_LONG_LIVED_WINDOW,
+                )?,
+                close_timeout: match field("close_timeout", c.close_timeout, DEFAULT_CLOSE_TIMEOUT)?
+                {
+                    d if d.is_zero() => {
+                        return Err(error(
+                            SCOPE,
+                            "close_timeout",
+                            "must be more than 0s: the peers need time to answer the Close",
+                        ))
+                    }
+                    d => d,
+                },
+                message_wait: field("message_wait", c.message_wait, DEFAULT_MESSAGE_WAIT)?,
+            },
         })
     }
 }

@@ -19,7 +19,10 @@ pub use bootstrap_config::{
     BootstrapConfig, DrainSettings, RequestPolicy, BUILTIN_HEALTH_CHECK_USER_AGENTS,
 };
 pub use duration::{format_duration, parse_duration, MAX_DURATION};
-pub use filter::{FilterConfig, NetworkFilterConfig, DEFAULT_IDLE_AFTER, DEFAULT_IDLE_CLOSE_GRACE};
+pub use filter::{
+    FilterConfig, LongLivedSettings, NetworkFilterConfig, DEFAULT_IDLE_AFTER,
+    DEFAULT_IDLE_CLOSE_GRACE,
+};
 pub use token::{constant_time_eq, DrainToken, Role};
 
 use serde::de::DeserializeOwned;

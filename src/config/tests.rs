@@ -416,3 +416,50 @@ fn addresses_are_parsed_as_envoy_writes_them() {
     }
     assert!(AdminAddress::parse(&long[..admin_address::MAX_UNIX_PATH]).is_ok());
 }
+
+#[test]
+fn long_lived_settings_default_parse_and_name_the_field_they_refuse() {
+    let d = NetworkFilterConfig::parse(b"").unwrap().long_lived;
+    assert_eq!(d, LongLivedSettings::default());
+    assert!(d.enabled);
+    assert_eq!(
+        (d.window, d.close_timeout, d.message_wait),
+        (
+            Duration::from_secs(10),
+            Duration::from_secs(5),
+            Duration::from_secs(1)
+        )
+    );
+    let c = NetworkFilterConfig::parse(
+        br#"{"move_long_lived_streams": false, "long_lived_window": "2s", "close_timeout": "750ms", "message_wait": "0s"}"#,
+    )
+    .unwrap()
+    .long_lived;
+    assert!(!c.enabled);
+    assert_eq!(
+        (c.window, c.close_timeout, c.message_wait),
+        (
+            Duration::from_secs(2),
+            Duration::from_millis(750),
+            Duration::ZERO
+        )
+    );
+    for (raw, field) in [
+        (&br#"{"long_lived_window": "ten"}"#[..], "long_lived_window"),
+        (br#"{"close_timeout": "0s"}"#, "close_timeout"),
+        (br#"{"close_timeout": "-1s"}"#, "close_timeout"),
+        (br#"{"message_wait": "1"}"#, "message_wait"),
+        (
+            br#"{"move_long_lived_streams": "yes"}"#,
+            "move_long_lived_streams",
+        ),
+    ] {
+        let e = NetworkFilterConfig::parse(raw).unwrap_err().to_string();
+        assert!(e.contains(field), "{field}: {e}");
+    }
+    // The window shortened to fit drain_timeout (the issue's example: 1 s, 8 s).
+    assert_eq!(
+        d.window_within(Duration::from_secs(1), Duration::from_secs(8)),
+        Some(Duration::from_secs(2))
+    );
+}

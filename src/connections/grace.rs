@@ -17,12 +17,14 @@ use std::time::Duration;
 pub struct Connections {
     pub wakers: Wakers,
     pub counts: Counts,
+    /// Long-lived streams' move settings and counts.
+    pub long_lived: super::LongLived,
     draining: AtomicBool,
     /// The shortest and longest `idle_close_grace` of the network filter configs loaded (ms;
     /// 0 for none): the re-checks run at the shortest, for as long as the longest needs.
     grace_min_ms: AtomicU64,
     grace_max_ms: AtomicU64,
-    commit: OnceLock<fn(usize, u64)>,
+    pub(super) commit: OnceLock<fn(usize, u64)>,
     /// A network filter that follows exchanges (`track_requests`) is loaded: its connections'
     /// requests are in the in-flight table (connection mode).
     tracking: AtomicBool,
@@ -38,6 +40,7 @@ impl Default for Connections {
         Connections {
             wakers: Wakers::default(),
             counts: Counts::default(),
+            long_lived: super::LongLived::default(),
             draining: AtomicBool::new(false),
             grace_min_ms: AtomicU64::new(0),
             grace_max_ms: AtomicU64::new(0),

@@ -45,6 +45,7 @@ mod cross_check;
 pub mod first_stream;
 pub mod grace;
 pub mod index;
+pub mod long_lived;
 pub mod machine;
 pub mod wakers;
 
@@ -53,6 +54,7 @@ pub use cross_check::{cross_check_tallies, CROSS_CHECKS};
 pub use first_stream::FirstStream;
 pub use grace::Connections;
 pub use index::{register, stream_ended, unregister, StreamMark};
+pub use long_lived::{LongLived, LongLivedReport, MovePlan};
 pub use machine::Conn;
 pub use wakers::{Waker, WakerSlot, Wakers};
 
@@ -64,6 +66,8 @@ use std::time::Duration;
 pub const EVENT_DRAIN_STARTED: u64 = 1;
 pub const EVENT_GRACE_OVER: u64 = 2;
 pub const EVENT_CONFIRM_CLOSE: u64 = 3;
+/// A long-lived stream's move wants its next step (`long_lived`'s moves thread).
+pub const EVENT_LONG_LIVED: u64 = 4;
 
 /// Between marking a connection for closing and closing it: the worker then has read whatever
 /// the client sent meanwhile (a request already in the socket buffer when the check ran would

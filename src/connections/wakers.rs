@@ -2,7 +2,7 @@
 //! worker; the last holder of a waker destroys it.
 
 use std::cell::Cell;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 const SHARDS: usize = 64;
@@ -20,11 +20,39 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 pub struct Waker {
     word: usize,
     destroy: fn(usize),
+    /// When the connection's long-lived stream wants its next wake-up (`Shared` clock nanos;
+    /// 0: none): read by the moves thread (`Connections::moves_started`).
+    wake_at: AtomicU64,
 }
 
 impl Waker {
     pub fn new(word: usize, destroy: fn(usize)) -> Arc<Waker> {
-        Arc::new(Waker { word, destroy })
+        Arc::new(Waker {
+            word,
+            destroy,
+            wake_at: AtomicU64::new(0),
+        })
+    }
+
+    /// Ask the moves thread for a wake-up at `at` (any earlier request is replaced).
+    pub fn wake_at(&self, at: u64) {
+        self.wake_at.store(at, Ordering::Relaxed);
+    }
+
+    /// The wake-up asked for, if it is due at `now` (then taken: asked again to come again);
+    /// else the time asked for (0: none).
+    pub fn take_due(&self, now: u64) -> Result<(), u64> {
+        let at = self.wake_at.load(Ordering::Relaxed);
+        if at == 0 || at > now {
+            return Err(at);
+        }
+        match self
+            .wake_at
+            .compare_exchange(at, 0, Ordering::Relaxed, Ordering::Relaxed)
+        {
+            Ok(_) => Ok(()),
+            Err(again) => Err(again),
+        }
     }
 
     pub fn word(&self) -> usize {
@@ -107,6 +135,24 @@ impl Wakers {
             s.free.push(slot.index);
         }
         w
+    }
+
+    /// Ask the moves thread to wake the connection at `slot` at `at` (its worker, once per
+    /// step of a long-lived stream's move: not on the request path).
+    pub fn wake_at(&self, slot: WakerSlot, at: u64) {
+        let s = lock(&self.shards[slot.shard]);
+        if let Some(Some(w)) = s.entries.get(slot.index) {
+            w.wake_at(at);
+        }
+    }
+
+    /// A counted reference to the waker at `slot`, if it is still there.
+    pub fn get(&self, slot: WakerSlot) -> Option<Arc<Waker>> {
+        lock(&self.shards[slot.shard])
+            .entries
+            .get(slot.index)
+            .cloned()
+            .flatten()
     }
 
     /// Counted references to every live waker; no lock is held once this returns.

@@ -248,12 +248,24 @@ impl Engine {
                     self.completion_reported = true;
                     host.set_draining_gauge(0);
                     shared.counters.count(Stat::DrainsCompleted);
+                    let (ws_cut, sse_cut) = shared.connections.long_lived.cut_at_completion();
+                    for _ in 0..ws_cut {
+                        shared.counters.count(Stat::WebsocketsCut);
+                    }
+                    for _ in 0..sse_cut {
+                        shared.counters.count(Stat::SseResponsesCut);
+                    }
                     let st = shared.status();
+                    let ll = st.long_lived_streams;
+                    let long_lived = format!(
+                        "long-lived streams moved: websocket {}, sse {}; cut: websocket {}, sse {}",
+                        ll.websocket.moved, ll.sse.moved, ll.websocket.cut, ll.sse.cut
+                    );
                     if outcome.timed_out {
                         shared.counters.count(Stat::DrainsTimedOut);
                         log::warn!(
                             "graceful_drain: drain timed out after {} ms: requests served during \
-                             it: {}, requests still in flight and cut: {}",
+                             it: {}, requests still in flight and cut: {}; {long_lived}",
                             outcome.duration.as_millis(),
                             st.requests_served_while_draining,
                             outcome.requests_cut
@@ -263,7 +275,7 @@ impl Engine {
                             self.lifecycle,
                             "graceful_drain: drain completed in {} ms: requests served during it: \
                              {}, requests cut: 0; connections sent away: http1={} http2={} \
-                             other={}; idle connections told: http1={} http2={}",
+                             other={}; idle connections told: http1={} http2={}; {long_lived}",
                             outcome.duration.as_millis(),
                             st.requests_served_while_draining,
                             st.connections_sent_away.http1,

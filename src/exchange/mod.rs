@@ -53,6 +53,7 @@ pub mod websocket;
 use http1::*;
 use http2::*;
 pub use http2::{FrameHead, FrameReader, Read};
+pub use websocket::mover::Moving;
 
 // The limits: above them the tracker gives up ([`Event::Lost`]), which is safe: the connection's
 // requests are then counted from Envoy's gauges (`crate::tracking`, `Registry::give_back`), the
@@ -165,6 +166,10 @@ enum Wire {
     Undecided(u8),
     Http1(H1),
     Http2(H2),
+    /// After a 101 to WebSocket: the frame followers in the HTTP/1.1 state's place (no larger).
+    WebSocket(Moving),
+    /// An SSE response being ended at a drain (`Tracker::sse_hand_over`).
+    Sse(sse::Ending),
 }
 
 impl Default for Wire {
@@ -257,10 +262,15 @@ impl Tracker {
                 }
                 Wire::Http1(h) => h.server(rest, ctx),
                 Wire::Http2(h) => h.step(client, rest, ctx),
-                Wire::Undecided(_) => (rest.len(), None),
+                Wire::Undecided(_) | Wire::WebSocket(_) | Wire::Sse(_) => (rest.len(), None),
             };
             rest = rest.get(n..).unwrap_or_default();
-            let Some(ev) = ev else { return };
+            let Some(ev) = ev else {
+                if self.ctx.tunnel && !client {
+                    self.switch(rest);
+                }
+                return;
+            };
             match ev {
                 Event::Started(_) => self.ctx.started += 1,
                 Event::Ended(_) => self.ctx.ended = (self.ctx.ended + 1).min(self.ctx.started),
@@ -276,6 +286,76 @@ impl Tracker {
         }
     }
 
+    /// A tunnel just opened with `rest` the server's first bytes in it: a 101 that switched to
+    /// WebSocket frames ([`http1::F_WS`]) takes the HTTP/1.1 state's place with the two frame
+    /// followers ([`Moving`]), unless the client sent bytes while it waited for the answer
+    /// (not kept, so its frames cannot be followed: left as today).
+    #[cold]
+    fn switch(&mut self, rest: &[u8]) {
+        let Wire::Http1(h) = &self.wire else { return };
+        let f = h.resp.facts;
+        if f & F_WS == 0 || h.waited {
+            return;
+        }
+        let mut moving = Moving::new(f & F_DEFLATE != 0);
+        moving.mv.server_bytes(rest);
+        self.wire = Wire::WebSocket(moving);
+    }
+
+    /// The WebSocket this connection switched to, if it did (see [`Moving`]); its frames are
+    /// fed there by the caller, not through [`Tracker::client`] and [`Tracker::server`].
+    pub fn websocket(&mut self) -> Option<&mut Moving> {
+        match &mut self.wire {
+            Wire::WebSocket(m) => Some(m),
+            _ => None,
+        }
+    }
+
+    /// HTTP/1.1: the response under way is a chunked `text/event-stream` (SSE), and no other
+    /// request is read behind it.
+    pub fn sse_in_flight(&self) -> bool {
+        match &self.wire {
+            Wire::Http1(h) => {
+                !self.ctx.lost
+                    && !self.ctx.tunnel
+                    && h.sse
+                    && h.fifo.len == 1
+                    && h.req.st == St::Start
+            }
+            _ => false,
+        }
+    }
+
+    /// Hands an SSE response over to its end ([`sse::Ending`]) if the server's bytes so far end
+    /// at a chunk start (else `false`: try again after the next write). From then on the
+    /// connection is a tunnel: busy until it closes, its request in flight, and later bytes
+    /// are the caller's to feed ([`Tracker::sse_ending`]).
+    pub fn sse_hand_over(&mut self) -> bool {
+        if !self.sse_in_flight() {
+            return false;
+        }
+        let Wire::Http1(h) = &self.wire else {
+            return false;
+        };
+        if h.resp.st != St::ChunkSize || h.resp.pos != 0 {
+            return false;
+        }
+        self.ctx.tunnel = true;
+        self.wire = Wire::Sse(sse::Ending {
+            body: sse::Chunked::resumed_at_chunk_start(),
+            step: 0,
+        });
+        true
+    }
+
+    /// The SSE response being ended, if it was handed over.
+    pub fn sse_ending(&mut self) -> Option<&mut sse::Ending> {
+        match &mut self.wire {
+            Wire::Sse(e) => Some(e),
+            _ => None,
+        }
+    }
+
     /// What the connection speaks ([`Protocol::Unknown`] once the tracker gave up).
     pub fn protocol(&self) -> Protocol {
         if self.ctx.lost {
@@ -283,7 +363,7 @@ impl Tracker {
         }
         match self.wire {
             Wire::Undecided(_) => Protocol::Undecided,
-            Wire::Http1(_) => Protocol::Http1,
+            Wire::Http1(_) | Wire::WebSocket(_) | Wire::Sse(_) => Protocol::Http1,
             Wire::Http2(_) => Protocol::Http2,
         }
     }
@@ -300,9 +380,11 @@ impl Tracker {
     /// HTTP/1.1 request line do not count.
     pub fn partial(&self) -> bool {
         match &self.wire {
-            Wire::Http1(h) => h.req.st.in_head(),
+            // A tunnel's client bytes are not heads (and a 101 to WebSocket drops the HTTP/1.1
+            // state: the same whether the 101 came whole or split).
+            Wire::Http1(h) => h.req.st.in_head() && !self.ctx.tunnel,
             Wire::Http2(h) => h.c.block != 0,
-            Wire::Undecided(_) => false,
+            Wire::Undecided(_) | Wire::WebSocket(_) | Wire::Sse(_) => false,
         }
     }
 
@@ -327,7 +409,9 @@ impl Tracker {
     /// (no HPACK here), the hints are empty.
     pub fn hints(&self) -> Hints<'_> {
         match &self.wire {
-            Wire::Http1(h) if h.hints.valid => h.hints.get(),
+            // Not once a tunnel opened: a 101 to WebSocket replaces the HTTP/1.1 state, and a
+            // tunnel reads the same whether its head came whole or split.
+            Wire::Http1(h) if h.hints.valid && !self.ctx.tunnel => h.hints.get(),
             _ => Hints::default(),
         }
     }
@@ -336,7 +420,12 @@ impl Tracker {
     /// response or interim response under way).
     pub fn awaiting_response_head(&self) -> bool {
         match &self.wire {
-            Wire::Http1(h) => !self.ctx.lost && h.resp.st == St::Start && h.fifo.front().is_some(),
+            Wire::Http1(h) => {
+                !self.ctx.lost
+                    && !self.ctx.tunnel
+                    && h.resp.st == St::Start
+                    && h.fifo.front().is_some()
+            }
             _ => false,
         }
     }

@@ -114,6 +114,15 @@ impl Events {
     }
 }
 
+/// An SSE response being ended at a drain, in the place of its connection's HTTP/1.1 state
+/// (`exchange::Tracker::sse_hand_over`): its chunked body followed from a chunk start, and the
+/// caller's step (its own numbering; 0 at the hand-over).
+#[derive(Debug, Clone, Copy)]
+pub struct Ending {
+    pub body: Chunked,
+    pub step: u8,
+}
+
 /// Why [`Chunked`] stopped following: the chunked framing was not what RFC 9112 §7.1 says.
 /// (The server side is Envoy's own codec output, so this is not expected; the caller then
 /// leaves the response as today.)

@@ -194,6 +194,8 @@ pub(crate) unsafe fn http_scheduler_delete(word: usize) {
 const CONNECTION_OPEN: u32 = 0;
 /// `envoy_dynamic_module_type_network_connection_close_type`: FlushWrite.
 const CLOSE_FLUSH_WRITE: u32 = 0;
+/// `close_type` NoFlush.
+const CLOSE_NO_FLUSH: u32 = 1;
 
 /// A downstream connection inside one of its network filter's hooks, on its worker.
 #[derive(Clone, Copy)]
@@ -300,6 +302,47 @@ impl NetConnection<'_> {
                 self.fe,
                 module_buffer(bytes),
                 false,
+            )
+        }
+    }
+
+    /// Inside the write hook: add `bytes` at the end of this write (Envoy copies them).
+    pub(crate) fn append_write(self, bytes: &[u8]) -> bool {
+        // SAFETY: as above, inside the write hook; the bytes live for the call, which copies.
+        unsafe {
+            abi::envoy_dynamic_module_callback_network_filter_append_write_buffer(
+                self.fe,
+                module_buffer(bytes),
+            )
+        }
+    }
+
+    /// Inside the write hook: drop this write's first `n` bytes.
+    pub(crate) fn drain_write(self, n: usize) -> bool {
+        // SAFETY: as above, inside the write hook.
+        unsafe { abi::envoy_dynamic_module_callback_network_filter_drain_write_buffer(self.fe, n) }
+    }
+
+    /// Pass `bytes` to the read filters after this one (towards the upstream), as read data.
+    pub(crate) fn inject_read(self, bytes: &[u8]) {
+        // SAFETY: as above; the buffer lives for the call, which copies it.
+        unsafe {
+            abi::envoy_dynamic_module_callback_network_filter_inject_read_data(
+                self.fe,
+                module_buffer(bytes),
+                false,
+            )
+        }
+    }
+
+    /// Close without flushing (`NoFlush`).
+    pub(crate) fn close_no_flush(self, details: &[u8]) {
+        // SAFETY: as above; the buffer lives for the call.
+        unsafe {
+            abi::envoy_dynamic_module_callback_network_filter_close_with_details(
+                self.fe,
+                CLOSE_NO_FLUSH,
+                module_buffer(details),
             )
         }
     }

@@ -107,6 +107,20 @@ pub(crate) unsafe fn envoy_bytes<'a>(buf: Buffer) -> &'a [u8] {
     }
 }
 
+/// Four bytes from `getrandom(2)` (the kernel's CSPRNG; a WebSocket masking key, RFC 6455
+/// §5.3). Should it fail (it does not block once the pool is initialised, long before Envoy
+/// serves), the bytes fall back to the clock's: a mask only needs to be unpredictable to the
+/// page that could otherwise steer the bytes on the wire, and this Close carries fixed bytes.
+pub(crate) fn random_bytes() -> [u8; 4] {
+    let mut b = [0u8; 4];
+    // SAFETY: `b` is a valid, writable 4-byte buffer for the call.
+    let n = unsafe { libc::getrandom(b.as_mut_ptr().cast(), b.len(), 0) };
+    if n != 4 {
+        b = (coarse_monotonic_nanos() as u32).to_le_bytes();
+    }
+    b
+}
+
 /// Monotonic nanoseconds from the kernel's coarse clock (a few instructions through the vDSO, with
 /// the granularity of the scheduler tick, 1-4 ms). Used for per-request timestamps.
 pub(crate) fn coarse_monotonic_nanos() -> u64 {
@@ -189,14 +203,24 @@ pub(crate) fn shared() -> &'static Shared {
                 wakers: &http::Schedulers,
                 extension: &bootstrap::EnvoyExtension,
                 connections_drain_started: || {
-                    shared()
-                        .connections
-                        .drain_started(threads(), count_module_error, || {
-                            matches!(
-                                shared().phase(),
-                                crate::engine::drain::Phase::Drained { .. }
-                            )
-                        })
+                    let drained = || {
+                        matches!(
+                            shared().phase(),
+                            crate::engine::drain::Phase::Drained { .. }
+                        )
+                    };
+                    let c = &shared().connections;
+                    c.drain_started(threads(), count_module_error, drained);
+                    if let Some(s) = shared().settings() {
+                        c.moves_started(
+                            threads(),
+                            count_module_error,
+                            || shared().clock.nanos(),
+                            s.min_drain_duration,
+                            s.drain_timeout,
+                            drained,
+                        );
+                    }
                 },
             },
         )

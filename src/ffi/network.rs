@@ -79,8 +79,28 @@ impl ConnectionHost for NetConnection<'_> {
         NetConnection::inject_write(*self, bytes)
     }
 
+    fn append_write(&self, bytes: &[u8]) -> bool {
+        NetConnection::append_write(*self, bytes)
+    }
+
+    fn drain_write(&self, n: usize) -> bool {
+        NetConnection::drain_write(*self, n)
+    }
+
+    fn inject_read(&self, bytes: &[u8]) {
+        NetConnection::inject_read(*self, bytes)
+    }
+
+    fn mask_key() -> [u8; 4] {
+        super::random_bytes()
+    }
+
     fn close(&self, details: &[u8]) {
         NetConnection::close(*self, details)
+    }
+
+    fn close_no_flush(&self, details: &[u8]) {
+        NetConnection::close_no_flush(*self, details)
     }
 
     fn wake_stream(&self, word: usize) {

@@ -51,12 +51,29 @@ pub trait ConnectionHost {
     /// Whether Envoy took it (ENVOY_FACTS.md §6).
     fn replace_write_start(&self, n: usize, pieces: [&[u8]; 2]) -> bool;
 
+    /// Inside the write hook: add `bytes` at the end of this write. Whether Envoy took it.
+    fn append_write(&self, bytes: &[u8]) -> bool;
+
+    /// Inside the write hook: drop this write's first `n` bytes. Whether Envoy took it.
+    fn drain_write(&self, n: usize) -> bool;
+
+    /// Send `bytes` towards the upstream, into the filter chain after this filter, as if the
+    /// client had sent them (docs/long-lived-streams.md, E2-E4).
+    fn inject_read(&self, bytes: &[u8]);
+
+    /// A WebSocket masking key from a strong random source (RFC 6455 §5.3; `getrandom(2)`).
+    fn mask_key() -> [u8; 4];
+
     /// Write `bytes` towards the client ahead of the filter chain's own.
     fn inject_write(&self, bytes: &[u8]);
 
     /// Close after flushing what is written (never an abort); `details` goes to Envoy's access
     /// log.
     fn close(&self, details: &[u8]);
+
+    /// Close without flushing (Envoy's `NoFlush`): for a connection already in Envoy's delayed
+    /// close, whose writes are out.
+    fn close_no_flush(&self, details: &[u8]);
 
     /// Send the connection away through one of its HTTP streams: the word that stream attached
     /// to it (`crate::connections::StreamMark::attach`), woken as from its own scheduler.

@@ -51,11 +51,20 @@ pub enum Stat {
     IdleTold(Protocol),
     /// A connection whose bytes the exchange tracker could not follow (connection mode).
     ConnectionsUntracked,
+    /// A WebSocket sent Close(1001) at a drain and closed (connection mode).
+    WebsocketsMoved,
+    /// A WebSocket still open when the drain completed or timed out (cut by the exit).
+    WebsocketsCut,
+    /// A chunked SSE response ended with its last chunk at an event boundary at a drain, and its
+    /// connection closed (connection mode).
+    SseResponsesMoved,
+    /// An SSE response still open when the drain completed or timed out (cut by the exit).
+    SseResponsesCut,
 }
 
 impl Stat {
     /// Every counter, in the order they are defined.
-    pub const ALL: [Stat; 11] = [
+    pub const ALL: [Stat; 15] = [
         Stat::DrainsStarted,
         Stat::DrainsCompleted,
         Stat::DrainsTimedOut,
@@ -67,6 +76,10 @@ impl Stat {
         Stat::IdleTold(Protocol::Http1),
         Stat::IdleTold(Protocol::Http2),
         Stat::ConnectionsUntracked,
+        Stat::WebsocketsMoved,
+        Stat::WebsocketsCut,
+        Stat::SseResponsesMoved,
+        Stat::SseResponsesCut,
     ];
 
     /// Its name under the namespace (documented in docs/configuration.md; dashboards and alerts
@@ -86,6 +99,10 @@ impl Stat {
             // HTTP/2 ones only.
             Stat::IdleTold(_) => "idle_connections_told_http2",
             Stat::ConnectionsUntracked => "connections_untracked",
+            Stat::WebsocketsMoved => "websockets_moved",
+            Stat::WebsocketsCut => "websockets_cut",
+            Stat::SseResponsesMoved => "sse_responses_moved",
+            Stat::SseResponsesCut => "sse_responses_cut",
         }
     }
 }

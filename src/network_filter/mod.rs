@@ -15,7 +15,7 @@ use crate::connections::{
 };
 use crate::engine::state::{Protocol, Shared, Stat};
 use crate::host::connection::ConnectionHost;
-use crate::tracking::Tracking;
+use crate::tracking::{Tracking, WsWake, WsWrite};
 use std::cell::{Cell, OnceCell, RefCell};
 use std::sync::Arc;
 
@@ -43,8 +43,21 @@ impl NetConfig {
             idle_close_grace: grace,
             idle_after,
             track_requests,
+            long_lived,
         } = config;
         let c = &shared.connections;
+        c.long_lived.note_settings(long_lived);
+        if let Some(d) = shared.settings() {
+            if let Some(w) = long_lived.window_within(d.min_drain_duration, d.drain_timeout) {
+                log::info!(
+                    "graceful_drain: long_lived_window {:?} will be shortened to {w:?} at a drain:                      min_drain_duration ({:?}) + window + close_timeout ({:?}) must fit                      drain_timeout ({:?})",
+                    long_lived.window,
+                    d.min_drain_duration,
+                    long_lived.close_timeout,
+                    d.drain_timeout
+                );
+            }
+        }
         c.install_commit(H::commit_scheduler);
         let settings = ConnSettings {
             idle_after,
@@ -57,7 +70,12 @@ impl NetConfig {
         log::info!(
             "graceful_drain: network filter loaded (idle connections are told at drain start; \
              idle_close_grace={grace:?}, idle_after={idle_after:?}, \
-             track_requests={track_requests})"
+             track_requests={track_requests}, move_long_lived_streams={}, \
+             long_lived_window={:?}, close_timeout={:?}, message_wait={:?})",
+            long_lived.enabled,
+            long_lived.window,
+            long_lived.close_timeout,
+            long_lived.message_wait,
         );
         if track_requests {
             publish_active_requests();
@@ -234,7 +252,14 @@ impl NetFilter {
         if t.on_write_len(data_len, conn, shared, now) {
             return;
         }
+        if t.tracker().tunnel() {
+            // Only a tunnel's writes (nothing else pays for the long-lived streams' moves).
+            return self.long_lived_write(host, conn, &mut t, shared);
+        }
         let edit = host.with_write_slices(|chunks| t.on_write_bytes(chunks, conn, shared, now));
+        if t.tracker().tunnel() {
+            self.switched(conn, &mut t, shared);
+        }
         drop(t);
         // After the slices are released: the rewrite changes the buffer they described.
         if edit.is_some_and(|e| !host.replace_write_start(e.replaced(), e.pieces())) {
@@ -242,6 +267,170 @@ impl NetFilter {
                 "graceful_drain: could not edit connection: close in a response on connection {}",
                 conn.id
             );
+        }
+    }
+
+    /// A write on a tunnel: a switched WebSocket's server frames, passed, or with our Close put
+    /// in at a frame end, or dropped after it (docs/long-lived-streams.md, step 2-3).
+    #[cold]
+    #[inline(never)]
+    fn long_lived_write<H: ConnectionHost>(
+        &self,
+        host: &H,
+        conn: &Conn,
+        t: &mut Tracking,
+        shared: &Shared,
+    ) {
+        if !t.is_websocket() {
+            let (w, wake) = host.with_write_slices(|chunks| t.sse_write(chunks()));
+            return self.apply_write(
+                host,
+                conn,
+                shared,
+                w,
+                wake,
+                "SSE response ended (last chunk)",
+            );
+        }
+        let close_timeout = shared
+            .connections
+            .long_lived
+            .settings()
+            .close_timeout
+            .as_nanos() as u64;
+        let now = shared.clock.nanos();
+        let (w, wake) =
+            host.with_write_slices(|chunks| t.websocket_write(chunks(), close_timeout, now));
+        self.apply_write(
+            host,
+            conn,
+            shared,
+            w,
+            wake,
+            "WebSocket Close(1001) written in a write",
+        )
+    }
+
+    /// A write opened a tunnel: a WebSocket is counted open once, and woken by the moves thread
+    /// at the moves' start (`wake_all`), or now if they began.
+    #[cold]
+    #[inline(never)]
+    fn switched(&self, conn: &Conn, t: &mut Tracking, shared: &Shared) {
+        if t.note_switch(shared) && shared.connections.long_lived.plan(conn.id).is_some() {
+            self.wake_at(shared, 1);
+        }
+    }
+
+    /// Applies a long-lived stream's write edit, and asks for its wake-up (the edits do not
+    /// re-enter this filter's hooks: the tracker may stay borrowed).
+    fn apply_write<H: ConnectionHost>(
+        &self,
+        host: &H,
+        conn: &Conn,
+        shared: &Shared,
+        w: WsWrite,
+        wake: Option<u64>,
+        what: &str,
+    ) {
+        let ok = match &w {
+            WsWrite::Pass => true,
+            WsWrite::Append(bytes) => host.append_write(bytes),
+            WsWrite::Replace(bytes) => host.replace_write_start(usize::MAX, [bytes, b""]),
+            WsWrite::Drop => host.drain_write(usize::MAX),
+        };
+        if !ok {
+            log::warn!(
+                "graceful_drain: could not edit a long-lived stream's write on connection {} \
+                 ({w:?})",
+                conn.id
+            );
+        } else if !matches!(w, WsWrite::Drop) && wake.is_some() {
+            log::debug!("graceful_drain: {what} on connection {}", conn.id);
+        }
+        if let Some(at) = wake {
+            self.wake_at(shared, at);
+        }
+    }
+
+    /// Ask the moves thread to wake this connection at `at` (`Shared` clock nanos).
+    /// `at` 1: now, committed to the connection's own scheduler.
+    fn wake_at(&self, shared: &Shared, at: u64) {
+        if let Some(slot) = self.slot.get() {
+            if at <= 1 {
+                shared.connections.wake_long_lived_now(slot);
+            } else {
+                shared.connections.wakers.wake_at(slot, at);
+            }
+        }
+    }
+
+    /// The moves thread woke the connection: its WebSocket's next step.
+    fn long_lived_wake<H: ConnectionHost>(&self, host: &H, conn: &Conn, shared: &Shared) {
+        let Some(tracking) = &self.tracking else {
+            return;
+        };
+        let Ok(mut t) = tracking.try_borrow_mut() else {
+            return in_use();
+        };
+        let plan = shared.connections.long_lived.plan(conn.id);
+        let now = shared.clock.nanos();
+        let open = host.is_open();
+        let (act, wake) = if !open && !t.is_websocket() {
+            (WsWake::Nothing, None)
+        } else if t.is_websocket() {
+            t.websocket_wake(plan, now)
+        } else {
+            t.sse_wake(plan, now, shared)
+        };
+        drop(t);
+        if !open && act != WsWake::CloseNow {
+            // Closing by itself: nothing to write into it any more.
+            return;
+        }
+        match act {
+            WsWake::CloseNow if open => {
+                log::debug!(
+                    "graceful_drain: WebSocket close handshake over on connection {}: closing",
+                    conn.id
+                );
+                host.close(b"graceful_drain_websocket_moved")
+            }
+            WsWake::CloseNow => {
+                log::debug!(
+                    "graceful_drain: WebSocket close handshake over on connection {}, in Envoy's \
+                     delayed close: closing now",
+                    conn.id
+                );
+                host.close_no_flush(b"graceful_drain_websocket_moved")
+            }
+            WsWake::Nothing => {}
+            WsWake::Inject(close) => {
+                log::debug!(
+                    "graceful_drain: WebSocket Close(1001) to the client of connection {}",
+                    conn.id
+                );
+                host.inject_write(&close)
+            }
+            WsWake::TellUpstreamAndClose => {
+                log::debug!(
+                    "graceful_drain: WebSocket client of connection {} did not answer the Close: \
+                     Close(1001) to the upstream, then closing",
+                    conn.id
+                );
+                host.inject_read(&crate::tracking::upstream_close(H::mask_key()));
+                host.close(b"graceful_drain_websocket_close_timeout")
+            }
+            WsWake::Close => {
+                log::debug!(
+                    "graceful_drain: long-lived stream on connection {} ended or still open \
+                     after close_timeout: closing",
+                    conn.id
+                );
+                host.close(b"graceful_drain_long_lived_moved")
+            }
+        }
+        if let Some(at) = wake {
+            self.wake_at(shared, at);
         }
     }
 
@@ -269,6 +458,11 @@ impl NetFilter {
     /// applies its [`Action`] through `host` and counts what it told.
     pub fn on_scheduled<H: ConnectionHost>(&self, host: &H, event_id: u64, shared: &Shared) {
         let Some(conn) = self.conn.get() else { return };
+        if event_id == crate::connections::EVENT_LONG_LIVED {
+            // Also in Envoy's delayed close (not open any more): a finished WebSocket handshake
+            // closes it at once.
+            return self.long_lived_wake(host, conn, shared);
+        }
         if !host.is_open() {
             return;
         }

@@ -22,6 +22,9 @@ enum Call {
     Close(Vec<u8>),
     WakeStream(usize),
     ReplaceWriteStart(usize),
+    AppendWrite(Vec<u8>),
+    DrainWrite(usize),
+    InjectRead(Vec<u8>),
 }
 
 fn record(c: Call) {
@@ -92,7 +95,24 @@ impl ConnectionHost for FakeConnection {
     fn inject_write(&self, bytes: &[u8]) {
         record(Call::InjectWrite(bytes.to_vec()));
     }
+    fn append_write(&self, bytes: &[u8]) -> bool {
+        record(Call::AppendWrite(bytes.to_vec()));
+        true
+    }
+    fn drain_write(&self, n: usize) -> bool {
+        record(Call::DrainWrite(n));
+        true
+    }
+    fn inject_read(&self, bytes: &[u8]) {
+        record(Call::InjectRead(bytes.to_vec()));
+    }
+    fn mask_key() -> [u8; 4] {
+        [1, 2, 3, 4]
+    }
     fn close(&self, details: &[u8]) {
+        record(Call::Close(details.to_vec()));
+    }
+    fn close_no_flush(&self, details: &[u8]) {
         record(Call::Close(details.to_vec()));
     }
     fn wake_stream(&self, word: usize) {
@@ -113,6 +133,7 @@ fn load(track_requests: bool) -> (&'static Shared, NetConfig) {
             idle_close_grace: Duration::from_secs(2),
             idle_after: Duration::ZERO,
             track_requests,
+            long_lived: Default::default(),
         },
         shared,
         || {},

@@ -13,6 +13,8 @@ impl Tracking {
     /// only the in-flight table and atomics are touched). Ends what it still holds: a tunnel, a
     /// response cut by the close, requests read ahead that Envoy never answered.
     pub fn on_close(&mut self, conn: &Conn, shared: &Shared) {
+        self.websocket_closed(shared);
+        self.sse_closed(shared);
         self.end_all(conn, shared);
         if std::mem::take(&mut self.partial_head) {
             shared.connections.note_partial_head(false);

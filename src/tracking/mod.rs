@@ -20,9 +20,11 @@
 //! May use: `exchange`, `registry`, `connections`, and `state::Shared` (handed in by the glue).
 
 mod events;
+mod long_lived;
 mod read;
 mod write;
 
+pub use long_lived::{upstream_close, WsWake, WsWrite, GOING_AWAY_REASON};
 pub use read::{on_read_hook, TAIL};
 pub use write::{HeadEdit, StatusLine, Told, CONNECTION_CLOSE, MAX_STATUS_LINE};
 
@@ -56,6 +58,8 @@ pub struct Tracking {
     partial_head: bool,
     /// This module put `connection: close` on one of the connection's responses.
     told_close: bool,
+    /// An SSE response of the connection was counted open at the moves' start.
+    sse_counted: bool,
     /// Test-only (`cross-check` builds, beside the HTTP filter): follow without counting, and
     /// report to the connection's cross-check instead.
     shadow: bool,

@@ -100,6 +100,11 @@ impl Tracking {
         now: impl Fn() -> u64,
     ) -> Fed {
         let mut fed = Fed::default();
+        if self.tracker.tunnel() && !self.lost {
+            // A switched WebSocket's client frames (nothing else of a tunnel is followed).
+            self.websocket_client(chunks);
+            return fed;
+        }
         let Some(chunks) =
             self.followed(chunks, "Envoy gave no read buffer", conn, shared, &mut fed)
         else {

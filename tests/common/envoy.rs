@@ -274,6 +274,9 @@ pub struct Options {
     pub module_dir: Option<PathBuf>,
     /// Run Envoy inside this glibc-only root (Envoy's distroless images), not on the host.
     pub root: Option<std::sync::Arc<super::image::GlibcRoot>>,
+    /// Extra fields for the network filter's JSON (connection mode), e.g.
+    /// `"long_lived_window": "2s"`.
+    pub network_extra: Option<&'static str>,
 }
 
 /// How the suites run the example gateway, from `GRACEFUL_DRAIN_TEST_MODE` (`make test
@@ -362,6 +365,7 @@ impl Default for Options {
             envoy_bin: None,
             module_dir: None,
             root: None,
+            network_extra: None,
         }
     }
 }
@@ -504,6 +508,9 @@ pub fn render_gateway(admin: u16, data: u16, control: u16, o: &Options) -> Strin
     }
     if !o.track_requests && o.network_filter {
         y = replace_once(&y, EXAMPLE_NETWORK_CONFIG, FILTER_MODE_NETWORK_CONFIG);
+    } else if let Some(extra) = o.network_extra {
+        let with = EXAMPLE_NETWORK_CONFIG.replace("}'", &format!(", {extra}}}'"));
+        y = replace_once(&y, EXAMPLE_NETWORK_CONFIG, &with);
     }
     if !o.network_filter {
         y = remove_list_items(&y, "envoy.filters.network.dynamic_modules");

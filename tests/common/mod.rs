@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 /// (docs/configuration.md, "Stats"): a scrape has each as `envoy_graceful_drain_<name>`, from
 /// the start, in every mode, on every supported Envoy. Written out here, not read from the
 /// crate: it is what dashboards and alerts were built against.
-pub const STAT_NAMES: [&str; 14] = [
+pub const STAT_NAMES: [&str; 18] = [
     "active_requests",
     "draining",
     "admin_address_ok",
@@ -35,6 +35,10 @@ pub const STAT_NAMES: [&str; 14] = [
     "idle_connections_told_http1",
     "idle_connections_told_http2",
     "connections_untracked",
+    "websockets_moved",
+    "websockets_cut",
+    "sse_responses_moved",
+    "sse_responses_cut",
 ];
 
 /// The series name of a Prometheus sample line (`name{labels} value` or `name value`).

@@ -428,6 +428,7 @@ impl Shared {
                 own_wakers: self.requests.own_wakers() as u64,
             },
             idle_connections_told: self.connections.idle_told(),
+            long_lived_streams: self.connections.long_lived.report(),
             outcome: outcome.map(OutcomeReport::from),
             settings: settings.map(SettingsReport::from),
         }

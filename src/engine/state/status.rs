@@ -106,6 +106,9 @@ pub struct Status {
     /// Idle keep-alive connections told by the network filter at drain start (HTTP/1.1 closed,
     /// HTTP/2 sent GOAWAY); zeros without the network filter.
     pub idle_connections_told: crate::connections::IdleTold,
+    /// Long-lived streams moved (clean end written, connection closed) and cut, by kind
+    /// (`websocket`, `sse`); connection mode only, zeros elsewhere.
+    pub long_lived_streams: crate::connections::LongLivedReport,
     pub outcome: Option<OutcomeReport>,
     /// `null` when the bootstrap extension (the drain clock) is not loaded.
     pub settings: Option<SettingsReport>,

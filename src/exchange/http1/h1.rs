@@ -47,6 +47,8 @@ pub(in crate::exchange) struct H1 {
     pub(in crate::exchange) verdict_pending: bool,
     /// The client sent bytes while waiting (tunnel data or a next request; not kept).
     pub(in crate::exchange) waited: bool,
+    /// The response under way is a chunked `text/event-stream` (an SSE response).
+    pub(in crate::exchange) sse: bool,
 }
 
 // Why `Wait` does not buffer: a client may send tunnel data right behind a CONNECT or an
@@ -140,15 +142,22 @@ impl H1 {
         ctx: &mut Ctx,
     ) -> (usize, Option<Event>) {
         let mut off = 0;
+        // Where a response head began in these bytes (a 101's head is read again, whole, for
+        // its `Upgrade` and extensions: `switched_head`).
+        let mut head_from = None;
         loop {
             if self.resp.st == St::Decide {
                 let ev = self.decide(ctx);
                 if ctx.tunnel {
-                    return (bytes.len(), None);
+                    // The bytes after the head are the tunnel's: the tracker hands them on.
+                    return (off, None);
                 }
                 if ev.is_some() {
                     return (off, ev);
                 }
+            }
+            if self.resp.st == St::Start {
+                head_from = Some(off);
             }
             let rest = bytes.get(off..).unwrap_or_default();
             let (n, mile) = self.resp.parse(false, &mut self.hints, rest);
@@ -157,6 +166,10 @@ impl H1 {
                 Mile::More => return (off, None),
                 Mile::Bad => return (off, lose(ctx)),
                 Mile::Head => {
+                    if self.resp.status == 101 {
+                        let head = head_from.and_then(|from| bytes.get(from..off));
+                        self.resp.facts |= switched_head(head);
+                    }
                     self.resp.st = St::Decide;
                     if self.fifo.front().is_none() {
                         // Envoy answers some requests before their head is complete (400,
@@ -219,6 +232,7 @@ impl H1 {
         match self.resp.body(te) {
             Some(st) => {
                 self.resp.st = st;
+                self.sse = te && f & F_SSE != 0;
                 None
             }
             None => Some(self.response_done(ctx)),
@@ -226,9 +240,45 @@ impl H1 {
     }
 
     pub(in crate::exchange) fn response_done(&mut self, ctx: &mut Ctx) -> Event {
+        self.sse = false;
         self.fifo.pop();
         self.resp.st = St::Start;
         Event::Ended(seq(ctx.ended))
+    }
+}
+
+/// A whole `101` head (`None`: it began in an earlier write): [`F_WS`] (and [`F_DEFLATE`])
+/// when it switched to WebSocket frames the follower can follow (`websocket::switched`). Only
+/// 101s come here, so no other response pays for it. A head split between writes, or with its
+/// `Upgrade` or `Sec-WebSocket-Extensions` repeated, is left as today (a plain tunnel).
+pub(in crate::exchange) fn switched_head(head: Option<&[u8]>) -> u16 {
+    let Some(head) = head else { return 0 };
+    let (mut upgrade, mut extensions) = (None, None);
+    for line in head.split(|&b| b == LF).skip(1) {
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        let Some(colon) = line.iter().position(|&b| b == b':') else {
+            continue;
+        };
+        let (name, value) = (&line[..colon], &line[colon + 1..]);
+        let slot = if name.eq_ignore_ascii_case(b"upgrade") {
+            &mut upgrade
+        } else if name.eq_ignore_ascii_case(b"sec-websocket-extensions") {
+            &mut extensions
+        } else {
+            continue;
+        };
+        if slot.replace(value).is_some() {
+            return 0;
+        }
+    }
+    match super::super::websocket::switched(
+        101,
+        upgrade.unwrap_or_default(),
+        extensions.unwrap_or_default(),
+    ) {
+        super::super::websocket::Switched::WebSocket { deflate: false } => F_WS,
+        super::super::websocket::Switched::WebSocket { deflate: true } => F_WS | F_DEFLATE,
+        _ => 0,
     }
 }
 

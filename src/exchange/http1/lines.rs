@@ -35,7 +35,7 @@ impl Half {
             return (lf + 1, Some(Mile::Bad));
         }
         self.st = St::LineStart;
-        let kinds = if req { !0 } else { !REQUEST_ONLY };
+        let kinds = if req { !RESPONSE_ONLY } else { !REQUEST_ONLY };
         let mut i = lf + 1;
         loop {
             // The line from `at`. Where the loop leaves, `head_len` is the bytes of the head
@@ -152,6 +152,30 @@ impl Half {
         let Some(k) = (0..NAMES.len() as u8).find(|&k| named(k)) else {
             return true;
         };
+        if k == H_CT {
+            // A response's Content-Type, whole: compared at once (what `content_type_byte` does
+            // a byte at a time), not fed byte by byte: every response has one.
+            let value = line
+                .get(NAMES[usize::from(H_CT)].len() + 1..)
+                .unwrap_or_default();
+            let at = value
+                .iter()
+                .position(|&c| c != SP && c != HT)
+                .unwrap_or(value.len());
+            let v = value.get(at..).unwrap_or_default();
+            if v.first().is_some_and(|&c| c | 0x20 == b't')
+                && v.get(..EVENT_STREAM.len())
+                    .is_some_and(|t| t.eq_ignore_ascii_case(EVENT_STREAM))
+                && matches!(
+                    v.get(EVENT_STREAM.len()),
+                    None | Some(&CR) | Some(&SP) | Some(&HT) | Some(&b';') | Some(&b',')
+                )
+            {
+                self.facts |= F_SSE;
+            }
+            self.st = St::LineStart;
+            return true;
+        }
         self.header_value(k, hints);
         let value = line
             .get(NAMES[usize::from(k)].len() + 1..)
@@ -244,6 +268,33 @@ impl Half {
         true
     }
 
+    /// One byte of a response's `Content-Type` value: [`F_SSE`] when its media type (before any
+    /// parameter) is `text/event-stream`, any case; the rest of the line is skipped as soon as
+    /// it cannot be.
+    pub(in crate::exchange) fn content_type_byte(&mut self, b: u8) {
+        match b {
+            SP | HT if self.elem == 0 => {}
+            LF | CR | SP | HT | b';' | b',' => {
+                if self.elem == 1 && self.cand != 0 && usize::from(self.pos) == EVENT_STREAM.len() {
+                    self.facts |= F_SSE;
+                }
+                self.st = if b == LF { St::LineStart } else { St::SkipLine };
+            }
+            _ => {
+                if self.elem == 0 {
+                    self.elem = 1;
+                    self.pos = 0;
+                    self.cand = 1;
+                }
+                if EVENT_STREAM.get(usize::from(self.pos)) != Some(&b.to_ascii_lowercase()) {
+                    self.cand = 0;
+                    self.st = St::SkipLine;
+                }
+                self.pos = self.pos.saturating_add(1);
+            }
+        }
+    }
+
     /// The name of header kind `k` and its colon were read: its value follows.
     pub(in crate::exchange) fn header_value(&mut self, k: u8, hints: &mut HintBuf) {
         self.hdr = k;
@@ -257,6 +308,7 @@ impl Half {
                 self.facts |= F_TE;
                 self.st = St::Value;
             }
+            H_CT => self.st = St::ContentType,
             _ => self.st = St::Value,
         }
     }

@@ -35,6 +35,8 @@ pub(super) enum St {
     LineCr,
     Name,
     Value,
+    /// A response's `Content-Type` value (`Half::content_type_byte`).
+    ContentType,
     UserAgent,
     SkipLine,
     /// Response head complete: decide what it means (no byte consumed).
@@ -82,6 +84,7 @@ impl St {
                 | St::LineCr
                 | St::Name
                 | St::Value
+                | St::ContentType
                 | St::UserAgent
                 | St::SkipLine
         )
@@ -89,18 +92,21 @@ impl St {
 }
 
 /// Header names looked at, lowercase; their index is the header's kind.
-pub(super) const NAMES: [&[u8]; 5] = [
+pub(super) const NAMES: [&[u8]; 6] = [
     b"content-length",
     b"connection",
     b"transfer-encoding",
     b"user-agent",
     b"upgrade",
+    b"content-type",
 ];
 pub(super) const H_CL: u8 = 0;
 pub(super) const H_CONN: u8 = 1;
 pub(super) const H_TE: u8 = 2;
 pub(super) const H_UA: u8 = 3;
 pub(super) const H_UPGRADE: u8 = 4;
+/// Responses only: `text/event-stream` marks an SSE response (issue #46).
+pub(super) const H_CT: u8 = 5;
 
 /// What a header line's first byte says: bit `k` for each header kind `k` whose name starts
 /// with it (either case), [`CR_LINE`] for CR, 0 for a line the tracker skips (most of them).
@@ -109,6 +115,10 @@ pub(super) const LINE_START: [u8; 256] = line_starts();
 pub(super) const CR_LINE: u8 = 0x80;
 /// The header kinds read in requests only.
 pub(super) const REQUEST_ONLY: u8 = 1 << H_UA | 1 << H_UPGRADE;
+/// The header kinds read in responses only.
+pub(super) const RESPONSE_ONLY: u8 = 1 << H_CT;
+/// The media type of an event stream (WHATWG HTML §9.2), lowercase.
+pub(super) const EVENT_STREAM: &[u8] = b"text/event-stream";
 
 const fn line_starts() -> [u8; 256] {
     let mut t = [0u8; 256];
@@ -175,12 +185,13 @@ impl NameWords {
     }
 }
 
-pub(super) const NAME_WORDS: [NameWords; 5] = [
+pub(super) const NAME_WORDS: [NameWords; 6] = [
     name_words(NAMES[0]),
     name_words(NAMES[1]),
     name_words(NAMES[2]),
     name_words(NAMES[3]),
     name_words(NAMES[4]),
+    name_words(NAMES[5]),
 ];
 
 /// Tokens looked for in `Transfer-Encoding` (bit 0) and `Connection` (bits 1, 2) values.
@@ -199,6 +210,11 @@ pub(super) const F_UPGRADE: u16 = 1 << 5;
 pub(super) const F_HTTP10: u16 = 1 << 6;
 pub(super) const F_HEAD: u16 = 1 << 7;
 pub(super) const F_CONNECT: u16 = 1 << 8;
+/// A 101 that switched to WebSocket frames (`h1::switched_head`), with permessage-deflate.
+pub(super) const F_WS: u16 = 1 << 9;
+pub(super) const F_DEFLATE: u16 = 1 << 10;
+/// A response whose `Content-Type` is `text/event-stream`.
+pub(super) const F_SSE: u16 = 1 << 11;
 
 // A request's flags in the FIFO.
 pub(super) const R_HEAD: u8 = 1;

@@ -125,7 +125,8 @@ impl Half {
                         LF => return (i, Mile::Head),
                         _ => {
                             self.cand = match b.to_ascii_lowercase() {
-                                b'c' => 1 << H_CL | 1 << H_CONN,
+                                b'c' if req => 1 << H_CL | 1 << H_CONN,
+                                b'c' => 1 << H_CL | 1 << H_CONN | 1 << H_CT,
                                 b't' => 1 << H_TE,
                                 b'u' if req => 1 << H_UA | 1 << H_UPGRADE,
                                 _ => 0,
@@ -179,6 +180,10 @@ impl Half {
                     if !self.value_byte(b) {
                         return (i, Mile::Bad);
                     }
+                }
+                St::ContentType => {
+                    i += 1;
+                    self.content_type_byte(b);
                 }
                 St::UserAgent => {
                     if self.elem == 0 && (b == SP || b == HT) {

@@ -9,6 +9,28 @@ use super::Follower;
 #[cfg(test)]
 mod tests;
 
+/// A switched connection's [`Move`] and the caller's timing of it, held by the connection's
+/// tracker in the place of its HTTP/1.1 state (`exchange::Tracker::websocket`): a connection
+/// that is not upgraded has no byte more for it.
+#[derive(Debug, Clone)]
+pub struct Moving {
+    pub mv: Move,
+    /// The caller's next deadline (its own clock's nanos; 0: none).
+    pub at: u64,
+    /// The caller's step in the move (its own numbering; 0 at the switch).
+    pub step: u8,
+}
+
+impl Moving {
+    pub const fn new(deflate: bool) -> Self {
+        Self {
+            mv: Move::new(deflate),
+            at: 0,
+            step: 0,
+        }
+    }
+}
+
 /// What to do with the server->client bytes of one write hook.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Write {
@@ -75,6 +97,17 @@ impl Move {
     /// Our Close was written towards the client.
     pub const fn moved(&self) -> bool {
         matches!(self.st, St::Sent | St::Answered)
+    }
+
+    /// The close handshake is over on both sides: the client answered our Close, and the
+    /// upstream's own Close answer (dropped) shows it read the client's.
+    pub fn handshake_done(&self) -> bool {
+        matches!(self.st, St::Answered) && self.to_client.close().is_some()
+    }
+
+    /// A Close was on its way before ours: the connection ends by itself.
+    pub const fn ending(&self) -> bool {
+        matches!(self.st, St::Ending)
     }
 
     /// It cannot be moved: the caller leaves the connection as today.

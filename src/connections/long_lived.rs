@@ -1,0 +1,306 @@
+//! Long-lived streams at a drain (docs/long-lived-streams.md, "Connection mode: the design"):
+//! the process's move settings and counts, each stream's move time, and the moves thread that
+//! wakes each connection's scheduler when its move wants it. What a wake-up does to the
+//! stream is the tracker's (`crate::tracking`); this only keeps time. Uses `config` and
+//! `runtime::threads`.
+
+use super::{Connections, EVENT_LONG_LIVED};
+use crate::config::LongLivedSettings;
+use crate::runtime::threads::Threads;
+use serde::Serialize;
+use std::hash::BuildHasher;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+/// The longest the moves thread sleeps before it looks again for wake-ups asked meanwhile.
+pub const MOVES_TICK: Duration = Duration::from_millis(50);
+
+/// The process's long-lived settings (the last network filter config loaded) and counts.
+pub struct LongLived {
+    enabled: AtomicBool,
+    window_ns: AtomicU64,
+    close_timeout_ns: AtomicU64,
+    message_wait_ns: AtomicU64,
+    /// When the moves begin (`Shared` clock nanos: the drain start plus `min_drain_duration`);
+    /// 0 before the drain.
+    from: AtomicU64,
+    /// The window in use (shortened to fit `drain_timeout`), nanos.
+    window_in_use_ns: AtomicU64,
+    /// Per process, random: the moves of two pods never line up.
+    seed: u64,
+    pub websockets_open: AtomicU64,
+    pub websockets_moved: AtomicU64,
+    pub websockets_cut: AtomicU64,
+    pub sse_open: AtomicU64,
+    pub sse_moved: AtomicU64,
+    pub sse_cut: AtomicU64,
+}
+
+impl Default for LongLived {
+    fn default() -> Self {
+        let d = LongLivedSettings::default();
+        LongLived {
+            enabled: AtomicBool::new(d.enabled),
+            window_ns: AtomicU64::new(d.window.as_nanos() as u64),
+            close_timeout_ns: AtomicU64::new(d.close_timeout.as_nanos() as u64),
+            message_wait_ns: AtomicU64::new(d.message_wait.as_nanos() as u64),
+            from: AtomicU64::new(0),
+            window_in_use_ns: AtomicU64::new(d.window.as_nanos() as u64),
+            // std's per-process random keys (no FFI needed for a seed).
+            seed: std::collections::hash_map::RandomState::new().hash_one(0x6d6f7665u64),
+            websockets_open: AtomicU64::new(0),
+            websockets_moved: AtomicU64::new(0),
+            websockets_cut: AtomicU64::new(0),
+            sse_open: AtomicU64::new(0),
+            sse_moved: AtomicU64::new(0),
+            sse_cut: AtomicU64::new(0),
+        }
+    }
+}
+
+/// Streams moved and cut, by kind (`/drain/status` field `long_lived_streams`).
+#[derive(Default, Debug, Serialize, PartialEq, Eq, Clone, Copy)]
+pub struct LongLivedReport {
+    pub websocket: MovedCut,
+    pub sse: MovedCut,
+}
+
+#[derive(Default, Debug, Serialize, PartialEq, Eq, Clone, Copy)]
+pub struct MovedCut {
+    /// Ended cleanly (Close 1001 or a last chunk written) and their connection closed.
+    pub moved: u64,
+    /// Still open when the drain completed (cut by the exit), or cut at `drain_timeout`.
+    pub cut: u64,
+}
+
+/// When and how one connection's stream moves, as its scheduled hook needs it (nanos of the
+/// `Shared` clock).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MovePlan {
+    /// This connection's move time.
+    pub at: u64,
+    pub message_wait: u64,
+    pub close_timeout: u64,
+}
+
+/// splitmix64 (Steele, Lea, Flood 2014): a full-period mix, so ids in sequence spread evenly.
+pub fn splitmix64(x: u64) -> u64 {
+    let mut z = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// `u` in [0, 1) for connection `id` with `seed`: 53 bits of the mix.
+pub fn unit(id: u64, seed: u64) -> f64 {
+    (splitmix64(id ^ seed) >> 11) as f64 / (1u64 << 53) as f64
+}
+
+impl LongLived {
+    /// A network filter config was loaded (the last one loaded sets the process's settings).
+    pub fn note_settings(&self, s: LongLivedSettings) {
+        let ns = |d: Duration| d.as_nanos().min(u128::from(u64::MAX / 4)) as u64;
+        self.enabled.store(s.enabled, Ordering::Relaxed);
+        self.window_ns.store(ns(s.window), Ordering::Relaxed);
+        self.window_in_use_ns.store(ns(s.window), Ordering::Relaxed);
+        self.close_timeout_ns
+            .store(ns(s.close_timeout), Ordering::Relaxed);
+        self.message_wait_ns
+            .store(ns(s.message_wait), Ordering::Relaxed);
+    }
+
+    pub fn enabled(&self) -> bool {
+        self.enabled.load(Ordering::Relaxed)
+    }
+
+    /// The settings as loaded.
+    pub fn settings(&self) -> LongLivedSettings {
+        let d = |a: &AtomicU64| Duration::from_nanos(a.load(Ordering::Relaxed));
+        LongLivedSettings {
+            enabled: self.enabled(),
+            window: d(&self.window_ns),
+            close_timeout: d(&self.close_timeout_ns),
+            message_wait: d(&self.message_wait_ns),
+        }
+    }
+
+    /// Connection `id`'s plan, once the moves began (`None` before).
+    pub fn plan(&self, id: u64) -> Option<MovePlan> {
+        let from = self.from.load(Ordering::Relaxed);
+        if from == 0 || !self.enabled() {
+            return None;
+        }
+        let window = self.window_in_use_ns.load(Ordering::Relaxed);
+        Some(MovePlan {
+            at: from.saturating_add((window as f64 * unit(id, self.seed)) as u64),
+            message_wait: self.message_wait_ns.load(Ordering::Relaxed),
+            close_timeout: self.close_timeout_ns.load(Ordering::Relaxed),
+        })
+    }
+
+    pub fn report(&self) -> LongLivedReport {
+        let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        LongLivedReport {
+            websocket: MovedCut {
+                moved: g(&self.websockets_moved),
+                cut: g(&self.websockets_cut),
+            },
+            sse: MovedCut {
+                moved: g(&self.sse_moved),
+                cut: g(&self.sse_cut),
+            },
+        }
+    }
+
+    /// The drain completed: the WebSockets and SSE responses still open are cut by the exit.
+    /// Returns how many of each.
+    pub fn cut_at_completion(&self) -> (u64, u64) {
+        let ws = self.websockets_open.load(Ordering::Relaxed);
+        self.websockets_cut.fetch_add(ws, Ordering::Relaxed);
+        let sse = self.sse_open.load(Ordering::Relaxed);
+        self.sse_cut.fetch_add(sse, Ordering::Relaxed);
+        (ws, sse)
+    }
+}
+
+impl Connections {
+    /// Wake the connection at `slot` with [`EVENT_LONG_LIVED`] now, from its own worker (a
+    /// long-lived stream's move wants its next step at once: its end was written).
+    pub fn wake_long_lived_now(&self, slot: super::WakerSlot) {
+        let (Some(commit), Some(w)) = (self.commit.get(), self.wakers.get(slot)) else {
+            return;
+        };
+        // Committed without the table's lock held (`get` released it).
+        commit(w.word(), EVENT_LONG_LIVED);
+    }
+
+    /// The drain started at `now` (`Shared` clock nanos, read by `clock`): the moves begin at
+    /// `now + min_drain`, over the window shortened to fit `drain_timeout` (logged). A thread
+    /// owned by `threads` then sleeps until the next wake-up a connection asked for
+    /// ([`super::Waker::wake_at`], at most [`MOVES_TICK`]) and commits it to that connection's
+    /// scheduler. Ends once `drained()`, or when the module stops. Nothing when the moves are
+    /// off or no network filter is loaded.
+    pub fn moves_started(
+        &'static self,
+        threads: &'static Threads,
+        on_panic: fn(),
+        clock: fn() -> u64,
+        min_drain: Duration,
+        drain_timeout: Duration,
+        drained: impl Fn() -> bool + Send + 'static,
+    ) {
+        let ll = &self.long_lived;
+        let Some(commit) = self.commit.get().copied() else {
+            return;
+        };
+        // Off, the thread still runs: its first wake-up counts the streams that will be cut.
+        let s = ll.settings();
+        let window = match s.window_within(min_drain, drain_timeout) {
+            Some(w) => {
+                log::info!(
+                    "graceful_drain: long_lived_window {:?} shortened to {w:?} so that \
+                     min_drain_duration ({min_drain:?}) + window + close_timeout ({:?}) fits \
+                     drain_timeout ({drain_timeout:?})",
+                    s.window,
+                    s.close_timeout
+                );
+                w
+            }
+            None => s.window,
+        };
+        ll.window_in_use_ns
+            .store(window.as_nanos() as u64, Ordering::Relaxed);
+        let from = clock().saturating_add(min_drain.as_nanos() as u64).max(1);
+        ll.from.store(from, Ordering::Relaxed);
+        let mut begun = false;
+        let spawned = threads.spawn("graceful_drain_moves", on_panic, move || loop {
+            let now = clock();
+            let mut next = u64::MAX;
+            if now >= from && !begun {
+                // Every connection once: the switched ones ask for their move time.
+                begun = true;
+                self.wake_all(EVENT_LONG_LIVED);
+            } else if now >= from {
+                // Commit without holding a lock (see `wake_all`).
+                for w in self.wakers.snapshot() {
+                    match w.take_due(now) {
+                        Ok(()) => commit(w.word(), EVENT_LONG_LIVED),
+                        Err(0) => {}
+                        Err(at) => next = next.min(at),
+                    }
+                }
+            } else {
+                next = from;
+            }
+            if drained() {
+                return;
+            }
+            let wait = Duration::from_nanos(next.saturating_sub(now)).min(MOVES_TICK);
+            if !threads.sleep(wait.max(Duration::from_millis(1))) {
+                return;
+            }
+        });
+        if let Err(e) = spawned {
+            log::warn!("graceful_drain: no moves thread ({e}); long-lived streams are cut at exit");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn move_times_spread_over_the_window() {
+        let seed = 12345;
+        let mut us: Vec<f64> = (1..=1000).map(|id| unit(id, seed)).collect();
+        us.sort_by(f64::total_cmp);
+        assert!(us[0] >= 0.0 && us[999] < 1.0);
+        // Roughly uniform: each tenth holds 100 +- 40.
+        for k in 0..10 {
+            let n = us
+                .iter()
+                .filter(|&&u| u >= k as f64 / 10.0 && u < (k + 1) as f64 / 10.0)
+                .count();
+            assert!((60..=140).contains(&n), "decile {k}: {n}");
+        }
+        // Another seed (another pod) gives another order.
+        assert_ne!(unit(1, seed), unit(1, seed + 1));
+    }
+
+    #[test]
+    fn a_plan_exists_only_once_the_moves_began() {
+        let ll = LongLived::default();
+        assert_eq!(ll.plan(7), None);
+        ll.note_settings(LongLivedSettings {
+            window: Duration::from_secs(2),
+            ..LongLivedSettings::default()
+        });
+        ll.from.store(1_000, Ordering::Relaxed);
+        let p = ll.plan(7).unwrap();
+        assert!(p.at >= 1_000 && p.at < 1_000 + 2_000_000_000, "{p:?}");
+        assert_eq!(p.close_timeout, 5_000_000_000);
+        ll.note_settings(LongLivedSettings {
+            enabled: false,
+            ..LongLivedSettings::default()
+        });
+        assert_eq!(ll.plan(7), None);
+    }
+
+    #[test]
+    fn the_window_is_shortened_to_fit_the_drain_timeout() {
+        let s = LongLivedSettings {
+            window: Duration::from_secs(10),
+            ..LongLivedSettings::default()
+        };
+        // 1 s hold + 2 s window + 5 s close_timeout = 8 s.
+        assert_eq!(
+            s.window_within(Duration::from_secs(1), Duration::from_secs(8)),
+            Some(Duration::from_secs(2))
+        );
+        assert_eq!(
+            s.window_within(Duration::from_secs(5), Duration::from_secs(25)),
+            None
+        );
+    }
+}

@@ -1,0 +1,398 @@
+//! A WebSocket's move at a drain, on its connection (docs/long-lived-streams.md, "Moving a
+//! WebSocket"): its frames fed to the [`crate::exchange::Moving`] that took the HTTP/1.1
+//! state's place after the 101, what each write must become, and what each wake-up of the
+//! moves thread does. Returns actions; the glue performs them. May use what `tracking` may.
+
+use super::*;
+use crate::connections::MovePlan;
+use crate::engine::state::{Shared, Stat};
+use crate::exchange::sse::LAST_CHUNK;
+use crate::exchange::websocket::mover::{Wake, Write};
+use crate::exchange::websocket::{close_frame, GOING_AWAY};
+use std::sync::atomic::Ordering;
+
+/// The reason sent with our Close (RFC 6455 §7.4.1, 1001 "Going Away").
+pub const GOING_AWAY_REASON: &str = "server going away";
+
+// `Moving::step`: where the move is.
+/// Switched; no wake-up asked yet (or the moves are off).
+const NEW: u8 = 0;
+/// A wake-up asked (before the move time, `at` is 0 until the plan is known).
+const WAITING: u8 = 1;
+/// The move time passed: waiting for a message end until `at` (`message_wait`).
+const DUE: u8 = 2;
+/// `message_wait` passed: any frame end will do (the next write that has one).
+const DUE_ANY: u8 = 3;
+/// Our Close was written: the connection should close by itself before `at`.
+const SENT: u8 = 4;
+/// Nothing more to do.
+const DONE: u8 = 5;
+/// Both Close frames went through: close the connection now (before Envoy's delayed close).
+const CLOSING: u8 = 6;
+
+/// What the glue does with a write towards the client of a switched connection.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WsWrite {
+    Pass,
+    /// Append the Close frame to the write.
+    Append(Vec<u8>),
+    /// Replace the whole write by these bytes (its first frames, then the Close).
+    Replace(Vec<u8>),
+    /// Drop the whole write (frames after our Close).
+    Drop,
+}
+
+/// What the glue does at a wake-up of a switched connection.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WsWake {
+    Nothing,
+    /// Write the Close towards the client.
+    Inject(Vec<u8>),
+    /// Send a masked Close towards the upstream ([`upstream_close`]), then close (flushing).
+    TellUpstreamAndClose,
+    /// Close, flushing what is written.
+    Close,
+    /// The close handshake is over: close at once (flushing if the connection is still open,
+    /// without waiting if Envoy's own delayed close already began: everything was written).
+    CloseNow,
+}
+
+fn client_close() -> Vec<u8> {
+    close_frame(GOING_AWAY, GOING_AWAY_REASON, None)
+        .as_bytes()
+        .to_vec()
+}
+
+impl Tracking {
+    /// Whether the connection switched to WebSocket frames that are followed.
+    pub fn is_websocket(&mut self) -> bool {
+        self.tracker.websocket().is_some()
+    }
+
+    /// The client's bytes on a switched connection (every read's bytes are new: Envoy's codec
+    /// takes all of an upgraded connection's bytes, ENVOY_FACTS.md).
+    /// (`None`: Envoy gave none; the follower then gives up, a client byte being unseen.)
+    pub(super) fn websocket_client<'a>(&mut self, chunks: Option<impl Iterator<Item = &'a [u8]>>) {
+        if let Some(m) = self.tracker.websocket() {
+            match chunks {
+                Some(chunks) => chunks.for_each(|c| m.mv.client_bytes(c)),
+                // A reserved opcode: the follower gives up (sticky).
+                None => m.mv.client_bytes(&[0x83, 0x80, 0, 0, 0, 0]),
+            }
+        }
+    }
+
+    /// A write towards the client on a switched connection (`chunks`: its slices, `None` if
+    /// Envoy gave none: the move then gives up, a server byte being unseen). `now`: `Shared`
+    /// clock nanos. Returns what to do with the write, and a wake-up to ask for when our
+    /// Close goes out in it (the close timeout).
+    pub fn websocket_write<'a>(
+        &mut self,
+        chunks: Option<impl Iterator<Item = &'a [u8]>>,
+        close_timeout: u64,
+        now: u64,
+    ) -> (WsWrite, Option<u64>) {
+        let Some(m) = self.tracker.websocket() else {
+            return (WsWrite::Pass, None);
+        };
+        let Some(chunks) = chunks else {
+            // A reserved opcode with FIN: the follower gives up (sticky), so nothing is written
+            // into a stream it no longer follows.
+            m.mv.server_bytes(&[0x83, 0x00]);
+            return (WsWrite::Pass, None);
+        };
+        let slices: Vec<&[u8]> = chunks.collect();
+        let (mut out, mut before, mut split) = (WsWrite::Pass, 0usize, None);
+        for c in &slices {
+            let w = m.mv.server_bytes(c);
+            if split.is_none() {
+                match w {
+                    Write::Pass => {}
+                    Write::Drop => out = WsWrite::Drop,
+                    Write::AppendClose => split = Some(before + c.len()),
+                    Write::SplitClose(k) => split = Some(before + k),
+                }
+            }
+            before += c.len();
+        }
+        let Some(at) = split else {
+            if m.step == SENT && m.mv.handshake_done() {
+                // The upstream answered the client's Close: nothing more will pass. Close now,
+                // rather than wait for Envoy's own close after the upstream's (a delayed close:
+                // the client waits for the server to close first, RFC 6455 §7.1.1).
+                m.step = CLOSING;
+                return (out, Some(1));
+            }
+            return (out, None);
+        };
+        m.step = SENT;
+        m.at = now.saturating_add(close_timeout);
+        let close = client_close();
+        if at == before {
+            return (WsWrite::Append(close), Some(m.at));
+        }
+        let mut bytes: Vec<u8> = slices.concat();
+        bytes.truncate(at);
+        bytes.extend_from_slice(&close);
+        (WsWrite::Replace(bytes), Some(m.at))
+    }
+
+    /// A write just switched the connection to WebSocket frames (`tunnel()` is set): counted
+    /// open once. Returns `true` the first time.
+    pub fn note_switch(&mut self, shared: &Shared) -> bool {
+        let Some(m) = self.tracker.websocket() else {
+            return false;
+        };
+        if m.step != NEW {
+            return false;
+        }
+        m.step = WAITING;
+        if self.counts() {
+            shared
+                .connections
+                .long_lived
+                .websockets_open
+                .fetch_add(1, Ordering::Relaxed);
+        }
+        true
+    }
+
+    /// The moves thread woke the connection (`plan`: its move, `None` before the moves begin
+    /// or when they are off). Returns what to do now and when to be woken next.
+    pub fn websocket_wake(&mut self, plan: Option<MovePlan>, now: u64) -> (WsWake, Option<u64>) {
+        let counts = self.counts();
+        let Some(m) = self.tracker.websocket().filter(|_| counts) else {
+            return (WsWake::Nothing, None);
+        };
+        match m.step {
+            NEW | WAITING => {
+                let Some(p) = plan else {
+                    return (WsWake::Nothing, None);
+                };
+                m.step = WAITING;
+                if now < p.at {
+                    m.at = p.at;
+                    return (WsWake::Nothing, Some(p.at));
+                }
+                if m.mv.due(false) == Wake::InjectClose {
+                    m.step = SENT;
+                    m.at = now.saturating_add(p.close_timeout);
+                    return (WsWake::Inject(client_close()), Some(m.at));
+                }
+                if m.mv.lost() || m.mv.ending() {
+                    m.step = DONE;
+                    return (WsWake::Nothing, None);
+                }
+                m.step = DUE;
+                m.at = now.saturating_add(p.message_wait);
+                (WsWake::Nothing, Some(m.at))
+            }
+            DUE if now >= m.at => {
+                let close_timeout = plan.map_or(0, |p| p.close_timeout);
+                if m.mv.due(true) == Wake::InjectClose {
+                    m.step = SENT;
+                    m.at = now.saturating_add(close_timeout);
+                    return (WsWake::Inject(client_close()), Some(m.at));
+                }
+                m.step = if m.mv.moved() { SENT } else { DUE_ANY };
+                if m.step == SENT {
+                    return (WsWake::Nothing, Some(m.at));
+                }
+                (WsWake::Nothing, None)
+            }
+            CLOSING => {
+                m.step = DONE;
+                (WsWake::CloseNow, None)
+            }
+            SENT if now >= m.at => {
+                m.step = DONE;
+                match m.mv.close_timeout() {
+                    Wake::TellUpstreamAndClose => (WsWake::TellUpstreamAndClose, None),
+                    Wake::Close => (WsWake::Close, None),
+                    _ => (WsWake::Nothing, None),
+                }
+            }
+            DUE | SENT => (WsWake::Nothing, Some(m.at)),
+            _ => (WsWake::Nothing, None),
+        }
+    }
+
+    /// The connection closed: a switched one is no longer open, and moved if our Close went.
+    pub(super) fn websocket_closed(&mut self, shared: &Shared) {
+        let counts = self.counts();
+        let Some(m) = self.tracker.websocket() else {
+            return;
+        };
+        if m.step == NEW || !counts {
+            return;
+        }
+        let ll = &shared.connections.long_lived;
+        let _ = ll
+            .websockets_open
+            .try_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
+        if m.mv.moved() {
+            ll.websockets_moved.fetch_add(1, Ordering::Relaxed);
+            shared.counters.count(Stat::WebsocketsMoved);
+        }
+    }
+}
+
+/// The masked Close towards the upstream (as from its client, RFC 6455 §5.3) with `key`.
+pub fn upstream_close(key: [u8; 4]) -> Vec<u8> {
+    close_frame(GOING_AWAY, GOING_AWAY_REASON, Some(key))
+        .as_bytes()
+        .to_vec()
+}
+
+// ---- SSE (HTTP/1.1 chunked) ---------------------------------------------------------------
+
+/// `sse::Ending::step`: handed over, looking for an event boundary at a chunk start.
+#[allow(dead_code)]
+const SSE_LOOKING: u8 = 0;
+/// The last chunk was written (or the server ended the response): close at the next wake-up.
+const SSE_ENDED: u8 = 1;
+/// Closed (or closing).
+const SSE_CLOSED: u8 = 2;
+/// The body could not be followed: left as today.
+const SSE_LOST: u8 = 3;
+
+/// How soon to look again when an SSE response was not at a chunk start at its move time.
+const SSE_RETRY_NANOS: u64 = 10_000_000;
+
+impl Tracking {
+    /// Whether the connection carries a long-lived stream this module may move: a switched
+    /// WebSocket, an SSE response in flight, or one being ended.
+    pub fn long_lived(&mut self) -> bool {
+        self.tracker.websocket().is_some()
+            || self.tracker.sse_ending().is_some()
+            || self.tracker.sse_in_flight()
+    }
+
+    /// The moves thread woke a connection that is not a WebSocket: an SSE response in flight
+    /// is counted (once), and at its move time handed over to its end (the write hook then
+    /// writes the last chunk at the first event boundary); once ended, the connection closes.
+    pub fn sse_wake(
+        &mut self,
+        plan: Option<MovePlan>,
+        now: u64,
+        shared: &Shared,
+    ) -> (WsWake, Option<u64>) {
+        if !self.counts() {
+            return (WsWake::Nothing, None);
+        }
+        if let Some(e) = self.tracker.sse_ending() {
+            if e.step == SSE_ENDED {
+                e.step = SSE_CLOSED;
+                return (WsWake::Close, None);
+            }
+            return (WsWake::Nothing, None);
+        }
+        if !self.tracker.sse_in_flight() {
+            return (WsWake::Nothing, None);
+        }
+        if !self.sse_counted {
+            self.sse_counted = true;
+            shared
+                .connections
+                .long_lived
+                .sse_open
+                .fetch_add(1, Ordering::Relaxed);
+        }
+        let Some(p) = plan else {
+            return (WsWake::Nothing, None);
+        };
+        if now < p.at {
+            return (WsWake::Nothing, Some(p.at));
+        }
+        if self.tracker.sse_hand_over() {
+            return (WsWake::Nothing, None);
+        }
+        (WsWake::Nothing, Some(now.saturating_add(SSE_RETRY_NANOS)))
+    }
+
+    /// A write of an SSE response being ended (`chunks`: its slices; `None`: the body is no
+    /// longer followed, left as today). Returns the edit, and a wake-up to ask for (now: the
+    /// close) once the response ended in it.
+    pub fn sse_write<'a>(
+        &mut self,
+        chunks: Option<impl Iterator<Item = &'a [u8]>>,
+    ) -> (WsWrite, Option<u64>) {
+        let Some(e) = self.tracker.sse_ending() else {
+            return (WsWrite::Pass, None);
+        };
+        match e.step {
+            SSE_ENDED | SSE_CLOSED => return (WsWrite::Drop, None),
+            SSE_LOST => return (WsWrite::Pass, None),
+            _ => {}
+        }
+        let Some(chunks) = chunks else {
+            e.step = SSE_LOST;
+            return (WsWrite::Pass, None);
+        };
+        let slices: Vec<&[u8]> = chunks.collect();
+        let (mut before, mut end) = (0usize, None);
+        for c in &slices {
+            match e.body.feed(c) {
+                Err(_) => {
+                    e.step = SSE_LOST;
+                    return (WsWrite::Pass, None);
+                }
+                Ok(fed) => {
+                    // The server ended the response itself: nothing to add.
+                    if let Some(k) = fed.ended {
+                        end = Some((before + k, false));
+                        break;
+                    }
+                    if let Some(k) = fed.cut {
+                        end = Some((before + k, true));
+                        break;
+                    }
+                }
+            }
+            before += c.len();
+        }
+        let Some((at, last_chunk)) = end else {
+            return (WsWrite::Pass, None);
+        };
+        e.step = SSE_ENDED;
+        let total: usize = slices.iter().map(|c| c.len()).sum();
+        let edit = if at == total {
+            if last_chunk {
+                WsWrite::Append(LAST_CHUNK.to_vec())
+            } else {
+                WsWrite::Pass
+            }
+        } else {
+            let mut bytes: Vec<u8> = slices.concat();
+            bytes.truncate(at);
+            if last_chunk {
+                bytes.extend_from_slice(LAST_CHUNK);
+            }
+            WsWrite::Replace(bytes)
+        };
+        (edit, Some(1))
+    }
+
+    /// The connection closed: an SSE response counted at the moves' start is no longer open,
+    /// and moved if its end was written.
+    pub(super) fn sse_closed(&mut self, shared: &Shared) {
+        if !std::mem::take(&mut self.sse_counted) {
+            return;
+        }
+        let ll = &shared.connections.long_lived;
+        let _ = ll
+            .sse_open
+            .try_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
+        if self
+            .tracker
+            .sse_ending()
+            .is_some_and(|e| matches!(e.step, SSE_ENDED | SSE_CLOSED))
+        {
+            ll.sse_moved.fetch_add(1, Ordering::Relaxed);
+            shared.counters.count(Stat::SseResponsesMoved);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

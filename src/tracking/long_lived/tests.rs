@@ -1,0 +1,320 @@
+//! The WebSocket move on a followed connection, without Envoy: the 101 switch, each write's
+//! edit, and the wake-ups' steps.
+
+use super::*;
+use crate::connections::Conn;
+use crate::engine::state::tests::{fast, fixture};
+
+const UPGRADE: &[u8] =
+    b"GET /ws HTTP/1.1\r\nhost: x\r\nupgrade: websocket\r\nconnection: upgrade\r\n\
+sec-websocket-key: dGhlIHNhbXBsZSBub25jZQ==\r\nsec-websocket-version: 13\r\n\r\n";
+const SWITCHED: &[u8] = b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n\
+Connection: Upgrade\r\nSec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n\r\n";
+
+fn now() -> u64 {
+    7
+}
+
+/// A server text frame with `payload` (FIN `fin`).
+fn text(payload: &[u8], fin: bool) -> Vec<u8> {
+    let mut f = vec![if fin { 0x81 } else { 0x01 }, payload.len() as u8];
+    f.extend_from_slice(payload);
+    f
+}
+
+fn switched(head: &[u8]) -> (Tracking, Conn, crate::engine::state::tests::Fixture) {
+    let f = fixture(Some(fast()));
+    let conn = Conn::new(1);
+    let mut t = Tracking::new();
+    t.on_read(
+        UPGRADE.len(),
+        Some([UPGRADE].into_iter()),
+        &conn,
+        &f.shared,
+        now,
+    );
+    t.on_write(Some([head].into_iter()), &conn, &f.shared, now);
+    (t, conn, f)
+}
+
+fn plan(at: u64) -> Option<MovePlan> {
+    Some(MovePlan {
+        at,
+        message_wait: 100,
+        close_timeout: 1_000,
+    })
+}
+
+#[test]
+fn a_101_to_websocket_switches_the_tracker_and_keeps_the_request_in_flight() {
+    let (mut t, _conn, f) = switched(SWITCHED);
+    assert!(t.is_websocket());
+    assert!(t.note_switch(&f.shared));
+    assert!(!t.note_switch(&f.shared), "counted once");
+    assert_eq!(
+        f.shared
+            .connections
+            .long_lived
+            .websockets_open
+            .load(Ordering::Relaxed),
+        1
+    );
+    assert_eq!(t.tracker().in_flight(), 1, "the upgrade holds the drain");
+}
+
+#[test]
+fn other_101s_and_split_heads_stay_plain_tunnels() {
+    let h2c = b"HTTP/1.1 101 Switching Protocols\r\nupgrade: h2c\r\n\r\n";
+    let other_ext = b"HTTP/1.1 101 Switching Protocols\r\nupgrade: websocket\r\n\
+sec-websocket-extensions: x-webkit-deflate-frame\r\n\r\n";
+    let twice =
+        b"HTTP/1.1 101 Switching Protocols\r\nupgrade: websocket\r\nupgrade: websocket\r\n\r\n";
+    for head in [&h2c[..], &other_ext[..], &twice[..]] {
+        let (mut t, _, _) = switched(head);
+        assert!(!t.is_websocket(), "{:?}", String::from_utf8_lossy(head));
+        assert!(t.tracker().tunnel());
+    }
+    // permessage-deflate is followed.
+    let deflate = b"HTTP/1.1 101 Switching Protocols\r\nupgrade: websocket\r\n\
+sec-websocket-extensions: permessage-deflate; server_no_context_takeover\r\n\r\n";
+    assert!(switched(deflate).0.is_websocket());
+    // The head split between two writes: left as today.
+    let f = fixture(Some(fast()));
+    let conn = Conn::new(1);
+    let mut t = Tracking::new();
+    t.on_read(
+        UPGRADE.len(),
+        Some([UPGRADE].into_iter()),
+        &conn,
+        &f.shared,
+        now,
+    );
+    let (a, b) = SWITCHED.split_at(20);
+    t.on_write(Some([a].into_iter()), &conn, &f.shared, now);
+    t.on_write(Some([b].into_iter()), &conn, &f.shared, now);
+    assert!(t.tracker().tunnel() && !t.is_websocket());
+}
+
+#[test]
+fn at_a_message_end_the_wake_injects_the_close_then_later_frames_are_dropped() {
+    let (mut t, _, _) = switched(SWITCHED);
+    let hello = text(b"hello", true);
+    assert_eq!(
+        t.websocket_write(Some([&hello[..]].into_iter()), 1_000, 10)
+            .0,
+        WsWrite::Pass
+    );
+    // Before the move time: wait for it.
+    assert_eq!(
+        t.websocket_wake(plan(500), 100),
+        (WsWake::Nothing, Some(500))
+    );
+    let (act, wake) = t.websocket_wake(plan(500), 500);
+    assert_eq!(act, WsWake::Inject(client_close()));
+    assert_eq!(wake, Some(1_500));
+    assert_eq!(
+        t.websocket_write(Some([&hello[..]].into_iter()), 1_000, 600)
+            .0,
+        WsWrite::Drop
+    );
+    // No answer by the close timeout: the client is between frames, the upstream is told.
+    assert_eq!(
+        t.websocket_wake(plan(500), 1_499),
+        (WsWake::Nothing, Some(1_500))
+    );
+    assert_eq!(
+        t.websocket_wake(plan(500), 1_500),
+        (WsWake::TellUpstreamAndClose, None)
+    );
+}
+
+#[test]
+fn inside_a_message_the_close_goes_after_its_last_fragment_in_the_write_hook() {
+    let (mut t, _, _) = switched(SWITCHED);
+    let first = text(b"part", false);
+    t.websocket_write(Some([&first[..]].into_iter()), 1_000, 10);
+    // Due, but inside a message: wait for its end.
+    assert_eq!(
+        t.websocket_wake(plan(500), 500),
+        (WsWake::Nothing, Some(600))
+    );
+    // Its last fragment, then the start of a new message, in one write: the Close goes between
+    // them (after the last message end in the write), and the rest is dropped.
+    let mut last = vec![0x80, 3];
+    last.extend_from_slice(b"end");
+    let next = text(b"next", true);
+    let write = [last.clone(), next[..3].to_vec()].concat();
+    let (w, wake) = t.websocket_write(Some([&write[..]].into_iter()), 1_000, 550);
+    let mut want = last.clone();
+    want.extend_from_slice(&client_close());
+    assert_eq!(w, WsWrite::Replace(want));
+    assert_eq!(wake, Some(1_550));
+    // A write that ends at the message end: the Close is appended.
+    let (mut t, _, _) = switched(SWITCHED);
+    t.websocket_write(Some([&first[..]].into_iter()), 1_000, 10);
+    t.websocket_wake(plan(500), 500);
+    let (w, _) = t.websocket_write(Some([&last[..]].into_iter()), 1_000, 550);
+    assert_eq!(w, WsWrite::Append(client_close()));
+}
+
+#[test]
+fn the_client_answer_then_the_timeout_closes_without_telling_the_upstream() {
+    let (mut t, conn, f) = switched(SWITCHED);
+    t.note_switch(&f.shared);
+    t.websocket_wake(plan(500), 500);
+    // The client's masked Close(1001) answer.
+    let answer = close_frame(GOING_AWAY, "", Some([9, 9, 9, 9]));
+    let a = answer.as_bytes();
+    t.on_read(a.len(), Some([a].into_iter()), &conn, &f.shared, now);
+    assert_eq!(t.websocket_wake(plan(500), 1_500), (WsWake::Close, None));
+    t.on_close(&conn, &f.shared);
+    let ll = &f.shared.connections.long_lived;
+    assert_eq!(ll.websockets_moved.load(Ordering::Relaxed), 1);
+    assert_eq!(ll.websockets_open.load(Ordering::Relaxed), 0);
+}
+
+#[test]
+fn without_a_plan_nothing_moves_and_a_lost_follower_is_left_alone() {
+    let (mut t, _, _) = switched(SWITCHED);
+    assert_eq!(t.websocket_wake(None, 10_000), (WsWake::Nothing, None));
+    // A masked frame from the server: the follower gives up, the move never writes.
+    let bad = [0x81, 0x80, 1, 2, 3, 4];
+    t.websocket_write(Some([&bad[..]].into_iter()), 1_000, 10);
+    assert_eq!(t.websocket_wake(plan(500), 500), (WsWake::Nothing, None));
+    assert_eq!(t.websocket_wake(plan(500), 5_000), (WsWake::Nothing, None));
+}
+
+#[test]
+fn the_tracker_keeps_its_size() {
+    // Before the WebSocket move: 280 and 408 bytes (the followers take the HTTP/1.1 state's
+    // place).
+    assert!(std::mem::size_of::<crate::exchange::Tracker>() <= 280);
+    assert!(std::mem::size_of::<Tracking>() <= 408);
+}
+
+const SSE_GET: &[u8] = b"GET /events HTTP/1.1\r\nhost: x\r\naccept: text/event-stream\r\n\r\n";
+const SSE_HEAD: &[u8] = b"HTTP/1.1 200 OK\r\nContent-Type: TEXT/event-stream;charset=utf-8\r\n\
+transfer-encoding: chunked\r\n\r\n";
+
+fn sse_started(head: &[u8]) -> (Tracking, Conn, crate::engine::state::tests::Fixture) {
+    let f = fixture(Some(fast()));
+    let conn = Conn::new(1);
+    let mut t = Tracking::new();
+    t.on_read(
+        SSE_GET.len(),
+        Some([SSE_GET].into_iter()),
+        &conn,
+        &f.shared,
+        now,
+    );
+    t.on_write(Some([head].into_iter()), &conn, &f.shared, now);
+    (t, conn, f)
+}
+
+fn chunk(data: &[u8]) -> Vec<u8> {
+    [format!("{:x}\r\n", data.len()).as_bytes(), data, b"\r\n"].concat()
+}
+
+#[test]
+fn only_chunked_event_streams_are_sse_responses() {
+    assert!(sse_started(SSE_HEAD).0.long_lived());
+    for head in [
+        &b"HTTP/1.1 200 OK\r\ncontent-type: text/event-streams\r\ntransfer-encoding: chunked\r\n\r\n"[..],
+        &b"HTTP/1.1 200 OK\r\ncontent-type: text/html\r\ntransfer-encoding: chunked\r\n\r\n"[..],
+        &b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: 5\r\n\r\n"[..],
+    ] {
+        assert!(!sse_started(head).0.long_lived(), "{:?}", String::from_utf8_lossy(head));
+    }
+    // The head split anywhere (the byte-by-byte parse): the same.
+    let f = fixture(Some(fast()));
+    let conn = Conn::new(1);
+    let mut t = Tracking::new();
+    t.on_read(
+        SSE_GET.len(),
+        Some([SSE_GET].into_iter()),
+        &conn,
+        &f.shared,
+        now,
+    );
+    for b in SSE_HEAD.chunks(1) {
+        t.on_write(Some([b].into_iter()), &conn, &f.shared, now);
+    }
+    assert!(t.long_lived());
+}
+
+#[test]
+fn an_sse_response_ends_with_the_last_chunk_at_the_first_event_boundary_after_its_move_time() {
+    let (mut t, conn, f) = sse_started(SSE_HEAD);
+    let ev = chunk(b"data: one\n\n");
+    t.on_write(Some([&ev[..]].into_iter()), &conn, &f.shared, now);
+    // Counted at the moves' start, handed over at its move time (at a chunk start).
+    assert_eq!(
+        t.sse_wake(plan(500), 100, &f.shared),
+        (WsWake::Nothing, Some(500))
+    );
+    let ll = &f.shared.connections.long_lived;
+    assert_eq!(ll.sse_open.load(Ordering::Relaxed), 1);
+    assert_eq!(
+        t.sse_wake(plan(500), 500, &f.shared),
+        (WsWake::Nothing, None)
+    );
+    // Half an event: not here (the events are followed from the hand-over: the first blank
+    // line after a line end proves a boundary).
+    let half = chunk(b"data: two");
+    assert_eq!(
+        t.sse_write(Some([&half[..]].into_iter())),
+        (WsWrite::Pass, None)
+    );
+    // Its end, and the start of the next event in the same write: the last chunk goes
+    // between them, the rest is dropped.
+    let rest = [chunk(b"\n\n"), chunk(b"data: thr")].concat();
+    let (w, wake) = t.sse_write(Some([&rest[..]].into_iter()));
+    let mut want = chunk(b"\n\n");
+    want.extend_from_slice(LAST_CHUNK);
+    assert_eq!(w, WsWrite::Replace(want));
+    assert_eq!(wake, Some(1));
+    // Later writes are dropped; the next wake-up closes.
+    assert_eq!(
+        t.sse_write(Some([&ev[..]].into_iter())),
+        (WsWrite::Drop, None)
+    );
+    assert_eq!(t.sse_wake(plan(500), 600, &f.shared), (WsWake::Close, None));
+    t.on_close(&conn, &f.shared);
+    assert_eq!(ll.sse_open.load(Ordering::Relaxed), 0);
+    assert_eq!(ll.sse_moved.load(Ordering::Relaxed), 1);
+}
+
+#[test]
+fn an_sse_response_not_at_a_chunk_start_is_handed_over_later() {
+    let (mut t, conn, f) = sse_started(SSE_HEAD);
+    let ev = chunk(b"data: one\n\n");
+    // Half a chunk written: the move waits for its end.
+    t.on_write(Some([&ev[..5]].into_iter()), &conn, &f.shared, now);
+    let (act, wake) = t.sse_wake(plan(500), 500, &f.shared);
+    assert_eq!(act, WsWake::Nothing);
+    assert_eq!(wake, Some(500 + SSE_RETRY_NANOS));
+    t.on_write(Some([&ev[5..]].into_iter()), &conn, &f.shared, now);
+    assert_eq!(
+        t.sse_wake(plan(500), 600, &f.shared),
+        (WsWake::Nothing, None)
+    );
+    assert!(t.tracker().tunnel(), "handed over");
+}
+
+#[test]
+fn once_both_close_frames_passed_the_connection_closes_at_once() {
+    let (mut t, conn, f) = switched(SWITCHED);
+    t.websocket_wake(plan(500), 500);
+    let answer = close_frame(GOING_AWAY, "", Some([9, 9, 9, 9]));
+    let a = answer.as_bytes();
+    t.on_read(a.len(), Some([a].into_iter()), &conn, &f.shared, now);
+    // The upstream's answer to the client's Close: dropped, and the close asked for now.
+    let server_close = close_frame(GOING_AWAY, "", None);
+    let s = server_close.as_bytes();
+    assert_eq!(
+        t.websocket_write(Some([s].into_iter()), 1_000, 700),
+        (WsWrite::Drop, Some(1))
+    );
+    assert_eq!(t.websocket_wake(plan(500), 701), (WsWake::CloseNow, None));
+    assert_eq!(t.websocket_wake(plan(500), 5_000), (WsWake::Nothing, None));
+}

@@ -1,0 +1,606 @@
+//! Long-lived streams at a drain (issue #46), connection mode, against the real Envoy with a
+//! real WebSocket library on both ends (tokio-tungstenite): the example gateway proxies
+//! `/upstream-streaming/` to a WebSocket server run by the test. After SIGTERM and
+//! `min_drain_duration`, every WebSocket client gets a Close frame with 1001 (not a cut), at
+//! times spread over `long_lived_window`; every message a client sent before that Close reached
+//! the server; Envoy exits as soon as they are gone, well before `drain_timeout`. With
+//! `move_long_lived_streams: false` they are cut at `drain_timeout` as before; a peer that does
+//! not answer the Close is closed after `close_timeout` (and a client that does not answer
+//! makes the module tell the upstream with a masked Close injected towards it: E4 of
+//! docs/long-lived-streams.md).
+
+mod common;
+
+use common::envoy::{Envoy, Options, Settings};
+use futures_util::{SinkExt, StreamExt};
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+use tokio_tungstenite::tungstenite::Message;
+
+/// What the upstream server received: each client's text messages, and the Close codes it got.
+#[derive(Default)]
+struct Seen {
+    messages: BTreeMap<String, BTreeSet<String>>,
+    closes: Vec<Option<u16>>,
+}
+
+/// How the upstream behaves.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Upstream {
+    /// Reads every message, sends a message every 100 ms, answers a Close.
+    Chatty,
+    /// After the handshake, reads nothing (so never answers a Close) and sends nothing.
+    Deaf,
+    /// As `Chatty`, but each of its messages is three fragments 40 ms apart: at a move time it
+    /// is most often inside a message, so the Close goes in the write of a last fragment.
+    Fragmented,
+}
+
+/// A WebSocket server on a free loopback port; the returned task runs until the test ends.
+async fn upstream(kind: Upstream) -> (u16, Arc<Mutex<Seen>>) {
+    let listener = TcpListener::bind(("127.0.0.1", 0)).await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let seen = Arc::new(Mutex::new(Seen::default()));
+    let s = seen.clone();
+    tokio::spawn(async move {
+        loop {
+            let Ok((tcp, _)) = listener.accept().await else {
+                return;
+            };
+            let seen = s.clone();
+            tokio::spawn(async move {
+                if is_sse(&tcp).await {
+                    return serve_sse(tcp).await;
+                }
+                let Ok(ws) = tokio_tungstenite::accept_async(tcp).await else {
+                    return;
+                };
+                if kind == Upstream::Deaf {
+                    // Hold the socket, read nothing.
+                    tokio::time::sleep(Duration::from_secs(60)).await;
+                    drop(ws);
+                    return;
+                }
+                let (mut tx, mut rx) = ws.split();
+                let mut tick = tokio::time::interval(Duration::from_millis(100));
+                let mut n = 0u64;
+                loop {
+                    tokio::select! {
+                        _ = tick.tick() => {
+                            n += 1;
+                            if kind == Upstream::Fragmented {
+                                if send_fragments(&mut tx, n).await.is_err() {
+                                    break;
+                                }
+                            } else if tx.send(Message::Text(format!("server {n}"))).await.is_err() {
+                                break;
+                            }
+                        }
+                        m = rx.next() => match m {
+                            Some(Ok(Message::Text(t))) => {
+                                let (client, _) = t.split_once(' ').unwrap_or(("?", ""));
+                                seen.lock().unwrap().messages.entry(client.to_string())
+                                    .or_default().insert(t.to_string());
+                            }
+                            Some(Ok(Message::Close(c))) => {
+                                seen.lock().unwrap().closes.push(c.map(|c| u16::from(c.code)));
+                                // tungstenite queues the answer; flush it, then close.
+                                let _ = tx.close().await;
+                                break;
+                            }
+                            Some(Ok(_)) => {}
+                            _ => break,
+                        }
+                    }
+                }
+            });
+        }
+    });
+    (port, seen)
+}
+
+/// Whether the request on `tcp` (not read yet) asks for an event stream (`/sse/` in its path).
+async fn is_sse(tcp: &TcpStream) -> bool {
+    let mut buf = [0u8; 256];
+    for _ in 0..100 {
+        let n = tcp.peek(&mut buf).await.unwrap_or(0);
+        if buf[..n].windows(2).any(|w| w == b"\r\n") {
+            return buf[..n].windows(5).any(|w| w == b"/sse/");
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    false
+}
+
+/// An SSE upstream: a chunked `text/event-stream` response, an event every 100 ms, each sent
+/// as two chunks 30 ms apart (so a cut after the first would be inside an event), until the
+/// connection goes.
+async fn serve_sse(mut tcp: TcpStream) {
+    let mut head = Vec::new();
+    let mut buf = [0u8; 1024];
+    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+        match tcp.read(&mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(k) => head.extend_from_slice(&buf[..k]),
+        }
+    }
+    let resp = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream; charset=utf-8\r\n\
+                 cache-control: no-cache\r\ntransfer-encoding: chunked\r\n\r\n";
+    if tcp.write_all(resp).await.is_err() {
+        return;
+    }
+    let chunk = |s: &str| format!("{:x}\r\n{s}\r\n", s.len()).into_bytes();
+    for n in 1u64.. {
+        let first = chunk(&format!("id: {n}\ndata: event {n}"));
+        if tcp.write_all(&first).await.is_err() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(30)).await;
+        if tcp.write_all(&chunk(" ends here\n\n")).await.is_err() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(70)).await;
+    }
+}
+
+/// What one SSE client saw.
+#[derive(Debug)]
+struct SseEnd {
+    /// The response ended with its last chunk (a clean end, not a cut).
+    clean: bool,
+    /// The body ended at an event boundary (a blank line).
+    at_boundary: bool,
+    /// Events dispatched (complete ones), each whole.
+    events: usize,
+    /// When the end (or the cut) arrived.
+    at: Instant,
+}
+
+/// An SSE client over a raw connection: reads the response to its end, decodes the chunked
+/// body and parses the event stream (WHATWG HTML §9.2.6: an event is dispatched at a blank
+/// line).
+async fn sse_client(data: u16, name: String) -> SseEnd {
+    let mut tcp = TcpStream::connect(("127.0.0.1", data)).await.unwrap();
+    let req = format!(
+        "GET /upstream-streaming/sse/{name} HTTP/1.1\r\nhost: x\r\naccept: text/event-stream\r\n\r\n"
+    );
+    tcp.write_all(req.as_bytes()).await.unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    let mut clean_at = None;
+    let done = tokio::time::timeout(Duration::from_secs(30), async {
+        loop {
+            match tcp.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(k) => got.extend_from_slice(&buf[..k]),
+            }
+            if clean_at.is_none() && got.ends_with(b"\r\n0\r\n\r\n") {
+                clean_at = Some(Instant::now());
+            }
+        }
+    })
+    .await;
+    assert!(done.is_ok(), "{name}: not ended within 30 s");
+    let cut_at = Instant::now();
+    let text = String::from_utf8_lossy(&got);
+    let (head, mut rest) = text.split_once("\r\n\r\n").expect("a response head");
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    let mut body = String::new();
+    let mut clean = false;
+    while let Some((size, after)) = rest.split_once("\r\n") {
+        let Ok(n) = usize::from_str_radix(size.trim(), 16) else {
+            break;
+        };
+        if n == 0 {
+            clean = after == "\r\n";
+            break;
+        }
+        if after.len() < n + 2 {
+            break;
+        }
+        body.push_str(&after[..n]);
+        rest = &after[n + 2..];
+    }
+    let at_boundary = body.ends_with("\n\n");
+    let events = body
+        .split("\n\n")
+        .filter(|e| e.contains("data: "))
+        .count()
+        .saturating_sub(usize::from(!at_boundary));
+    for e in body.split("\n\n").filter(|e| !e.is_empty()) {
+        if at_boundary || !body.ends_with(e) {
+            assert!(e.ends_with(" ends here"), "{name}: a cut event {e:?}");
+        }
+    }
+    SseEnd {
+        clean: clean && clean_at.is_some(),
+        at_boundary,
+        events,
+        at: clean_at.unwrap_or(cut_at),
+    }
+}
+
+/// One text message in three fragments, 40 ms apart (RFC 6455 §5.4).
+async fn send_fragments<S>(tx: &mut S, n: u64) -> Result<(), ()>
+where
+    S: futures_util::Sink<Message> + Unpin,
+{
+    use tokio_tungstenite::tungstenite::protocol::frame::coding::{Data, OpCode};
+    use tokio_tungstenite::tungstenite::protocol::frame::Frame;
+    let parts = [
+        (OpCode::Data(Data::Text), format!("server {n} ")),
+        (OpCode::Data(Data::Continue), "in three ".to_string()),
+        (OpCode::Data(Data::Continue), "fragments".to_string()),
+    ];
+    for (i, (op, text)) in parts.into_iter().enumerate() {
+        if i > 0 {
+            tokio::time::sleep(Duration::from_millis(40)).await;
+        }
+        let frame = Frame::message(text.into_bytes(), op, i == 2);
+        tx.send(Message::Frame(frame)).await.map_err(|_| ())?;
+    }
+    Ok(())
+}
+
+/// What one WebSocket client saw.
+#[derive(Debug)]
+struct ClientEnd {
+    name: String,
+    /// The Close frame's code (`None`: the connection ended without one: a cut, 1006).
+    code: Option<u16>,
+    /// When the Close (or the cut) arrived.
+    at: Instant,
+    /// Messages it sent before it received the Close.
+    sent: BTreeSet<String>,
+    /// Server messages received.
+    received: u64,
+}
+
+/// A client that sends a message every 100 ms until the server closes, answers the Close as
+/// tungstenite does, and reports what it saw.
+async fn client(data: u16, name: String) -> ClientEnd {
+    let tcp = TcpStream::connect(("127.0.0.1", data)).await.unwrap();
+    let url = format!("ws://127.0.0.1:{data}/upstream-streaming/ws/{name}");
+    let (ws, resp) = tokio_tungstenite::client_async(url, tcp).await.unwrap();
+    assert_eq!(resp.status(), 101);
+    let (mut tx, mut rx) = ws.split();
+    let mut sent = BTreeSet::new();
+    let mut tick = tokio::time::interval(Duration::from_millis(100));
+    let mut n = 0u64;
+    let mut received = 0;
+    let deadline = tokio::time::sleep(Duration::from_secs(30));
+    tokio::pin!(deadline);
+    let (code, at) = loop {
+        tokio::select! {
+            _ = tick.tick() => {
+                n += 1;
+                let m = format!("{name} {n}");
+                if tx.send(Message::Text(m.clone())).await.is_ok() {
+                    sent.insert(m);
+                }
+            }
+            m = rx.next() => match m {
+                Some(Ok(Message::Close(c))) => {
+                    break (Some(c.map_or(1005, |c| u16::from(c.code))), Instant::now());
+                }
+                Some(Ok(_)) => received += 1,
+                _ => break (None, Instant::now()),
+            },
+            _ = &mut deadline => panic!("{name}: no close within 30 s"),
+        }
+    };
+    // Let tungstenite send its answer and see the connection end.
+    let _ = tokio::time::timeout(Duration::from_secs(10), async {
+        while let Some(Ok(_)) = rx.next().await {}
+    })
+    .await;
+    let _ = tokio::time::timeout(Duration::from_secs(1), tx.close()).await;
+    ClientEnd {
+        name,
+        code,
+        at,
+        sent,
+        received,
+    }
+}
+
+fn options(timeout: &'static str, network_extra: &'static str, port: u16) -> Options {
+    Options {
+        settings: Settings {
+            min_drain: "1s",
+            quiet: "200ms",
+            timeout,
+        },
+        data_http_filter: false,
+        track_requests: true,
+        test_upstream: Some(port),
+        network_extra: Some(network_extra),
+        ..Options::default()
+    }
+}
+
+/// Clients connected and exchanging (the tracker counts their upgrades as requests in flight).
+async fn connect_clients(envoy: &Envoy, n: usize) -> Vec<tokio::task::JoinHandle<ClientEnd>> {
+    let clients: Vec<_> = (0..n)
+        .map(|i| tokio::spawn(client(envoy.data, format!("c{i}"))))
+        .collect();
+    envoy.wait_active(n as u64).await;
+    // A few messages each way before the drain.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    clients
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn websockets_get_close_1001_sse_ends_cleanly_spread_over_the_window_and_the_exit_follows() {
+    let (port, seen) = upstream(Upstream::Chatty).await;
+    let mut envoy = Envoy::start(options("8s", r#""long_lived_window": "2s""#, port)).await;
+    let sse: Vec<_> = (0..10)
+        .map(|i| tokio::spawn(sse_client(envoy.data, format!("s{i}"))))
+        .collect();
+    envoy.wait_active(10).await;
+    let clients: Vec<_> = (0..20)
+        .map(|i| tokio::spawn(client(envoy.data, format!("c{i}"))))
+        .collect();
+    envoy.wait_active(30).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let t0 = Instant::now();
+    envoy.sigterm();
+    let mut ends = Vec::new();
+    for c in clients {
+        ends.push(c.await.unwrap());
+    }
+    let mut sse_ends = Vec::new();
+    for c in sse {
+        sse_ends.push(c.await.unwrap());
+    }
+    for e in &sse_ends {
+        assert!(e.clean && e.at_boundary, "{e:?}");
+        assert!(e.events >= 10, "{e:?}");
+    }
+    let (status, exited) = envoy.wait_exit(Duration::from_secs(10)).await;
+    assert!(status.success(), "{status}");
+    for e in &ends {
+        assert_eq!(e.code, Some(1001), "{}: {e:?}", e.name);
+        assert!(e.received > 0, "{e:?}");
+    }
+    // Every message a client sent before it got the Close reached the server.
+    {
+        let seen = seen.lock().unwrap();
+        for e in &ends {
+            let got = seen.messages.get(&e.name).cloned().unwrap_or_default();
+            let lost: Vec<_> = e.sent.difference(&got).collect();
+            assert!(lost.is_empty(), "{}: lost {lost:?}", e.name);
+        }
+        // The server saw its clients' Close answers (1001 echoed), not cuts.
+        assert_eq!(seen.closes.len(), 20, "{:?}", seen.closes);
+        assert!(
+            seen.closes.iter().all(|c| *c == Some(1001)),
+            "{:?}",
+            seen.closes
+        );
+    }
+    let at: Vec<Duration> = ends
+        .iter()
+        .map(|e| e.at - t0)
+        .chain(sse_ends.iter().map(|e| e.at - t0))
+        .collect();
+    let first = *at.iter().min().unwrap();
+    let last = *at.iter().max().unwrap();
+    eprintln!(
+        "closes from {first:?} to {last:?} after SIGTERM; exit at {:?}",
+        exited - t0
+    );
+    // Not before min_drain_duration, within the window (2 s) after it, spread over it.
+    assert!(
+        first >= Duration::from_millis(950),
+        "first close at {first:?}"
+    );
+    assert!(
+        last <= Duration::from_millis(3300),
+        "last close at {last:?}"
+    );
+    assert!(
+        last - first >= Duration::from_millis(900),
+        "{first:?}..{last:?}"
+    );
+    // The exit follows the last close handshake, not drain_timeout (8 s).
+    let took = exited - t0;
+    assert!(
+        took < last + common::envoy::EXIT_SLACK,
+        "exited after {took:?}"
+    );
+    let (drained_in, timed_out) = envoy.reported_drain();
+    eprintln!("drain completed in {drained_in:?} (the module's line), process exit {took:?}");
+    assert!(!timed_out, "the drain must complete, not time out");
+    let log = envoy.log();
+    eprintln!(
+        "WebSocket handshakes over: {} closed while open, {} in Envoy's delayed close",
+        log.matches("close handshake over on connection").count()
+            - log.matches("in Envoy's delayed close").count(),
+        log.matches("in Envoy's delayed close").count()
+    );
+    assert!(
+        log.contains("long-lived streams moved: websocket 20, sse 10; cut: websocket 0, sse 0"),
+        "completion line: {}",
+        log.lines()
+            .filter(|l| l.contains("drain completed"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+}
+
+/// The server is inside a fragmented message at most move times: the Close waits for its last
+/// fragment and goes into that write (the write-hook path), never between two fragments, and
+/// every client reads whole messages then Close(1001).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_server_inside_a_fragmented_message_gets_the_close_after_its_last_fragment() {
+    let (port, seen) = upstream(Upstream::Fragmented).await;
+    let mut envoy = Envoy::start(options("8s", r#""long_lived_window": "1s""#, port)).await;
+    let clients = connect_clients(&envoy, 8).await;
+    envoy.sigterm();
+    for c in clients {
+        let e = c.await.unwrap();
+        assert_eq!(e.code, Some(1001), "{e:?}");
+        let got = seen
+            .lock()
+            .unwrap()
+            .messages
+            .get(&e.name)
+            .cloned()
+            .unwrap_or_default();
+        assert!(
+            e.sent.is_subset(&got),
+            "{}: lost {:?}",
+            e.name,
+            e.sent.difference(&got)
+        );
+    }
+    let (status, _) = envoy.wait_exit(Duration::from_secs(10)).await;
+    assert!(status.success());
+    let (_, timed_out) = envoy.reported_drain();
+    assert!(!timed_out);
+    let log = envoy.log();
+    let in_writes = log.matches("Close(1001) written in a write").count();
+    let injected = log
+        .matches("Close(1001) to the client of connection")
+        .count();
+    eprintln!("Close put in a write: {in_writes}, injected at a wake-up: {injected}");
+    assert_eq!(in_writes + injected, 8, "{log}");
+    assert!(in_writes > 0, "the write-hook path was not taken: {log}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn with_the_move_off_websockets_are_cut_at_the_drain_timeout_as_before() {
+    let (port, _seen) = upstream(Upstream::Chatty).await;
+    let mut envoy = Envoy::start(options("4s", r#""move_long_lived_streams": false"#, port)).await;
+    let sse: Vec<_> = (0..2)
+        .map(|i| tokio::spawn(sse_client(envoy.data, format!("s{i}"))))
+        .collect();
+    envoy.wait_active(2).await;
+    let clients: Vec<_> = (0..3)
+        .map(|i| tokio::spawn(client(envoy.data, format!("c{i}"))))
+        .collect();
+    envoy.wait_active(5).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let t0 = Instant::now();
+    envoy.sigterm();
+    let mut ends = Vec::new();
+    for c in clients {
+        ends.push(c.await.unwrap());
+    }
+    for c in sse {
+        let e = c.await.unwrap();
+        assert!(!e.clean, "cut, not ended: {e:?}");
+        assert!(e.at - t0 >= Duration::from_millis(3800), "{e:?}");
+    }
+    let (_, exited) = envoy.wait_exit(Duration::from_secs(10)).await;
+    for e in &ends {
+        assert_ne!(e.code, Some(1001), "{e:?}");
+        assert!(
+            e.at - t0 >= Duration::from_millis(3800),
+            "{e:?} at {:?}",
+            e.at - t0
+        );
+    }
+    let (_, timed_out) = envoy.reported_drain();
+    assert!(timed_out, "cut at drain_timeout");
+    assert!(exited - t0 >= Duration::from_millis(3800));
+    assert!(
+        envoy.log().contains("cut: websocket 3, sse 2"),
+        "{}",
+        envoy.log()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_upstream_that_never_answers_the_close_is_closed_after_close_timeout() {
+    let (port, _seen) = upstream(Upstream::Deaf).await;
+    let mut envoy = Envoy::start(options(
+        "8s",
+        r#""long_lived_window": "200ms", "close_timeout": "1s""#,
+        port,
+    ))
+    .await;
+    let clients = connect_clients(&envoy, 2).await;
+    let t0 = Instant::now();
+    envoy.sigterm();
+    for c in clients {
+        let e = c.await.unwrap();
+        assert_eq!(e.code, Some(1001), "{e:?}");
+    }
+    let (_, exited) = envoy.wait_exit(Duration::from_secs(10)).await;
+    let took = exited - t0;
+    eprintln!("exit at {took:?}");
+    // 1 s hold + at most 0.2 s window + 1 s close_timeout, then the exit.
+    assert!(took >= Duration::from_millis(1900), "{took:?}");
+    assert!(
+        took < Duration::from_millis(2200) + common::envoy::EXIT_SLACK,
+        "{took:?}"
+    );
+    let (_, timed_out) = envoy.reported_drain();
+    assert!(!timed_out);
+}
+
+/// A client that completes the handshake by hand and then never answers our Close: after
+/// `close_timeout` the module sends a masked Close(1001) towards the upstream with
+/// `inject_read_data` (E4: it reaches the upstream through the connection manager's tunnel)
+/// and closes the connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_client_that_never_answers_gets_its_upstream_told_by_a_masked_close() {
+    let (port, seen) = upstream(Upstream::Chatty).await;
+    let mut envoy = Envoy::start(options(
+        "8s",
+        r#""long_lived_window": "200ms", "close_timeout": "1s""#,
+        port,
+    ))
+    .await;
+    let mut tcp = TcpStream::connect(("127.0.0.1", envoy.data)).await.unwrap();
+    tcp.write_all(
+        b"GET /upstream-streaming/ws/raw HTTP/1.1\r\nhost: x\r\nupgrade: websocket\r\n\
+          connection: upgrade\r\nsec-websocket-key: dGhlIHNhbXBsZSBub25jZQ==\r\n\
+          sec-websocket-version: 13\r\n\r\n",
+    )
+    .await
+    .unwrap();
+    envoy.wait_active(1).await;
+    let t0 = Instant::now();
+    envoy.sigterm();
+    // Read everything until the connection closes; never answer.
+    let mut got = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(8), async {
+        let mut buf = [0u8; 4096];
+        loop {
+            match tcp.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(k) => got.extend_from_slice(&buf[..k]),
+            }
+        }
+    })
+    .await;
+    assert!(read.is_ok(), "the connection was not closed");
+    let closed = t0.elapsed();
+    // Our Close(1001) to the client: 0x88, length, 0x03 0xE9.
+    assert!(
+        got.windows(4)
+            .any(|w| w[0] == 0x88 && w[2] == 0x03 && w[3] == 0xE9),
+        "no Close(1001) in {} bytes",
+        got.len()
+    );
+    assert!(closed >= Duration::from_millis(1900), "{closed:?}");
+    common::eventually(
+        "the upstream saw a Close(1001)",
+        Duration::from_secs(3),
+        || {
+            let ok = seen.lock().unwrap().closes.contains(&Some(1001));
+            async move { ok.then_some(()) }
+        },
+    )
+    .await;
+    let (status, _) = envoy.wait_exit(Duration::from_secs(10)).await;
+    assert!(status.success());
+    let _ = CloseCode::Away;
+}
