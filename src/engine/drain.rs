@@ -214,6 +214,24 @@ mod tests {
         }
     }
 
+    /// A request that started before the drain counts as starting at the drain start: the quiet
+    /// period runs from the start, not from the older request (killed a surviving mutant,
+    /// `make mutants`).
+    #[test]
+    fn a_request_from_before_the_drain_quiets_from_the_drain_start() {
+        let t0 = Instant::now() + ms(1_000);
+        let s = settings(100, 500, 5000);
+        let mut d = Drain::new(s);
+        assert_eq!(d.settings().quiet_period, s.quiet_period);
+        assert_eq!(d.settings().min_drain_duration, s.min_drain_duration);
+        assert!(d.start(t0, Trigger::Sigterm));
+        let before = Observation {
+            active_requests: 0,
+            last_request_start: Some(t0 - ms(300)),
+        };
+        assert_eq!(d.poll(t0, before), Decision::PollAt(t0 + ms(500)));
+    }
+
     #[test]
     fn serving_until_started() {
         let t0 = Instant::now();
