@@ -334,19 +334,33 @@ async fn connect_clients(envoy: &Envoy, n: usize) -> Vec<tokio::task::JoinHandle
     clients
 }
 
+/// `sse` SSE clients, then `ws` WebSocket clients, each counted in flight before the next kind
+/// opens, then a moment of exchanges before the caller's SIGTERM.
+async fn open_streams(
+    envoy: &Envoy,
+    sse: usize,
+    ws: usize,
+) -> (
+    Vec<tokio::task::JoinHandle<SseEnd>>,
+    Vec<tokio::task::JoinHandle<ClientEnd>>,
+) {
+    let sse_clients: Vec<_> = (0..sse)
+        .map(|i| tokio::spawn(sse_client(envoy.data, format!("s{i}"))))
+        .collect();
+    envoy.wait_active(sse as u64).await;
+    let clients: Vec<_> = (0..ws)
+        .map(|i| tokio::spawn(client(envoy.data, format!("c{i}"))))
+        .collect();
+    envoy.wait_active((sse + ws) as u64).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    (sse_clients, clients)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn websockets_get_close_1001_sse_ends_cleanly_spread_over_the_window_and_the_exit_follows() {
     let (port, seen) = upstream(Upstream::Chatty).await;
     let mut envoy = Envoy::start(options("8s", r#""long_lived_window": "2s""#, port)).await;
-    let sse: Vec<_> = (0..10)
-        .map(|i| tokio::spawn(sse_client(envoy.data, format!("s{i}"))))
-        .collect();
-    envoy.wait_active(10).await;
-    let clients: Vec<_> = (0..20)
-        .map(|i| tokio::spawn(client(envoy.data, format!("c{i}"))))
-        .collect();
-    envoy.wait_active(30).await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (sse, clients) = open_streams(&envoy, 10, 20).await;
     let t0 = Instant::now();
     envoy.sigterm();
     let mut ends = Vec::new();
@@ -477,15 +491,7 @@ async fn a_server_inside_a_fragmented_message_gets_the_close_after_its_last_frag
 async fn with_the_move_off_websockets_are_cut_at_the_drain_timeout_as_before() {
     let (port, _seen) = upstream(Upstream::Chatty).await;
     let mut envoy = Envoy::start(options("4s", r#""move_long_lived_streams": false"#, port)).await;
-    let sse: Vec<_> = (0..2)
-        .map(|i| tokio::spawn(sse_client(envoy.data, format!("s{i}"))))
-        .collect();
-    envoy.wait_active(2).await;
-    let clients: Vec<_> = (0..3)
-        .map(|i| tokio::spawn(client(envoy.data, format!("c{i}"))))
-        .collect();
-    envoy.wait_active(5).await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (sse, clients) = open_streams(&envoy, 2, 3).await;
     let t0 = Instant::now();
     envoy.sigterm();
     let mut ends = Vec::new();
