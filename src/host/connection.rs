@@ -1,5 +1,5 @@
 //! [`ConnectionHost`]: what the network filter ([`crate::network_filter`]) needs from the Envoy
-//! connection it sits on, inside one of its hooks. `crate::ffi::network` implements it over
+//! connection it sits on, inside one of its hooks. the FFI seam (`src/ffi/network.rs`) implements it over
 //! Envoy's network-filter callbacks; the network filter's unit tests fake it. Uses nothing but
 //! std.
 //!

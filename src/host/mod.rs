@@ -1,6 +1,6 @@
 //! How the module reaches Envoy: one host trait per Envoy object, written in Envoy's terms and
 //! nothing else. The policy code ([`crate::http_filter`], [`crate::network_filter`],
-//! [`crate::extension`], [`crate::engine::state`]) is written against these traits; `crate::ffi`
+//! [`crate::extension`], [`crate::engine::state`]) is written against these traits; the FFI seam
 //! implements them over Envoy's callbacks, and the unit tests implement them with fakes. May use:
 //! nothing of the crate but plain types (a host trait never names the state it serves, so every
 //! layer can use it).

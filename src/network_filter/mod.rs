@@ -2,7 +2,7 @@
 //! connection manager), written against [`ConnectionHost`]: what its config load sets up, what a
 //! new connection registers, how reads and writes reach the connection's state machine and its
 //! exchange tracker, how a scheduled event's [`Action`] is applied and counted, and what its
-//! destroy releases. `crate::ffi::network` only converts and calls these, one call per hook.
+//! destroy releases. The FFI seam (`src/ffi/network.rs`) only converts and calls these, one call per hook.
 //!
 //! Uses [`crate::connections`] (the state machine that decides), [`crate::tracking`] (the
 //! exchange tracker, connection mode), [`crate::engine::state`] (the shared drain state, passed in) and
