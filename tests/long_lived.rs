@@ -53,8 +53,8 @@ async fn upstream(kind: Upstream) -> (u16, Arc<Mutex<Seen>>) {
             };
             let seen = s.clone();
             tokio::spawn(async move {
-                if is_sse(&tcp).await {
-                    return serve_sse(tcp).await;
+                if let Some(quiet) = is_sse(&tcp).await {
+                    return serve_sse(tcp, quiet).await;
                 }
                 let Ok(ws) = tokio_tungstenite::accept_async(tcp).await else {
                     return;
@@ -103,23 +103,28 @@ async fn upstream(kind: Upstream) -> (u16, Arc<Mutex<Seen>>) {
     (port, seen)
 }
 
-/// Whether the request on `tcp` (not read yet) asks for an event stream (`/sse/` in its path).
-async fn is_sse(tcp: &TcpStream) -> bool {
+/// Whether the request on `tcp` (not read yet) asks for an event stream (`/sse/` in its path,
+/// or `/sse-quiet/`: see [`serve_sse`]).
+async fn is_sse(tcp: &TcpStream) -> Option<bool> {
     let mut buf = [0u8; 256];
     for _ in 0..100 {
         let n = tcp.peek(&mut buf).await.unwrap_or(0);
         if buf[..n].windows(2).any(|w| w == b"\r\n") {
-            return buf[..n].windows(5).any(|w| w == b"/sse/");
+            let has = |p: &[u8]| buf[..n].windows(p.len()).any(|w| w == p);
+            return has(b"/sse/")
+                .then_some(false)
+                .or(has(b"/sse-quiet/").then_some(true));
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    false
+    None
 }
 
 /// An SSE upstream: a chunked `text/event-stream` response, an event every 100 ms, each sent
 /// as two chunks 30 ms apart (so a cut after the first would be inside an event), until the
-/// connection goes.
-async fn serve_sse(mut tcp: TcpStream) {
+/// connection goes. `quiet`: two events, then nothing (a stream with rare events, as a
+/// notification feed between two notifications), until the connection goes.
+async fn serve_sse(mut tcp: TcpStream, quiet: bool) {
     let mut head = Vec::new();
     let mut buf = [0u8; 1024];
     while !head.windows(4).any(|w| w == b"\r\n\r\n") {
@@ -143,6 +148,11 @@ async fn serve_sse(mut tcp: TcpStream) {
         if tcp.write_all(&chunk(" ends here\n\n")).await.is_err() {
             return;
         }
+        if quiet && n == 2 {
+            // Held open until the connection goes.
+            let _ = tcp.read(&mut buf).await;
+            return;
+        }
         tokio::time::sleep(Duration::from_millis(70)).await;
     }
 }
@@ -164,9 +174,14 @@ struct SseEnd {
 /// body and parses the event stream (WHATWG HTML §9.2.6: an event is dispatched at a blank
 /// line).
 async fn sse_client(data: u16, name: String) -> SseEnd {
+    sse_client_on(data, "sse", name).await
+}
+
+/// [`sse_client`] under `/upstream-streaming/{kind}/`.
+async fn sse_client_on(data: u16, kind: &str, name: String) -> SseEnd {
     let mut tcp = TcpStream::connect(("127.0.0.1", data)).await.unwrap();
     let req = format!(
-        "GET /upstream-streaming/sse/{name} HTTP/1.1\r\nhost: x\r\naccept: text/event-stream\r\n\r\n"
+        "GET /upstream-streaming/{kind}/{name} HTTP/1.1\r\nhost: x\r\naccept: text/event-stream\r\n\r\n"
     );
     tcp.write_all(req.as_bytes()).await.unwrap();
     let mut got = Vec::new();
@@ -609,4 +624,178 @@ async fn a_client_that_never_answers_gets_its_upstream_told_by_a_masked_close() 
     let (status, _) = envoy.wait_exit(Duration::from_secs(10)).await;
     assert!(status.success());
     let _ = CloseCode::Away;
+}
+
+/// SSE streams with rare events (two, then silence: a notification feed) are ended at their
+/// move time, between two events (the tracker follows an SSE body's events, so it knows the
+/// bytes so far end at a blank line), not cut at `drain_timeout`; an SSE response that begins
+/// after the moves began (a client still routed here) is ended too, not left to be cut.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn quiet_sse_streams_and_one_opened_during_the_moves_end_cleanly_before_the_timeout() {
+    let (port, _seen) = upstream(Upstream::Chatty).await;
+    let mut envoy = Envoy::start(options("10s", r#""long_lived_window": "2s""#, port)).await;
+    let early: Vec<_> = (0..6)
+        .map(|i| tokio::spawn(sse_client_on(envoy.data, "sse-quiet", format!("q{i}"))))
+        .collect();
+    envoy.wait_active(6).await;
+    let t0 = Instant::now();
+    envoy.sigterm();
+    // Once a quiet stream ended the moves have begun: a late client then opens its stream.
+    common::eventually(
+        "a quiet stream to end (the moves began)",
+        Duration::from_secs(5),
+        || {
+            let done = early.iter().any(|h| h.is_finished());
+            async move { done.then_some(()) }
+        },
+    )
+    .await;
+    let late = tokio::spawn(sse_client_on(envoy.data, "sse", "late".to_string()));
+    let mut ends = Vec::new();
+    for c in early {
+        ends.push(c.await.unwrap());
+    }
+    let late = late.await.unwrap();
+    let (status, exited) = envoy.wait_exit(Duration::from_secs(12)).await;
+    assert!(status.success(), "{status}");
+    for e in ends.iter().chain([&late]) {
+        assert!(e.clean && e.at_boundary, "{e:?}");
+    }
+    for e in &ends {
+        assert_eq!(e.events, 2, "{e:?}");
+        let at = e.at - t0;
+        assert!(
+            at >= Duration::from_millis(950) && at <= Duration::from_millis(3_300),
+            "a quiet stream ended at {at:?}: its move time is within the window after 1 s"
+        );
+    }
+    let took = exited - t0;
+    eprintln!(
+        "quiet streams ended {:?}..{:?}, late one at {:?}, exit at {took:?}",
+        ends.iter().map(|e| e.at - t0).min().unwrap(),
+        ends.iter().map(|e| e.at - t0).max().unwrap(),
+        late.at - t0
+    );
+    // Not the drain_timeout (10 s): the window's end and the exit slack.
+    assert!(
+        took < Duration::from_millis(3_300) + common::envoy::EXIT_SLACK,
+        "exited after {took:?}"
+    );
+    let (_, timed_out) = envoy.reported_drain();
+    assert!(!timed_out, "the drain must complete, not time out");
+    assert!(
+        envoy
+            .log()
+            .contains("long-lived streams moved: websocket 0, sse 7; cut: websocket 0, sse 0"),
+        "completion line: {}",
+        envoy
+            .log()
+            .lines()
+            .filter(|l| l.contains("drain completed"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+}
+
+/// What a close-delimited SSE client saw: the body up to the close, and how it ended.
+#[derive(Debug)]
+struct UntilCloseEnd {
+    /// The connection ended with a FIN (a read of 0), not a reset.
+    fin: bool,
+    body: String,
+    at: Instant,
+}
+
+/// An HTTP/1.0 SSE client: Envoy answers it without chunks, the body running until the close
+/// (RFC 9112 §6.3; Envoy's HTTP/1 codec does not chunk for HTTP/1.0).
+async fn sse_client_http10(data: u16, name: String) -> UntilCloseEnd {
+    let mut tcp = TcpStream::connect(("127.0.0.1", data)).await.unwrap();
+    let req = format!("GET /upstream-streaming/sse/{name} HTTP/1.0\r\nhost: x\r\n\r\n");
+    tcp.write_all(req.as_bytes()).await.unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    let fin = tokio::time::timeout(Duration::from_secs(30), async {
+        loop {
+            match tcp.read(&mut buf).await {
+                Ok(0) => return true,
+                Err(_) => return false,
+                Ok(k) => got.extend_from_slice(&buf[..k]),
+            }
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("{name}: not ended within 30 s"));
+    let text = String::from_utf8_lossy(&got).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n").expect("a response head");
+    // Envoy answers an HTTP/1.0 request in HTTP/1.0.
+    assert!(head.starts_with("HTTP/1.0 200"), "{head}");
+    assert!(
+        !head.to_ascii_lowercase().contains("transfer-encoding"),
+        "Envoy chunked an HTTP/1.0 response: {head}"
+    );
+    UntilCloseEnd {
+        fin,
+        body: body.to_string(),
+        at: Instant::now(),
+    }
+}
+
+/// A close-delimited SSE response (to an HTTP/1.0 client, `accept_http_10`) ends with the
+/// close right after an event's blank line, never inside an event (the upstream sends each
+/// event in two parts 30 ms apart), at its move time, and the exit follows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_close_delimited_sse_response_is_closed_just_after_an_event() {
+    let (port, _seen) = upstream(Upstream::Chatty).await;
+    let o = options("8s", r#""long_lived_window": "1s""#, port);
+    let p = common::free_ports(3);
+    let yaml = common::envoy::render_gateway(p[0], p[1], p[2], &o).replacen(
+        "codec_type: AUTO\n",
+        "codec_type: AUTO\n          http_protocol_options: { accept_http_10: true }\n",
+        1,
+    );
+    let mut envoy = Envoy::start_yaml(&yaml, p[0], p[1], p[2], &o).await;
+    let clients: Vec<_> = (0..5)
+        .map(|i| tokio::spawn(sse_client_http10(envoy.data, format!("h{i}"))))
+        .collect();
+    envoy.wait_active(5).await;
+    let t0 = Instant::now();
+    envoy.sigterm();
+    let mut ends = Vec::new();
+    for c in clients {
+        ends.push(c.await.unwrap());
+    }
+    let (status, exited) = envoy.wait_exit(Duration::from_secs(10)).await;
+    assert!(status.success(), "{status}");
+    for e in &ends {
+        assert!(e.fin, "a reset, not a close: {e:?}");
+        assert!(e.body.ends_with("\n\n"), "ended inside an event: {e:?}");
+        let events: Vec<_> = e.body.split("\n\n").filter(|x| !x.is_empty()).collect();
+        assert!(events.len() >= 5, "{e:?}");
+        for ev in events {
+            assert!(ev.ends_with(" ends here"), "a cut event {ev:?}");
+        }
+        let at = e.at - t0;
+        assert!(
+            at >= Duration::from_millis(950) && at <= Duration::from_millis(2_500),
+            "closed at {at:?}"
+        );
+    }
+    let took = exited - t0;
+    eprintln!("exit at {took:?}");
+    assert!(
+        took < Duration::from_millis(2_500) + common::envoy::EXIT_SLACK,
+        "exited after {took:?}"
+    );
+    assert!(
+        envoy
+            .log()
+            .contains("long-lived streams moved: websocket 0, sse 5; cut: websocket 0, sse 0"),
+        "{}",
+        envoy
+            .log()
+            .lines()
+            .filter(|l| l.contains("drain completed"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
 }

@@ -109,6 +109,11 @@ impl LongLived {
             .store(ns(s.message_wait), Ordering::Relaxed);
     }
 
+    /// The drain started (its moves are planned, or off).
+    pub fn drain_started(&self) -> bool {
+        self.from.load(Ordering::Relaxed) != 0
+    }
+
     pub fn enabled(&self) -> bool {
         self.enabled.load(Ordering::Relaxed)
     }

@@ -289,11 +289,25 @@ impl Tracker {
     /// A tunnel just opened with `rest` the server's first bytes in it: a 101 that switched to
     /// WebSocket frames ([`http1::F_WS`]) takes the HTTP/1.1 state's place with the two frame
     /// followers ([`Moving`]), unless the client sent bytes while it waited for the answer
-    /// (not kept, so its frames cannot be followed: left as today).
+    /// (not kept, so its frames cannot be followed: left as today). A close-delimited SSE
+    /// response ([`http1::F_SSE`], no length, not chunked) takes it with its events followed
+    /// from the body's start ([`sse::Framing::UntilClose`]): nothing follows it on the
+    /// connection, so nothing is lost by dropping the HTTP/1.1 state.
     #[cold]
     fn switch(&mut self, rest: &[u8]) {
         let Wire::Http1(h) = &self.wire else { return };
         let f = h.resp.facts;
+        let connect = h.fifo.front().unwrap_or(0) & R_CONNECT != 0;
+        if f & F_SSE != 0 && h.resp.status != 101 && !connect && h.fifo.len == 1 {
+            let mut events = sse::Events::new();
+            events.feed(rest);
+            self.wire = Wire::Sse(sse::Ending {
+                body: sse::Framing::UntilClose(events),
+                due: false,
+                step: 0,
+            });
+            return;
+        }
         if f & F_WS == 0 || h.waited {
             return;
         }
@@ -311,44 +325,54 @@ impl Tracker {
         }
     }
 
-    /// HTTP/1.1: the response under way is a chunked `text/event-stream` (SSE), and no other
-    /// request is read behind it.
+    /// HTTP/1.1: an SSE response is under way and not handed over to its end yet: a chunked
+    /// one with no other request read behind it, or a close-delimited one.
     pub fn sse_in_flight(&self) -> bool {
         match &self.wire {
             Wire::Http1(h) => {
-                !self.ctx.lost
+                h.resp.events.is_some()
+                    && !self.ctx.lost
                     && !self.ctx.tunnel
-                    && h.sse
                     && h.fifo.len == 1
                     && h.req.st == St::Start
             }
+            Wire::Sse(e) => !e.due,
             _ => false,
         }
     }
 
-    /// Hands an SSE response over to its end ([`sse::Ending`]) if the server's bytes so far end
-    /// at a chunk start (else `false`: try again after the next write). From then on the
-    /// connection is a tunnel: busy until it closes, its request in flight, and later bytes
-    /// are the caller's to feed ([`Tracker::sse_ending`]).
+    /// Hands an SSE response over to its end ([`sse::Ending`], `due`): a close-delimited one at
+    /// once, a chunked one if the server's bytes so far end at a chunk start (else `false`: try
+    /// again after the next write). From then on the connection is a tunnel: busy until it
+    /// closes, its request in flight, and later bytes are the caller's to feed
+    /// ([`Tracker::sse_ending`]), from the body's event state so far.
     pub fn sse_hand_over(&mut self) -> bool {
         if !self.sse_in_flight() {
             return false;
         }
-        let Wire::Http1(h) = &self.wire else {
-            return false;
+        let h = match &mut self.wire {
+            Wire::Sse(e) => {
+                e.due = true;
+                return true;
+            }
+            Wire::Http1(h) => h,
+            _ => return false,
         };
         if h.resp.st != St::ChunkSize || h.resp.pos != 0 {
             return false;
         }
+        let events = h.resp.events.unwrap_or_else(sse::Events::resumed);
         self.ctx.tunnel = true;
         self.wire = Wire::Sse(sse::Ending {
-            body: sse::Chunked::resumed_at_chunk_start(),
+            body: sse::Framing::Chunked(sse::Chunked::at_chunk_start(events)),
+            due: true,
             step: 0,
         });
         true
     }
 
-    /// The SSE response being ended, if it was handed over.
+    /// The SSE response followed in the HTTP/1.1 state's place: handed over to its end
+    /// (`due`), or close-delimited and followed from its start.
     pub fn sse_ending(&mut self) -> Option<&mut sse::Ending> {
         match &mut self.wire {
             Wire::Sse(e) => Some(e),
@@ -463,7 +487,11 @@ impl Tracker {
             return 0;
         }
         match &self.wire {
-            Wire::Http1(h) if matches!(h.resp.st, St::Body | St::ChunkData) => h.resp.num,
+            Wire::Http1(h)
+                if matches!(h.resp.st, St::Body | St::ChunkData) && h.resp.events.is_none() =>
+            {
+                h.resp.num
+            }
             Wire::Http2(h) if !(h.s.ty == GOAWAY && h.s.goaway_have < 4) => {
                 u64::from(h.s.reader.payload_left().unwrap_or(0))
             }

@@ -10,7 +10,8 @@
 //! with an empty line (or before any byte).
 //!
 //! Two layers: [`Events`] follows body bytes (for a close-delimited body, where ending means
-//! closing the connection at such a place, or for an HTTP filter that sees the decoded body);
+//! closing the connection at such a place, for the chunk data the connection tracker reads, or
+//! for an HTTP filter that sees the decoded body);
 //! [`Chunked`] follows the wire bytes of an HTTP/1.1 chunked body (RFC 9112 §7.1), as the
 //! network filter sees them after the response head, hands the chunk data to an [`Events`] and
 //! tells the wire offsets where [`LAST_CHUNK`] may be written: at the start of a chunk-size
@@ -114,13 +115,57 @@ impl Events {
     }
 }
 
-/// An SSE response being ended at a drain, in the place of its connection's HTTP/1.1 state
-/// (`exchange::Tracker::sse_hand_over`): its chunked body followed from a chunk start, and the
-/// caller's step (its own numbering; 0 at the hand-over).
+/// An SSE response followed in the place of its connection's HTTP/1.1 state: being ended at a
+/// drain (`exchange::Tracker::sse_hand_over`), or close-delimited (nothing can follow it on its
+/// connection); its body followed, and the caller's step (its own numbering; 0 at first).
 #[derive(Debug, Clone, Copy)]
 pub struct Ending {
-    pub body: Chunked,
+    pub body: Framing,
+    /// Handed over: end at the next cut point. (`false`: a close-delimited body followed
+    /// from its start, before its move time.)
+    pub due: bool,
     pub step: u8,
+}
+
+/// How an SSE response's body is framed on the wire, and so how it is ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Framing {
+    /// Chunked (RFC 9112 §7.1): ended by [`LAST_CHUNK`] at a [`Chunked`] cut point.
+    Chunked(Chunked),
+    /// Close-delimited (RFC 9112 §6.3: no length, not chunked; Envoy writes it so to an HTTP/1.0
+    /// client): ended by closing the connection after an event boundary.
+    UntilClose(Events),
+}
+
+impl Framing {
+    /// What to write at a cut point to end the body there ([`LAST_CHUNK`], or nothing: the
+    /// close ends a close-delimited body).
+    pub const fn terminator(&self) -> &'static [u8] {
+        match self {
+            Framing::Chunked(_) => LAST_CHUNK,
+            Framing::UntilClose(_) => b"",
+        }
+    }
+
+    /// The body may be ended now, before any further byte (see [`Chunked::can_end_here`]).
+    pub const fn can_end_here(&self) -> bool {
+        match self {
+            Framing::Chunked(c) => c.can_end_here(),
+            Framing::UntilClose(e) => e.at_boundary(),
+        }
+    }
+
+    /// Follows the next wire bytes of the body: as [`Chunked::feed`]; a close-delimited body
+    /// never ends by itself and never gives up.
+    pub fn feed(&mut self, bytes: &[u8]) -> Result<Fed, GiveUp> {
+        match self {
+            Framing::Chunked(c) => c.feed(bytes),
+            Framing::UntilClose(e) => Ok(Fed {
+                cut: e.feed(bytes),
+                ended: None,
+            }),
+        }
+    }
 }
 
 /// Why [`Chunked`] stopped following: the chunked framing was not what RFC 9112 §7.1 says.
@@ -196,16 +241,21 @@ impl Chunked {
         }
     }
 
-    /// Starts following at the start of a chunk-size line of a body whose event bytes so far were
-    /// not followed (the connection tracker already follows chunk framing: it can hand over at a
-    /// chunk boundary at the move time); see [`Events::resumed`].
-    pub const fn resumed_at_chunk_start() -> Self {
+    /// Starts following at the start of a chunk-size line, with `events` the body's event state
+    /// so far (the connection tracker follows chunk framing and an SSE body's events: it hands
+    /// over at a chunk boundary at the move time; [`Events::resumed`] when it did not follow).
+    pub const fn at_chunk_start(events: Events) -> Self {
         Self {
             st: Ch::Size,
             digits: 0,
             left: 0,
-            events: Events::resumed(),
+            events,
         }
+    }
+
+    /// [`Chunked::at_chunk_start`] of a body whose event bytes so far were not followed.
+    pub const fn resumed_at_chunk_start() -> Self {
+        Self::at_chunk_start(Events::resumed())
     }
 
     /// [`LAST_CHUNK`] written now ends the body cleanly: at a chunk-size line's start, with the

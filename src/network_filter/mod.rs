@@ -257,7 +257,7 @@ impl NetFilter {
             return self.long_lived_write(host, conn, &mut t, shared);
         }
         let edit = host.with_write_slices(|chunks| t.on_write_bytes(chunks, conn, shared, now));
-        if t.tracker().tunnel() {
+        if t.tracker().tunnel() || t.sse_unnoticed() {
             self.switched(conn, &mut t, shared);
         }
         drop(t);
@@ -311,12 +311,16 @@ impl NetFilter {
         )
     }
 
-    /// A write opened a tunnel: a WebSocket is counted open once, and woken by the moves thread
-    /// at the moves' start (`wake_all`), or now if they began.
+    /// A write opened a tunnel or an SSE response: a WebSocket is counted open once, and woken
+    /// by the moves thread at the moves' start (`wake_all`), or now if they began; an SSE
+    /// response that began after the drain started (no wake-up counted it) is woken now.
     #[cold]
     #[inline(never)]
     fn switched(&self, conn: &Conn, t: &mut Tracking, shared: &Shared) {
-        if t.note_switch(shared) && shared.connections.long_lived.plan(conn.id).is_some() {
+        let ll = &shared.connections.long_lived;
+        // `note_switch` first: it counts a switch whatever the drain.
+        let websocket = t.note_switch(shared) && ll.plan(conn.id).is_some();
+        if websocket || (t.sse_unnoticed() && ll.drain_started()) {
             self.wake_at(shared, 1);
         }
     }
@@ -426,6 +430,17 @@ impl NetFilter {
                      after close_timeout: closing",
                     conn.id
                 );
+                host.close(b"graceful_drain_long_lived_moved")
+            }
+            WsWake::EndAndClose(end) => {
+                log::debug!(
+                    "graceful_drain: SSE response on connection {} at an event boundary at its \
+                     move time: ended, closing",
+                    conn.id
+                );
+                if !end.is_empty() {
+                    host.inject_write(&end);
+                }
                 host.close(b"graceful_drain_long_lived_moved")
             }
         }

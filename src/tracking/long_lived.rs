@@ -6,7 +6,6 @@
 use super::*;
 use crate::connections::MovePlan;
 use crate::engine::state::{Shared, Stat};
-use crate::exchange::sse::LAST_CHUNK;
 use crate::exchange::websocket::mover::{Wake, Write};
 use crate::exchange::websocket::{close_frame, GOING_AWAY};
 use std::sync::atomic::Ordering;
@@ -55,6 +54,9 @@ pub enum WsWake {
     /// The close handshake is over: close at once (flushing if the connection is still open,
     /// without waiting if Envoy's own delayed close already began: everything was written).
     CloseNow,
+    /// Write these bytes towards the client (none: nothing to write), then close, flushing:
+    /// an SSE response whose bytes so far end at an event boundary ends now.
+    EndAndClose(Vec<u8>),
 }
 
 fn client_close() -> Vec<u8> {
@@ -244,12 +246,11 @@ pub fn upstream_close(key: [u8; 4]) -> Vec<u8> {
         .to_vec()
 }
 
-// ---- SSE (HTTP/1.1 chunked) ---------------------------------------------------------------
+// ---- SSE (HTTP/1.1, chunked or close-delimited) ---------------------------------------------
 
-/// `sse::Ending::step`: handed over, looking for an event boundary at a chunk start.
-#[allow(dead_code)]
+/// `sse::Ending::step`: looking for an event boundary (at a chunk start, when chunked).
 const SSE_LOOKING: u8 = 0;
-/// The last chunk was written (or the server ended the response): close at the next wake-up.
+/// The end was written (or the server ended the response): close at the next wake-up.
 const SSE_ENDED: u8 = 1;
 /// Closed (or closing).
 const SSE_CLOSED: u8 = 2;
@@ -268,9 +269,16 @@ impl Tracking {
             || self.tracker.sse_in_flight()
     }
 
+    /// An SSE response is in flight that no wake-up counted yet (it began after the moves'
+    /// start, or the drain has not started): the glue wakes it once the drain started.
+    pub fn sse_unnoticed(&self) -> bool {
+        !self.sse_counted && self.tracker.sse_in_flight()
+    }
+
     /// The moves thread woke a connection that is not a WebSocket: an SSE response in flight
-    /// is counted (once), and at its move time handed over to its end (the write hook then
-    /// writes the last chunk at the first event boundary); once ended, the connection closes.
+    /// is counted (once), and at its move time handed over to its end: ended at once when its
+    /// bytes so far end at an event boundary (the tracker follows an SSE body's events), else
+    /// the write hook ends it at the first boundary; once ended, the connection closes.
     pub fn sse_wake(
         &mut self,
         plan: Option<MovePlan>,
@@ -280,7 +288,7 @@ impl Tracking {
         if !self.counts() {
             return (WsWake::Nothing, None);
         }
-        if let Some(e) = self.tracker.sse_ending() {
+        if let Some(e) = self.tracker.sse_ending().filter(|e| e.due) {
             if e.step == SSE_ENDED {
                 e.step = SSE_CLOSED;
                 return (WsWake::Close, None);
@@ -304,15 +312,21 @@ impl Tracking {
         if now < p.at {
             return (WsWake::Nothing, Some(p.at));
         }
-        if self.tracker.sse_hand_over() {
-            return (WsWake::Nothing, None);
+        if !self.tracker.sse_hand_over() {
+            return (WsWake::Nothing, Some(now.saturating_add(SSE_RETRY_NANOS)));
         }
-        (WsWake::Nothing, Some(now.saturating_add(SSE_RETRY_NANOS)))
+        match self.tracker.sse_ending() {
+            Some(e) if e.step == SSE_LOOKING && e.body.can_end_here() => {
+                e.step = SSE_CLOSED;
+                (WsWake::EndAndClose(e.body.terminator().to_vec()), None)
+            }
+            _ => (WsWake::Nothing, None),
+        }
     }
 
-    /// A write of an SSE response being ended (`chunks`: its slices; `None`: the body is no
-    /// longer followed, left as today). Returns the edit, and a wake-up to ask for (now: the
-    /// close) once the response ended in it.
+    /// A write of an SSE response followed in the HTTP/1.1 state's place (`chunks`: its slices;
+    /// `None`: the body is no longer followed, left as today). Returns the edit, and a wake-up
+    /// to ask for (now: the close) once the response ended in it.
     pub fn sse_write<'a>(
         &mut self,
         chunks: Option<impl Iterator<Item = &'a [u8]>>,
@@ -329,6 +343,13 @@ impl Tracking {
             e.step = SSE_LOST;
             return (WsWrite::Pass, None);
         };
+        if !e.due {
+            // Followed only (close-delimited, before its move time).
+            for c in chunks {
+                let _ = e.body.feed(c);
+            }
+            return (WsWrite::Pass, None);
+        }
         let slices: Vec<&[u8]> = chunks.collect();
         let (mut before, mut end) = (0usize, None);
         for c in &slices {
@@ -351,23 +372,22 @@ impl Tracking {
             }
             before += c.len();
         }
-        let Some((at, last_chunk)) = end else {
+        let Some((at, cut)) = end else {
             return (WsWrite::Pass, None);
         };
         e.step = SSE_ENDED;
+        let terminator = if cut { e.body.terminator() } else { b"" };
         let total: usize = slices.iter().map(|c| c.len()).sum();
         let edit = if at == total {
-            if last_chunk {
-                WsWrite::Append(LAST_CHUNK.to_vec())
-            } else {
+            if terminator.is_empty() {
                 WsWrite::Pass
+            } else {
+                WsWrite::Append(terminator.to_vec())
             }
         } else {
             let mut bytes: Vec<u8> = slices.concat();
             bytes.truncate(at);
-            if last_chunk {
-                bytes.extend_from_slice(LAST_CHUNK);
-            }
+            bytes.extend_from_slice(terminator);
             WsWrite::Replace(bytes)
         };
         (edit, Some(1))

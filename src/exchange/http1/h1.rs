@@ -47,8 +47,6 @@ pub(in crate::exchange) struct H1 {
     pub(in crate::exchange) verdict_pending: bool,
     /// The client sent bytes while waiting (tunnel data or a next request; not kept).
     pub(in crate::exchange) waited: bool,
-    /// The response under way is a chunked `text/event-stream` (an SSE response).
-    pub(in crate::exchange) sse: bool,
 }
 
 // Why `Wait` does not buffer: a client may send tunnel data right behind a CONNECT or an
@@ -224,7 +222,8 @@ impl H1 {
             return Some(self.response_done(ctx));
         }
         if (te && f & F_CHUNKED == 0) || (!te && f & F_CL == 0) {
-            // RFC 9112 §6.3: the body runs until the connection closes.
+            // RFC 9112 §6.3: the body runs until the connection closes (`Tracker::switch`
+            // follows an SSE one's events from here).
             ctx.tunnel = true;
             ctx.will_close = true;
             return None;
@@ -232,7 +231,9 @@ impl H1 {
         match self.resp.body(te) {
             Some(st) => {
                 self.resp.st = st;
-                self.sse = te && f & F_SSE != 0;
+                if te && f & F_SSE != 0 {
+                    self.resp.events = Some(sse::Events::new());
+                }
                 None
             }
             None => Some(self.response_done(ctx)),
@@ -240,7 +241,7 @@ impl H1 {
     }
 
     pub(in crate::exchange) fn response_done(&mut self, ctx: &mut Ctx) -> Event {
-        self.sse = false;
+        self.resp.events = None;
         self.fifo.pop();
         self.resp.st = St::Start;
         Event::Ended(seq(ctx.ended))

@@ -241,6 +241,10 @@ pub(super) struct Half {
     pub(super) num: u64,
     /// The message's Content-Length.
     pub(super) cl: u64,
+    /// A chunked SSE response's events so far (its chunk data is fed here, not skipped:
+    /// `Tracker::server_unread_ahead` is 0 for it), so that a drain knows whether the body
+    /// ends at an event boundary. `None` for every other message (one byte, in the padding).
+    pub(super) events: Option<sse::Events>,
 }
 
 /// What a parse step reached.

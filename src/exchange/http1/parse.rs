@@ -222,6 +222,9 @@ impl Half {
                 St::Body | St::ChunkData => {
                     let left = bytes.len() - i;
                     let n = usize::try_from(self.num).unwrap_or(usize::MAX).min(left);
+                    if let Some(e) = &mut self.events {
+                        e.feed(bytes.get(i..i + n).unwrap_or_default());
+                    }
                     i += n;
                     self.num -= n as u64;
                     if self.num == 0 {

@@ -4,6 +4,7 @@
 use super::*;
 use crate::connections::Conn;
 use crate::engine::state::tests::{fast, fixture};
+use crate::exchange::sse::LAST_CHUNK;
 
 const UPGRADE: &[u8] =
     b"GET /ws HTTP/1.1\r\nhost: x\r\nupgrade: websocket\r\nconnection: upgrade\r\n\
@@ -197,19 +198,26 @@ const SSE_HEAD: &[u8] = b"HTTP/1.1 200 OK\r\nContent-Type: TEXT/event-stream;cha
 transfer-encoding: chunked\r\n\r\n";
 
 fn sse_started(head: &[u8]) -> (Tracking, Conn, crate::engine::state::tests::Fixture) {
+    sse_started_by(SSE_GET, head)
+}
+
+fn sse_started_by(
+    get: &[u8],
+    head: &[u8],
+) -> (Tracking, Conn, crate::engine::state::tests::Fixture) {
     let f = fixture(Some(fast()));
     let conn = Conn::new(1);
     let mut t = Tracking::new();
-    t.on_read(
-        SSE_GET.len(),
-        Some([SSE_GET].into_iter()),
-        &conn,
-        &f.shared,
-        now,
-    );
+    t.on_read(get.len(), Some([get].into_iter()), &conn, &f.shared, now);
     t.on_write(Some([head].into_iter()), &conn, &f.shared, now);
     (t, conn, f)
 }
+
+/// What Envoy writes to an HTTP/1.0 client for a response without a length: no chunks, the
+/// body runs until the close.
+const SSE_GET_10: &[u8] = b"GET /events HTTP/1.0\r\nhost: x\r\naccept: text/event-stream\r\n\r\n";
+const SSE_HEAD_UNTIL_CLOSE: &[u8] =
+    b"HTTP/1.0 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n";
 
 fn chunk(data: &[u8]) -> Vec<u8> {
     [format!("{:x}\r\n", data.len()).as_bytes(), data, b"\r\n"].concat()
@@ -245,9 +253,13 @@ fn only_chunked_event_streams_are_sse_responses() {
 #[test]
 fn an_sse_response_ends_with_the_last_chunk_at_the_first_event_boundary_after_its_move_time() {
     let (mut t, conn, f) = sse_started(SSE_HEAD);
+    // An event, then half of the next one (its own chunk) before the move time.
     let ev = chunk(b"data: one\n\n");
     t.on_write(Some([&ev[..]].into_iter()), &conn, &f.shared, now);
-    // Counted at the moves' start, handed over at its move time (at a chunk start).
+    let half = chunk(b"data: two");
+    t.on_write(Some([&half[..]].into_iter()), &conn, &f.shared, now);
+    // Counted at the moves' start, handed over at its move time (at a chunk start, inside
+    // an event: nothing written yet).
     assert_eq!(
         t.sse_wake(plan(500), 100, &f.shared),
         (WsWake::Nothing, Some(500))
@@ -258,11 +270,10 @@ fn an_sse_response_ends_with_the_last_chunk_at_the_first_event_boundary_after_it
         t.sse_wake(plan(500), 500, &f.shared),
         (WsWake::Nothing, None)
     );
-    // Half an event: not here (the events are followed from the hand-over: the first blank
-    // line after a line end proves a boundary).
-    let half = chunk(b"data: two");
+    // More of the event: not here.
+    let more = chunk(b"; more");
     assert_eq!(
-        t.sse_write(Some([&half[..]].into_iter())),
+        t.sse_write(Some([&more[..]].into_iter())),
         (WsWrite::Pass, None)
     );
     // Its end, and the start of the next event in the same write: the last chunk goes
@@ -285,6 +296,29 @@ fn an_sse_response_ends_with_the_last_chunk_at_the_first_event_boundary_after_it
 }
 
 #[test]
+fn an_sse_response_between_two_events_at_its_move_time_ends_at_once() {
+    // The tracker follows an SSE body's events (its chunk data is read, not skipped): a quiet
+    // stream whose last event ended is ended at its move time, not at drain_timeout.
+    let (mut t, conn, f) = sse_started(SSE_HEAD);
+    let ev = chunk(b"id: 1\ndata: one\r\n\r\n");
+    // Split inside the chunk data: still followed.
+    t.on_write(Some([&ev[..9]].into_iter()), &conn, &f.shared, now);
+    t.on_write(Some([&ev[9..]].into_iter()), &conn, &f.shared, now);
+    assert_eq!(
+        t.sse_wake(plan(500), 500, &f.shared),
+        (WsWake::EndAndClose(LAST_CHUNK.to_vec()), None)
+    );
+    // The upstream's next event, written after: dropped.
+    assert_eq!(
+        t.sse_write(Some([&ev[..]].into_iter())),
+        (WsWrite::Drop, None)
+    );
+    t.on_close(&conn, &f.shared);
+    let ll = &f.shared.connections.long_lived;
+    assert_eq!(ll.sse_moved.load(Ordering::Relaxed), 1);
+}
+
+#[test]
 fn an_sse_response_not_at_a_chunk_start_is_handed_over_later() {
     let (mut t, conn, f) = sse_started(SSE_HEAD);
     let ev = chunk(b"data: one\n\n");
@@ -294,11 +328,75 @@ fn an_sse_response_not_at_a_chunk_start_is_handed_over_later() {
     assert_eq!(act, WsWake::Nothing);
     assert_eq!(wake, Some(500 + SSE_RETRY_NANOS));
     t.on_write(Some([&ev[5..]].into_iter()), &conn, &f.shared, now);
+    // At a chunk start after a whole event: ended now.
     assert_eq!(
         t.sse_wake(plan(500), 600, &f.shared),
-        (WsWake::Nothing, None)
+        (WsWake::EndAndClose(LAST_CHUNK.to_vec()), None)
     );
     assert!(t.tracker().tunnel(), "handed over");
+}
+
+#[test]
+fn an_sse_response_that_began_after_the_moves_started_is_noticed_once() {
+    let (mut t, _conn, f) = sse_started(SSE_HEAD);
+    assert!(t.sse_unnoticed(), "no wake-up counted it yet");
+    assert_eq!(
+        t.sse_wake(plan(500), 100, &f.shared),
+        (WsWake::Nothing, Some(500))
+    );
+    assert!(!t.sse_unnoticed());
+    // Other responses are never SSE in flight.
+    let (t, _, _) = sse_started(
+        b"HTTP/1.1 200 OK\r\ncontent-type: text/html\r\ntransfer-encoding: chunked\r\n\r\n",
+    );
+    assert!(!t.sse_unnoticed());
+}
+
+#[test]
+fn a_close_delimited_sse_response_is_closed_after_an_event_boundary() {
+    // Followed from the body's start (the head's write carries the first bytes).
+    let head = [SSE_HEAD_UNTIL_CLOSE, b"data: one\n\ndata: tw"].concat();
+    let (mut t, conn, f) = sse_started_by(SSE_GET_10, &head);
+    assert!(t.long_lived() && t.sse_unnoticed());
+    // Before the move time, writes pass, followed.
+    let w = b"o\n\ndata: th";
+    assert_eq!(
+        t.sse_write(Some([&w[..]].into_iter())),
+        (WsWrite::Pass, None)
+    );
+    // At the move time, inside an event: handed over, nothing yet.
+    assert_eq!(
+        t.sse_wake(plan(500), 500, &f.shared),
+        (WsWake::Nothing, None)
+    );
+    // The event's end and half the next: the write is cut after the blank line (no last
+    // chunk: the close ends the body), the close asked for now.
+    let w = b"ree\n\ndata: fo";
+    assert_eq!(
+        t.sse_write(Some([&w[..]].into_iter())),
+        (WsWrite::Replace(b"ree\n\n".to_vec()), Some(1))
+    );
+    assert_eq!(t.sse_wake(plan(500), 600, &f.shared), (WsWake::Close, None));
+    t.on_close(&conn, &f.shared);
+    let ll = &f.shared.connections.long_lived;
+    assert_eq!(ll.sse_moved.load(Ordering::Relaxed), 1);
+    assert_eq!(ll.sse_open.load(Ordering::Relaxed), 0);
+}
+
+#[test]
+fn a_close_delimited_sse_response_between_two_events_is_closed_at_its_move_time() {
+    let head = [SSE_HEAD_UNTIL_CLOSE, b"data: one\r\n\r\n"].concat();
+    let (mut t, _conn, f) = sse_started_by(SSE_GET_10, &head);
+    assert_eq!(
+        t.sse_wake(plan(500), 500, &f.shared),
+        (WsWake::EndAndClose(Vec::new()), None)
+    );
+    // A close-delimited response that is not an event stream is a plain tunnel.
+    let (mut t, _, _) = sse_started_by(
+        SSE_GET_10,
+        b"HTTP/1.0 200 OK\r\ncontent-type: text/plain\r\nconnection: close\r\n\r\n",
+    );
+    assert!(!t.long_lived() && t.tracker().tunnel());
 }
 
 #[test]
