@@ -38,6 +38,10 @@ enum Upstream {
     /// As `Chatty`, but each of its messages is three fragments 40 ms apart: at a move time it
     /// is most often inside a message, so the Close goes in the write of a last fragment.
     Fragmented,
+    /// Each message in two fragments, and each write the end of one message with the start of
+    /// the next: between two writes it is always inside a message, and every write holds a
+    /// message end followed by more bytes, so the Close is cut into the middle of a write.
+    Straddling,
 }
 
 /// A WebSocket server on a free loopback port; the returned task runs until the test ends.
@@ -74,6 +78,10 @@ async fn upstream(kind: Upstream) -> (u16, Arc<Mutex<Seen>>) {
                             n += 1;
                             if kind == Upstream::Fragmented {
                                 if send_fragments(&mut tx, n).await.is_err() {
+                                    break;
+                                }
+                            } else if kind == Upstream::Straddling {
+                                if send_straddling(&mut tx, n).await.is_err() {
                                     break;
                                 }
                             } else if tx.send(Message::Text(format!("server {n}"))).await.is_err() {
@@ -259,6 +267,25 @@ where
         tx.send(Message::Frame(frame)).await.map_err(|_| ())?;
     }
     Ok(())
+}
+
+/// One write (`feed` twice, then one flush): message `n - 1`'s last fragment (none for the first
+/// message), then message `n`'s first fragment.
+async fn send_straddling<S>(tx: &mut S, n: u64) -> Result<(), ()>
+where
+    S: futures_util::Sink<Message> + Unpin,
+{
+    use tokio_tungstenite::tungstenite::protocol::frame::coding::{Data, OpCode};
+    use tokio_tungstenite::tungstenite::protocol::frame::Frame;
+    if n > 1 {
+        let end = format!("ends server {}", n - 1).into_bytes();
+        let f = Frame::message(end, OpCode::Data(Data::Continue), true);
+        tx.feed(Message::Frame(f)).await.map_err(|_| ())?;
+    }
+    let start = format!("server {n} ").into_bytes();
+    let f = Frame::message(start, OpCode::Data(Data::Text), false);
+    tx.feed(Message::Frame(f)).await.map_err(|_| ())?;
+    tx.flush().await.map_err(|_| ())
 }
 
 /// What one WebSocket client saw.
@@ -493,7 +520,8 @@ async fn a_server_inside_a_fragmented_message_gets_the_close_after_its_last_frag
     let (_, timed_out) = envoy.reported_drain();
     assert!(!timed_out);
     let log = envoy.log();
-    let in_writes = log.matches("Close(1001) written in a write").count();
+    let in_writes = log.matches("Close(1001) after a write").count()
+        + log.matches("Close(1001) cut into a write").count();
     let injected = log
         .matches("Close(1001) to the client of connection")
         .count();
@@ -798,4 +826,40 @@ async fn a_close_delimited_sse_response_is_closed_just_after_an_event() {
             .collect::<Vec<_>>()
             .join("\n")
     );
+}
+
+/// Every write of the upstream holds a message end followed by the next message's start: the
+/// Close goes into the middle of a write (the write is drained, and its bytes up to the message
+/// end are put back with the Close after them). Every client reads whole messages, then a
+/// Close(1001), with no protocol error (a Close cut into a frame would fail tungstenite's read).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_close_cut_into_the_middle_of_a_write_lands_after_a_whole_message() {
+    let (port, seen) = upstream(Upstream::Straddling).await;
+    let mut envoy = Envoy::start(options("8s", r#""long_lived_window": "1s""#, port)).await;
+    let clients = connect_clients(&envoy, 8).await;
+    envoy.sigterm();
+    for c in clients {
+        let e = c.await.unwrap();
+        assert_eq!(e.code, Some(1001), "{e:?}");
+        assert!(e.received > 0, "{e:?}");
+        let got = seen
+            .lock()
+            .unwrap()
+            .messages
+            .get(&e.name)
+            .cloned()
+            .unwrap_or_default();
+        assert!(
+            e.sent.is_subset(&got),
+            "{}: lost {:?}",
+            e.name,
+            e.sent.difference(&got)
+        );
+    }
+    let (status, _) = envoy.wait_exit(Duration::from_secs(10)).await;
+    assert!(status.success());
+    let log = envoy.log();
+    let inside = log.matches("Close(1001) cut into a write").count();
+    eprintln!("Close cut into a write: {inside} of 8");
+    assert_eq!(inside, 8, "{log}");
 }

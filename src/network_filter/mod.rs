@@ -289,7 +289,7 @@ impl NetFilter {
                 shared,
                 w,
                 wake,
-                "SSE response ended (last chunk)",
+                "SSE response ended at an event boundary",
             );
         }
         let close_timeout = shared
@@ -301,14 +301,7 @@ impl NetFilter {
         let now = shared.clock.nanos();
         let (w, wake) =
             host.with_write_slices(|chunks| t.websocket_write(chunks(), close_timeout, now));
-        self.apply_write(
-            host,
-            conn,
-            shared,
-            w,
-            wake,
-            "WebSocket Close(1001) written in a write",
-        )
+        self.apply_write(host, conn, shared, w, wake, "WebSocket Close(1001)")
     }
 
     /// A write opened a tunnel or an SSE response: a WebSocket is counted open once, and woken
@@ -349,7 +342,12 @@ impl NetFilter {
                 conn.id
             );
         } else if !matches!(w, WsWrite::Drop) && wake.is_some() {
-            log::debug!("graceful_drain: {what} on connection {}", conn.id);
+            let how = if matches!(w, WsWrite::Replace(_)) {
+                "cut into a write"
+            } else {
+                "after a write"
+            };
+            log::debug!("graceful_drain: {what} {how} on connection {}", conn.id);
         }
         if let Some(at) = wake {
             self.wake_at(shared, at);
