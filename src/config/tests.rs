@@ -159,6 +159,11 @@ fn bootstrap_errors_name_the_field() {
         let e = BootstrapConfig::parse(raw).expect_err(std::str::from_utf8(raw).unwrap());
         assert_eq!(e.field, *field, "{e}");
         assert!(e.to_string().contains(field), "{e}");
+        // Only a field written twice is called a duplicate (a bad field after a good one is
+        // named with its own reason).
+        let text = std::str::from_utf8(raw).unwrap();
+        let twice = text.matches(r#""quiet_period""#).count() == 2;
+        assert_eq!(e.to_string().contains("duplicate"), twice, "{e}");
     }
 }
 
@@ -415,6 +420,15 @@ fn addresses_are_parsed_as_envoy_writes_them() {
         assert!(AdminAddress::parse(bad).is_err(), "{bad:?} accepted");
     }
     assert!(AdminAddress::parse(&long[..admin_address::MAX_UNIX_PATH]).is_ok());
+    // The shortest unix paths: one byte after the `/` or `@`.
+    assert_eq!(
+        AdminAddress::parse("/a"),
+        Ok(AdminAddress::Unix("/a".into()))
+    );
+    assert_eq!(
+        AdminAddress::parse("@a"),
+        Ok(AdminAddress::Unix("@a".into()))
+    );
 }
 
 #[test]
