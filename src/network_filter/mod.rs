@@ -50,7 +50,9 @@ impl NetConfig {
         if let Some(d) = shared.settings() {
             if let Some(w) = long_lived.window_within(d.min_drain_duration, d.drain_timeout) {
                 log::info!(
-                    "graceful_drain: long_lived_window {:?} will be shortened to {w:?} at a drain:                      min_drain_duration ({:?}) + window + close_timeout ({:?}) must fit                      drain_timeout ({:?})",
+                    "graceful_drain: long_lived_window {:?} will be shortened to {w:?} at a drain: \
+                     min_drain_duration ({:?}) + window + close_timeout ({:?}) must fit \
+                     drain_timeout ({:?})",
                     long_lived.window,
                     d.min_drain_duration,
                     long_lived.close_timeout,
