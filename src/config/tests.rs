@@ -477,3 +477,23 @@ fn long_lived_settings_default_parse_and_name_the_field_they_refuse() {
         Some(Duration::from_secs(2))
     );
 }
+
+#[test]
+fn the_admin_checks_names_are_the_documented_ones() {
+    // `/drain/status`'s `admin_address_check` values, as docs/configuration.md lists them.
+    let docs = include_str!("../../docs/configuration.md");
+    let all = [
+        (AdminCheck::Unset, "unset"),
+        (AdminCheck::Checking, "checking"),
+        (AdminCheck::Recognised, "recognised"),
+        (AdminCheck::NotAnswering, "not_answering"),
+        (AdminCheck::NotAdmin, "not_admin"),
+    ];
+    for (check, name) in all {
+        assert_eq!(check.as_str(), name);
+        assert!(
+            docs.contains(&format!("`{name}`")),
+            "{name} not in the docs"
+        );
+    }
+}
