@@ -520,8 +520,10 @@ async fn rolling_restart_without_the_module_fails_requests() {
 
 /// WebSocket clients through the front during a rollout, each a loop for the whole of it.
 const WS_CLIENTS: usize = 18;
+/// The gateways' `min_drain_duration` (`"1s"` in [`websocket_rollout`]'s settings).
 const WS_MIN_DRAIN: Duration = Duration::from_secs(1);
-/// `long_lived_window`: the moves of a gateway's WebSockets are spread over it.
+/// `long_lived_window` (`"2s"` in the test's network filter config): the moves of a gateway's
+/// WebSockets are spread over it.
 const WS_WINDOW: Duration = Duration::from_secs(2);
 /// Consecutive failed connects after which a client gives up (each one is already a failure).
 const WS_CONNECT_RETRIES: u32 = 5;
