@@ -538,9 +538,10 @@ struct WsStats {
 }
 
 /// A client that reconnects when closed: opens a session (`c<i>-<n>`), exchanges until the
-/// server's Close (answered, then a new session at once) or `stop` (the client closes itself);
-/// a connect that fails, or a session that ends without a Close, is abnormal (then it
-/// reconnects too, a bounded number of times in a row).
+/// server's Close (answered; once the connection has ended, as a browser's `onclose` fires, a
+/// new session at once) or `stop` (the client closes itself); a connect that fails, or a
+/// session that ends without a Close, is abnormal (then it reconnects too, a bounded number of
+/// times in a row).
 async fn ws_client(port: u16, i: usize, stats: Arc<WsStats>, stop: Arc<AtomicBool>) {
     let started = Instant::now();
     let stopped = move || stop.load(Ordering::Relaxed) || started.elapsed() > MAX_LOAD_TIME;
@@ -663,6 +664,19 @@ fn report_websockets(name: &str, stats: &WsStats, terms: &[Termination]) -> BTre
         ends.iter().map(|e| e.sent.len()).sum::<usize>(),
         ends.iter().map(|e| e.received).sum::<u64>(),
     );
+    // From each Close(1001) to its connection's end: the close handshake through the front.
+    let mut lags: Vec<Duration> = ends
+        .iter()
+        .filter(|e| e.code == Some(1001))
+        .map(|e| e.ended - e.at)
+        .collect();
+    lags.sort();
+    if let (Some(first), Some(last)) = (lags.first(), lags.last()) {
+        println!(
+            "  Close(1001) to connection end: {first:?} .. {last:?} (median {:?})",
+            lags[lags.len() / 2]
+        );
+    }
     for t in terms {
         println!(
             "  gateway {}: exit {:.3}s after SIGTERM, reported drain {:?}{}; {:?} (moved, cut)",

@@ -211,6 +211,9 @@ pub struct ClientEnd {
     pub cut: Option<String>,
     /// When the Close (or the cut, or the stop) came.
     pub at: Instant,
+    /// When the connection ended after that (the close handshake over, the TCP connection
+    /// closed by the server), or when the client gave up waiting for it (10 s).
+    pub ended: Instant,
     /// Messages it sent before it received the Close (each `"<name> <n>"`).
     pub sent: BTreeSet<String>,
     /// Server messages received.
@@ -277,6 +280,7 @@ pub async fn session(ws: Ws, name: String, stop: impl Future<Output = ()>) -> Cl
         }
     })
     .await;
+    let ended = Instant::now();
     let _ = tokio::time::timeout(Duration::from_secs(1), tx.close()).await;
     // A stopped session was alive only if the server answered its Close.
     let cut = match (stopped, answered) {
@@ -288,6 +292,7 @@ pub async fn session(ws: Ws, name: String, stop: impl Future<Output = ()>) -> Cl
         code,
         cut,
         at,
+        ended,
         sent,
         received,
     }
