@@ -714,6 +714,7 @@ async fn front_pool_resumes_without_failures(upstream_h2: bool) {
             upstream_h2,
             health_check: None,
             route_timeout: "10s",
+            websocket: false,
         }),
         fp[0],
         fp[1],

@@ -39,6 +39,7 @@ async fn front_health_checker(port: u16, path: &str) -> Envoy {
         upstream_h2: false,
         health_check: Some((path, "0.1s")),
         route_timeout: "10s",
+        websocket: false,
     });
     // The guard owns the process (killed on drop); it has no listeners of its own.
     let front = Envoy::start_yaml(&yaml, admin, 0, 0, &Options::default()).await;

@@ -12,13 +12,21 @@ pub struct Front<'a> {
     pub upstream_h2: bool,
     /// Active health check of each gateway: path and interval (e.g. `0.2s`). `Envoy/HC` user agent.
     pub health_check: Option<(&'a str, &'a str)>,
-    /// Route timeout (e.g. `30s`).
+    /// Route timeout (e.g. `30s`; `0s`: none, for long-lived streams).
     pub route_timeout: &'a str,
+    /// Let WebSocket upgrades through (`upgrade_configs` on the front's connection manager), as
+    /// an ingress in front of WebSocket services does.
+    pub websocket: bool,
 }
 
 /// The front's config: listener `front`, cluster `gateways` (stats `cluster.gateways.*`).
 pub fn front_yaml(f: &Front) -> String {
     let admin = f.admin;
+    let upgrades = if f.websocket {
+        "          upgrade_configs: [{ upgrade_type: websocket }]\n"
+    } else {
+        ""
+    };
     let listener = match f.listen {
         None => String::new(),
         Some(listen) => format!(
@@ -32,7 +40,7 @@ pub fn front_yaml(f: &Front) -> String {
           "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
           stat_prefix: front
           codec_type: AUTO
-          route_config:
+{upgrades}          route_config:
             virtual_hosts:
             - name: all
               domains: ["*"]

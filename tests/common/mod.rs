@@ -11,6 +11,7 @@ pub mod netns;
 pub mod scenario;
 pub mod tools;
 pub mod upstream;
+pub mod websocket;
 
 use std::future::Future;
 use std::path::PathBuf;

@@ -1,0 +1,299 @@
+//! WebSocket and SSE on both ends of a gateway, with a real WebSocket library (tokio-tungstenite):
+//! an upstream server the gateway routes `/upstream-streaming/` to, and a client session that
+//! exchanges messages until the server closes, the connection ends, or the test stops it.
+
+use futures_util::{SinkExt, StreamExt};
+use std::collections::{BTreeMap, BTreeSet};
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+use tokio_tungstenite::tungstenite::protocol::CloseFrame;
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::WebSocketStream;
+
+/// What the upstream server received: each client's text messages, and the Close codes it got.
+#[derive(Default)]
+pub struct Seen {
+    pub messages: BTreeMap<String, BTreeSet<String>>,
+    pub closes: Vec<Option<u16>>,
+}
+
+/// How the upstream behaves.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Upstream {
+    /// Reads every message, sends a message every 100 ms, answers a Close.
+    Chatty,
+    /// After the handshake, reads nothing (so never answers a Close) and sends nothing.
+    Deaf,
+    /// As `Chatty`, but each of its messages is three fragments 40 ms apart: at a move time it
+    /// is most often inside a message, so the Close goes in the write of a last fragment.
+    Fragmented,
+    /// Each message in two fragments, and each write the end of one message with the start of
+    /// the next: between two writes it is always inside a message, and every write holds a
+    /// message end followed by more bytes, so the Close is cut into the middle of a write.
+    Straddling,
+}
+
+/// A WebSocket server on a free loopback port; the returned task runs until the test ends.
+pub async fn upstream(kind: Upstream) -> (u16, Arc<Mutex<Seen>>) {
+    let listener = TcpListener::bind(("127.0.0.1", 0)).await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let seen = Arc::new(Mutex::new(Seen::default()));
+    let s = seen.clone();
+    tokio::spawn(async move {
+        loop {
+            let Ok((tcp, _)) = listener.accept().await else {
+                return;
+            };
+            let seen = s.clone();
+            tokio::spawn(async move {
+                if let Some(quiet) = is_sse(&tcp).await {
+                    return serve_sse(tcp, quiet).await;
+                }
+                let Ok(ws) = tokio_tungstenite::accept_async(tcp).await else {
+                    return;
+                };
+                if kind == Upstream::Deaf {
+                    // Hold the socket, read nothing.
+                    tokio::time::sleep(Duration::from_secs(60)).await;
+                    drop(ws);
+                    return;
+                }
+                let (mut tx, mut rx) = ws.split();
+                let mut tick = tokio::time::interval(Duration::from_millis(100));
+                let mut n = 0u64;
+                loop {
+                    tokio::select! {
+                        _ = tick.tick() => {
+                            n += 1;
+                            if kind == Upstream::Fragmented {
+                                if send_fragments(&mut tx, n).await.is_err() {
+                                    break;
+                                }
+                            } else if kind == Upstream::Straddling {
+                                if send_straddling(&mut tx, n).await.is_err() {
+                                    break;
+                                }
+                            } else if tx.send(Message::Text(format!("server {n}"))).await.is_err() {
+                                break;
+                            }
+                        }
+                        m = rx.next() => match m {
+                            Some(Ok(Message::Text(t))) => {
+                                let (client, _) = t.split_once(' ').unwrap_or(("?", ""));
+                                seen.lock().unwrap().messages.entry(client.to_string())
+                                    .or_default().insert(t.to_string());
+                            }
+                            Some(Ok(Message::Close(c))) => {
+                                seen.lock().unwrap().closes.push(c.map(|c| u16::from(c.code)));
+                                // tungstenite queues the answer; flush it, then close.
+                                let _ = tx.close().await;
+                                break;
+                            }
+                            Some(Ok(_)) => {}
+                            _ => break,
+                        }
+                    }
+                }
+            });
+        }
+    });
+    (port, seen)
+}
+
+/// Whether the request on `tcp` (not read yet) asks for an event stream (`/sse/` in its path,
+/// or `/sse-quiet/`: see [`serve_sse`]).
+async fn is_sse(tcp: &TcpStream) -> Option<bool> {
+    let mut buf = [0u8; 256];
+    for _ in 0..100 {
+        let n = tcp.peek(&mut buf).await.unwrap_or(0);
+        if buf[..n].windows(2).any(|w| w == b"\r\n") {
+            let has = |p: &[u8]| buf[..n].windows(p.len()).any(|w| w == p);
+            return has(b"/sse/")
+                .then_some(false)
+                .or(has(b"/sse-quiet/").then_some(true));
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    None
+}
+
+/// An SSE upstream: a chunked `text/event-stream` response, an event every 100 ms, each sent
+/// as two chunks 30 ms apart (so a cut after the first would be inside an event), until the
+/// connection goes. `quiet`: two events, then nothing (a stream with rare events, as a
+/// notification feed between two notifications), until the connection goes.
+async fn serve_sse(mut tcp: TcpStream, quiet: bool) {
+    let mut head = Vec::new();
+    let mut buf = [0u8; 1024];
+    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+        match tcp.read(&mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(k) => head.extend_from_slice(&buf[..k]),
+        }
+    }
+    let resp = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream; charset=utf-8\r\n\
+                 cache-control: no-cache\r\ntransfer-encoding: chunked\r\n\r\n";
+    if tcp.write_all(resp).await.is_err() {
+        return;
+    }
+    let chunk = |s: &str| format!("{:x}\r\n{s}\r\n", s.len()).into_bytes();
+    for n in 1u64.. {
+        let first = chunk(&format!("id: {n}\ndata: event {n}"));
+        if tcp.write_all(&first).await.is_err() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(30)).await;
+        if tcp.write_all(&chunk(" ends here\n\n")).await.is_err() {
+            return;
+        }
+        if quiet && n == 2 {
+            // Held open until the connection goes.
+            let _ = tcp.read(&mut buf).await;
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(70)).await;
+    }
+}
+
+/// One text message in three fragments, 40 ms apart (RFC 6455 §5.4).
+async fn send_fragments<S>(tx: &mut S, n: u64) -> Result<(), ()>
+where
+    S: futures_util::Sink<Message> + Unpin,
+{
+    use tokio_tungstenite::tungstenite::protocol::frame::coding::{Data, OpCode};
+    use tokio_tungstenite::tungstenite::protocol::frame::Frame;
+    let parts = [
+        (OpCode::Data(Data::Text), format!("server {n} ")),
+        (OpCode::Data(Data::Continue), "in three ".to_string()),
+        (OpCode::Data(Data::Continue), "fragments".to_string()),
+    ];
+    for (i, (op, text)) in parts.into_iter().enumerate() {
+        if i > 0 {
+            tokio::time::sleep(Duration::from_millis(40)).await;
+        }
+        let frame = Frame::message(text.into_bytes(), op, i == 2);
+        tx.send(Message::Frame(frame)).await.map_err(|_| ())?;
+    }
+    Ok(())
+}
+
+/// One write (`feed` twice, then one flush): message `n - 1`'s last fragment (none for the first
+/// message), then message `n`'s first fragment.
+async fn send_straddling<S>(tx: &mut S, n: u64) -> Result<(), ()>
+where
+    S: futures_util::Sink<Message> + Unpin,
+{
+    use tokio_tungstenite::tungstenite::protocol::frame::coding::{Data, OpCode};
+    use tokio_tungstenite::tungstenite::protocol::frame::Frame;
+    if n > 1 {
+        let end = format!("ends server {}", n - 1).into_bytes();
+        let f = Frame::message(end, OpCode::Data(Data::Continue), true);
+        tx.feed(Message::Frame(f)).await.map_err(|_| ())?;
+    }
+    let start = format!("server {n} ").into_bytes();
+    let f = Frame::message(start, OpCode::Data(Data::Text), false);
+    tx.feed(Message::Frame(f)).await.map_err(|_| ())?;
+    tx.flush().await.map_err(|_| ())
+}
+
+/// What one WebSocket client session saw.
+#[derive(Debug)]
+pub struct ClientEnd {
+    pub name: String,
+    /// The server's Close frame's code (1005: none in it); `None`: no Close came from the
+    /// server (a cut, 1006, or the test stopped the session first).
+    pub code: Option<u16>,
+    /// The connection ended or failed without a Close from the server, or the server did not
+    /// answer the client's Close at a stop: how.
+    pub cut: Option<String>,
+    /// When the Close (or the cut, or the stop) came.
+    pub at: Instant,
+    /// When the connection ended after that (the close handshake over, the TCP connection
+    /// closed by the server), or when the client gave up waiting for it (10 s).
+    pub ended: Instant,
+    /// Messages it sent before it received the Close (each `"<name> <n>"`).
+    pub sent: BTreeSet<String>,
+    /// Server messages received.
+    pub received: u64,
+}
+
+pub type Ws = WebSocketStream<TcpStream>;
+
+/// Open a WebSocket through the listener on `data` to `/upstream-streaming/ws/<name>` (the
+/// gateway's route to [`upstream`]): the connect and the handshake, or what failed (a refused
+/// connection, a status other than 101, ...).
+pub async fn connect(data: u16, name: &str) -> Result<Ws, String> {
+    let tcp = TcpStream::connect(("127.0.0.1", data))
+        .await
+        .map_err(|e| format!("{name}: connect: {e}"))?;
+    let url = format!("ws://127.0.0.1:{data}/upstream-streaming/ws/{name}");
+    match tokio_tungstenite::client_async(url, tcp).await {
+        Ok((ws, resp)) if resp.status() == 101 => Ok(ws),
+        Ok((_, resp)) => Err(format!("{name}: handshake answered {}", resp.status())),
+        Err(e) => Err(format!("{name}: handshake: {e}")),
+    }
+}
+
+/// A client session on an open WebSocket: sends `"<name> <n>"` every 100 ms and reads, until
+/// the server's Close (answered as tungstenite does: the handshake completed), the connection's
+/// end or failure (a cut), or `stop` (then the client closes with 1000 itself).
+pub async fn session(ws: Ws, name: String, stop: impl Future<Output = ()>) -> ClientEnd {
+    let (mut tx, mut rx) = ws.split();
+    let mut sent = BTreeSet::new();
+    let mut tick = tokio::time::interval(Duration::from_millis(100));
+    let mut n = 0u64;
+    let mut received = 0;
+    tokio::pin!(stop);
+    let (code, cut, at) = loop {
+        tokio::select! {
+            _ = tick.tick() => {
+                n += 1;
+                let m = format!("{name} {n}");
+                if tx.send(Message::Text(m.clone())).await.is_ok() {
+                    sent.insert(m);
+                }
+            }
+            m = rx.next() => match m {
+                Some(Ok(Message::Close(c))) => {
+                    break (Some(c.map_or(1005, |c| u16::from(c.code))), None, Instant::now());
+                }
+                Some(Ok(_)) => received += 1,
+                Some(Err(e)) => break (None, Some(format!("{name}: {e}")), Instant::now()),
+                None => break (None, Some(format!("{name}: ended without a Close")), Instant::now()),
+            },
+            _ = &mut stop => {
+                let bye = CloseFrame { code: CloseCode::Normal, reason: "".into() };
+                let _ = tx.send(Message::Close(Some(bye))).await;
+                break (None, None, Instant::now());
+            }
+        }
+    };
+    // Let tungstenite send its answer (or the server its own) and see the connection end.
+    let stopped = code.is_none() && cut.is_none();
+    let mut answered = false;
+    let _ = tokio::time::timeout(Duration::from_secs(10), async {
+        while let Some(Ok(m)) = rx.next().await {
+            answered |= matches!(m, Message::Close(_));
+        }
+    })
+    .await;
+    let ended = Instant::now();
+    let _ = tokio::time::timeout(Duration::from_secs(1), tx.close()).await;
+    // A stopped session was alive only if the server answered its Close.
+    let cut = match (stopped, answered) {
+        (true, false) => Some(format!("{name}: no answer to the client's Close")),
+        _ => cut,
+    };
+    ClientEnd {
+        name,
+        code,
+        cut,
+        at,
+        ended,
+        sent,
+        received,
+    }
+}
