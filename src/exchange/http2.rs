@@ -197,8 +197,10 @@ impl H2 {
 
     /// A frame header was read: checks the order rules; `Some(Lost)` if they are broken.
     pub(super) fn frame_start(&mut self, client: bool, ctx: &mut Ctx) -> Option<Event> {
-        let d = if client { self.c } else { self.s };
-        let (ty, id) = (d.ty, d.id);
+        // The fields it reads, not a copy of the whole direction.
+        let d = if client { &self.c } else { &self.s };
+        let (ty, id, block) = (d.ty, d.id, d.block);
+        let payload = d.reader.payload_left().unwrap_or(0);
         if !client && !self.server_started {
             // RFC 9113 §3.4: the server preface is a SETTINGS frame.
             if ty != SETTINGS {
@@ -206,9 +208,9 @@ impl H2 {
             }
             self.server_started = true;
         }
-        if d.block != 0 {
+        if block != 0 {
             // RFC 9113 §6.10: a header block's frames are contiguous on their direction.
-            if ty != CONTINUATION || id != d.block {
+            if ty != CONTINUATION || id != block {
                 return lose(ctx);
             }
             return None;
@@ -245,7 +247,7 @@ impl H2 {
                 self.client_goaway = true;
                 return None;
             }
-            GOAWAY if d.reader.payload_left().unwrap_or(0) < 8 => return lose(ctx),
+            GOAWAY if payload < 8 => return lose(ctx),
             _ => return None,
         };
         let d = if client { &mut self.c } else { &mut self.s };
