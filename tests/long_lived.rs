@@ -12,7 +12,8 @@
 mod common;
 
 use common::envoy::{Envoy, Options, Settings};
-use common::websocket::{self, upstream, ClientEnd, Upstream};
+use common::websocket::{self, upstream, ClientEnd, Seen, Upstream};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -125,21 +126,44 @@ fn options(timeout: &'static str, network_extra: &'static str, port: u16) -> Opt
     }
 }
 
-/// Clients connected and exchanging (the tracker counts their upgrades as requests in flight).
-async fn connect_clients(envoy: &Envoy, n: usize) -> Vec<tokio::task::JoinHandle<ClientEnd>> {
+/// Clients connected (the tracker counts their upgrades as requests in flight) and, when the
+/// upstream records what it reads (`seen`), exchanging: each one's first two messages reached
+/// it.
+async fn connect_clients(
+    envoy: &Envoy,
+    n: usize,
+    seen: Option<&Arc<Mutex<Seen>>>,
+) -> Vec<tokio::task::JoinHandle<ClientEnd>> {
     let clients: Vec<_> = (0..n)
         .map(|i| tokio::spawn(client(envoy.data, format!("c{i}"))))
         .collect();
     envoy.wait_active(n as u64).await;
-    // A few messages each way before the drain.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    if let Some(seen) = seen {
+        exchanging(seen, n).await;
+    }
     clients
 }
 
+/// Waits until the upstream read at least two messages from each of clients `c0..c{n-1}`.
+async fn exchanging(seen: &Arc<Mutex<Seen>>, n: usize) {
+    common::eventually(
+        "every WebSocket client's first two messages to reach the upstream",
+        Duration::from_secs(10),
+        || {
+            let m = &seen.lock().unwrap().messages;
+            let all = (0..n).all(|i| m.get(&format!("c{i}")).is_some_and(|s| s.len() >= 2));
+            async move { all.then_some(()) }
+        },
+    )
+    .await;
+}
+
 /// `sse` SSE clients, then `ws` WebSocket clients, each counted in flight before the next kind
-/// opens, then a moment of exchanges before the caller's SIGTERM.
+/// opens, and the WebSocket clients exchanging (see [`connect_clients`]) before the caller's
+/// SIGTERM.
 async fn open_streams(
     envoy: &Envoy,
+    seen: &Arc<Mutex<Seen>>,
     sse: usize,
     ws: usize,
 ) -> (
@@ -154,7 +178,7 @@ async fn open_streams(
         .map(|i| tokio::spawn(client(envoy.data, format!("c{i}"))))
         .collect();
     envoy.wait_active((sse + ws) as u64).await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    exchanging(seen, ws).await;
     (sse_clients, clients)
 }
 
@@ -162,7 +186,7 @@ async fn open_streams(
 async fn websockets_get_close_1001_sse_ends_cleanly_spread_over_the_window_and_the_exit_follows() {
     let (port, seen) = upstream(Upstream::Chatty).await;
     let mut envoy = Envoy::start(options("8s", r#""long_lived_window": "2s""#, port)).await;
-    let (sse, clients) = open_streams(&envoy, 10, 20).await;
+    let (sse, clients) = open_streams(&envoy, &seen, 10, 20).await;
     let t0 = Instant::now();
     envoy.sigterm();
     let mut ends = Vec::new();
@@ -256,7 +280,7 @@ async fn websockets_get_close_1001_sse_ends_cleanly_spread_over_the_window_and_t
 async fn a_server_inside_a_fragmented_message_gets_the_close_after_its_last_fragment() {
     let (port, seen) = upstream(Upstream::Fragmented).await;
     let mut envoy = Envoy::start(options("8s", r#""long_lived_window": "1s""#, port)).await;
-    let clients = connect_clients(&envoy, 8).await;
+    let clients = connect_clients(&envoy, 8, Some(&seen)).await;
     envoy.sigterm();
     for c in clients {
         let e = c.await.unwrap();
@@ -292,9 +316,9 @@ async fn a_server_inside_a_fragmented_message_gets_the_close_after_its_last_frag
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn with_the_move_off_websockets_are_cut_at_the_drain_timeout_as_before() {
-    let (port, _seen) = upstream(Upstream::Chatty).await;
+    let (port, seen) = upstream(Upstream::Chatty).await;
     let mut envoy = Envoy::start(options("4s", r#""move_long_lived_streams": false"#, port)).await;
-    let (sse, clients) = open_streams(&envoy, 2, 3).await;
+    let (sse, clients) = open_streams(&envoy, &seen, 2, 3).await;
     let t0 = Instant::now();
     envoy.sigterm();
     let mut ends = Vec::new();
@@ -334,7 +358,7 @@ async fn an_upstream_that_never_answers_the_close_is_closed_after_close_timeout(
         port,
     ))
     .await;
-    let clients = connect_clients(&envoy, 2).await;
+    let clients = connect_clients(&envoy, 2, None).await;
     let t0 = Instant::now();
     envoy.sigterm();
     for c in clients {
@@ -596,7 +620,7 @@ async fn a_close_delimited_sse_response_is_closed_just_after_an_event() {
 async fn a_close_cut_into_the_middle_of_a_write_lands_after_a_whole_message() {
     let (port, seen) = upstream(Upstream::Straddling).await;
     let mut envoy = Envoy::start(options("8s", r#""long_lived_window": "1s""#, port)).await;
-    let clients = connect_clients(&envoy, 8).await;
+    let clients = connect_clients(&envoy, 8, Some(&seen)).await;
     envoy.sigterm();
     for c in clients {
         let e = c.await.unwrap();
