@@ -123,6 +123,21 @@ fn bootstrap_config_fields_parse() {
     assert_eq!(c.drain.min_drain_duration, Duration::from_millis(300));
     assert_eq!(c.drain.quiet_period, Duration::from_millis(200));
     assert_eq!(c.drain.drain_timeout, Duration::from_secs(10));
+    // The bounds are inclusive: a timeout equal to the minimum, or to the quiet period, can
+    // still complete normally.
+    for raw in [
+        &br#"{"min_drain_duration":"5s","drain_timeout":"5s"}"#[..],
+        br#"{"min_drain_duration":"1s","quiet_period":"6s","drain_timeout":"6s"}"#,
+    ] {
+        let c = BootstrapConfig::parse(raw).unwrap_or_else(|e| panic!("{e}"));
+        assert!(c.drain.drain_timeout >= c.drain.min_drain_duration);
+    }
+    // A User-Agent prefix may hold spaces (printable ASCII and space).
+    let c =
+        BootstrapConfig::parse(br#"{"health_check_user_agents":["Mozilla/5.0 (probe"]}"#).unwrap();
+    assert!(c
+        .requests
+        .is_health_check(Some(b"Mozilla/5.0 (probe; x)"), None));
 }
 
 #[test]
