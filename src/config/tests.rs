@@ -40,6 +40,12 @@ fn bad_durations_are_refused_with_a_reason() {
         let e = parse_duration(bad).expect_err(bad);
         assert!(e.contains("invalid duration"), "{bad}: {e}");
     }
+    // Over twelve digits is refused before any arithmetic; twelve are read and refused by the
+    // maximum.
+    let e = parse_duration("1234567890123s").unwrap_err();
+    assert!(e.contains("too large"), "{e}");
+    let e = parse_duration("123456789012s").unwrap_err();
+    assert!(e.contains("3600s maximum"), "{e}");
 }
 
 #[test]
