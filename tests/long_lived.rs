@@ -111,6 +111,37 @@ async fn client(data: u16, name: String) -> ClientEnd {
     e
 }
 
+/// The module's completion log line says `want` (e.g. "long-lived streams moved: websocket 0,
+/// sse 5; cut: websocket 0, sse 0").
+fn assert_completion_line(log: &str, want: &str) {
+    assert!(
+        log.contains(want),
+        "completion line: {}",
+        log.lines()
+            .filter(|l| l.contains("drain completed"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+}
+
+/// A WebSocket client got Close(1001), and every message it sent before reached the upstream.
+fn assert_moved_without_loss(e: &ClientEnd, seen: &Arc<Mutex<Seen>>) {
+    assert_eq!(e.code, Some(1001), "{e:?}");
+    let got = seen
+        .lock()
+        .unwrap()
+        .messages
+        .get(&e.name)
+        .cloned()
+        .unwrap_or_default();
+    assert!(
+        e.sent.is_subset(&got),
+        "{}: lost {:?}",
+        e.name,
+        e.sent.difference(&got)
+    );
+}
+
 fn options(timeout: &'static str, network_extra: &'static str, port: u16) -> Options {
     Options {
         settings: Settings {
@@ -263,13 +294,9 @@ async fn websockets_get_close_1001_sse_ends_cleanly_spread_over_the_window_and_t
             - log.matches("in Envoy's delayed close").count(),
         log.matches("in Envoy's delayed close").count()
     );
-    assert!(
-        log.contains("long-lived streams moved: websocket 20, sse 10; cut: websocket 0, sse 0"),
-        "completion line: {}",
-        log.lines()
-            .filter(|l| l.contains("drain completed"))
-            .collect::<Vec<_>>()
-            .join("\n")
+    assert_completion_line(
+        &log,
+        "long-lived streams moved: websocket 20, sse 10; cut: websocket 0, sse 0",
     );
 }
 
@@ -284,20 +311,7 @@ async fn a_server_inside_a_fragmented_message_gets_the_close_after_its_last_frag
     envoy.sigterm();
     for c in clients {
         let e = c.await.unwrap();
-        assert_eq!(e.code, Some(1001), "{e:?}");
-        let got = seen
-            .lock()
-            .unwrap()
-            .messages
-            .get(&e.name)
-            .cloned()
-            .unwrap_or_default();
-        assert!(
-            e.sent.is_subset(&got),
-            "{}: lost {:?}",
-            e.name,
-            e.sent.difference(&got)
-        );
+        assert_moved_without_loss(&e, &seen);
     }
     let (status, _) = envoy.wait_exit(Duration::from_secs(10)).await;
     assert!(status.success());
@@ -495,17 +509,9 @@ async fn quiet_sse_streams_and_one_opened_during_the_moves_end_cleanly_before_th
     );
     let (_, timed_out) = envoy.reported_drain();
     assert!(!timed_out, "the drain must complete, not time out");
-    assert!(
-        envoy
-            .log()
-            .contains("long-lived streams moved: websocket 0, sse 7; cut: websocket 0, sse 0"),
-        "completion line: {}",
-        envoy
-            .log()
-            .lines()
-            .filter(|l| l.contains("drain completed"))
-            .collect::<Vec<_>>()
-            .join("\n")
+    assert_completion_line(
+        &envoy.log(),
+        "long-lived streams moved: websocket 0, sse 7; cut: websocket 0, sse 0",
     );
 }
 
@@ -598,17 +604,9 @@ async fn a_close_delimited_sse_response_is_closed_just_after_an_event() {
         took < Duration::from_millis(2_500) + common::envoy::EXIT_SLACK,
         "exited after {took:?}"
     );
-    assert!(
-        envoy
-            .log()
-            .contains("long-lived streams moved: websocket 0, sse 5; cut: websocket 0, sse 0"),
-        "{}",
-        envoy
-            .log()
-            .lines()
-            .filter(|l| l.contains("drain completed"))
-            .collect::<Vec<_>>()
-            .join("\n")
+    assert_completion_line(
+        &envoy.log(),
+        "long-lived streams moved: websocket 0, sse 5; cut: websocket 0, sse 0",
     );
 }
 
@@ -624,21 +622,8 @@ async fn a_close_cut_into_the_middle_of_a_write_lands_after_a_whole_message() {
     envoy.sigterm();
     for c in clients {
         let e = c.await.unwrap();
-        assert_eq!(e.code, Some(1001), "{e:?}");
         assert!(e.received > 0, "{e:?}");
-        let got = seen
-            .lock()
-            .unwrap()
-            .messages
-            .get(&e.name)
-            .cloned()
-            .unwrap_or_default();
-        assert!(
-            e.sent.is_subset(&got),
-            "{}: lost {:?}",
-            e.name,
-            e.sent.difference(&got)
-        );
+        assert_moved_without_loss(&e, &seen);
     }
     let (status, _) = envoy.wait_exit(Duration::from_secs(10)).await;
     assert!(status.success());
