@@ -13,6 +13,9 @@ mod scanning {
     }
 }
 
+/// Out of line: only an end that finds its waker busy asks, and the thread-local lookup would
+/// otherwise be inlined into every end.
+#[inline(never)]
 pub(super) fn scanning_here() -> bool {
     scanning::SCANNING.try_with(|s| s.get()).unwrap_or(false)
 }

@@ -276,9 +276,15 @@ fn a_reserved_slot_serves_one_request_at_a_time_and_returns_when_dropped() {
     assert!(draining, "a start after the drain sees it");
     conn.end(c);
     assert_eq!(r.footprint().slots, slots, "no growth");
+    let name = format!("{conn:?}");
+    assert!(
+        name.starts_with("ReservedSlot(") && name.ends_with(')'),
+        "{name}"
+    );
     drop(conn);
-    // Back on the free stack: the next connection gets a slot without growth.
+    // Back on the free stack (on top): the next connection gets that very slot, no growth.
     let again = r.reserve(lane).unwrap();
+    assert_eq!(format!("{again:?}"), name, "the dropped slot is reused first");
     assert_eq!(r.footprint().slots, slots);
     drop(again);
     assert_eq!(r.counts().active, 0);
@@ -526,4 +532,146 @@ fn concurrent_starts_racing_a_drain_lose_nothing() {
         rounds_seen_both_sides > 0,
         "no round had a request start after the drain began: nothing raced"
     );
+}
+
+/// The thread-local mark that lets an end inside a scan leave its slot to the scan is set only
+/// while the scan runs: after it, an end on this thread waits for a scan again.
+#[test]
+fn a_scan_marks_its_thread_only_while_it_runs() {
+    let r = Registry::with_limits(2, 2);
+    let (t, _) = r.start(Some(0x10), 1);
+    assert!(!scan::scanning_here());
+    let mut inside = false;
+    r.begin_drain(|_| inside = scan::scanning_here(), |_| {});
+    assert!(inside, "marked during the scan");
+    assert!(!scan::scanning_here(), "unmarked after it");
+    assert_eq!(r.end(t), Some(0x10));
+}
+
+/// The status report's age buckets: under 1 s, 1 s to under 10 s, 10 s and over.
+#[test]
+fn age_buckets_start_at_one_and_ten_seconds_exactly() {
+    let r = Registry::with_limits(4, 2);
+    let t: Vec<_> = [0, 1, 2].into_iter().map(|_| r.start(None, 100).0).collect();
+    assert_eq!(r.age_buckets(100 + 999_999_999), [3, 0, 0]);
+    assert_eq!(r.age_buckets(100 + 1_000_000_000), [0, 3, 0]);
+    assert_eq!(r.age_buckets(100 + 9_999_999_999), [0, 3, 0]);
+    assert_eq!(r.age_buckets(100 + 10_000_000_000), [0, 0, 3]);
+    assert_eq!(r.age_buckets(50), [3, 0, 0], "a clock behind a start is age 0");
+    for t in t {
+        r.end(t);
+    }
+}
+
+#[test]
+fn own_wakers_counts_requests_with_a_waker_of_their_own() {
+    let r = Registry::with_limits(4, 2);
+    assert_eq!(r.own_wakers(), 0);
+    let a = r.start(Some(0x10), 1).0;
+    let b = r.start(None, 1).0;
+    let c = r.start(Some(0x20), 1).0;
+    assert_eq!((r.own_wakers(), r.occupied()), (2, 3));
+    r.end(a);
+    assert_eq!(r.own_wakers(), 1);
+    r.end(b);
+    r.end(c);
+    assert_eq!(r.own_wakers(), 0);
+}
+
+/// The footprint counts the registry and its slab table once, each worker's slab and segment
+/// table once, and each slot once: what the status report shows as memory.
+#[test]
+fn the_footprint_counts_each_part_once() {
+    use std::mem::size_of;
+    let r = Registry::with_limits(2, 3);
+    let empty = r.footprint();
+    assert_eq!(
+        empty,
+        Footprint {
+            workers: 0,
+            slots: 0,
+            bytes: size_of::<Registry>() + 3 * size_of::<OnceLock<Slab>>(),
+        }
+    );
+    let a = r.start(None, 1).0;
+    let one = r.footprint();
+    assert_eq!((one.workers, one.slots), (1, 2));
+    let slab = size_of::<Slab>() + MAX_SEGMENTS * size_of::<OnceLock<Box<[Slot]>>>();
+    assert_eq!(one.bytes - empty.bytes, slab + 2 * size_of::<Slot>());
+    // Three more requests: the second segment (4 slots) is taken into use.
+    let more: Vec<_> = (0..3).map(|_| r.start(None, 1).0).collect();
+    let grown = r.footprint();
+    assert_eq!((grown.workers, grown.slots), (1, 6));
+    assert_eq!(grown.bytes - one.bytes, 4 * size_of::<Slot>());
+    for t in more.into_iter().chain([a]) {
+        r.end(t);
+    }
+}
+
+/// The free stack's head carries a count of its changes beside the top slot, so a pop that read
+/// a stale head fails even when the same slot is on top again (ABA).
+#[test]
+fn every_change_of_a_free_stack_raises_its_tag() {
+    let r = Registry::with_limits(4, 2);
+    let t = r.start(None, 1).0;
+    let slab = r.slab(0).expect("this thread's slab");
+    let tag = |h: u64| h >> 32;
+    let before = slab.free.load(Ordering::SeqCst);
+    for round in 1..=3u64 {
+        let idx = r.pop(slab).expect("a free slot");
+        r.push(slab, idx);
+        let now = slab.free.load(Ordering::SeqCst);
+        assert_eq!(now as u32, before as u32, "the same slot on top again");
+        assert_eq!(tag(now), tag(before) + 2 * round, "one pop and one push a round");
+    }
+    assert_eq!(table::head(7, 9) >> 32, 7);
+    r.end(t);
+}
+
+/// A request on a connection's reserved slot raises the latest start like any other.
+#[test]
+fn a_reserved_slot_start_raises_the_latest_start() {
+    static R: OnceLock<Registry> = OnceLock::new();
+    let r = R.get_or_init(|| Registry::with_limits(2, 2));
+    let lane = r.lane().unwrap();
+    let conn = r.reserve(lane).unwrap();
+    let (a, _) = r.start_in(Some(lane), None, 5);
+    let (b, _) = conn.start(9).unwrap();
+    assert_eq!(r.counts().last_start, 9);
+    conn.end(b);
+    let (c, _) = conn.start(7).unwrap();
+    assert_eq!(r.counts().last_start, 9, "never lowered");
+    conn.end(c);
+    r.end(a);
+}
+
+/// A connection's slot ends only its own request: another connection's reserved ticket, on the
+/// same lane or another lane's slot of the same index, is ended in the table, where it belongs.
+#[test]
+fn a_reserved_slot_ends_another_slots_ticket_in_the_table() {
+    static R: OnceLock<Registry> = OnceLock::new();
+    let r = R.get_or_init(|| Registry::with_limits(2, 4));
+    let here = r.lane().unwrap();
+    let there = std::thread::spawn(|| R.get().unwrap().lane().unwrap())
+        .join()
+        .unwrap();
+    assert_ne!(here, there);
+    let a = r.reserve(here).unwrap();
+    let b = r.reserve(here).unwrap();
+    let c = r.reserve(there).unwrap();
+    assert_eq!(
+        format!("{a:?}").rsplit(':').next(),
+        format!("{c:?}").rsplit(':').next(),
+        "the same index on two lanes"
+    );
+    for other in [&b, &c] {
+        let (t, _) = other.start(3).unwrap();
+        let (mine, _) = a.start(4).unwrap();
+        a.end(t);
+        let (again, _) = other.start(5).expect("the other slot was freed");
+        other.end(again);
+        assert!(a.start(6).is_none(), "{a:?} still holds its own request");
+        a.end(mine);
+        assert_eq!(r.counts().active, 0);
+    }
 }

@@ -101,17 +101,12 @@ impl Registry {
                 s.waker.store(0, Ordering::Release);
                 true
             } else {
-                // Acquire on success: the scan's use of the waker happened before we free it.
-                (v & BUSY == 0
-                    && s.waker
-                        .compare_exchange(v, 0, Ordering::Acquire, Ordering::Relaxed)
-                        .is_ok())
-                    || Self::free_busy_waker(s, || {
-                        // Test builds count the wait (`busy_waits`); empty otherwise.
-                        #[cfg(test)]
-                        self.busy_waits
-                            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                    })
+                Self::free_waker(s, || {
+                    // Test builds count the wait (`busy_waits`); empty otherwise.
+                    #[cfg(test)]
+                    self.busy_waits
+                        .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                })
             };
             if freed {
                 self.push_chain(slab, ticket.slot, s);
@@ -122,12 +117,10 @@ impl Registry {
         waker
     }
 
-    /// Take a waker out of its slot while a scan may be using it: waits for the scan, unless it
-    /// is up this thread's own stack (then the slot and its waker are left to it, and false is
-    /// returned). `waiting` runs at each round of the wait. Out of line: the thread-local it
-    /// reads would otherwise be looked up on every end.
-    #[inline(never)]
-    pub(super) fn free_busy_waker(s: &Slot, waiting: impl Fn()) -> bool {
+    /// Take a waker out of its slot: at once unless a scan is using it, else
+    /// wait for the scan, unless it is up this thread's own stack (then the slot and its waker
+    /// are left to it, and false is returned). `waiting` runs at each round of the wait.
+    pub(super) fn free_waker(s: &Slot, waiting: impl Fn()) -> bool {
         let mut round = 0;
         let mut v = s.waker.load(Ordering::Acquire);
         loop {
