@@ -68,6 +68,13 @@ fn extensions_trailers_and_bare_lf_are_followed() {
     assert_eq!(fed.ended, Some(wire.len()));
     assert_eq!(fed.cut, Some(24));
     assert_eq!(follow_chunked(wire).ended, Some(wire.len()));
+    // The last chunk's empty line alone, ended by a bare LF.
+    let wire = b"9\r\ndata: x\n\n\r\n0\r\n\n";
+    let mut c = Chunked::new();
+    let fed = c.feed(&wire[..wire.len() - 1]).unwrap();
+    assert_eq!((fed.ended, c.ended()), (None, false));
+    assert_eq!(c.feed(b"\n").unwrap().ended, Some(1));
+    assert!(c.ended());
 }
 
 #[test]

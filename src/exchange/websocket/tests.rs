@@ -121,6 +121,7 @@ fn gives_up(bytes: &[u8], masked: bool, deflate: bool) -> Option<GiveUp> {
     if let Some(g) = r {
         // Sticky: later bytes are not read.
         assert_eq!(f.feed(&frame(FIN | 1, None, b"x", 0), |_| panic!()), Err(g));
+        assert_eq!(f.feed(&[], |_| panic!()), Err(g), "even with no bytes");
     }
     r
 }
@@ -179,7 +180,13 @@ fn a_64_bit_length_with_the_high_bit_or_over_the_limit_is_given_up() {
 
 #[test]
 fn the_length_split_inside_its_64_bits_is_followed() {
-    let b = frame(FIN | 2, None, &[9; 70_000], 0);
+    for n in [70_000, 70_001] {
+        the_length_split_inside_its_64_bits_is_followed_for(n);
+    }
+}
+
+fn the_length_split_inside_its_64_bits_is_followed_for(n: usize) {
+    let b = frame(FIN | 2, None, &vec![9; n], 0);
     for cut in 2..10 {
         let mut f = Follower::new(false, false);
         assert_eq!(
@@ -293,6 +300,11 @@ fn built_close_frames_are_read_back_by_the_follower() {
     assert_eq!(c.as_bytes()[1], 0x80 | 124);
     let c = close_frame(GOING_AWAY, &"a".repeat(200), None);
     assert_eq!(c.as_bytes().len(), MAX_CLOSE_FRAME - 4);
+    // The debug log shows the frame's bytes.
+    assert_eq!(
+        format!("{:?}", close_frame(GOING_AWAY, "", None)),
+        "CloseFrame([136, 2, 3, 233])"
+    );
 }
 
 #[test]

@@ -72,12 +72,35 @@ fn a_write_ending_inside_a_frame_waits_for_the_next() {
 #[test]
 fn a_close_already_on_its_way_is_left_alone() {
     let mut m = Move::new(false);
+    assert!(!m.ending());
     m.client_bytes(close_frame(1000, "", Some([1, 2, 3, 4])).as_bytes());
+    assert!(m.ending(), "the client's Close ends the connection by itself");
     assert_eq!(m.due(false), Wake::Nothing);
     let mut m = Move::new(false);
     m.server_bytes(close_frame(1000, "", None).as_bytes());
+    assert!(
+        !m.handshake_done(),
+        "the upstream's own Close is not an answer to ours: we sent none"
+    );
     assert_eq!(m.due(true), Wake::Nothing);
     assert!(!m.moved() && !m.lost());
+}
+
+/// After our Close, only the client's Close answers it: its data frames (the rest of a
+/// message) pass without ending the handshake, and the upstream's Close completes it after.
+#[test]
+fn only_the_clients_close_answers_ours() {
+    let mut m = Move::new(false);
+    assert_eq!(m.due(false), Wake::InjectClose);
+    m.client_bytes(&frame(0x82, true, b"data"));
+    assert!(m.moved() && !m.handshake_done());
+    assert_eq!(
+        m.server_bytes(close_frame(1001, "", None).as_bytes()),
+        Write::Drop
+    );
+    assert!(!m.handshake_done(), "the client has not answered yet");
+    m.client_bytes(close_frame(1001, "", Some([1, 2, 3, 4])).as_bytes());
+    assert!(m.handshake_done());
 }
 
 #[test]
