@@ -500,13 +500,21 @@ pub(super) fn too_long_lines_and_heads_are_unknown() {
     assert_eq!(events(&out), [Started(1), Lost]);
 }
 
-/// Envoy takes heads up to 8 MiB when configured to (`max_request_headers_kb: 8192`): a
-/// 4 MiB cookie header, whole and in 16 KiB reads, is followed.
+/// Envoy takes heads up to 8 MiB when configured to (`max_request_headers_kb: 8192` bounds the
+/// names and values; `": "` and CRLF come on top): 8 MiB of names and values in 1 024 headers,
+/// whole and in 16 KiB reads, is followed.
 #[test]
 pub(super) fn heads_as_large_as_envoy_can_take_are_followed() {
-    let mut head = b"GET / HTTP/1.1\r\ncookie: ".to_vec();
-    head.extend(std::iter::repeat_n(b'c', 4 << 20));
-    head.extend_from_slice(b"\r\n\r\n");
+    let mut head = b"GET / HTTP/1.1\r\n".to_vec();
+    for i in 0..1024 {
+        let name = format!("x-h{i:04}");
+        head.extend_from_slice(name.as_bytes());
+        head.extend_from_slice(b": ");
+        head.extend(std::iter::repeat_n(b'c', 8192 - name.len()));
+        head.extend_from_slice(b"\r\n");
+    }
+    head.extend_from_slice(b"\r\n");
+    assert!(head.len() > (8 << 20) + 4096, "{}", head.len());
     let (_, out) = play(&vec![c(&head)]);
     assert_eq!(events(&out), [Started(1)]);
     let mut t = Tracker::new();
@@ -528,4 +536,24 @@ pub(super) fn more_than_max_pipelined_requests_are_unknown() {
     let mut want: Vec<Event> = (1..=MAX_PIPELINED as u32).map(Started).collect();
     want.push(Lost);
     assert_eq!(evs, want);
+}
+
+/// Where each request ended in the client's bytes, across reads and inside one read (Envoy's
+/// codec stops there with pipelined requests behind: `ends_a_request`).
+#[test]
+fn request_ends_are_kept_at_their_client_offsets() {
+    let a = b"GET /a HTTP/1.1\r\nHost: x\r\n\r\n".as_slice();
+    let b = b"GET /b HTTP/1.1\r\nHost: x\r\n\r\n".as_slice();
+    let post = b"POST /c HTTP/1.1\r\nContent-Length: 3\r\n\r\nabc".as_slice();
+    let mut t = Tracker::new();
+    t.client(a, &mut |_, _| {});
+    t.client(&[b, post].concat(), &mut |_, _| {});
+    let ends = [a.len(), a.len() + b.len(), a.len() + b.len() + post.len()];
+    for end in ends {
+        assert!(t.ends_a_request(end as u64), "a request ends at {end}");
+    }
+    for not in [0, 1, ends[0] + 1, ends[1] - 1, ends[1] + 1, ends[2] - 3] {
+        assert!(!t.ends_a_request(not as u64), "no request ends at {not}");
+    }
+    assert_eq!(t.client_fed(), ends[2] as u64);
 }
