@@ -284,7 +284,11 @@ fn a_reserved_slot_serves_one_request_at_a_time_and_returns_when_dropped() {
     drop(conn);
     // Back on the free stack (on top): the next connection gets that very slot, no growth.
     let again = r.reserve(lane).unwrap();
-    assert_eq!(format!("{again:?}"), name, "the dropped slot is reused first");
+    assert_eq!(
+        format!("{again:?}"),
+        name,
+        "the dropped slot is reused first"
+    );
     assert_eq!(r.footprint().slots, slots);
     drop(again);
     assert_eq!(r.counts().active, 0);
@@ -552,12 +556,19 @@ fn a_scan_marks_its_thread_only_while_it_runs() {
 #[test]
 fn age_buckets_start_at_one_and_ten_seconds_exactly() {
     let r = Registry::with_limits(4, 2);
-    let t: Vec<_> = [0, 1, 2].into_iter().map(|_| r.start(None, 100).0).collect();
+    let t: Vec<_> = [0, 1, 2]
+        .into_iter()
+        .map(|_| r.start(None, 100).0)
+        .collect();
     assert_eq!(r.age_buckets(100 + 999_999_999), [3, 0, 0]);
     assert_eq!(r.age_buckets(100 + 1_000_000_000), [0, 3, 0]);
     assert_eq!(r.age_buckets(100 + 9_999_999_999), [0, 3, 0]);
     assert_eq!(r.age_buckets(100 + 10_000_000_000), [0, 0, 3]);
-    assert_eq!(r.age_buckets(50), [3, 0, 0], "a clock behind a start is age 0");
+    assert_eq!(
+        r.age_buckets(50),
+        [3, 0, 0],
+        "a clock behind a start is age 0"
+    );
     for t in t {
         r.end(t);
     }
@@ -622,7 +633,11 @@ fn every_change_of_a_free_stack_raises_its_tag() {
         r.push(slab, idx);
         let now = slab.free.load(Ordering::SeqCst);
         assert_eq!(now as u32, before as u32, "the same slot on top again");
-        assert_eq!(tag(now), tag(before) + 2 * round, "one pop and one push a round");
+        assert_eq!(
+            tag(now),
+            tag(before) + 2 * round,
+            "one pop and one push a round"
+        );
     }
     assert_eq!(table::head(7, 9) >> 32, 7);
     r.end(t);

@@ -557,3 +557,26 @@ fn request_ends_are_kept_at_their_client_offsets() {
     }
     assert_eq!(t.client_fed(), ends[2] as u64);
 }
+
+/// A 101 that negotiated permessage-deflate lets the frame followers take RSV1 (compressed)
+/// frames; without it such a frame is not WebSocket as negotiated and the move gives up.
+#[test]
+fn only_a_negotiated_deflate_lets_compressed_frames_be_followed() {
+    let get = b"GET /ws HTTP/1.1\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n";
+    let compressed = b"\xc1\x02hi"; // FIN | RSV1 | text
+    for (extensions, deflate) in [
+        ("", false),
+        ("Sec-WebSocket-Extensions: permessage-deflate\r\n", true),
+    ] {
+        let mut t = Tracker::new();
+        t.client(get, &mut |_, _| {});
+        let head = format!(
+            "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n{extensions}\r\n"
+        );
+        t.server(head.as_bytes(), &mut |_, _| {});
+        let m = t.websocket().expect("switched to WebSocket frames");
+        assert!(!m.mv.lost());
+        m.mv.server_bytes(compressed);
+        assert_eq!(m.mv.lost(), !deflate, "deflate negotiated: {deflate}");
+    }
+}

@@ -74,7 +74,10 @@ fn a_close_already_on_its_way_is_left_alone() {
     let mut m = Move::new(false);
     assert!(!m.ending());
     m.client_bytes(close_frame(1000, "", Some([1, 2, 3, 4])).as_bytes());
-    assert!(m.ending(), "the client's Close ends the connection by itself");
+    assert!(
+        m.ending(),
+        "the client's Close ends the connection by itself"
+    );
     assert_eq!(m.due(false), Wake::Nothing);
     let mut m = Move::new(false);
     m.server_bytes(close_frame(1000, "", None).as_bytes());
