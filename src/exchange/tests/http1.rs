@@ -580,3 +580,34 @@ fn only_a_negotiated_deflate_lets_compressed_frames_be_followed() {
         assert_eq!(m.mv.lost(), !deflate, "deflate negotiated: {deflate}");
     }
 }
+
+/// A chunked SSE response is handed over to its end only at a chunk's start: not inside a
+/// chunk's data, nor inside a chunk-size line.
+#[test]
+fn an_sse_response_is_handed_over_only_at_a_chunk_start() {
+    let get = b"GET /events HTTP/1.1\r\nhost: x\r\n\r\n".as_slice();
+    let head =
+        b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+            .as_slice();
+    let event = b"b\r\ndata: one\n\n\r\n".as_slice();
+    for (written, at_start) in [
+        (&b""[..], true),
+        (event, true),
+        (&event[..5], false),
+        (&event[..1], false),
+        (&event[..2], false),
+        (&event[..event.len() - 1], false),
+    ] {
+        let mut t = Tracker::new();
+        t.client(get, &mut |_, _| {});
+        t.server(&[head, written].concat(), &mut |_, _| {});
+        assert!(t.sse_in_flight());
+        assert_eq!(
+            t.sse_hand_over(),
+            at_start,
+            "after {:?}",
+            String::from_utf8_lossy(written)
+        );
+        assert_eq!(t.tunnel(), at_start);
+    }
+}
