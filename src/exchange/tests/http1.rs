@@ -611,3 +611,22 @@ fn an_sse_response_is_handed_over_only_at_a_chunk_start() {
         assert_eq!(t.tunnel(), at_start);
     }
 }
+
+/// Where a drain's `connection: close` may go in: the next server byte starts the response
+/// head of a request in flight; not inside a response, not with no request, not once lost.
+#[test]
+fn a_response_head_is_awaited_only_for_a_request_in_flight() {
+    let get = b"GET / HTTP/1.1\r\nhost: x\r\n\r\n".as_slice();
+    let mut t = Tracker::new();
+    t.client(get, &mut |_, _| {});
+    assert!(t.awaiting_response_head(), "a request in flight");
+    t.server(b"HTTP/1.1 200 OK\r\ncontent-le", &mut |_, _| {});
+    assert!(!t.awaiting_response_head(), "inside its response head");
+    t.server(b"ngth: 2\r\n\r\nok", &mut |_, _| {});
+    assert!(!t.awaiting_response_head(), "no request in flight");
+    t.client(get, &mut |_, _| {});
+    assert!(t.awaiting_response_head());
+    t.client(b"\x00\x01 not HTTP\r\n\r\n", &mut |_, _| {});
+    assert_eq!(t.protocol(), Protocol::Unknown);
+    assert!(!t.awaiting_response_head(), "lost: nothing is known");
+}
