@@ -49,6 +49,77 @@ pub(super) fn unread_payload_is_fed_by_length() {
     assert_eq!(ev, [Event::Started(1), Event::Ended(1)]);
 }
 
+/// What may be fed as stand-ins is only what the tracker skips by length: a body's or a chunk's
+/// data, an HTTP/2 payload past a GOAWAY's last-stream-id. Not a head's digits, a chunk-size
+/// line, an SSE body (its events are read), a GOAWAY's last-stream-id; nothing once lost.
+#[test]
+fn only_bytes_skipped_by_length_may_be_stand_ins() {
+    let get = b"GET / HTTP/1.1\r\nhost: x\r\n\r\n".as_slice();
+    let ahead = |client: &[u8], server: &[u8]| {
+        let mut t = Tracker::new();
+        t.client(client, &mut |_, _| {});
+        t.server(server, &mut |_, _| {});
+        t.server_unread_ahead()
+    };
+    assert_eq!(
+        ahead(get, b"HTTP/1.1 200 OK\r\ncontent-length: 12"),
+        0,
+        "a head"
+    );
+    let chunked = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n".as_slice();
+    assert_eq!(ahead(get, &[chunked, b"1f"].concat()), 0, "a size line");
+    assert_eq!(
+        ahead(get, &[chunked, b"1f\r\nab"].concat()),
+        0x1d,
+        "a chunk's data"
+    );
+    let sse =
+        b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n";
+    assert_eq!(
+        ahead(get, &[&sse[..], b"1f\r\ndata: "].concat()),
+        0,
+        "SSE events"
+    );
+    // Lost inside a body: the client's next bytes are not HTTP.
+    let mut t = Tracker::new();
+    t.client(get, &mut |_, _| {});
+    t.server(
+        b"HTTP/1.1 200 OK\r\ncontent-length: 10000\r\n\r\n",
+        &mut |_, _| {},
+    );
+    assert_eq!(t.server_unread_ahead(), 10_000);
+    t.client(b"\x00\x01 not HTTP\r\n\r\n", &mut |_, _| {});
+    assert_eq!(t.protocol(), Protocol::Unknown);
+    assert_eq!(t.server_unread_ahead(), 0, "lost in an HTTP/1.1 body");
+    // HTTP/2: a GOAWAY's last-stream-id is read, the rest of its payload skipped.
+    let h2 = || {
+        let mut t = Tracker::new();
+        t.client(H2_PREFACE, &mut |_, _| {});
+        t.client(&fr(SETTINGS, 0, 0, 0), &mut |_, _| {});
+        t.client(&fr(HEADERS, 0x5, 1, 0), &mut |_, _| {});
+        t.server(&fr(SETTINGS, 0, 0, 0), &mut |_, _| {});
+        t
+    };
+    let goaway = fr(GOAWAY, 0, 0, 20);
+    for (fed, want) in [(9, 0), (12, 0), (13, 16), (20, 9)] {
+        let mut t = h2();
+        t.server(&goaway[..fed], &mut |_, _| {});
+        assert_eq!(t.server_unread_ahead(), want, "{} GOAWAY bytes", fed);
+    }
+    let mut t = h2();
+    t.server(&fr(DATA, 0, 1, 5000)[..9], &mut |_, _| {});
+    assert_eq!(t.server_unread_ahead(), 5000);
+    t.client(&fr(HEADERS, 0x5, 0, 0), &mut |_, _| {});
+    assert_eq!(t.protocol(), Protocol::Unknown);
+    assert_eq!(t.server_unread_ahead(), 0, "lost inside an HTTP/2 payload");
+    // The stand-ins come in whole pieces and never as an empty one.
+    let sizes = |n| unread(n).map(<[u8]>::len).collect::<Vec<_>>();
+    assert_eq!(sizes(0), [0usize; 0]);
+    assert_eq!(sizes(8192), [4096, 4096]);
+    assert_eq!(sizes(4097), [4096, 1]);
+    assert!(unread(3).flatten().all(|&b| b == 0xAA));
+}
+
 #[test]
 pub(super) fn keep_alive_get_counts_two_requests_and_keeps_hints() {
     let t = check(
