@@ -269,6 +269,31 @@ fn drain_token_from_file_or_env() {
     }
 }
 
+/// The token's length bound is inclusive (4096 bytes taken, 4097 refused, naming the field), and
+/// the comparison tells lengths apart even where the longer input only adds zero bytes: a header
+/// value of the token and four NULs (lengths 4 and 8 share no bit) is not the token.
+#[test]
+fn drain_token_length_bound_and_zero_padding() {
+    let read = |_: &str| Err(std::io::Error::from(std::io::ErrorKind::NotFound));
+    let parse = |token: String| {
+        let env = move |_: &str| Some(token.clone());
+        FilterConfig::parse_with(br#"{"role":"control","drain_token_env":"T"}"#, env, read)
+    };
+    let longest = "k".repeat(4096);
+    let t = parse(longest.clone()).unwrap().drain_token.unwrap();
+    assert!(t.accepts(format!("Bearer {longest}").as_bytes()));
+    let e = parse("k".repeat(4097)).unwrap_err();
+    assert_eq!(e.field, "drain_token_env", "{e}");
+    assert!(e.problem.contains("longer than 4096"), "{e}");
+
+    assert!(constant_time_eq(b"abcd", b"abcd"));
+    assert!(!constant_time_eq(b"abcd\0\0\0\0", b"abcd"));
+    assert!(!constant_time_eq(b"abcd", b"abcd\0\0\0\0"));
+    assert!(!constant_time_eq(b"", b"\0"));
+    let t = DrainToken::for_tests("abcd");
+    assert!(!t.accepts(b"Bearer abcd\0\0\0\0"));
+}
+
 #[test]
 fn filter_config_roles() {
     assert_eq!(FilterConfig::parse(b"").unwrap().role, Role::Data);
