@@ -114,17 +114,18 @@ miri:
 	cargo +nightly miri test --lib --target-dir target/miri -- $(MIRI_SKIP)
 
 # Mutation testing of the pure core (issue #50): cargo-mutants over the drain state machine, the
-# exchange followers, the in-flight table and the configuration parser, against the lib's unit and
-# property tests. About 1 600 mutants; `-C --lib` builds only the lib's tests for each (not the
-# integration suites), so about 2.5 s a mutant at two jobs, some 70 minutes on 2 cores: not in
-# CI. Narrow it with e.g. MUTANTS_FILES="-f src/engine/drain.rs"; shard it with
-# MUTANTS_ARGS="--shard 1/4". Survivors land in target/mutants/mutants.out/missed.txt; the
-# reviewed list is bench/results/mutants.md. The reference models (`model.rs`), loom's tests and
-# the unit tests themselves are test code.
+# exchange followers, the in-flight table and the configuration parser, against the lib's unit
+# tests and tests/properties.rs (the followers' and the parser's property tests). About 1 600
+# mutants; `-C` builds only those two test binaries for each (not the Envoy suites), so about 3 s
+# a mutant at two jobs, some 80 minutes on 2 cores: not in CI. Narrow it with e.g.
+# MUTANTS_FILES="-f src/engine/drain.rs"; shard it with MUTANTS_ARGS="--shard 1/4". Survivors
+# land in target/mutants/mutants.out/missed.txt; the reviewed list is bench/results/mutants.md.
+# The reference models (`model.rs`), loom's tests and the unit tests themselves are test code.
 MUTANTS_FILES ?= -f src/engine/drain.rs -f 'src/exchange/**' -f 'src/counting/**' -f 'src/config/**'
 MUTANTS_ARGS ?=
 mutants:
 	scripts/install-tools.sh mutants >/dev/null
 	mkdir -p target/mutants
-	CARGO_PROFILE_DEV_DEBUG=0 cargo mutants -j 2 -C --lib $(MUTANTS_FILES) -e '**/model.rs' \
-	  -e '**/loom_tests.rs' -e '**/tests.rs' -e '**/tests/**' --output target/mutants $(MUTANTS_ARGS)
+	CARGO_PROFILE_DEV_DEBUG=0 cargo mutants -j 2 -C --lib -C --test=properties $(MUTANTS_FILES) \
+	  -e '**/model.rs' -e '**/loom_tests.rs' -e '**/tests.rs' -e '**/tests/**' \
+	  --output target/mutants $(MUTANTS_ARGS)

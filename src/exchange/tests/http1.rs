@@ -701,3 +701,50 @@ fn a_response_head_is_awaited_only_for_a_request_in_flight() {
     assert_eq!(t.protocol(), Protocol::Unknown);
     assert!(!t.awaiting_response_head(), "lost: nothing is known");
 }
+
+/// A 2xx to CONNECT is a tunnel whatever length its head states (RFC 9112 §6.3 rule 2: such a
+/// response has no content; `Content-Length` and `Transfer-Encoding` are ignored): the client's
+/// bytes after it are the tunnel's, not a next request. Unlike `connect_2xx_is_a_tunnel`, whose
+/// 200 without a length would run until close anyway, this needs the request's CONNECT flag.
+#[test]
+fn a_2xx_to_connect_is_a_tunnel_even_with_a_length() {
+    for framing in ["Content-Length: 0\r\n", "Transfer-Encoding: chunked\r\n"] {
+        let head = format!("HTTP/1.1 200 Connection Established\r\n{framing}\r\n");
+        let script = vec![
+            c(b"CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n\r\n"),
+            s(head.as_bytes()),
+            c(b"\x16\x03\x01\x00\x05hello"),
+            s(b"\x16\x03\x03\x00\x02ok"),
+        ];
+        let t = check(&script, &[Started(1)]);
+        assert!(t.tunnel(), "{framing}");
+        assert!(
+            !t.will_close(),
+            "{framing}: a tunnel, not a body until close"
+        );
+        assert_eq!(t.in_flight(), 1, "{framing}");
+    }
+}
+
+/// Only requests carry the user agent the hints report: a response's `User-Agent` header (some
+/// servers send one) leaves the request's, also while a pipelined request is in flight.
+#[test]
+fn a_response_user_agent_is_not_the_request_s() {
+    let script = vec![
+        c(b"GET /a HTTP/1.1\r\nUser-Agent: client/1\r\n\r\nGET /b HTTP/1.1\r\nUser-Agent: client/2\r\n\r\n"),
+        s(b"HTTP/1.1 200 OK\r\nUser-Agent: server/9\r\nContent-Length: 0\r\n\r\n"),
+        s(b"HTTP/1.1 200 OK\r\nuser-agent: server/9\r\nContent-Length: 0\r\n\r\n"),
+    ];
+    let (t, out) = play(&script);
+    let (_, bytewise) = play_bytewise(&script);
+    assert_eq!(bytewise, out, "byte by byte");
+    assert_eq!(
+        events(&out),
+        [Started(1), Started(2), Ended(1), Ended(2)],
+        "{out:?}"
+    );
+    let uas: Vec<_> = out.iter().map(|r| r.2.as_deref()).collect();
+    let (one, two) = (Some(&b"client/1"[..]), Some(&b"client/2"[..]));
+    assert_eq!(uas, [one, two, two, two], "{out:?}");
+    assert_eq!(t.hints().user_agent, Some(&b"client/2"[..]));
+}
