@@ -748,3 +748,115 @@ fn a_response_user_agent_is_not_the_request_s() {
     assert_eq!(uas, [one, two, two, two], "{out:?}");
     assert_eq!(t.hints().user_agent, Some(&b"client/2"[..]));
 }
+
+/// The FIFO of pipelined requests moves on at each response: the second response is framed by
+/// the second request (a GET's body is read), not by the first (a HEAD's response has none).
+#[test]
+fn each_pipelined_response_is_framed_by_its_own_request() {
+    let script = vec![
+        c(b"HEAD /a HTTP/1.1\r\n\r\nGET /b HTTP/1.1\r\n\r\nHEAD /c HTTP/1.1\r\n\r\n"),
+        s(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n"),
+        s(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello"),
+        s(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n"),
+    ];
+    let t = check(
+        &script,
+        &[
+            Started(1),
+            Started(2),
+            Started(3),
+            Ended(1),
+            Ended(2),
+            Ended(3),
+        ],
+    );
+    assert_eq!(t.in_flight(), 0);
+}
+
+/// An upgrade request pipelined behind a plain one waits for its own response: the plain
+/// request's 200 is not its verdict, so the client's early frames (noticed, not parsed) do not
+/// make the tracker give up, and the 101 that follows opens the tunnel.
+#[test]
+fn a_pipelined_upgrade_waits_for_its_own_response() {
+    let script = vec![
+        c(b"GET /a HTTP/1.1\r\n\r\nGET /ws HTTP/1.1\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n"),
+        c(b"\x81\x82\x00\x00\x00\x00hi"),
+        s(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n"),
+        s(b"HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n"),
+    ];
+    let t = check(&script, &[Started(1), Started(2), Ended(1)]);
+    assert!(t.tunnel());
+    assert_eq!(t.in_flight(), 1);
+}
+
+/// Which responses close the connection: an HTTP/1.0 one unless it says keep-alive; a
+/// `Connection` token of another name does not, whatever its length (here five letters, as
+/// `close`); a transfer coding of seven letters other than `chunked` leaves the body unframed,
+/// so it runs until the connection closes (RFC 9112 §6.3).
+#[test]
+fn only_the_close_and_keep_alive_tokens_decide_a_response_s_connection() {
+    let get = || c(b"GET / HTTP/1.1\r\n\r\n");
+    for (head, closes) in [
+        (
+            "HTTP/1.0 200 OK\r\nConnection: keep-alive\r\nContent-Length: 0\r\n\r\n",
+            false,
+        ),
+        ("HTTP/1.0 200 OK\r\nContent-Length: 0\r\n\r\n", true),
+        (
+            "HTTP/1.1 200 OK\r\nConnection: other\r\nContent-Length: 0\r\n\r\n",
+            false,
+        ),
+        (
+            "HTTP/1.1 200 OK\r\nConnection: Close\r\nContent-Length: 0\r\n\r\n",
+            true,
+        ),
+    ] {
+        let t = check(&vec![get(), s(head.as_bytes())], &[Started(1), Ended(1)]);
+        assert_eq!(t.will_close(), closes, "{head:?}");
+    }
+    let t = check(
+        &vec![
+            get(),
+            s(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: deflate\r\n\r\n1\r\na\r\n0\r\n\r\n"),
+        ],
+        &[Started(1)],
+    );
+    assert!(t.tunnel() && t.will_close(), "a body until close");
+    let t = check(
+        &vec![
+            get(),
+            s(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n1\r\na\r\n0\r\n\r\n"),
+        ],
+        &[Started(1), Ended(1)],
+    );
+    assert!(!t.will_close());
+}
+
+/// Only heads, chunk-size lines and trailers count against MAX_HEAD: a body or a chunk's data
+/// larger than it, fed as real bytes a piece at a time, is followed to its end.
+#[test]
+fn bodies_larger_than_max_head_are_not_heads() {
+    let piece = vec![b'x'; 1 << 20];
+    let n = MAX_HEAD / piece.len() + 2;
+    let len = n * piece.len();
+    for chunked in [false, true] {
+        let mut t = Tracker::new();
+        let mut ev = Vec::new();
+        let mut on = |e: Event, _: &Tracker| ev.push(e);
+        let post = if chunked {
+            format!("POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n{len:x}\r\n")
+        } else {
+            format!("POST / HTTP/1.1\r\nContent-Length: {len}\r\n\r\n")
+        };
+        t.client(post.as_bytes(), &mut on);
+        for _ in 0..n {
+            t.client(&piece, &mut on);
+        }
+        if chunked {
+            t.client(b"\r\n0\r\n\r\n", &mut on);
+        }
+        t.server(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n", &mut on);
+        assert_eq!(ev, [Started(1), Ended(1)], "chunked: {chunked}");
+        assert_eq!(t.in_flight(), 0);
+    }
+}
