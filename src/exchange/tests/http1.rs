@@ -860,3 +860,33 @@ fn bodies_larger_than_max_head_are_not_heads() {
         assert_eq!(t.in_flight(), 0);
     }
 }
+
+/// A hint cut at HINT_LEN keeps its first HINT_LEN bytes however the head is split (here inside
+/// the path and inside the user agent, each piece running past the limit), and `truncated` says
+/// which was cut: the user agent alone, the path alone, neither.
+#[test]
+fn hints_split_past_hint_len_keep_their_start_and_say_which_was_cut() {
+    let long_path = format!("/{}", "p".repeat(HINT_LEN + 20));
+    let long_ua = "u".repeat(HINT_LEN + 20);
+    let head = |path: &str, ua: &str| format!("GET {path} HTTP/1.1\r\nUser-Agent: {ua}\r\n\r\n");
+    for (path, ua, truncated) in [
+        (long_path.as_str(), "curl/8", true),
+        ("/short", long_ua.as_str(), true),
+        ("/short", "curl/8", false),
+    ] {
+        let req = head(path, ua);
+        let script = vec![c(req.as_bytes())];
+        let path_at = req.find(path).unwrap();
+        let ua_at = req.find(ua).unwrap();
+        for at in [0, path_at + 10, ua_at + 10] {
+            let (t, out) = play_split(&script, at);
+            assert_eq!(events(&out), [Started(1)]);
+            let h = t.hints();
+            let want_path = &path.as_bytes()[..path.len().min(HINT_LEN)];
+            let want_ua = &ua.as_bytes()[..ua.len().min(HINT_LEN)];
+            assert_eq!(h.path, Some(want_path), "split at {at}");
+            assert_eq!(h.user_agent, Some(want_ua), "split at {at}");
+            assert_eq!(h.truncated, truncated, "{path} {ua}, split at {at}");
+        }
+    }
+}
