@@ -106,9 +106,6 @@ pub(super) struct Frames {
     pub(super) block: u32,
     pub(super) block_end: bool,
     pub(super) block_new: bool,
-    /// A server GOAWAY's last-stream-id, possibly split.
-    pub(super) goaway: [u8; 4],
-    pub(super) goaway_have: u8,
 }
 
 /// A stream open (started, not ended); `closed`: which halves are (C_* bits).
@@ -168,23 +165,12 @@ impl H2 {
         loop {
             let d = if client { &mut self.c } else { &mut self.s };
             let rest = bytes.get(i..).unwrap_or_default();
-            if !client && d.ty == GOAWAY && d.goaway_have < 4 {
-                if let Some(left) = d.reader.payload_left() {
-                    let at = usize::from(d.goaway_have);
-                    let k = (4 - at).min(left as usize).min(rest.len());
-                    if let (Some(dst), Some(src)) = (d.goaway.get_mut(at..at + k), rest.get(..k)) {
-                        dst.copy_from_slice(src);
-                    }
-                    d.goaway_have += k as u8;
-                }
-            }
             let (n, read) = d.reader.read(rest);
             i += n;
             let ev = match read {
                 None => return (i, None),
                 Some(Read::Head(h)) => {
                     (d.ty, d.flags, d.id) = (h.ty, h.flags, h.id);
-                    d.goaway_have = 0;
                     self.frame_start(client, ctx)
                 }
                 Some(Read::End) => self.frame_done(client, ctx),

@@ -479,9 +479,10 @@ impl Tracker {
     }
 
     /// Server bytes ahead that the tracker skips by length without reading them (the rest of a
-    /// body or of a chunk's data, of an HTTP/2 frame's payload other than a GOAWAY's first
-    /// eight bytes): a write of at most this many may be fed as [`unread`] bytes. 0 once lost
-    /// or a tunnel (nothing is fed then).
+    /// body or of a chunk's data, of an HTTP/2 frame's payload: no payload is read, not even a
+    /// GOAWAY's, whose last-stream-id ends no stream here, see `H2::frame_done`): a write of at
+    /// most this many may be fed as [`unread`] bytes. 0 once lost or a tunnel (nothing is fed
+    /// then).
     pub fn server_unread_ahead(&self) -> u64 {
         if self.ctx.lost || self.ctx.tunnel {
             return 0;
@@ -492,9 +493,7 @@ impl Tracker {
             {
                 h.resp.num
             }
-            Wire::Http2(h) if !(h.s.ty == GOAWAY && h.s.goaway_have < 4) => {
-                u64::from(h.s.reader.payload_left().unwrap_or(0))
-            }
+            Wire::Http2(h) => u64::from(h.s.reader.payload_left().unwrap_or(0)),
             _ => 0,
         }
     }

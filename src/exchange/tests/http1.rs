@@ -30,7 +30,7 @@ pub(super) fn unread_payload_is_fed_by_length() {
     }
     assert_eq!(t.server_unread_ahead(), 0);
     assert_eq!(ev, [Event::Started(1), Event::Ended(1)]);
-    // HTTP/2: a DATA frame's payload, not a GOAWAY's last-stream-id.
+    // HTTP/2: a DATA frame's payload, and a GOAWAY's (its last-stream-id ends no stream).
     let mut t = Tracker::new();
     let mut ev = Vec::new();
     let mut on = |e: Event, _: &Tracker| ev.push(e);
@@ -45,13 +45,18 @@ pub(super) fn unread_payload_is_fed_by_length() {
         t.server(z, &mut on);
     }
     t.server(&fr(GOAWAY, 0, 0, 8)[..9], &mut on);
+    assert_eq!(t.server_unread_ahead(), 8);
+    for z in unread(8) {
+        t.server(z, &mut on);
+    }
     assert_eq!(t.server_unread_ahead(), 0);
+    assert!(t.will_close(), "the GOAWAY was followed to its end");
     assert_eq!(ev, [Event::Started(1), Event::Ended(1)]);
 }
 
 /// What may be fed as stand-ins is only what the tracker skips by length: a body's or a chunk's
-/// data, an HTTP/2 payload past a GOAWAY's last-stream-id. Not a head's digits, a chunk-size
-/// line, an SSE body (its events are read), a GOAWAY's last-stream-id; nothing once lost.
+/// data, an HTTP/2 frame's payload. Not a head's digits, a chunk-size line, an SSE body (its
+/// events are read), an HTTP/2 frame header; nothing once lost.
 #[test]
 fn only_bytes_skipped_by_length_may_be_stand_ins() {
     let get = b"GET / HTTP/1.1\r\nhost: x\r\n\r\n".as_slice();
@@ -91,7 +96,7 @@ fn only_bytes_skipped_by_length_may_be_stand_ins() {
     t.client(b"\x00\x01 not HTTP\r\n\r\n", &mut |_, _| {});
     assert_eq!(t.protocol(), Protocol::Unknown);
     assert_eq!(t.server_unread_ahead(), 0, "lost in an HTTP/1.1 body");
-    // HTTP/2: a GOAWAY's last-stream-id is read, the rest of its payload skipped.
+    // HTTP/2: a payload is skipped from its first byte, a GOAWAY's too; a frame header is read.
     let h2 = || {
         let mut t = Tracker::new();
         t.client(H2_PREFACE, &mut |_, _| {});
@@ -101,7 +106,7 @@ fn only_bytes_skipped_by_length_may_be_stand_ins() {
         t
     };
     let goaway = fr(GOAWAY, 0, 0, 20);
-    for (fed, want) in [(9, 0), (12, 0), (13, 16), (20, 9)] {
+    for (fed, want) in [(0, 0), (5, 0), (9, 20), (12, 17), (13, 16), (29, 0)] {
         let mut t = h2();
         t.server(&goaway[..fed], &mut |_, _| {});
         assert_eq!(t.server_unread_ahead(), want, "{} GOAWAY bytes", fed);

@@ -3,7 +3,7 @@
 
 use super::*;
 
-/// A frame with `len` payload bytes (junk: payloads are never read, except GOAWAY's).
+/// A frame with `len` payload bytes (junk: payloads are never read).
 pub(super) fn fr(ty: u8, flags: u8, id: u32, len: usize) -> Vec<u8> {
     let mut f = (len as u32).to_be_bytes()[1..].to_vec();
     f.extend_from_slice(&[ty, flags]);
