@@ -125,7 +125,6 @@ pub(super) struct H2 {
     pub(super) s: Frames,
     pub(super) server_started: bool,
     pub(super) last_client: u32,
-    pub(super) client_goaway: bool,
     /// Open streams, by increasing id (new ids only increase, so pushes keep the order).
     pub(super) streams: Vec<Stream>,
 }
@@ -138,7 +137,6 @@ impl H2 {
             s: Frames::default(),
             server_started: false,
             last_client: 0,
-            client_goaway: false,
             streams: Vec::new(),
         }
     }
@@ -229,10 +227,9 @@ impl H2 {
                 }
                 false
             }
-            GOAWAY if client => {
-                self.client_goaway = true;
-                return None;
-            }
+            // A client GOAWAY changes nothing here: Envoy's connection manager keeps serving
+            // (the client only opens no more streams); none is short enough to give up on.
+            GOAWAY if client => return None,
             GOAWAY if payload < 8 => return lose(ctx),
             _ => return None,
         };

@@ -318,3 +318,116 @@ pub(super) fn a_large_frame_is_skipped_by_length() {
     script.push(sf(HEADERS, EH | ES, 1, 3));
     check(&script, &[Started(1), Ended(1)]);
 }
+
+/// Server bytes may come between the client's first bytes (enough to pick HTTP/2) and the rest
+/// of its preface: they are the server's SETTINGS, not a preface to check.
+#[test]
+pub(super) fn server_settings_before_the_rest_of_the_client_preface() {
+    let (head, tail) = H2_PREFACE.split_at(H2_PREFIX.len());
+    let mut rest = tail.to_vec();
+    rest.extend(fr(SETTINGS, 0, 0, 0));
+    rest.extend(fr(HEADERS, ES | EH, 1, 5));
+    let script = vec![
+        (C, head.to_vec()),
+        sf(SETTINGS, 0, 0, 6),
+        (C, rest),
+        sf(HEADERS, ES | EH, 1, 5),
+    ];
+    let t = check(&script, &[Started(1), Ended(1)]);
+    assert_eq!(t.protocol(), Protocol::Http2);
+}
+
+/// A server push (PUSH_PROMISE with its CONTINUATION on the request's stream, then the pushed
+/// stream's HEADERS on an even id) is the server's: it opens no counted stream and is not given
+/// up on; the request's stream ends as usual. (Envoy does not push; a server that did is
+/// followed, not a reason to stop following.)
+#[test]
+pub(super) fn a_server_push_opens_no_counted_stream() {
+    let script = h2(vec![
+        cf(HEADERS, ES | EH, 1, 8),
+        sf(PUSH_PROMISE, 0, 1, 12),
+        sf(CONTINUATION, EH, 1, 4),
+        sf(HEADERS, EH, 2, 6),
+        sf(HEADERS, ES | EH, 1, 6),
+        sf(DATA, ES, 2, 3),
+    ]);
+    let t = check(&script, &[Started(1), Ended(1)]);
+    assert_eq!(t.in_flight(), 0);
+    assert_eq!(t.protocol(), Protocol::Http2);
+    let lost = |s| {
+        let (t, out) = play(&h2(s));
+        (events(&out), t.protocol())
+    };
+    assert_eq!(
+        lost(vec![cf(HEADERS, ES | EH, 1, 8), sf(PUSH_PROMISE, EH, 0, 4)]),
+        (vec![Started(1), Lost], Protocol::Unknown),
+        "a PUSH_PROMISE on stream 0"
+    );
+    assert_eq!(
+        lost(vec![cf(PUSH_PROMISE, 0, 1, 4), cf(CONTINUATION, EH, 1, 4)]),
+        (vec![Lost], Protocol::Unknown),
+        "a client's PUSH_PROMISE opens no header block"
+    );
+}
+
+/// A client's GOAWAY, well formed or short, changes nothing: the connection manager goes on
+/// serving the streams (the client only opens no more), so it is not marked closing.
+#[test]
+pub(super) fn a_client_goaway_changes_nothing() {
+    for len in [8, 4] {
+        let script = h2(vec![
+            cf(HEADERS, ES | EH, 1, 8),
+            cf(GOAWAY, 0, 0, len),
+            sf(HEADERS, EH, 1, 6),
+        ]);
+        let t = check(&script, &[Started(1)]);
+        assert!(!t.will_close(), "GOAWAY of {len}");
+        assert_eq!(t.in_flight(), 1);
+        assert_eq!(t.protocol(), Protocol::Http2);
+    }
+}
+
+/// Only END_STREAM ends a half: DATA without it (either side) ends nothing; and streams end in
+/// any order, the oldest first among several open.
+#[test]
+pub(super) fn only_end_stream_ends_a_half_and_streams_end_in_any_order() {
+    let script = h2(vec![
+        cf(HEADERS, EH, 1, 8),
+        cf(HEADERS, ES | EH, 3, 8),
+        cf(HEADERS, ES | EH, 5, 8),
+        cf(DATA, 0, 1, 4),
+        sf(HEADERS, EH, 1, 6),
+        sf(DATA, 0, 1, 4),
+        sf(HEADERS, ES | EH, 3, 6),
+        sf(DATA, ES, 1, 4),
+        cf(DATA, 0x8, 1, 4),
+        cf(DATA, ES, 1, 0),
+        sf(HEADERS, ES | EH, 5, 6),
+    ]);
+    let (t, out) = play(&script);
+    assert_eq!(
+        events(&out),
+        [
+            Started(1),
+            Started(3),
+            Started(5),
+            Ended(3),
+            Ended(1),
+            Ended(5)
+        ]
+    );
+    let in_flight: Vec<u32> = out.iter().map(|r| r.4).collect();
+    assert_eq!(in_flight, [1, 2, 3, 2, 1, 0]);
+    check(
+        &script,
+        &[
+            Started(1),
+            Started(3),
+            Started(5),
+            Ended(3),
+            Ended(1),
+            Ended(5),
+        ],
+    );
+    assert_eq!(t.in_flight(), 0);
+}
