@@ -522,6 +522,15 @@ fn long_lived_settings_default_parse_and_name_the_field_they_refuse() {
         d.window_within(Duration::from_secs(1), Duration::from_secs(8)),
         Some(Duration::from_secs(2))
     );
+    // A window that fits exactly is kept as configured (`None`: nothing shortened, nothing
+    // logged); a nanosecond less room shortens it.
+    let min = Duration::from_secs(1);
+    let exact = min + d.window + d.close_timeout;
+    assert_eq!(d.window_within(min, exact), None);
+    assert_eq!(
+        d.window_within(min, exact - Duration::from_nanos(1)),
+        Some(d.window - Duration::from_nanos(1))
+    );
 }
 
 #[test]
