@@ -895,3 +895,54 @@ fn hints_split_past_hint_len_keep_their_start_and_say_which_was_cut() {
         }
     }
 }
+
+/// A response is SSE when its Content-Type's media type, before any parameter, is
+/// `text/event-stream` in any case, with optional whitespace around: decided the same whether
+/// the line comes whole or split at any byte (the byte-by-byte path). A longer or shorter type,
+/// another header, or a request's Content-Type is not.
+#[test]
+fn sse_is_told_by_the_media_type_whole_or_split_at_any_byte() {
+    let get = b"GET /events HTTP/1.1\r\nhost: x\r\n\r\n".as_slice();
+    let plain_get = b"GET /events HTTP/1.1\r\ncontent-type: text/event-stream\r\n\r\n".as_slice();
+    for (request, line, sse) in [
+        (get, "Content-Type: text/event-stream\r\n", true),
+        (get, "content-type:text/event-stream\r\n", true),
+        (get, "Content-Type: \t Text/Event-STREAM \t\r\n", true),
+        (
+            get,
+            "Content-Type: text/event-stream; charset=utf-8\r\n",
+            true,
+        ),
+        (get, "Content-Type: text/event-stream,x\r\n", true),
+        (get, "Content-Type: text/event-stream\n", true),
+        (get, "Content-Type: text/event-streams\r\n", false),
+        (get, "Content-Type: text/event-strea\r\n", false),
+        (get, "Content-Type: text/event-strea;\r\n", false),
+        (get, "Content-Type: xtext/event-stream\r\n", false),
+        (get, "Content-Type: text/html\r\n", false),
+        (get, "Content-Type:\r\n", false),
+        (get, "Content-Type: ;text/event-stream\r\n", false),
+        (get, "Content-Types: text/event-stream\r\n", false),
+        (get, "X-Content-Type: text/event-stream\r\n", false),
+        (plain_get, "Content-Type: text/html\r\n", false),
+    ] {
+        let head = format!("HTTP/1.1 200 OK\r\n{line}Transfer-Encoding: chunked\r\n\r\n");
+        let head = head.as_bytes();
+        let from = head.len() - line.len() - "Transfer-Encoding: chunked\r\n\r\n".len();
+        for at in std::iter::once(0).chain(from..from + line.len()) {
+            let mut t = Tracker::new();
+            t.client(request, &mut |_, _| {});
+            let (a, b) = head.split_at(at);
+            t.server(a, &mut |_, _| {});
+            t.server(b, &mut |_, _| {});
+            assert_eq!(t.sse_in_flight(), sse, "{line:?} split at {at}");
+            assert_eq!(t.in_flight(), 1, "{line:?} split at {at}");
+        }
+        let mut t = Tracker::new();
+        t.client(request, &mut |_, _| {});
+        for byte in head {
+            t.server(std::slice::from_ref(byte), &mut |_, _| {});
+        }
+        assert_eq!(t.sse_in_flight(), sse, "{line:?} byte by byte");
+    }
+}
