@@ -946,3 +946,85 @@ fn sse_is_told_by_the_media_type_whole_or_split_at_any_byte() {
         assert_eq!(t.sse_in_flight(), sse, "{line:?} byte by byte");
     }
 }
+
+/// MAX_HEAD bounds a head's bytes before its last LF, exactly: a head of MAX_HEAD bytes then a
+/// bare LF, or of MAX_HEAD - 1 bytes then CRLF, is followed; one byte more is not. The same
+/// whole (lines read at once) and split inside its last header line (the byte-by-byte parse).
+#[test]
+pub(super) fn max_head_is_exact_whole_or_split() {
+    let head = |before_end: usize, end: &[u8]| {
+        let start = b"GET / HTTP/1.1\r\nx-fill: ".as_slice();
+        let mut h = start.to_vec();
+        h.resize(before_end - 2, b'f');
+        h.extend_from_slice(b"\r\n");
+        h.extend_from_slice(end);
+        assert_eq!(h.len(), before_end + end.len());
+        h
+    };
+    for (before_end, end, followed) in [
+        (MAX_HEAD, &b"\n"[..], true),
+        (MAX_HEAD + 1, &b"\n"[..], false),
+        (MAX_HEAD - 1, &b"\r\n"[..], true),
+        (MAX_HEAD, &b"\r\n"[..], false),
+    ] {
+        let h = head(before_end, end);
+        let want = if followed {
+            vec![Started(1)]
+        } else {
+            vec![Lost]
+        };
+        let (_, out) = play(&vec![c(&h)]);
+        assert_eq!(events(&out), want, "{before_end} + {end:?}, whole");
+        for split in [h.len() - end.len() - 5, h.len() - 1] {
+            let mut t = Tracker::new();
+            let mut evs = Vec::new();
+            t.client(&h[..split], &mut |e, _| evs.push(e));
+            t.client(&h[split..], &mut |e, _| evs.push(e));
+            assert_eq!(evs, want, "{before_end} + {end:?}, split at {split}");
+        }
+    }
+}
+
+/// Start lines and header values the tracker refuses (Envoy answers 400, so the connection's
+/// framing is not followed further) and near misses it accepts.
+#[test]
+pub(super) fn start_line_and_value_rules() {
+    let lost = |req: &[u8]| {
+        let (t, out) = play(&vec![c(req)]);
+        let (_, bytewise) = play_bytewise(&vec![c(req)]);
+        assert_eq!(
+            events(&bytewise),
+            events(&out),
+            "{:?}",
+            String::from_utf8_lossy(req)
+        );
+        (events(&out) == [Lost], t)
+    };
+    for bad in [
+        &b" / HTTP/1.1\r\n\r\n"[..],
+        b"G\x01T / HTTP/1.1\r\n\r\n",
+        b"G\x7fT / HTTP/1.1\r\n\r\n",
+        b"GET / HTTP/1.x\r\n\r\n",
+        b"GET / HTTP/1.1\r\nHost: a\r\n\rx\r\n\r\n",
+        b"GET / HTTP/1.1\r\nContent-Length: 1 2\r\n\r\n",
+    ] {
+        assert!(lost(bad).0, "{:?} is refused", String::from_utf8_lossy(bad));
+    }
+    for (good, closes) in [
+        (&b"GET / HTTP/1.1\r\nConnection: close x\r\n\r\n"[..], true),
+        (b"GET / HTTP/1.1\r\nConnection: te  ,  close\r\n\r\n", true),
+        (b"GET / HTTP/1.1\r\nConnection: x close\r\n\r\n", true),
+        (b"GET / HTTP/1.1\r\nConnection: keep-alive x\r\n\r\n", false),
+        (b"G~T / HTTP/1.9\r\n\r\n", false),
+    ] {
+        let (is_lost, t) = lost(good);
+        assert!(!is_lost, "{:?} is followed", String::from_utf8_lossy(good));
+        assert_eq!(t.in_flight(), 1);
+        assert_eq!(
+            t.will_close(),
+            closes,
+            "{:?}",
+            String::from_utf8_lossy(good)
+        );
+    }
+}
