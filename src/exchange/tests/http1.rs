@@ -1028,3 +1028,21 @@ pub(super) fn start_line_and_value_rules() {
         );
     }
 }
+
+/// Methods are told by their whole name, whole or byte by byte: OPTIONS (seven letters, as
+/// CONNECT) and POST (four, as HEAD) get their response's body read and open no tunnel.
+#[test]
+pub(super) fn methods_of_the_same_length_as_connect_and_head_are_not_them() {
+    let script = vec![
+        c(b"OPTIONS * HTTP/1.1\r\n\r\nPOST / HTTP/1.1\r\nContent-Length: 0\r\n\r\n"),
+        s(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"),
+        s(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"),
+        c(b"GET / HTTP/1.1\r\n\r\n"),
+    ];
+    let t = check(
+        &script,
+        &[Started(1), Started(2), Ended(1), Ended(2), Started(3)],
+    );
+    assert!(!t.tunnel());
+    assert_eq!(t.in_flight(), 1);
+}
