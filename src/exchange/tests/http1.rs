@@ -1046,3 +1046,58 @@ pub(super) fn methods_of_the_same_length_as_connect_and_head_are_not_them() {
     assert!(!t.tunnel());
     assert_eq!(t.in_flight(), 1);
 }
+
+/// The byte-by-byte parse (a head's lines split across reads) keeps the whole-line rules: a
+/// status line ending right after its code with a bare LF, an HTTP/1.0 request closing, the
+/// version followed by anything but the line's end refused, and a header name of a known
+/// name's length and first letter not taken for it.
+#[test]
+pub(super) fn the_byte_by_byte_parse_keeps_the_start_line_and_name_rules() {
+    let t = check(
+        &vec![
+            c(b"GET / HTTP/1.1\r\n\r\n"),
+            s(b"HTTP/1.1 200\nContent-Length: 2\n\nok"),
+        ],
+        &[Started(1), Ended(1)],
+    );
+    assert!(!t.will_close());
+    let t = check(
+        &vec![c(
+            b"GET / HTTP/1.0\r\nCookie-abc: close\r\nTransfer-xyz: x\r\n\r\n",
+        )],
+        &[Started(1)],
+    );
+    assert!(t.will_close(), "HTTP/1.0 without keep-alive");
+    let t = check(
+        &vec![c(
+            b"GET / HTTP/1.1\r\nCookie-abc: close\r\nTrailer-xyz-abcde: chunked\r\n\r\n",
+        )],
+        &[Started(1)],
+    );
+    assert!(!t.will_close(), "Cookie-abc is not Connection");
+    for bad in [
+        &b"GET / HTTP/1.1x\r\n\r\n"[..],
+        b"GET / HTTP/1.1 200\r\n\r\n",
+        b"GET / HTTP/1.1 \r\n\r\n",
+    ] {
+        let (_, out) = play_bytewise(&vec![c(bad)]);
+        assert_eq!(events(&out), [Lost], "{:?}", String::from_utf8_lossy(bad));
+        let (_, out) = play(&vec![c(bad)]);
+        assert_eq!(
+            events(&out),
+            [Lost],
+            "{:?} whole",
+            String::from_utf8_lossy(bad)
+        );
+    }
+    for bad in [&b"HTTP/1.1X200 OK\r\n\r\n"[..], b"HTTP/1.1\n\n"] {
+        let script = vec![c(b"GET / HTTP/1.1\r\n\r\n"), s(bad)];
+        let (_, out) = play_bytewise(&script);
+        assert_eq!(
+            events(&out),
+            [Started(1), Lost],
+            "{:?}",
+            String::from_utf8_lossy(bad)
+        );
+    }
+}
