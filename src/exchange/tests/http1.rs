@@ -1101,3 +1101,57 @@ pub(super) fn the_byte_by_byte_parse_keeps_the_start_line_and_name_rules() {
         );
     }
 }
+
+/// A chunked response's trailer section counts against MAX_HEAD as a whole (not line by line),
+/// and a last chunk or trailer section may end with a bare LF.
+#[test]
+pub(super) fn trailers_are_bounded_as_one_and_may_end_in_a_bare_lf() {
+    let get = || c(b"GET / HTTP/1.1\r\n\r\n");
+    let head = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n".as_slice();
+    for end in [&b"1\na\n0\n\n"[..], b"1\r\na\r\n0\r\nx-t: 1\n\n"] {
+        check(
+            &vec![get(), s(&[head, end].concat())],
+            &[Started(1), Ended(1)],
+        );
+    }
+    let line = format!("x-trailer: {}\r\n", "t".repeat(1000));
+    let mut body = head.to_vec();
+    body.extend_from_slice(b"0\r\n");
+    let lines = MAX_HEAD / line.len() + 1;
+    for _ in 0..lines {
+        body.extend_from_slice(line.as_bytes());
+    }
+    body.extend_from_slice(b"\r\n");
+    let (_, out) = play(&vec![get(), s(&body)]);
+    assert_eq!(events(&out), [Started(1), Lost], "trailers beyond MAX_HEAD");
+    let fits = &body[..body.len() - 2 - line.len() * 2];
+    let (_, out) = play(&vec![get(), s(&[fits, b"\r\n"].concat())]);
+    assert_eq!(
+        events(&out),
+        [Started(1), Ended(1)],
+        "trailers within MAX_HEAD"
+    );
+}
+
+/// An SSE response's chunk data read behind its size line in the same write is fed to its event
+/// follower from the data's first byte: handed over at the next chunk start, the follower knows
+/// the body stopped inside an event.
+#[test]
+pub(super) fn sse_chunk_data_behind_its_size_line_is_followed() {
+    let data = b"data: one\n\ndata: tw".as_slice();
+    let mut write =
+        b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+            .to_vec();
+    write.extend_from_slice(format!("{:x}\r\n", data.len()).as_bytes());
+    write.extend_from_slice(data);
+    write.extend_from_slice(b"\r\n");
+    let mut t = Tracker::new();
+    t.client(b"GET /events HTTP/1.1\r\n\r\n", &mut |_, _| {});
+    t.server(&write, &mut |_, _| {});
+    assert!(t.sse_hand_over());
+    let mut events = sse::Events::new();
+    events.feed(data);
+    assert!(!events.at_boundary());
+    let want = sse::Framing::Chunked(sse::Chunked::at_chunk_start(events));
+    assert_eq!(t.sse_ending().map(|e| e.body), Some(want));
+}
