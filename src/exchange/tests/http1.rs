@@ -914,6 +914,8 @@ fn sse_is_told_by_the_media_type_whole_or_split_at_any_byte() {
             true,
         ),
         (get, "Content-Type: text/event-stream,x\r\n", true),
+        (get, "Content-Type: text/event-stream x\r\n", true),
+        (get, "Content-Type: text/ event-stream\r\n", false),
         (get, "Content-Type: text/event-stream\n", true),
         (get, "Content-Type: text/event-streams\r\n", false),
         (get, "Content-Type: text/event-strea\r\n", false),
@@ -937,6 +939,9 @@ fn sse_is_told_by_the_media_type_whole_or_split_at_any_byte() {
             t.server(b, &mut |_, _| {});
             assert_eq!(t.sse_in_flight(), sse, "{line:?} split at {at}");
             assert_eq!(t.in_flight(), 1, "{line:?} split at {at}");
+            // The head went on to its Transfer-Encoding: the last chunk ends the response.
+            t.server(b"0\r\n\r\n", &mut |_, _| {});
+            assert_eq!(t.in_flight(), 0, "{line:?} split at {at}");
         }
         let mut t = Tracker::new();
         t.client(request, &mut |_, _| {});
@@ -944,6 +949,8 @@ fn sse_is_told_by_the_media_type_whole_or_split_at_any_byte() {
             t.server(std::slice::from_ref(byte), &mut |_, _| {});
         }
         assert_eq!(t.sse_in_flight(), sse, "{line:?} byte by byte");
+        t.server(b"0\r\n\r\n", &mut |_, _| {});
+        assert_eq!(t.in_flight(), 0, "{line:?} byte by byte");
     }
 }
 
