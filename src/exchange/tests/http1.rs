@@ -1075,13 +1075,16 @@ pub(super) fn the_byte_by_byte_parse_keeps_the_start_line_and_name_rules() {
         &[Started(1)],
     );
     assert!(t.will_close(), "HTTP/1.0 without keep-alive");
-    let t = check(
-        &vec![c(
-            b"GET / HTTP/1.1\r\nCookie-abc: close\r\nTrailer-xyz-abcde: chunked\r\n\r\n",
-        )],
-        &[Started(1)],
-    );
+    let script = vec![c(
+        b"GET / HTTP/1.1\r\nCookie-abc: close\r\nTrailer-xyz-abcde: chunked\r\n\r\n",
+    )];
+    let t = check(&script, &[Started(1)]);
     assert!(!t.will_close(), "Cookie-abc is not Connection");
+    let (t, _) = play_bytewise(&script);
+    assert!(
+        !t.will_close(),
+        "Cookie-abc is not Connection, byte by byte"
+    );
     for bad in [
         &b"GET / HTTP/1.1x\r\n\r\n"[..],
         b"GET / HTTP/1.1 200\r\n\r\n",
