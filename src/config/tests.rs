@@ -373,6 +373,10 @@ fn health_checks_are_recognised_by_user_agent_and_path() {
         !p.is_health_check(Some(b"my kube-probe/1"), None),
         "prefix, not substring"
     );
+    assert!(
+        !p.is_health_check(Some(b"kubectl/1.31"), None),
+        "the same first byte is not the prefix"
+    );
     assert!(p.is_health_check(None, Some(b"/healthz")));
     assert!(p.is_health_check(None, Some(b"/healthz?full=1")));
     assert!(!p.is_health_check(None, Some(b"/healthz/deep")));
