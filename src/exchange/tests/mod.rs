@@ -3,6 +3,7 @@
 //! protocol's exchanges.
 
 mod http1;
+mod http1_rules;
 mod http2;
 
 use super::*;
