@@ -22,7 +22,8 @@ impl Half {
         hints: &mut HintBuf,
         bytes: &[u8],
     ) -> (usize, Option<Mile>) {
-        let Some(lf) = lf_from(bytes, 0) else {
+        let mut lfs = Lfs::new(bytes);
+        let Some(lf) = lfs.next_lf() else {
             return (0, None);
         };
         let line = bytes.get(..lf).unwrap_or_default();
@@ -46,7 +47,7 @@ impl Half {
                 self.head_len = head_len(at);
                 return (at, Some(Mile::Bad));
             }
-            let Some(lf) = lf_from(bytes, at) else {
+            let Some(lf) = lfs.next_lf() else {
                 self.head_len = head_len(at);
                 return (at, None);
             };

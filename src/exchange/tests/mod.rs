@@ -216,52 +216,51 @@ fn memory_per_connection_stays_small() {
 }
 
 #[test]
-fn lf_from_finds_the_first_lf_at_or_after_its_start_at_every_length_and_offset() {
-    // Every length up to past three blocks, every start, with no LF, one LF anywhere, two, and
-    // all: the blocks, the words and the bytes after them answer as `position` from the start,
-    // LFs before it not seen. Other bytes are 0x0B (LF ^ 1) and 0x8A (LF | 0x80): the ones a
-    // word trick gets wrong.
-    let want = |s: &[u8], from: usize| s[from..].iter().position(|&c| c == LF).map(|p| from + p);
-    for len in 0..56 {
+fn lfs_finds_every_lf_once_in_order_at_every_length() {
+    // Every length up to past two 64-byte windows and the shifted last one, with no LF, one LF anywhere, two anywhere,
+    // and LFs from anywhere to the end: the windows, the last one (shifted or padded) and the
+    // bit scan answer as `position` does, each LF once. Other bytes are 0x0B (LF ^ 1) and 0x8A
+    // (LF | 0x80), which a compare that is not exact gets wrong.
+    let want = |s: &[u8]| -> Vec<usize> {
+        s.iter()
+            .enumerate()
+            .filter(|&(_, &c)| c == LF)
+            .map(|(j, _)| j)
+            .collect()
+    };
+    let got = |s: &[u8]| -> Vec<usize> {
+        let mut lfs = super::http1::Lfs::new(s);
+        let mut out = Vec::new();
+        while let Some(j) = lfs.next_lf() {
+            out.push(j);
+            assert!(out.len() <= s.len(), "more LFs than bytes in {s:?}");
+        }
+        assert_eq!(lfs.next_lf(), None, "an LF after the last");
+        out
+    };
+    for len in 0..150 {
         for filler in [b'a', 0x0b, 0x8a] {
             let plain = vec![filler; len];
-            for from in 0..=len {
-                assert_eq!(
-                    super::http1::lf_from(&plain, from),
-                    None,
-                    "len {len} from {from}"
-                );
-            }
+            assert_eq!(got(&plain), want(&plain), "len {len} filler {filler:#x}");
             for at in 0..len {
-                for second in at..len {
+                // Two LFs: every second position near the first, and a few far ones.
+                let seconds = (at..len.min(at + 70)).chain([len / 2, len - 1]);
+                for second in seconds.filter(|&p| p >= at) {
                     let mut s = plain.clone();
                     s[at] = LF;
                     s[second] = LF;
-                    for from in 0..=len {
-                        assert_eq!(
-                            super::http1::lf_from(&s, from),
-                            want(&s, from),
-                            "len {len} LFs at {at} and {second} from {from} filler {filler:#x}"
-                        );
-                    }
+                    assert_eq!(
+                        got(&s),
+                        want(&s),
+                        "len {len} LFs at {at} and {second} filler {filler:#x}"
+                    );
                 }
             }
         }
-        for lfs in 0..len {
+        for from in 0..len {
             let mut s = vec![LF; len];
-            s[..lfs].fill(b'a');
-            for from in 0..=len {
-                assert_eq!(
-                    super::http1::lf_from(&s, from),
-                    want(&s, from),
-                    "len {len}, LFs from {lfs}"
-                );
-            }
+            s[..from].fill(b'a');
+            assert_eq!(got(&s), want(&s), "len {len}, LFs from {from}");
         }
     }
-    assert_eq!(
-        super::http1::lf_from(b"a\n", 3),
-        None,
-        "a start past the end"
-    );
 }
