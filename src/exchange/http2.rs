@@ -81,15 +81,28 @@ impl FrameReader {
                 (n, self.head)
             }
         };
-        let h = FrameHead {
-            len: u32::from_be_bytes([0, head[0], head[1], head[2]]),
-            ty: head[3],
-            flags: head[4],
-            id: u32::from_be_bytes([head[5], head[6], head[7], head[8]]) & 0x7fff_ffff,
-        };
+        let h = FrameHead::decode(&head);
         self.in_frame = true;
         self.left = h.len;
         (used, Some(Read::Head(h)))
+    }
+}
+
+impl FrameHead {
+    /// The nine bytes of a frame header (RFC 9113 §4.1): length (24 bits), type, flags, then
+    /// the stream identifier (31 bits after a reserved one), big-endian. Read as one word and a
+    /// byte (nine byte loads and shifts were about a fifth of `H2::step`, callgrind).
+    #[inline(always)]
+    pub fn decode(head: &[u8; 9]) -> FrameHead {
+        let (word, last) = head.split_first_chunk::<8>().map_or((0, 0), |(w, rest)| {
+            (u64::from_be_bytes(*w), rest.first().copied().unwrap_or(0))
+        });
+        FrameHead {
+            len: (word >> 40) as u32,
+            ty: (word >> 32) as u8,
+            flags: (word >> 24) as u8,
+            id: ((word as u32) << 8 | u32::from(last)) & 0x7fff_ffff,
+        }
     }
 }
 

@@ -277,10 +277,12 @@ impl Tracker {
                 Event::Lost => {}
             }
             on(ev, self);
-            // HTTP/1.1 gives no event without bytes: a response head's verdict is reached in
-            // the call that read its end (`H1::server`). (An HTTP/2 frame can end several
-            // streams, one event a call: it is called until it says None.)
-            if rest.is_empty() && matches!(self.wire, Wire::Http1(_)) {
+            // Neither follower gives an event without bytes: HTTP/1.1 reaches a response
+            // head's verdict in the call that read its end (`H1::server`); an HTTP/2 frame
+            // gives at most one event, in the call that read its last byte (`H2::step` goes on
+            // to a frame's end in the call that read its header when its payload is empty, and
+            // stops after an event only at a frame's end or when the connection is lost).
+            if rest.is_empty() && matches!(self.wire, Wire::Http1(_) | Wire::Http2(_)) {
                 return;
             }
         }

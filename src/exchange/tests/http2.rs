@@ -431,3 +431,32 @@ pub(super) fn only_end_stream_ends_a_half_and_streams_end_in_any_order() {
     );
     assert_eq!(t.in_flight(), 0);
 }
+
+#[test]
+fn a_frame_header_decodes_field_by_field() {
+    // RFC 9113 §4.1, read a byte at a time: each field from its own bytes, the reserved bit
+    // cleared. Every byte position takes values that set its top and bottom bits, so a field
+    // taking a neighbour's byte or losing one of its own fails.
+    let by_bytes = |h: &[u8; 9]| super::http2::FrameHead {
+        len: u32::from(h[0]) << 16 | u32::from(h[1]) << 8 | u32::from(h[2]),
+        ty: h[3],
+        flags: h[4],
+        id: (u32::from(h[5]) & 0x7f) << 24
+            | u32::from(h[6]) << 16
+            | u32::from(h[7]) << 8
+            | u32::from(h[8]),
+    };
+    for at in 0..9 {
+        for v in [0x01u8, 0x80, 0xff, 0x7f, 0x5a] {
+            for base in [0x00u8, 0xff, 0x33] {
+                let mut h = [base; 9];
+                h[at] = v;
+                assert_eq!(
+                    super::http2::FrameHead::decode(&h),
+                    by_bytes(&h),
+                    "{h:02x?}"
+                );
+            }
+        }
+    }
+}
