@@ -462,3 +462,59 @@ pub(super) fn sse_chunk_data_behind_its_size_line_is_followed() {
     let want = sse::Framing::Chunked(sse::Chunked::at_chunk_start(events));
     assert_eq!(t.sse_ending().map(|e| e.body), Some(want));
 }
+
+/// A Content-Length of one plain number is read at once (`plain_length`), anything else a byte
+/// at a time: both give what the byte-by-byte parse gives. The body is framed by the number
+/// (the response ends after exactly that many bytes, not before), and the forms Envoy refuses
+/// (empty, two different numbers, a sign, other bytes, past `u64`) lose the connection.
+#[test]
+fn a_content_length_is_read_at_once_as_byte_by_byte() {
+    let ok: &[(&str, usize)] = &[
+        ("2", 2),
+        (" 2", 2),
+        ("2 ", 2),
+        ("\t12\t", 12),
+        ("  0  ", 0),
+        ("007", 7),
+        ("3\r", 3),
+        ("3 \r", 3),
+        ("3,3", 3),
+        ("3, 3", 3),
+        ("18446744073709551615", usize::MAX),
+    ];
+    for &(v, n) in ok {
+        let head = format!("HTTP/1.1 200 OK\r\ncontent-length: {v}\r\nx: y\r\n\r\n");
+        let body = vec![b'b'; n.min(64)];
+        let mut script = vec![c(b"GET / HTTP/1.1\r\n\r\n"), s(head.as_bytes())];
+        if n > 1 {
+            // All but the last byte: the response is not over.
+            script.push(s(&body[..body.len() - 1]));
+            let (t, _) = play(&script);
+            assert_eq!(t.in_flight(), 1, "{v:?}: ended before its last body byte");
+            script.pop();
+        }
+        if n <= 64 {
+            script.push(s(&body));
+            check(&script, &[Started(1), Ended(1)]);
+        } else {
+            check(&script, &[Started(1)]);
+        }
+    }
+    for v in [
+        "",
+        " ",
+        "1 2",
+        "2,3",
+        "2,",
+        ",2",
+        "+2",
+        "-2",
+        "0x2",
+        "2a",
+        "18446744073709551616",
+    ] {
+        let head = format!("HTTP/1.1 200 OK\r\ncontent-length: {v}\r\n\r\n");
+        let script = vec![c(b"GET / HTTP/1.1\r\n\r\n"), s(head.as_bytes())];
+        check(&script, &[Started(1), Lost]);
+    }
+}
