@@ -209,7 +209,12 @@ class Envoy:
             cmd = ["taskset", "-c", cpus] + cmd
         env = dict(os.environ, ENVOY_DYNAMIC_MODULES_SEARCH_PATH=module_dir)
         self.proc = subprocess.Popen(cmd, stdout=open(self.log_path, "w"), stderr=subprocess.STDOUT, env=env, cwd=self.dir)
-        self.wait_ready(ready_timeout or (180 if wrapper else 30))
+        try:
+            self.wait_ready(ready_timeout or (180 if wrapper else 30))
+        except BaseException:
+            # Not ready (or interrupted while waiting): no caller holds it yet to close it.
+            self.close()
+            raise
 
     def wait_ready(self, timeout):
         deadline = time.time() + timeout
