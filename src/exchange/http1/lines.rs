@@ -159,11 +159,7 @@ impl Half {
             let value = line
                 .get(NAMES[usize::from(H_CT)].len() + 1..)
                 .unwrap_or_default();
-            let at = value
-                .iter()
-                .position(|&c| c != SP && c != HT)
-                .unwrap_or(value.len());
-            let v = value.get(at..).unwrap_or_default();
+            let v = without_leading_ows(value);
             if v.first().is_some_and(|&c| c | 0x20 == b't')
                 && v.get(..EVENT_STREAM.len())
                     .is_some_and(|t| t.eq_ignore_ascii_case(EVENT_STREAM))
@@ -182,11 +178,7 @@ impl Half {
             .get(NAMES[usize::from(k)].len() + 1..)
             .unwrap_or_default();
         if k == H_UA {
-            let at = value
-                .iter()
-                .position(|&c| c != SP && c != HT)
-                .unwrap_or(value.len());
-            hints.ua_more(value.get(at..).unwrap_or_default());
+            hints.ua_more(without_leading_ows(value));
             hints.ua_end();
         } else if let Some(n) = (k == H_CL).then(|| plain_length(value)).flatten() {
             // A Content-Length of one number (every response has one): what the bytes below
@@ -350,8 +342,7 @@ impl Half {
 /// list, other bytes, a number past `u64`), which `value_byte` then reads a byte at a time
 /// (and refuses or accepts as it always did).
 fn plain_length(value: &[u8]) -> Option<u64> {
-    let at = value.iter().position(|&c| c != SP && c != HT)?;
-    let v = value.get(at..)?;
+    let v = without_leading_ows(value);
     let end = v
         .iter()
         .position(|c| !c.is_ascii_digit())
@@ -363,4 +354,13 @@ fn plain_length(value: &[u8]) -> Option<u64> {
     digits.iter().try_fold(0u64, |n, &d| {
         n.checked_mul(10)?.checked_add(u64::from(d - b'0'))
     })
+}
+
+/// A header value without the spaces and tabs before it (RFC 9110 §5.5: OWS).
+fn without_leading_ows(value: &[u8]) -> &[u8] {
+    let at = value
+        .iter()
+        .position(|&c| c != SP && c != HT)
+        .unwrap_or(value.len());
+    value.get(at..).unwrap_or_default()
 }
