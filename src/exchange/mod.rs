@@ -132,6 +132,8 @@ struct Ctx {
     /// how many ended so far (wrapping: the ring's position).
     ends: RequestEnds,
     requests_done: u8,
+    /// The hints of HTTP/1.1 heads begun from now on are not wanted ([`Tracker::want_hints`]).
+    hints_off: bool,
 }
 
 /// The client offsets just after the last [`REQUEST_ENDS`] complete requests (HTTP/1.1), low
@@ -432,7 +434,8 @@ impl Tracker {
     ///
     /// "After" lasts until the first byte of the next request head arrives (the buffers are
     /// reused; keeping two sets would double them): while a head is partial, and for HTTP/2
-    /// (no HPACK here), the hints are empty.
+    /// (no HPACK here), the hints are empty. Empty too for a head begun while they were not
+    /// wanted ([`Tracker::want_hints`]).
     pub fn hints(&self) -> Hints<'_> {
         match &self.wire {
             // Not once a tunnel opened: a 101 to WebSocket replaces the HTTP/1.1 state, and a
@@ -440,6 +443,16 @@ impl Tracker {
             Wire::Http1(h) if h.hints.valid && !self.ctx.tunnel => h.hints.get(),
             _ => Hints::default(),
         }
+    }
+
+    /// Whether the hints of HTTP/1.1 request heads begun from the next client byte on are kept
+    /// ([`Tracker::hints`]; wanted unless told otherwise). Keeping them is copying up to
+    /// 2 x [`HINT_LEN`] bytes a request (about 100 instructions, callgrind), which only a drain
+    /// reads (health checks): the network filter wants them while a drain is under way. A head
+    /// keeps them or not from its first byte, whatever this says while it is read.
+    #[inline]
+    pub fn want_hints(&mut self, wanted: bool) {
+        self.ctx.hints_off = !wanted;
     }
 
     /// HTTP/1.1: the next server byte starts the response head of a request in flight (no

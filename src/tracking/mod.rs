@@ -7,7 +7,8 @@
 //!   ([`crate::connections::Conn::exchange_started`]), so the drain's count, the status's ages
 //!   and the idle checks of [`crate::connections`] see it;
 //! - while a drain is under way, an HTTP/1.1 request its `User-Agent` or path marks as a health
-//!   check keeps its connection busy but is not work (no ticket), as in the HTTP filter;
+//!   check keeps its connection busy but is not work (no ticket), as in the HTTP filter (its
+//!   hints are kept only for heads begun while a drain is under way: `Tracker::want_hints`);
 //! - what the tracker cannot follow (`Event::Lost`) gives its tickets back and marks the
 //!   connection untracked: never idle, never closed early, and while it is open the drain waits
 //!   for Envoy's gauges too (`Connections::tracking_is_exact`). Its requests are given back

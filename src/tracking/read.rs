@@ -113,6 +113,10 @@ impl Tracking {
         if self.shadow {
             conn.cross_check_at_read();
         }
+        // Health checks are told by their hints only while a drain is under way: heads begun
+        // before are not asked for them (a health check's head begun before the drain and
+        // completed after it counts as a request: the drain waits for it, never the reverse).
+        self.tracker.want_hints(shared.is_draining());
         let mut chunks = chunks.peekable();
         let fed_before = self.tracker.client_fed();
         // Where the buffer starts in the client's bytes: inside what the last read saw (bytes

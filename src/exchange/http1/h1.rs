@@ -64,6 +64,7 @@ impl H1 {
         at: u64,
     ) -> (usize, Option<Event>) {
         let mut off = 0;
+        self.hints.wanted = !ctx.hints_off;
         loop {
             let rest = bytes.get(off..).unwrap_or_default();
             match self.req.st {
@@ -114,7 +115,8 @@ impl H1 {
             self.verdict_pending = true;
             self.waited = false;
         }
-        self.hints.valid = true;
+        // A head begun while its hints were not wanted has none (`Tracker::want_hints`).
+        self.hints.valid = self.hints.on;
         match self.req.body(te) {
             Some(st) => self.req.st = st,
             None => self.request_done(ctx, end),

@@ -17,6 +17,12 @@ pub(in crate::exchange) struct HintBuf {
     pub(in crate::exchange) has_ua: bool,
     pub(in crate::exchange) ua_cut: bool,
     pub(in crate::exchange) valid: bool,
+    /// Whether the tracker's user wants the hints of the next head (`Tracker::want_hints`), and
+    /// whether the head being read keeps them: fixed at its first byte, so a head is kept whole
+    /// or not at all (a cut User-Agent could match a health-check prefix it does not start
+    /// with).
+    pub(in crate::exchange) wanted: bool,
+    pub(in crate::exchange) on: bool,
 }
 
 impl Default for HintBuf {
@@ -31,6 +37,8 @@ impl Default for HintBuf {
             has_ua: false,
             ua_cut: false,
             valid: false,
+            wanted: true,
+            on: true,
         }
     }
 }
@@ -46,6 +54,7 @@ pub(in crate::exchange) fn keep(buf: &mut [u8; HINT_LEN], have: u32, seg: &[u8])
 
 impl HintBuf {
     pub(in crate::exchange) fn clear(&mut self) {
+        self.on = self.wanted;
         self.path_total = 0;
         self.has_ua = false;
         self.ua_cut = false;
@@ -53,8 +62,11 @@ impl HintBuf {
         self.valid = false;
     }
 
+    /// Counted even when not kept: an empty request-target is refused by its count.
     pub(in crate::exchange) fn path(&mut self, seg: &[u8]) {
-        keep(&mut self.path, self.path_total, seg);
+        if self.on {
+            keep(&mut self.path, self.path_total, seg);
+        }
         self.path_total = self.path_total.saturating_add(seg.len() as u32);
     }
 
@@ -67,6 +79,9 @@ impl HintBuf {
     }
 
     pub(in crate::exchange) fn ua_more(&mut self, seg: &[u8]) {
+        if !self.on {
+            return;
+        }
         keep(&mut self.ua, self.ua_total, seg);
         self.ua_total = self.ua_total.saturating_add(seg.len() as u32);
         // Trailing whitespace (and the CR) is trimmed at the end of the line: count it from
@@ -84,6 +99,9 @@ impl HintBuf {
     }
 
     pub(in crate::exchange) fn ua_end(&mut self) {
+        if !self.on {
+            return;
+        }
         let len = self.ua_total.saturating_sub(self.ua_ws) as usize;
         self.ua_len = len.min(HINT_LEN) as u8;
         self.ua_cut = len > HINT_LEN;

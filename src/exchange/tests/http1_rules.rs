@@ -518,3 +518,76 @@ fn a_content_length_is_read_at_once_as_byte_by_byte() {
         check(&script, &[Started(1), Lost]);
     }
 }
+
+/// Hints are kept only for heads begun while they are wanted (`Tracker::want_hints`): a head
+/// begun without them reports none, even when they are wanted again before it completes (its
+/// start was not kept: a cut User-Agent could match a health-check prefix it does not start
+/// with); the framing is followed the same either way, and an empty request-target is still
+/// refused while the path is not kept.
+#[test]
+fn hints_are_kept_only_for_heads_begun_while_wanted() {
+    let req = b"GET /healthz HTTP/1.1\r\nuser-agent: kube-probe/1.29\r\n\r\n";
+    let resp = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
+    for bytewise in [false, true] {
+        let mut t = Tracker::new();
+        let mut out = Vec::new();
+        let mut feed_all = |t: &mut Tracker, d: D, b: &[u8], out: &mut Vec<Rec>| {
+            if bytewise {
+                b.iter()
+                    .for_each(|x| feed(t, d, std::slice::from_ref(x), out));
+            } else {
+                feed(t, d, b, out);
+            }
+        };
+        // Not wanted: the same events, no hints.
+        t.want_hints(false);
+        feed_all(&mut t, C, req, &mut out);
+        feed_all(&mut t, S, resp, &mut out);
+        // Wanted: kept.
+        t.want_hints(true);
+        feed_all(&mut t, C, req, &mut out);
+        feed_all(&mut t, S, resp, &mut out);
+        // Begun while not wanted, wanted again before it completes: none.
+        t.want_hints(false);
+        feed_all(&mut t, C, &req[..5], &mut out);
+        t.want_hints(true);
+        feed_all(&mut t, C, &req[5..], &mut out);
+        let events: Vec<Event> = out.iter().map(|r| r.0).collect();
+        assert_eq!(
+            events,
+            [Started(1), Ended(1), Started(2), Ended(2), Started(3)],
+            "bytewise {bytewise}"
+        );
+        let hints: Vec<_> = out
+            .iter()
+            .map(|r| (r.1.as_deref(), r.2.as_deref()))
+            .collect();
+        let kept = (Some(&b"/healthz"[..]), Some(&b"kube-probe/1.29"[..]));
+        assert_eq!(hints[0], (None, None), "not wanted, bytewise {bytewise}");
+        assert_eq!(hints[2], kept, "wanted, bytewise {bytewise}");
+        assert_eq!(
+            hints[4],
+            (None, None),
+            "begun unwanted, bytewise {bytewise}"
+        );
+        assert_eq!(t.hints(), Hints::default());
+    }
+    // The path's count still refuses an empty target while it is not kept.
+    for bytewise in [false, true] {
+        let mut t = Tracker::new();
+        t.want_hints(false);
+        let mut out = Vec::new();
+        let bad = b"GET  HTTP/1.1\r\n\r\n";
+        if bytewise {
+            bad.iter()
+                .for_each(|x| feed(&mut t, C, std::slice::from_ref(x), &mut out));
+        } else {
+            feed(&mut t, C, bad, &mut out);
+        }
+        assert_eq!(
+            out.iter().map(|r| r.0).collect::<Vec<_>>(),
+            [Lost],
+            "bytewise {bytewise}"
+        );
+    }
+}
