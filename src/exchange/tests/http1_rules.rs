@@ -531,7 +531,7 @@ fn hints_are_kept_only_for_heads_begun_while_wanted() {
     for bytewise in [false, true] {
         let mut t = Tracker::new();
         let mut out = Vec::new();
-        let mut feed_all = |t: &mut Tracker, d: D, b: &[u8], out: &mut Vec<Rec>| {
+        let feed_all = |t: &mut Tracker, d: D, b: &[u8], out: &mut Vec<Rec>| {
             if bytewise {
                 b.iter()
                     .for_each(|x| feed(t, d, std::slice::from_ref(x), out));
