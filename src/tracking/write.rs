@@ -136,6 +136,11 @@ impl Tracking {
         shared: &Shared,
         now: impl Fn() -> u64,
     ) -> Option<HeadEdit> {
+        if !shared.is_draining() {
+            // Nothing to tell before a drain (`close_to_insert`): fed, and no more.
+            self.on_write(chunks(), conn, shared, now);
+            return None;
+        }
         let first = chunks().and_then(|mut c| c.next());
         let told = self.close_to_insert(first, conn, shared);
         let edit = first.and_then(|b| {
