@@ -526,35 +526,35 @@ fn a_content_length_is_read_at_once_as_byte_by_byte() {
 /// refused while the path is not kept.
 #[test]
 fn hints_are_kept_only_for_heads_begun_while_wanted() {
+    /// `b` fed whole, or a byte at a time.
+    fn feed_as(bytewise: bool, t: &mut Tracker, d: D, b: &[u8], out: &mut Vec<Rec>) {
+        if bytewise {
+            b.iter()
+                .for_each(|x| feed(t, d, std::slice::from_ref(x), out));
+        } else {
+            feed(t, d, b, out);
+        }
+    }
     let req = b"GET /healthz HTTP/1.1\r\nuser-agent: kube-probe/1.29\r\n\r\n";
     let resp = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
     for bytewise in [false, true] {
         let mut t = Tracker::new();
         let mut out = Vec::new();
-        let feed_all = |t: &mut Tracker, d: D, b: &[u8], out: &mut Vec<Rec>| {
-            if bytewise {
-                b.iter()
-                    .for_each(|x| feed(t, d, std::slice::from_ref(x), out));
-            } else {
-                feed(t, d, b, out);
-            }
-        };
         // Not wanted: the same events, no hints.
         t.want_hints(false);
-        feed_all(&mut t, C, req, &mut out);
-        feed_all(&mut t, S, resp, &mut out);
+        feed_as(bytewise, &mut t, C, req, &mut out);
+        feed_as(bytewise, &mut t, S, resp, &mut out);
         // Wanted: kept.
         t.want_hints(true);
-        feed_all(&mut t, C, req, &mut out);
-        feed_all(&mut t, S, resp, &mut out);
+        feed_as(bytewise, &mut t, C, req, &mut out);
+        feed_as(bytewise, &mut t, S, resp, &mut out);
         // Begun while not wanted, wanted again before it completes: none.
         t.want_hints(false);
-        feed_all(&mut t, C, &req[..5], &mut out);
+        feed_as(bytewise, &mut t, C, &req[..5], &mut out);
         t.want_hints(true);
-        feed_all(&mut t, C, &req[5..], &mut out);
-        let events: Vec<Event> = out.iter().map(|r| r.0).collect();
+        feed_as(bytewise, &mut t, C, &req[5..], &mut out);
         assert_eq!(
-            events,
+            events(&out),
             [Started(1), Ended(1), Started(2), Ended(2), Started(3)],
             "bytewise {bytewise}"
         );
@@ -577,17 +577,7 @@ fn hints_are_kept_only_for_heads_begun_while_wanted() {
         let mut t = Tracker::new();
         t.want_hints(false);
         let mut out = Vec::new();
-        let bad = b"GET  HTTP/1.1\r\n\r\n";
-        if bytewise {
-            bad.iter()
-                .for_each(|x| feed(&mut t, C, std::slice::from_ref(x), &mut out));
-        } else {
-            feed(&mut t, C, bad, &mut out);
-        }
-        assert_eq!(
-            out.iter().map(|r| r.0).collect::<Vec<_>>(),
-            [Lost],
-            "bytewise {bytewise}"
-        );
+        feed_as(bytewise, &mut t, C, b"GET  HTTP/1.1\r\n\r\n", &mut out);
+        assert_eq!(events(&out), [Lost], "bytewise {bytewise}");
     }
 }
