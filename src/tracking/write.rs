@@ -136,14 +136,27 @@ impl Tracking {
         shared: &Shared,
         now: impl Fn() -> u64,
     ) -> Option<HeadEdit> {
-        if !shared.is_draining() {
-            // Nothing to tell before a drain (`close_to_insert`): fed, and no more.
-            self.on_write(chunks(), conn, shared, now);
-            return None;
-        }
+        // Nothing to tell before a drain (`close_to_insert`): its first slice is not looked at.
+        let edit = if shared.is_draining() {
+            self.head_edit(&chunks, conn, shared)
+        } else {
+            None
+        };
+        self.on_write(chunks(), conn, shared, now);
+        edit
+    }
+
+    /// During a drain, how [`Tracking::close_to_insert`] has the start of this write (`chunks()`)
+    /// edited, with copies of the bytes it keeps.
+    fn head_edit<'a, I: Iterator<Item = &'a [u8]>>(
+        &mut self,
+        chunks: &impl Fn() -> Option<I>,
+        conn: &Conn,
+        shared: &Shared,
+    ) -> Option<HeadEdit> {
         let first = chunks().and_then(|mut c| c.next());
         let told = self.close_to_insert(first, conn, shared);
-        let edit = first.and_then(|b| {
+        first.and_then(|b| {
             if let Some((from, to)) = told.strip {
                 return Some(HeadEdit::StripClose {
                     kept: b.get(..from)?.to_vec(),
@@ -157,9 +170,7 @@ impl Tracking {
             };
             line.bytes.get_mut(..b.len())?.copy_from_slice(b);
             Some(HeadEdit::InsertClose(line))
-        });
-        self.on_write(chunks(), conn, shared, now);
-        edit
+        })
     }
 
     /// Before a write is fed: during a drain, a response head that starts this write on an
