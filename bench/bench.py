@@ -14,7 +14,8 @@ Every figure is compared with its baseline measured in the same run:
   5. Instructions per request proxying to an upstream (HTTP/1.1, HTTP/2, each with and without
      downstream TLS): bare Envoy, bootstrap-only, an empty C module filter (the floor), the module;
      and connection mode (the module's network filter only, without and with "track_requests")
-     against an empty C network filter (its floor).
+     against an empty C network filter (its floor). 2 000 requests a run, each figure the
+     median of 3 interleaved rounds (a single run's total can sit 0.5 % off).
   6. Drain cost against configuration size (0 / 5 000 / 20 000 static clusters): Envoy's main
      thread CPU, admin /ready latency and exit time, with and without the filter on the data path.
   7. 100 000 concurrent HTTP/2 streams: exact count, memory, GOAWAY on every connection.
@@ -706,8 +707,16 @@ def callgrind_proxy(binary, variant, h1, tls, n, upstream_port, floor_dir, smoke
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+# Rounds of the proxy rows: each round runs every variant of a path once, in order, and a row
+# gives each variant's median. The process totals of one run move by up to about 0.5 % when a
+# run's requests batch differently (reads and writes per event-loop pass); within one run
+# interleaved rounds agree to about 0.15 % (bench/results/tracker-profile.md, #48).
+PROXY_ROUNDS = 3
+
+
 def bench_proxy_instructions(binary, smoke):
-    n = 50 if smoke else 5000
+    n = 50 if smoke else 2000
+    rounds = 1 if smoke else PROXY_ROUNDS
     tmp = tempfile.mkdtemp(prefix="gd-proxy-")
     try:
         floor_dir = build_empty_filter(tmp)
@@ -723,14 +732,23 @@ def bench_proxy_instructions(binary, smoke):
         rows = []
         try:
             for name, h1, with_tls, browser in paths:
-                row = {"path": name + " proxying", "n": n, "hooks": {}}
-                for variant in (BROWSER_VARIANTS if browser else PROXY_VARIANTS):
-                    log(f"callgrind proxy {name}: {variant}, {n} requests")
-                    per_req, hooks = callgrind_proxy(binary, variant, h1, tls if with_tls else None, n, up[1],
-                                                     floor_dir, smoke, browser)
-                    row[variant] = per_req
-                    if hooks is not None:
-                        row["hooks"][variant] = {"total": hooks[0], "by_hook": hooks[1]}
+                row = {"path": name + " proxying", "n": n, "rounds": rounds, "hooks": {}, "spread": {}}
+                variants = BROWSER_VARIANTS if browser else PROXY_VARIANTS
+                totals = {v: [] for v in variants}
+                for r in range(rounds):
+                    for variant in variants:
+                        log(f"callgrind proxy {name}: {variant}, {n} requests, round {r + 1} of {rounds}")
+                        per_req, hooks = callgrind_proxy(binary, variant, h1, tls if with_tls else None, n,
+                                                         up[1], floor_dir, smoke, browser)
+                        totals[variant].append(per_req)
+                        # The hooks' figures are deterministic: one round's are the row's.
+                        if hooks is not None and variant not in row["hooks"]:
+                            row["hooks"][variant] = {"total": hooks[0], "by_hook": hooks[1]}
+                for variant, xs in totals.items():
+                    xs = [x for x in xs if x is not None]
+                    row[variant] = statistics.median(xs) if xs else None
+                    if xs:
+                        row["spread"][variant] = [min(xs), max(xs)]
                 if "graceful_drain" in row["hooks"]:
                     row["module_own"] = row["hooks"]["graceful_drain"]["total"]
                 rows.append(row)
@@ -1356,7 +1374,7 @@ def tracker_table(data):
     def with_ratio(v, b):
         return ["-", "-"] if v is None else [f"{v:.0f}", "-" if not b else f"{ratio(v, b):.4f}"]
 
-    rows, notes = [], []
+    rows, notes, spreads = [], [], []
     for r in conns:
         per_conn = "one request per connection" in r["case"]
         rows.append((f"direct_response {r['case']}", r.get("bare"), r.get("with"), r.get("connection_mode"),
@@ -1369,6 +1387,11 @@ def tracker_table(data):
         rows.append((r["path"], r.get("bare"), r.get("graceful_drain HTTP + network filters"),
                      r.get("graceful_drain network filter"), r.get(TRACKED_PROXY), r.get("empty network filter"),
                      False, hook_diff))
+        spread = r.get("spread", {})
+        if r.get("rounds", 1) > 1 and spread:
+            parts = [f"{v} {100 * (hi - lo) / r[v]:.2f} %" for v, (lo, hi) in spread.items() if r.get(v)]
+            spreads.append(f"- {r['path']}: {r['rounds']} rounds, each variant's spread (max - min) / median: "
+                           + "; ".join(parts))
     L = ["## Connection mode with the tracker, per request (callgrind)", "",
          "Filter mode: graceful_drain's HTTP and network filters (envoy-config/gateway.yaml). Connection mode: its "
          "bootstrap extension and network filter only, without the tracker (`track_requests` false) and with it "
@@ -1390,6 +1413,8 @@ def tracker_table(data):
             note += f" (the module's hooks: {hook_diff:+.0f})"
         notes.append(note)
     L += [""] + notes + [""] if notes else [""]
+    if spreads:
+        L += spreads + [""]
     for r in proxy:
         by = r.get("hooks", {}).get(TRACKED_PROXY, {}).get("by_hook")
         if by:
@@ -1442,7 +1467,10 @@ def write_report(data):
                              f"{r['connection_mode']:.0f} | {ratio(r['connection_mode'], r['bare']):.4f} |")
             L += [""]
     if data.get("proxy"):
+        rounds = max((r.get("rounds", 1) for r in data["proxy"]), default=1)
         L += ["## Instructions per request proxying to an upstream over keep-alive (callgrind, --concurrency 1)", "",
+              *([f"Each process total is the median of {rounds} interleaved rounds (every variant of a path once "
+                 "per round); the spreads are under the connection-mode table below.", ""] if rounds > 1 else []),
               "HTTP filter only: graceful_drain's HTTP filter against an empty module HTTP filter (the floor).", "",
               "| path | bare Envoy | bootstrap-only | empty module filter (the floor) | graceful_drain filter | "
               "difference to the floor | graceful_drain's hooks | the floor's hooks | own cost above the floor |",
