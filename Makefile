@@ -97,8 +97,10 @@ bench-deps:
 lint:
 	cargo fmt --check
 	cargo fmt --check --manifest-path k8s/copy-module/Cargo.toml
+	cargo fmt --check --manifest-path bench/tracker-loop/Cargo.toml
 	cargo clippy --all-targets -- -D warnings
 	cargo clippy --locked --manifest-path k8s/copy-module/Cargo.toml --target-dir target/copier -- -D warnings
+	cargo clippy --locked --manifest-path bench/tracker-loop/Cargo.toml --target-dir target/tracker-loop -- -D warnings
 	RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --quiet
 
 # The in-flight table's drain protocol under the loom model checker (its own target dir: the cfg

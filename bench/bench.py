@@ -351,6 +351,17 @@ def callgrind_run(binary, module, h1, n, draining=False, one_per_connection=Fals
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def compressed_name(table, rest):
+    """A callgrind name record, `(id) name` the first time and `(id)` after (--compress-strings):
+    the name, remembered in `table` (one table per kind: functions, objects)."""
+    m = re.match(r"\((\d+)\)(?:\s+(.*))?", rest)
+    if not m:
+        return rest
+    if m.group(2) is not None:
+        table[m.group(1)] = m.group(2)
+    return table.get(m.group(1), rest)
+
+
 def callgrind_functions(dump):
     """Per-function exclusive and inclusive instructions from a callgrind dump, read directly
     (names merged across the source files of inlined code). `callgrind_annotate` splits a function
@@ -359,20 +370,11 @@ def callgrind_functions(dump):
     names, self_cost, call_cost = {}, {}, {}
     fn = cfn = None
     pending = False
-
-    def name(rest):
-        m = re.match(r"\((\d+)\)(?:\s+(.*))?", rest)
-        if not m:
-            return rest
-        if m.group(2) is not None:
-            names[m.group(1)] = m.group(2)
-        return names.get(m.group(1), rest)
-
     for line in open(dump):
         if line.startswith("fn="):
-            fn = name(line[3:].strip())
+            fn = compressed_name(names, line[3:].strip())
         elif line.startswith("cfn="):
-            cfn = name(line[4:].strip())
+            cfn = compressed_name(names, line[4:].strip())
         elif line.startswith("calls="):
             pending = True
         elif line[:1].isdigit() or line[:1] in "+-*":
@@ -670,27 +672,14 @@ def module_code(dump, n, lib="libgraceful_drain.so"):
     """Instructions per request executed in the module's own object file (exclusive: its code,
     with the standard library's code compiled into it), read from the dump's `ob=` lines. The
     rest of its hooks' inclusive cost is what they call outside it: Envoy's callbacks and libc."""
-    objects, fns = {}, {}
-    ob = None
+    objects = {}
     in_module = pending = False
     own = 0
-
-    def name(table, rest):
-        m = re.match(r"\((\d+)\)(?:\s+(.*))?", rest)
-        if not m:
-            return rest
-        if m.group(2) is not None:
-            table[m.group(1)] = m.group(2)
-        return table.get(m.group(1), rest)
-
     for line in open(dump):
         if line.startswith("ob="):
-            ob = name(objects, line[3:].strip())
-            in_module = os.path.basename(ob) == lib
+            in_module = os.path.basename(compressed_name(objects, line[3:].strip())) == lib
         elif line.startswith("cob="):
-            name(objects, line[4:].strip())
-        elif line.startswith(("fn=", "cfn=")):
-            continue
+            compressed_name(objects, line[4:].strip())
         elif line.startswith("calls="):
             pending = True
         elif line[:1].isdigit() or line[:1] in "+-*":

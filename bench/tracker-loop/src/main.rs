@@ -63,7 +63,11 @@ fn main() {
         }
         _ => panic!("usage: tracker-loop http1|httparse|httparse-bare|http2 h2load|browser N"),
     };
-    assert_eq!((started, ended), (n, n), "every exchange started and ended once");
+    assert_eq!(
+        (started, ended),
+        (n, n),
+        "every exchange started and ended once"
+    );
     println!("{started} exchanges");
 }
 
@@ -95,14 +99,26 @@ fn with_httparse(req: &[u8], resp: &[u8], bare: bool) -> bool {
     if bare {
         return request && response;
     }
-    let agent = r.headers.iter().any(|x| x.name.eq_ignore_ascii_case("user-agent"));
+    let agent = r
+        .headers
+        .iter()
+        .any(|x| x.name.eq_ignore_ascii_case("user-agent"));
     let length = s.headers.iter().find_map(|x| {
         x.name
             .eq_ignore_ascii_case("content-length")
-            .then(|| std::str::from_utf8(x.value).ok()?.trim().parse::<u64>().ok())
+            .then(|| {
+                std::str::from_utf8(x.value)
+                    .ok()?
+                    .trim()
+                    .parse::<u64>()
+                    .ok()
+            })
             .flatten()
     });
-    let chunked = s.headers.iter().any(|x| x.name.eq_ignore_ascii_case("transfer-encoding"));
+    let chunked = s
+        .headers
+        .iter()
+        .any(|x| x.name.eq_ignore_ascii_case("transfer-encoding"));
     request && response && agent && length == Some(2) && !chunked
 }
 
