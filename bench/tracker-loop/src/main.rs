@@ -10,32 +10,46 @@
 use graceful_drain::exchange::{Event, Tracker};
 use std::hint::black_box;
 
-/// The headers h2load sends, then a browser's (as bench/bench.py's BROWSER_HEADS).
+/// The headers h2load sends.
 const H2LOAD: &[&str] = &[
     "host: 127.0.0.1:10000",
     "user-agent: h2load nghttp2/1.52.0",
     "accept: */*",
     "accept-encoding: gzip, deflate",
 ];
-const BROWSER: &[&str] = &[
-    "host: 127.0.0.1:10000",
-    "user-agent: Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/131.0.0.0 Safari/537.36",
-    "accept: text/html,application/xhtml+xml,application/xml;q=0.9,image/avif,image/webp,image/apng,*/*;q=0.8,application/signed-exchange;v=b3;q=0.7",
-    "accept-language: en-US,en;q=0.9,de;q=0.8",
-    "accept-encoding: gzip, deflate, br, zstd",
-    "cookie: session=3f9a7c2e8b1d4a6f9e0c5b7a2d8f1e3c; _ga=GA1.1.1234567890.1733100000; prefs=theme%3Ddark%26lang%3Den",
-    "referer: https://shop.example.com/catalog?page=2",
-    "cache-control: max-age=0",
-    "sec-ch-ua: \"Google Chrome\";v=\"131\", \"Chromium\";v=\"131\", \"Not_A Brand\";v=\"24\"",
-    "sec-ch-ua-mobile: ?0",
-    "sec-ch-ua-platform: \"Linux\"",
-    "sec-fetch-dest: document",
-    "sec-fetch-mode: navigate",
-    "sec-fetch-site: same-origin",
-    "sec-fetch-user: ?1",
-    "upgrade-insecure-requests: 1",
-    "x-request-id: 0b7d0c1e-5c1a-4f7e-9a57-2d6c1b8e4f10",
-];
+
+/// A browser's headers: bench/bench.py's `BROWSER_HEADS`, read from its source so that the two
+/// measure the same head (Python string literals, one a line, or two adjacent ones for a long
+/// header).
+fn browser_heads() -> Vec<String> {
+    let list = include_str!("../../bench.py")
+        .split_once("BROWSER_HEADS = [\n")
+        .and_then(|(_, rest)| rest.split_once("\n]"))
+        .map(|(list, _)| list)
+        .expect("BROWSER_HEADS in bench/bench.py");
+    let mut heads = Vec::new();
+    let mut head = String::new();
+    for line in list.lines().map(str::trim) {
+        let (literal, ends) = match line.strip_suffix(',') {
+            Some(l) => (l, true),
+            None => (line, false),
+        };
+        head.push_str(
+            literal
+                .get(1..literal.len().saturating_sub(1))
+                .unwrap_or_default(),
+        );
+        if ends {
+            heads.push(std::mem::take(&mut head));
+        }
+    }
+    assert!(
+        heads.len() >= 15 && heads.iter().all(|h| h.contains(": ")),
+        "BROWSER_HEADS not read as headers: {heads:?}"
+    );
+    heads
+}
+
 /// A direct response as Envoy 1.40 writes it.
 const RESPONSE: &[u8] = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\ncontent-type: text/plain\r\n\
 date: Sun, 06 Dec 2026 02:40:00 GMT\r\nserver: envoy\r\n\r\nok";
@@ -46,7 +60,16 @@ fn main() {
     let (case, heads) = (arg(1), arg(2));
     let n: u64 = arg(3).parse().unwrap_or(20_000);
     let mut req = String::from("GET / HTTP/1.1\r\n");
-    for h in if heads == "browser" { BROWSER } else { H2LOAD } {
+    let browser = browser_heads();
+    let lines: Vec<&str> = if heads == "browser" {
+        // h2load sends the host itself, before the headers it is given.
+        std::iter::once(H2LOAD[0])
+            .chain(browser.iter().map(String::as_str))
+            .collect()
+    } else {
+        H2LOAD.to_vec()
+    };
+    for h in lines {
         req.push_str(h);
         req.push_str("\r\n");
     }
@@ -71,18 +94,25 @@ fn main() {
     println!("{started} exchanges");
 }
 
-fn http1(req: &[u8], n: u64) -> (u64, u64) {
-    let mut t = Tracker::new();
-    let mut seen = (0, 0);
-    let mut on = |ev: Event, _: &Tracker| match ev {
+/// The tracker's events counted in `seen` (exchanges started, ended); a lost connection fails
+/// the run.
+fn counter(seen: &mut (u64, u64)) -> impl FnMut(Event, &Tracker) + '_ {
+    |ev, _| match ev {
         Event::Started(_) => seen.0 += 1,
         Event::Ended(_) => seen.1 += 1,
         Event::Lost => panic!("the tracker lost the connection"),
-    };
+    }
+}
+
+fn http1(req: &[u8], n: u64) -> (u64, u64) {
+    let mut t = Tracker::new();
+    let mut seen = (0, 0);
+    let mut on = counter(&mut seen);
     for _ in 0..n {
         t.client(black_box(req), &mut on);
         t.server(black_box(RESPONSE), &mut on);
     }
+    drop(on);
     seen
 }
 
@@ -135,11 +165,7 @@ fn frame(ty: u8, flags: u8, id: u32, payload: &[u8]) -> Vec<u8> {
 fn http2(n: u64) -> (u64, u64) {
     let mut t = Tracker::new();
     let mut seen = (0, 0);
-    let mut on = |ev: Event, _: &Tracker| match ev {
-        Event::Started(_) => seen.0 += 1,
-        Event::Ended(_) => seen.1 += 1,
-        Event::Lost => panic!("the tracker lost the connection"),
-    };
+    let mut on = counter(&mut seen);
     let mut preface = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
     preface.extend(frame(4, 0, 0, &[0, 3, 0, 0, 0, 100]));
     preface.extend(frame(8, 0, 0, &[0, 0x10, 0, 0]));
@@ -164,5 +190,6 @@ fn http2(n: u64) -> (u64, u64) {
         s.extend(frame(0, 1, id, b"ok"));
         t.server(black_box(&s), &mut on);
     }
+    drop(on);
     seen
 }
