@@ -15,9 +15,12 @@ DIST_DIR := $(CURDIR)/target/dist
 # Reproducible builds: the checkout's path and cargo's home are not written into what is built
 # (debug info, panic locations), so the same commit gives the same .so bytes wherever it is built
 # (tests/dist.rs checks it). Every cargo command below builds with these flags, so the module the
-# tests load is the one `make dist` publishes.
+# tests load is the one `make dist` publishes. Added once: a recursive make (`make dist` runs
+# `make build`) inherits them, and flags that differ from one cargo run to the next make cargo
+# rebuild every crate in the target directory (CI paid two needless release builds for it).
 CARGO_HOME_DIR := $(or $(CARGO_HOME),$(HOME)/.cargo)
-export RUSTFLAGS := $(strip $(RUSTFLAGS) --remap-path-prefix=$(CURDIR)=/graceful-drain --remap-path-prefix=$(CARGO_HOME_DIR)=/cargo)
+REMAP_FLAGS := --remap-path-prefix=$(CURDIR)=/graceful-drain --remap-path-prefix=$(CARGO_HOME_DIR)=/cargo
+export RUSTFLAGS := $(strip $(filter-out $(REMAP_FLAGS),$(RUSTFLAGS)) $(REMAP_FLAGS))
 # Which setup the integration tests run the example gateway in (tests/common/envoy.rs, TestMode):
 # connection (the default, envoy-config/gateway.yaml's: no data-path HTTP filter, the network
 # filter follows the exchanges), filter (the module's HTTP filter on the data path) or
