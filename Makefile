@@ -82,7 +82,8 @@ test-build: build envoy
 	cargo build --release --locked --lib --features panic-test --target-dir target/panic-test
 	cargo test --no-run --locked $(TEST_ARGS)
 
-# Benchmarks (not tests): writes bench/out/report.md, report.json, shutdown.svg. About an hour (54 minutes on the 2-core CI machine).
+# Benchmarks (not tests): writes bench/out/report.md, report.json, shutdown.svg. About two hours on the
+# 2-core CI machine (docs/performance.md); one section: python3 bench/bench.py --only <section>.
 bench: build envoy
 	python3 bench/bench.py
 
