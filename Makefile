@@ -87,9 +87,16 @@ test-build: build envoy
 bench: build envoy
 	python3 bench/bench.py
 
-# A run of tiny sizes that checks the bench command still works (CI runs it).
+# A run of tiny sizes that checks the bench command still works (CI runs it), and every case of
+# the tracker's loop outside Envoy (bench/tracker-loop) run natively, small: it asserts that each
+# exchange started and ended once, so a tracker change that breaks the harness shows here rather
+# than the next time someone measures with it.
+TRACKER_LOOP_CASES := "http1 h2load" "http1 browser" "httparse h2load" "httparse browser" "httparse-bare h2load" "http2 h2load"
 bench-smoke: build envoy
 	python3 bench/bench.py --smoke
+	cargo build --release --locked --quiet --manifest-path bench/tracker-loop/Cargo.toml --target-dir target/tracker-loop
+	@for c in $(TRACKER_LOOP_CASES); do \
+	  printf 'tracker-loop %s: ' "$$c"; target/tracker-loop/release/tracker-loop $$c 200 || exit 1; done
 
 bench-deps:
 	command -v h2load >/dev/null && command -v wrk >/dev/null && command -v valgrind >/dev/null && \
