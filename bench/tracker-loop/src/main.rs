@@ -60,17 +60,16 @@ fn main() {
     let (case, heads) = (arg(1), arg(2));
     let n: u64 = arg(3).parse().unwrap_or(20_000);
     let mut req = String::from("GET / HTTP/1.1\r\n");
-    let browser = browser_heads();
-    let lines: Vec<&str> = if heads == "browser" {
+    let lines: Vec<String> = if heads == "browser" {
         // h2load sends the host itself, before the headers it is given.
-        std::iter::once(H2LOAD[0])
-            .chain(browser.iter().map(String::as_str))
+        std::iter::once(H2LOAD[0].to_string())
+            .chain(browser_heads())
             .collect()
     } else {
-        H2LOAD.to_vec()
+        H2LOAD.iter().map(|h| h.to_string()).collect()
     };
     for h in lines {
-        req.push_str(h);
+        req.push_str(&h);
         req.push_str("\r\n");
     }
     req.push_str("\r\n");
