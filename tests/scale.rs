@@ -225,6 +225,8 @@ async fn without_the_filter_a_request_still_holds_the_drain_until_it_ends() {
     let mut conn = H1Conn::connect(envoy.data).await.unwrap();
     // Outlives the minimum drain duration: only a rescan of Envoy's stats can see it end.
     let slow_ms = 2500u64;
+    // The request cannot be answered before `slow_ms` after this.
+    let sent = Instant::now();
     let slow = tokio::spawn(async move {
         let r = conn
             .send("GET", "/", &[("x-envoy-fault-delay-request", "2500")])
@@ -254,7 +256,17 @@ async fn without_the_filter_a_request_still_holds_the_drain_until_it_ends() {
     envoy.sigterm();
     // Envoy's stats are the only signal here, and they are read all through the drain: on the
     // module's own thread, never on Envoy's main thread, which stays free for the admin.
-    let draining = ready_p50(envoy.admin, t0 + Duration::from_millis(2300)).await;
+    // Sampled while Envoy surely runs: up to 2.3 s into the drain, and ending 200 ms before the
+    // slow request can end (the drain may complete then, and Envoy exit: a loaded machine can
+    // take long to see the request counted, so the SIGTERM comes later after it).
+    let window_end =
+        (t0 + Duration::from_millis(2300)).min(sent + Duration::from_millis(slow_ms - 200));
+    assert!(
+        window_end >= t0 + Duration::from_millis(500),
+        "the slow request was counted only {:?} after it was sent: too late to watch its drain",
+        t0 - sent
+    );
+    let draining = ready_p50(envoy.admin, window_end).await;
     let (main_after, scanner_after) = (
         thread_ticks(pid, "envoy"),
         thread_ticks(pid, "graceful_stats"),
