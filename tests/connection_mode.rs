@@ -492,7 +492,7 @@ async fn a_request_head_still_arriving_holds_the_drain_until_it_is_answered() {
         head,
         t0,
         watch_until,
-        Duration::from_secs(2),
+        [Duration::from_secs(2), common::envoy::EXIT_SLACK],
     )
     .await;
 }
