@@ -375,11 +375,11 @@ async fn hundreds_of_streams_grow_the_table_and_every_connection_is_sent_away() 
 /// (seconds between gauge passes at 8 000 clusters). A slow request keeps this drain going past
 /// that pass; a request head begun after it is in Envoy's gauge from its first byte but in no
 /// pass when the slow request ends. The module counts the head from that byte, so the drain
-/// waits for it, answers it and releases the exit by its count, before drain_timeout. (Whether ef5a7d9's module cuts the head here
-/// depends on where its passes fall: it does when the slow request ends before the pass after
-/// the head began, which this run's timing does not force. `tracking`'s unit test
-/// `a_head_on_its_way_holds_the_drain_from_its_first_byte` is the deterministic one, and fails
-/// on ef5a7d9.)
+/// waits for it, answers it and releases the exit by its count, before drain_timeout. (Whether
+/// ef5a7d9's module cuts the head here depends on where its passes fall: it does when the slow
+/// request ends before the pass after the head began, which this run's timing does not force.
+/// `tracking`'s unit test `a_head_on_its_way_holds_the_drain_from_its_first_byte` is the
+/// deterministic one, and fails on ef5a7d9.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_request_head_arriving_between_paced_scans_holds_the_drain() {
     let p = free_ports(3);
@@ -431,9 +431,9 @@ async fn a_request_head_arriving_between_paced_scans_holds_the_drain() {
         // passes' pace, not on the head: when the slow request ends during the confirming gauge
         // pass, that pass may have read it in Envoy's gauge while the module no longer counts it,
         // an excess the module keeps (never taken for its own) until the next gauge pass, due at
-        // the busy share (20 % of a CPU: four pass lengths later). With 1 s gauge passes under
-        // CI's three lanes that was 7.5 s after the head (2026-12-07), a quiet period and a scan
-        // on an idle machine. Then Envoy tears down 8 000 clusters: 3.3 s on 1.38.3 on a loaded
+        // the busy share (20 % of a CPU: four pass lengths later). With 1 s gauge passes (CI's
+        // three lanes beside a spinning core) that was 7.5 s after the head (2026-12-07); a quiet
+        // period and a scan when the request ends between passes. Then Envoy tears down 8 000 clusters: 3.3 s on 1.38.3 on a loaded
         // 2-core machine (CI, 2026-12-05), 5.7 s on 1.40.0 under CI's three lanes (2026-12-07:
         // release to exit; the module's threads were joined, none left).
         [Duration::from_secs(15), Duration::from_secs(10)],
