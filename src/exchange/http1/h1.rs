@@ -105,6 +105,9 @@ impl H1 {
         if f & F_UPGRADE != 0 {
             flags |= R_UPGRADE;
         }
+        if f & F_GET != 0 {
+            flags |= R_GET;
+        }
         if !self.fifo.push(flags) {
             return lose(ctx);
         }
@@ -169,6 +172,13 @@ impl H1 {
                     if self.resp.status == 101 {
                         let head = head_from.and_then(|from| bytes.get(from..off));
                         self.resp.facts |= switched_head(head);
+                    }
+                    if self.resp.facts & F_SSE != 0 {
+                        let head = head_from.and_then(|from| bytes.get(from..off));
+                        let get = self.fifo.front().is_some_and(|r| r & R_GET != 0);
+                        if !movable_sse(get, head) {
+                            self.resp.facts &= !F_SSE;
+                        }
                     }
                     self.resp.st = St::Decide;
                     if self.fifo.front().is_none() {
@@ -283,6 +293,27 @@ pub(in crate::exchange) fn switched_head(head: Option<&[u8]>) -> u16 {
         super::super::websocket::Switched::WebSocket { deflate: true } => F_WS | F_DEFLATE,
         _ => 0,
     }
+}
+
+/// Whether an event-stream response may be moved at a drain (ended between two events so that
+/// its client reconnects elsewhere): only what resumes by itself. Its request was a `GET`
+/// (what `EventSource` sends, and what it re-sends on its own after a clean end: WHATWG HTML
+/// §9.2.3 "reestablish the connection"; a `POST` answered with events, as OpenAI-style
+/// completions, the Vercel AI SDK and MCP's responses stream, is read to its end by a client
+/// that does not resume, so ending it early truncates the answer), and the body is not
+/// content-encoded (events are searched in the body's bytes: in gzip, br or zstd bytes no event
+/// boundary can be seen, and ending such a body cuts its compressed stream). `head`: the whole
+/// response head, or `None` when it began in an earlier write: then the module cannot vouch
+/// that it has no `Content-Encoding`, and the response is held like any request. Only
+/// event-stream responses come here, so no other response pays for the look.
+pub(in crate::exchange) fn movable_sse(get: bool, head: Option<&[u8]>) -> bool {
+    let Some(head) = head.filter(|_| get) else {
+        return false;
+    };
+    !head.split(|&b| b == LF).skip(1).any(|line| {
+        let name = line.split(|&b| b == b':').next().unwrap_or_default();
+        name.eq_ignore_ascii_case(b"content-encoding")
+    })
 }
 
 /// The sequence number of the request after `count` of them.

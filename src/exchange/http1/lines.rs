@@ -93,6 +93,7 @@ impl Half {
         match method {
             b"HEAD" => self.facts |= F_HEAD,
             b"CONNECT" => self.facts |= F_CONNECT,
+            b"GET" => self.facts |= F_GET,
             _ => {}
         }
         let rest = line.get(sp + 1..).unwrap_or_default();

@@ -213,13 +213,17 @@ pub(super) const F_CONNECT: u16 = 1 << 8;
 /// A 101 that switched to WebSocket frames (`h1::switched_head`), with permessage-deflate.
 pub(super) const F_WS: u16 = 1 << 9;
 pub(super) const F_DEFLATE: u16 = 1 << 10;
-/// A response whose `Content-Type` is `text/event-stream`.
+/// A response whose `Content-Type` is `text/event-stream`; cleared at the head's end unless the
+/// response may be moved (`h1::movable_sse`).
 pub(super) const F_SSE: u16 = 1 << 11;
+/// A `GET` request (an `EventSource` sends nothing else: WHATWG HTML §9.2.2).
+pub(super) const F_GET: u16 = 1 << 12;
 
 // A request's flags in the FIFO.
 pub(super) const R_HEAD: u8 = 1;
 pub(super) const R_CONNECT: u8 = 2;
 pub(super) const R_UPGRADE: u8 = 4;
+pub(super) const R_GET: u8 = 8;
 
 /// One direction's parser position.
 #[derive(Debug, Clone, Copy, Default)]
@@ -260,7 +264,7 @@ impl Half {
     pub(super) fn begin_head(&mut self, st: St) {
         *self = Half {
             st,
-            cand: 0b11, // HEAD, CONNECT
+            cand: 0b111, // HEAD, CONNECT, GET
             ..Half::default()
         };
     }

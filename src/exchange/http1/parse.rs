@@ -94,6 +94,9 @@ impl Half {
                         if self.cand & 2 != 0 && self.pos == 7 {
                             self.facts |= F_CONNECT;
                         }
+                        if self.cand & 4 != 0 && self.pos == 3 {
+                            self.facts |= F_GET;
+                        }
                         self.st = St::Target;
                     } else if b <= SP || b == 0x7f {
                         return (i, Mile::Bad);
@@ -104,6 +107,9 @@ impl Half {
                         }
                         if b"CONNECT".get(p) != Some(&b) {
                             self.cand &= !2;
+                        }
+                        if b"GET".get(p) != Some(&b) {
+                            self.cand &= !4;
                         }
                         self.pos = self.pos.saturating_add(1);
                     }

@@ -233,7 +233,8 @@ fn only_chunked_event_streams_are_sse_responses() {
     ] {
         assert!(!sse_started(head).0.long_lived(), "{:?}", String::from_utf8_lossy(head));
     }
-    // The head split anywhere (the byte-by-byte parse): the same.
+    // The head split between writes: held like any request (nothing proves it carries no
+    // Content-Encoding: `movable_sse`), in flight until it ends.
     let f = fixture(Some(fast()));
     let conn = Conn::new(1);
     let mut t = Tracking::new();
@@ -247,7 +248,38 @@ fn only_chunked_event_streams_are_sse_responses() {
     for b in SSE_HEAD.chunks(1) {
         t.on_write(Some([b].into_iter()), &conn, &f.shared, now);
     }
-    assert!(t.long_lived());
+    assert!(!t.long_lived());
+    assert_eq!(t.tracker().in_flight(), 1);
+}
+
+/// What does not resume by itself is held like any request: a POST answered with events (an
+/// LLM completion), a GET whose events are content-encoded.
+#[test]
+fn a_post_completion_or_a_compressed_event_stream_is_not_moved() {
+    for (request, head) in [
+        (
+            &b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-length: 2\r\n\r\n{}"[..],
+            SSE_HEAD,
+        ),
+        (
+            SSE_GET,
+            &b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-encoding: gzip\r\ntransfer-encoding: chunked\r\n\r\n"[..],
+        ),
+    ] {
+        let f = fixture(Some(fast()));
+        let conn = Conn::new(1);
+        let mut t = Tracking::new();
+        t.on_read(request.len(), Some([request].into_iter()), &conn, &f.shared, now);
+        t.on_write(Some([head].into_iter()), &conn, &f.shared, now);
+        assert!(!t.long_lived(), "{:?}", String::from_utf8_lossy(request));
+        assert!(!t.sse_unnoticed());
+        assert_eq!(t.tracker().in_flight(), 1);
+        // Woken at its move time: nothing is written, nothing moves.
+        let plan = MovePlan { at: 0, message_wait: 0, close_timeout: 0 };
+        assert_eq!(t.sse_wake(Some(plan), 1, &f.shared), (WsWake::Nothing, None));
+        let ev = chunk(b"data: [DONE]\n\n");
+        assert_eq!(t.sse_write(Some([&ev[..]].into_iter())), (WsWrite::Pass, None));
+    }
 }
 
 #[test]
