@@ -496,3 +496,95 @@ async fn a_request_head_still_arriving_holds_the_drain_until_it_is_answered() {
     )
     .await;
 }
+
+/// Envoy's own final GOAWAY went out before the drain (`max_connection_duration` reached, its
+/// connection manager's `drain_timeout` over: GOAWAY(2^31-1), then GOAWAY(N)), and a stream is
+/// still being served on the connection: the module must not send its GOAWAY(2^31-1) there.
+/// RFC 9113 §6.8: "Endpoints MUST NOT increase the value they send in the last stream
+/// identifier"; nghttp2 (the `nghttp` client here, and Node's http2) answers a raised one with
+/// "GOAWAY: invalid last_stream_id" and kills the connection with every stream on it. The
+/// stream, read by a real nghttp2 client, completes with its 200 through the drain.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn after_envoy_s_final_goaway_the_drain_sends_none_and_the_open_stream_completes() {
+    let p = common::free_ports(3);
+    let o = connection_mode(LONG);
+    let yaml = common::envoy::render_gateway(p[0], p[1], p[2], &o);
+    let yaml = yaml.replacen(
+        "          drain_timeout: 5s\n",
+        "          drain_timeout: 0.3s\n          common_http_protocol_options: { max_connection_duration: 1s }\n",
+        1,
+    );
+    assert!(yaml.contains("max_connection_duration"), "rendered");
+    let mut envoy = Envoy::start_yaml(&yaml, p[0], p[1], p[2], &o).await;
+    // Line-buffered: its frames are read as they come (nghttp's stdout is a pipe here).
+    let mut nghttp = tokio::process::Command::new("stdbuf")
+        .args([
+            "-oL",
+            "nghttp",
+            "-v",
+            "-H",
+            "x-envoy-fault-delay-request: 4000",
+        ])
+        .arg(format!("http://127.0.0.1:{}/slow", envoy.data))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("stdbuf and nghttp (Debian's nghttp2-client) run");
+    let stdout = nghttp.stdout.take().unwrap();
+    let lines = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let reader = {
+        let lines = lines.clone();
+        tokio::spawn(async move {
+            use tokio::io::AsyncBufReadExt;
+            let mut r = tokio::io::BufReader::new(stdout).lines();
+            while let Ok(Some(l)) = r.next_line().await {
+                lines.lock().unwrap().push(l);
+            }
+        })
+    };
+    // Envoy's final GOAWAY (its last_stream_id the stream it serves: nghttp's first request is
+    // stream 13, after its priority streams) reached the client.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !lines
+        .lock()
+        .unwrap()
+        .iter()
+        .any(|l| l.contains("(last_stream_id=") && !l.contains("2147483647"))
+    {
+        assert!(
+            Instant::now() < deadline,
+            "no final GOAWAY from Envoy within 5 s; nghttp printed:\n{}",
+            lines.lock().unwrap().join("\n")
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    envoy.sigterm();
+    let status = tokio::time::timeout(Duration::from_secs(10), nghttp.wait())
+        .await
+        .expect("nghttp ends within 10 s")
+        .unwrap();
+    reader.await.unwrap();
+    let out = lines.lock().unwrap().join("\n");
+    let goaways: Vec<&str> = out
+        .lines()
+        .filter(|l| l.contains("recv GOAWAY") || l.contains("last_stream_id="))
+        .collect();
+    assert!(
+        !out.contains("invalid last_stream_id") && !out.contains("PROTOCOL_ERROR"),
+        "the client saw a raised GOAWAY: {goaways:?}"
+    );
+    assert!(
+        out.contains(":status: 200"),
+        "the stream was answered: {out}"
+    );
+    assert!(status.success(), "nghttp failed ({status}): {out}");
+    // Envoy's two GOAWAYs, none of the module's.
+    assert_eq!(
+        out.matches("last_stream_id=2147483647").count(),
+        1,
+        "{goaways:?}"
+    );
+    let (st, _) = envoy.wait_exit(Duration::from_secs(10)).await;
+    assert!(st.success(), "{st}");
+}

@@ -31,6 +31,9 @@ pub struct LongLived {
     pub websockets_open: AtomicU64,
     pub websockets_moved: AtomicU64,
     pub websockets_cut: AtomicU64,
+    /// Whole data messages the upstream sent after our Close, dropped (never written to the
+    /// client: RFC 6455 §5.5.1), over every moved WebSocket.
+    pub websocket_messages_dropped: AtomicU64,
     pub sse_open: AtomicU64,
     pub sse_moved: AtomicU64,
     pub sse_cut: AtomicU64,
@@ -51,6 +54,7 @@ impl Default for LongLived {
             websockets_open: AtomicU64::new(0),
             websockets_moved: AtomicU64::new(0),
             websockets_cut: AtomicU64::new(0),
+            websocket_messages_dropped: AtomicU64::new(0),
             sse_open: AtomicU64::new(0),
             sse_moved: AtomicU64::new(0),
             sse_cut: AtomicU64::new(0),
@@ -63,6 +67,9 @@ impl Default for LongLived {
 pub struct LongLivedReport {
     pub websocket: MovedCut,
     pub sse: MovedCut,
+    /// Whole messages upstreams sent after the module's Close(1001), dropped (the client had
+    /// been told to go; the upstream learns it from the client's Close answer).
+    pub websocket_messages_dropped: u64,
 }
 
 #[derive(Default, Debug, Serialize, PartialEq, Eq, Clone, Copy)]
@@ -154,6 +161,7 @@ impl LongLived {
                 moved: g(&self.sse_moved),
                 cut: g(&self.sse_cut),
             },
+            websocket_messages_dropped: g(&self.websocket_messages_dropped),
         }
     }
 

@@ -5,7 +5,7 @@
 #[cfg(feature = "cross-check")]
 use super::cross_check::CrossCheck;
 use super::{
-    get, set, Action, ConnSettings, Connections, Counts, FirstStream, Scheduled, Wire,
+    get, set, Action, ConnSettings, Connections, Counts, FirstStream, GoAwayGate, Scheduled, Wire,
     CONFIRM_DELAY, EVENT_CONFIRM_CLOSE, EVENT_DRAIN_STARTED, EVENT_GRACE_OVER, H2_MAGIC_PREFIX,
 };
 use crate::counting::{Lane, ReservedSlot};
@@ -56,6 +56,8 @@ pub struct Conn {
     /// The HTTP filter's latest request on it still in flight, as the word it attached (0: none).
     /// Written and read on the connection's worker only.
     pub(super) stream: AtomicUsize,
+    /// Whether a GOAWAY of ours may go now ([`GoAwayGate`] as a byte), set by the glue.
+    goaway_gate: AtomicU8,
     /// Its listener's settings.
     settings: ConnSettings,
     /// When its worker handled the drain start (`now` of that event; 0 before).
@@ -97,6 +99,7 @@ impl Conn {
             xc: CrossCheck::default(),
             wakeable: AtomicBool::new(false),
             stream: AtomicUsize::new(0),
+            goaway_gate: AtomicU8::new(0),
             settings: ConnSettings::default(),
             drain_seen_at: AtomicU64::new(0),
             lane,
@@ -393,6 +396,30 @@ impl Conn {
                 >= idle_after.as_nanos() as u64
     }
 
+    /// What the glue's exchange tracker says of a GOAWAY of ours now (worker thread, just
+    /// before a scheduled event is handled: [`GoAwayGate`]).
+    pub fn set_goaway_gate(&self, gate: GoAwayGate) {
+        let b = match gate {
+            GoAwayGate::May => 0,
+            GoAwayGate::EnvoySent => 1,
+            GoAwayGate::NotNow => 2,
+        };
+        self.goaway_gate.store(b, Ordering::Relaxed);
+    }
+
+    /// `action` (a GOAWAY) if the gate lets it go; else nothing, and when Envoy already sent
+    /// its own GOAWAY the connection counts as told (no later check tries again).
+    fn goaway_if_allowed(&self, action: Action) -> Action {
+        match self.goaway_gate.load(Ordering::Relaxed) {
+            0 => action,
+            1 => {
+                set(&self.told, true);
+                Action::Nothing
+            }
+            _ => Action::Nothing,
+        }
+    }
+
     /// The drain started. Counts what it tells. Idle HTTP/1.1 connections are only marked here;
     /// [`Conn::on_confirm_close`] closes them [`CONFIRM_DELAY`] later if still idle.
     pub fn on_drain_started(&self, counts: &Counts, now: u64, idle_after: Duration) -> Action {
@@ -408,6 +435,9 @@ impl Conn {
             // HTTP/2 whose latest request ended before older ones: GOAWAY from here (after the
             // server preface); closed once idle, like an idle one.
             if self.wire() == Wire::Http2 && get(&self.server_wrote) {
+                if self.goaway_if_allowed(Action::GoAwayBusy) == Action::Nothing {
+                    return Action::Nothing;
+                }
                 set(&self.told, true);
                 return Action::GoAwayBusy;
             }
@@ -416,6 +446,9 @@ impl Conn {
         match self.wire() {
             // GOAWAY only after the server preface.
             Wire::Http2 if get(&self.server_wrote) => {
+                if self.goaway_if_allowed(Action::GoAway) == Action::Nothing {
+                    return Action::Nothing;
+                }
                 set(&self.told, true);
                 counts.http2.fetch_add(1, Ordering::Relaxed);
                 Action::GoAway
@@ -448,6 +481,9 @@ impl Conn {
             }
             // Opened (or first written to) after the drain start and no stream on it: tell it now.
             Wire::Http2 if !get(&self.told) && get(&self.server_wrote) && self.streams() == 0 => {
+                if self.goaway_if_allowed(Action::GoAway) == Action::Nothing {
+                    return Action::Nothing;
+                }
                 set(&self.told, true);
                 counts.http2.fetch_add(1, Ordering::Relaxed);
                 Action::GoAway

@@ -49,6 +49,7 @@ pub mod long_lived;
 pub mod machine;
 pub mod wakers;
 
+pub use crate::exchange::GoAwayGate;
 #[cfg(feature = "cross-check")]
 pub use cross_check::{cross_check_tallies, CROSS_CHECKS};
 pub use first_stream::FirstStream;
@@ -108,8 +109,12 @@ pub const H2_MAGIC_PREFIX: &[u8] = b"PRI * HTTP/2";
 
 /// GOAWAY frame: length 8, type 7, flags 0, stream 0; last-stream-id 2^31-1; error NO_ERROR.
 /// The largest last-stream-id means "every stream you already sent will be processed": it is the
-/// first GOAWAY of RFC 9113 §6.8's graceful shutdown and is valid at any point after the server
-/// preface, also before or after the connection manager's own GOAWAYs.
+/// first GOAWAY of RFC 9113 §6.8's graceful shutdown. Valid after the server preface, between two
+/// frames, and only while no GOAWAY went out on the connection: "Endpoints MUST NOT increase the
+/// value they send in the last stream identifier" (§6.8), and after Envoy's final GOAWAY(N)
+/// (`max_connection_duration`, `max_requests_per_connection`, an overload action) nghttp2
+/// ("GOAWAY: invalid last_stream_id") and grpc-go kill the connection and every stream on it.
+/// The glue says whether the bytes prove it may go ([`GoAwayGate`]).
 pub const GOAWAY_NO_ERROR: [u8; 17] = [
     0, 0, 8, 7, 0, 0, 0, 0, 0, 0x7f, 0xff, 0xff, 0xff, 0, 0, 0, 0,
 ];

@@ -52,6 +52,12 @@ impl FrameReader {
         self.in_frame.then_some(self.left)
     }
 
+    /// Between two frames: no header byte and no payload byte of a frame pending.
+    #[inline]
+    pub fn between_frames(&self) -> bool {
+        !self.in_frame && self.have == 0
+    }
+
     /// Reads `bytes` up to the next frame boundary: how many it used and what they completed
     /// (`None`: they ran out first). In a frame's payload, the bytes used are payload bytes.
     #[inline]
@@ -137,6 +143,8 @@ pub(super) struct H2 {
     pub(super) c: Frames,
     pub(super) s: Frames,
     pub(super) server_started: bool,
+    /// The server wrote a GOAWAY (any last-stream-id): no GOAWAY with a higher one may follow.
+    pub(super) server_goaway: bool,
     pub(super) last_client: u32,
     /// Open streams, by increasing id (new ids only increase, so pushes keep the order).
     pub(super) streams: Vec<Stream>,
@@ -149,6 +157,7 @@ impl H2 {
             c: Frames::default(),
             s: Frames::default(),
             server_started: false,
+            server_goaway: false,
             last_client: 0,
             streams: Vec::new(),
         }
@@ -283,6 +292,7 @@ impl H2 {
                 // from the count while in flight): every stream counts until it ends or the
                 // connection closes. An overcount until the close, never an undercount.
                 ctx.will_close = true;
+                self.server_goaway = true;
             }
             _ => {}
         }

@@ -162,6 +162,22 @@ impl RequestEnds {
     }
 }
 
+/// Whether the module's GOAWAY (`crate::connections::GOAWAY_NO_ERROR`) may be written into a connection now, as its exchange tracker
+/// knows it (connection mode; decided by the glue just before a scheduled event is handled).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum GoAwayGate {
+    /// It may: no tracker follows the connection (filter mode: unchanged), or the tracker saw
+    /// every server byte, no GOAWAY among them, and the server's bytes end between two frames.
+    #[default]
+    May,
+    /// The server (Envoy) already wrote a GOAWAY: the client was told; ours would raise its
+    /// last-stream-id. Counted as told, never written.
+    EnvoySent,
+    /// Not now: the tracker lost the thread of the bytes (it cannot vouch that no GOAWAY went),
+    /// or the server's bytes end inside a frame. A later check may try again.
+    NotNow,
+}
+
 #[derive(Debug, Clone)]
 enum Wire {
     /// How many bytes of [`H2_PREFIX`] the client sent so far (all it sent).
@@ -381,6 +397,19 @@ impl Tracker {
         match &mut self.wire {
             Wire::Sse(e) => Some(e),
             _ => None,
+        }
+    }
+
+    /// HTTP/2: whether a GOAWAY of the module's may be written after the server's bytes so far
+    /// ([`GoAwayGate`]): the follower saw every one of them (not lost),
+    /// none was a GOAWAY, and they end between two frames. A connection that is not HTTP/2 (or
+    /// not decided yet) is `NotNow`: nothing proves a GOAWAY fits.
+    pub fn goaway_gate(&self) -> GoAwayGate {
+        match &self.wire {
+            Wire::Http2(_) if self.ctx.lost => GoAwayGate::NotNow,
+            Wire::Http2(h) if h.server_goaway => GoAwayGate::EnvoySent,
+            Wire::Http2(h) if h.s.reader.between_frames() => GoAwayGate::May,
+            _ => GoAwayGate::NotNow,
         }
     }
 

@@ -11,7 +11,7 @@
 
 use crate::config::NetworkFilterConfig;
 use crate::connections::{
-    Action, Conn, ConnSettings, FirstStream, Waker, WakerSlot, GOAWAY_NO_ERROR,
+    Action, Conn, ConnSettings, FirstStream, GoAwayGate, Waker, WakerSlot, GOAWAY_NO_ERROR,
 };
 use crate::engine::state::{Protocol, Shared, Stat};
 use crate::host::connection::ConnectionHost;
@@ -489,6 +489,15 @@ impl NetFilter {
             };
             shared.send_away_once(Some(id), || p).is_some()
         };
+        // What the exchange tracker knows of the server's bytes decides whether a GOAWAY of
+        // ours may go (connection mode; without a tracker, as before). A tracker in use cannot
+        // vouch: not now.
+        if let Some(tracking) = &self.tracking {
+            let gate = tracking
+                .try_borrow()
+                .map_or(GoAwayGate::NotNow, |t| t.tracker().goaway_gate());
+            conn.set_goaway_gate(gate);
+        }
         let done = conn.on_scheduled(
             &shared.connections,
             event_id,

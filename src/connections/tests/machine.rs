@@ -603,3 +603,33 @@ fn http1_never_tracked_is_not_closed() {
         Action::Nothing
     );
 }
+
+/// The glue's gate (issue 63 item 3): after Envoy's own GOAWAY the connection counts as told
+/// and ours never goes, at the drain start or at a later check; while the tracker cannot vouch
+/// (lost, or the server inside a frame), nothing goes now and a later check may send it.
+#[test]
+fn a_goaway_of_ours_waits_for_the_gate_and_never_follows_envoy_s_own() {
+    let counts = Counts::default();
+    // Idle, Envoy's GOAWAY already sent.
+    let c = h2_conn(1);
+    c.on_write(9);
+    c.set_goaway_gate(GoAwayGate::EnvoySent);
+    assert_eq!(c.on_drain_started(&counts, LATER, IDLE), Action::Nothing);
+    assert_eq!(c.on_grace_over(&counts, LATER, IDLE, true), Action::Nothing);
+    // Busy, likewise.
+    let c = h2_conn(2);
+    c.on_write(9);
+    c.stream_started();
+    c.set_goaway_gate(GoAwayGate::EnvoySent);
+    assert_eq!(c.on_drain_started(&counts, LATER, IDLE), Action::Nothing);
+    // Not now, then may: told at the later check, once.
+    let c = h2_conn(3);
+    c.on_write(9);
+    c.set_goaway_gate(GoAwayGate::NotNow);
+    assert_eq!(c.on_drain_started(&counts, LATER, IDLE), Action::Nothing);
+    assert_eq!(c.on_grace_over(&counts, LATER, IDLE, true), Action::Nothing);
+    c.set_goaway_gate(GoAwayGate::May);
+    assert_eq!(c.on_grace_over(&counts, LATER, IDLE, true), Action::GoAway);
+    assert_eq!(c.on_grace_over(&counts, LATER, IDLE, true), Action::Nothing);
+    assert_eq!(counts.snapshot(), IdleTold { http1: 0, http2: 1 });
+}

@@ -460,3 +460,45 @@ fn a_frame_header_decodes_field_by_field() {
         }
     }
 }
+
+/// Whether a GOAWAY of the module's may follow the server's bytes (issue 63 item 3): between
+/// two frames, after the server preface, and only while the server wrote no GOAWAY of its own
+/// (RFC 9113 §6.8: a last-stream-id is never raised). Lost, or not HTTP/2: not now.
+#[test]
+fn a_goaway_of_ours_fits_only_between_frames_and_never_after_the_server_s() {
+    let (t, _) = play(&h2(vec![cf(HEADERS, EH, 1, 20)]));
+    assert_eq!(t.goaway_gate(), GoAwayGate::May);
+    // Inside a server frame (its header, then its payload): not now.
+    for cut in [4, 9, 12] {
+        let mut s = h2(vec![cf(HEADERS, EH, 1, 20)]);
+        let f = fr(DATA, 0, 1, 16);
+        s.push((S, f[..cut].to_vec()));
+        let (t, _) = play(&s);
+        assert_eq!(t.goaway_gate(), GoAwayGate::NotNow, "cut at {cut}");
+    }
+    // Envoy's own GOAWAY (its final one, any last-stream-id): never ours after it, whatever
+    // follows.
+    for last in [0, 1, (1 << 31) - 1] {
+        let s = h2(vec![
+            cf(HEADERS, EH, 1, 20),
+            (S, goaway(last)),
+            sf(HEADERS, EH, 1, 10),
+        ]);
+        let (t, _) = play(&s);
+        assert_eq!(t.goaway_gate(), GoAwayGate::EnvoySent, "last {last}");
+        let (t, _) = play_bytewise(&s);
+        assert_eq!(
+            t.goaway_gate(),
+            GoAwayGate::EnvoySent,
+            "last {last}, byte by byte"
+        );
+    }
+    // HTTP/1.1, undecided, lost: nothing proves a GOAWAY fits.
+    let mut t = Tracker::new();
+    assert_eq!(t.goaway_gate(), GoAwayGate::NotNow);
+    t.client(b"GET / HTTP/1.1\r\n\r\n", &mut |_, _| {});
+    assert_eq!(t.goaway_gate(), GoAwayGate::NotNow);
+    let (t, _) = play(&h2(vec![sf(DATA, 0, 0, 3)])); // DATA on stream 0: lost
+    assert_eq!(t.protocol(), Protocol::Unknown);
+    assert_eq!(t.goaway_gate(), GoAwayGate::NotNow, "lost");
+}
