@@ -635,3 +635,207 @@ async fn a_close_cut_into_the_middle_of_a_write_lands_after_a_whole_message() {
     eprintln!("Close cut into a write: {inside} of 8");
     assert_eq!(inside, 8, "{log}");
 }
+
+/// The upstream writes bursts of 300 messages (about 46 KB, several 16 KiB slices in Envoy's
+/// write, a frame often split between two): the Close goes after the last whole message of the
+/// whole write, never after the first slice's (issue 63: 194 whole messages a connection were
+/// dropped, uncounted). Every message the upstream wrote before its Close answer either reached
+/// its client or is counted as dropped, exactly, in the completion line and `/drain/status`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_burst_spread_over_many_slices_keeps_every_whole_message_or_counts_it() {
+    let (port, seen) = upstream(Upstream::Bursty).await;
+    let mut envoy = Envoy::start(options("10s", r#""long_lived_window": "2s""#, port)).await;
+    let clients = connect_clients(&envoy, 10, Some(&seen)).await;
+    // Bursts are flowing to every client before the drain.
+    common::eventually(
+        "a few bursts written by the upstream",
+        Duration::from_secs(10),
+        || {
+            let sent = seen.lock().unwrap().sent;
+            async move { (sent >= 30 * websocket::BURST).then_some(()) }
+        },
+    )
+    .await;
+    envoy.sigterm();
+    let mut received = 0;
+    for c in clients {
+        let e = c.await.unwrap();
+        assert_eq!(e.code, Some(1001), "{e:?}");
+        assert!(e.received > 0, "{e:?}");
+        // Whole writes only: the first write completes BURST messages, each later one BURST + 1
+        // (the message the write before began). A Close after any other message end cut a
+        // write's whole messages off.
+        assert_eq!(
+            (e.received + 1) % (websocket::BURST + 1),
+            0,
+            "{}: {} messages read: the Close did not follow the last whole message of a write",
+            e.name,
+            e.received
+        );
+        received += e.received;
+    }
+    let (status, _) = envoy.wait_exit(Duration::from_secs(15)).await;
+    assert!(status.success(), "{status}");
+    let log = envoy.log();
+    let line = log
+        .lines()
+        .find(|l| l.contains("drain completed"))
+        .unwrap_or_else(|| panic!("no completion line: {log}"));
+    let dropped: u64 = line
+        .split("websocket messages dropped after the Close: ")
+        .nth(1)
+        .and_then(|r| r.split(|c: char| !c.is_ascii_digit()).next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no dropped count in {line}"));
+    assert_completion_line(&log, "long-lived streams moved: websocket 10, sse 0");
+    let sent = seen.lock().unwrap().sent;
+    eprintln!("upstream wrote {sent}, clients read {received}, dropped and counted {dropped}");
+    assert_eq!(
+        received + dropped,
+        sent,
+        "a message neither delivered nor counted"
+    );
+}
+
+/// What a completion client read: the decoded body, whether it ended with its last chunk, and
+/// when.
+#[derive(Debug)]
+struct Completion {
+    body: String,
+    clean: bool,
+    at: Instant,
+}
+
+/// `method` (POST with a JSON body, as an OpenAI-style client; or GET) to
+/// `/upstream-streaming/{path}`: the whole chunked answer, decoded.
+async fn completion_client(data: u16, method: &'static str, path: String) -> Completion {
+    let mut tcp = TcpStream::connect(("127.0.0.1", data)).await.unwrap();
+    let body = r#"{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}"#;
+    let req = if method == "POST" {
+        format!(
+            "POST /upstream-streaming/{path} HTTP/1.1\r\nhost: x\r\naccept: text/event-stream\r\n\
+             content-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+            body.len()
+        )
+    } else {
+        format!("GET /upstream-streaming/{path} HTTP/1.1\r\nhost: x\r\naccept: text/event-stream\r\naccept-encoding: gzip\r\n\r\n")
+    };
+    tcp.write_all(req.as_bytes()).await.unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    let read = tokio::time::timeout(Duration::from_secs(30), async {
+        loop {
+            match tcp.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(k) => got.extend_from_slice(&buf[..k]),
+            }
+            if got.ends_with(b"\r\n0\r\n\r\n") {
+                break;
+            }
+        }
+    })
+    .await;
+    assert!(read.is_ok(), "{path}: not ended within 30 s");
+    let at = Instant::now();
+    let text = String::from_utf8_lossy(&got).to_string();
+    let (head, mut rest) = text.split_once("\r\n\r\n").expect("a response head");
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    let mut body = String::new();
+    let mut clean = false;
+    while let Some((size, after)) = rest.split_once("\r\n") {
+        let Ok(n) = usize::from_str_radix(size.trim(), 16) else {
+            break;
+        };
+        if n == 0 {
+            clean = after == "\r\n";
+            break;
+        }
+        if after.len() < n + 2 {
+            break;
+        }
+        body.push_str(&after[..n]);
+        rest = &after[n + 2..];
+    }
+    Completion { body, clean, at }
+}
+
+/// The body every finite stream of the upstream writes (`serve_completion`).
+fn whole_completion() -> String {
+    let mut s: String = (1..=websocket::COMPLETION_EVENTS)
+        .map(|n| format!("data: {{\"token\": {n}, \"end\": true}}\n\n"))
+        .collect();
+    s.push_str("data: [DONE]\n\n");
+    s
+}
+
+/// Issue 63: LLM-shaped completions (a POST answered with an event stream, which no client
+/// resumes) and content-encoded event streams are held like any request and arrive whole, every
+/// event and `[DONE]`, long after the moves; the GET subscriptions beside them (what
+/// `EventSource` reconnects by itself) are still moved over the window; the exit follows the
+/// last completion, well before `drain_timeout`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn post_completions_and_compressed_streams_arrive_whole_while_get_subscriptions_move() {
+    let (port, _) = upstream(Upstream::Chatty).await;
+    let mut envoy = Envoy::start(options("12s", r#""long_lived_window": "1s""#, port)).await;
+    let completions: Vec<_> = (0..4)
+        .map(|i| {
+            tokio::spawn(completion_client(
+                envoy.data,
+                "POST",
+                format!("completion/c{i}"),
+            ))
+        })
+        .collect();
+    let compressed: Vec<_> = (0..2)
+        .map(|i| {
+            tokio::spawn(completion_client(
+                envoy.data,
+                "GET",
+                format!("sse-gzip/g{i}"),
+            ))
+        })
+        .collect();
+    let subscriptions: Vec<_> = (0..4)
+        .map(|i| tokio::spawn(sse_client(envoy.data, format!("s{i}"))))
+        .collect();
+    envoy.wait_active(10).await;
+    let t0 = Instant::now();
+    envoy.sigterm();
+    let want = whole_completion();
+    let mut last = Duration::ZERO;
+    for c in completions.into_iter().chain(compressed) {
+        let c = c.await.unwrap();
+        assert!(c.clean, "not ended by its last chunk: {c:?}");
+        assert_eq!(c.body, want, "a completion truncated or changed");
+        last = last.max(c.at - t0);
+    }
+    for s in subscriptions {
+        let e = s.await.unwrap();
+        assert!(e.clean && e.at_boundary, "{e:?}");
+        let at = e.at - t0;
+        // Moved: after min_drain_duration (1 s), within the window (1 s), before the
+        // completions' natural end.
+        assert!(
+            at >= Duration::from_millis(950) && at <= Duration::from_millis(2_500),
+            "subscription ended at {at:?}"
+        );
+    }
+    // The completions ran their whole course (30 events, 100 ms apart, from before SIGTERM).
+    assert!(
+        last >= Duration::from_millis(2_000),
+        "last completion at {last:?}"
+    );
+    let (status, exited) = envoy.wait_exit(Duration::from_secs(15)).await;
+    assert!(status.success(), "{status}");
+    let took = exited - t0;
+    assert!(
+        took < last + common::envoy::EXIT_SLACK,
+        "exited after {took:?}"
+    );
+    let (_, timed_out) = envoy.reported_drain();
+    assert!(!timed_out, "the drain must complete, not time out");
+    assert_completion_line(
+        &envoy.log(),
+        "long-lived streams moved: websocket 0, sse 4; cut: websocket 0, sse 0",
+    );
+}

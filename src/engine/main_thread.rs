@@ -258,8 +258,13 @@ impl Engine {
                     let st = shared.status();
                     let ll = st.long_lived_streams;
                     let long_lived = format!(
-                        "long-lived streams moved: websocket {}, sse {}; cut: websocket {}, sse {}",
-                        ll.websocket.moved, ll.sse.moved, ll.websocket.cut, ll.sse.cut
+                        "long-lived streams moved: websocket {}, sse {}; cut: websocket {}, sse {}; \
+                         websocket messages dropped after the Close: {}",
+                        ll.websocket.moved,
+                        ll.sse.moved,
+                        ll.websocket.cut,
+                        ll.sse.cut,
+                        ll.websocket_messages_dropped
                     );
                     if outcome.timed_out {
                         shared.counters.count(Stat::DrainsTimedOut);

@@ -55,6 +55,9 @@ pub enum Stat {
     WebsocketsMoved,
     /// A WebSocket still open when the drain completed or timed out (cut by the exit).
     WebsocketsCut,
+    /// A whole data message an upstream sent after the module's Close(1001) to its client:
+    /// dropped, never written (RFC 6455 §5.5.1), counted at the connection's close.
+    WebsocketMessagesDropped,
     /// A chunked SSE response ended with its last chunk at an event boundary at a drain, and its
     /// connection closed (connection mode).
     SseResponsesMoved,
@@ -64,7 +67,7 @@ pub enum Stat {
 
 impl Stat {
     /// Every counter, in the order they are defined.
-    pub const ALL: [Stat; 15] = [
+    pub const ALL: [Stat; 16] = [
         Stat::DrainsStarted,
         Stat::DrainsCompleted,
         Stat::DrainsTimedOut,
@@ -78,6 +81,7 @@ impl Stat {
         Stat::ConnectionsUntracked,
         Stat::WebsocketsMoved,
         Stat::WebsocketsCut,
+        Stat::WebsocketMessagesDropped,
         Stat::SseResponsesMoved,
         Stat::SseResponsesCut,
     ];
@@ -101,6 +105,7 @@ impl Stat {
             Stat::ConnectionsUntracked => "connections_untracked",
             Stat::WebsocketsMoved => "websockets_moved",
             Stat::WebsocketsCut => "websockets_cut",
+            Stat::WebsocketMessagesDropped => "websocket_messages_dropped",
             Stat::SseResponsesMoved => "sse_responses_moved",
             Stat::SseResponsesCut => "sse_responses_cut",
         }

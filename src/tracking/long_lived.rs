@@ -104,19 +104,15 @@ impl Tracking {
             return (WsWrite::Pass, None);
         };
         let slices: Vec<&[u8]> = chunks.collect();
-        let (mut out, mut before, mut split) = (WsWrite::Pass, 0usize, None);
-        for c in &slices {
-            let w = m.mv.server_bytes(c);
-            if split.is_none() {
-                match w {
-                    Write::Pass => {}
-                    Write::Drop => out = WsWrite::Drop,
-                    Write::AppendClose => split = Some(before + c.len()),
-                    Write::SplitClose(k) => split = Some(before + k),
-                }
-            }
-            before += c.len();
-        }
+        let before: usize = slices.iter().map(|c| c.len()).sum();
+        // The whole write at once: the Close goes after its last message end, in whichever
+        // slice (a Close after the first slice's would drop the whole messages of the others).
+        let (out, split) = match m.mv.server_write(&slices) {
+            Write::Pass => (WsWrite::Pass, None),
+            Write::Drop => (WsWrite::Drop, None),
+            Write::AppendClose => (WsWrite::Pass, Some(before)),
+            Write::SplitClose(k) => (WsWrite::Pass, Some(k)),
+        };
         let Some(at) = split else {
             if m.step == SENT && m.mv.handshake_done() {
                 // The upstream answered the client's Close: nothing more will pass. Close now,
@@ -235,6 +231,14 @@ impl Tracking {
         if m.mv.moved() {
             ll.websockets_moved.fetch_add(1, Ordering::Relaxed);
             shared.counters.count(Stat::WebsocketsMoved);
+            let dropped = m.mv.dropped_messages();
+            if dropped > 0 {
+                ll.websocket_messages_dropped
+                    .fetch_add(u64::from(dropped), Ordering::Relaxed);
+                for _ in 0..dropped {
+                    shared.counters.count(Stat::WebsocketMessagesDropped);
+                }
+            }
         }
     }
 }

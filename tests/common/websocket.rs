@@ -19,6 +19,9 @@ use tokio_tungstenite::WebSocketStream;
 pub struct Seen {
     pub messages: BTreeMap<String, BTreeSet<String>>,
     pub closes: Vec<Option<u16>>,
+    /// Messages written by a [`Upstream::Bursty`] server (all connections), each counted once
+    /// its burst was flushed to the socket.
+    pub sent: u64,
 }
 
 /// How the upstream behaves.
@@ -35,7 +38,15 @@ pub enum Upstream {
     /// the next: between two writes it is always inside a message, and every write holds a
     /// message end followed by more bytes, so the Close is cut into the middle of a write.
     Straddling,
+    /// Every 300 ms one write of [`BURST`] text messages (about 46 KB: Envoy writes them
+    /// towards the client in several 16 KiB buffer slices, a frame often split between two),
+    /// each write ending inside a message that the next completes (`send_burst`); reads every
+    /// message, answers a Close.
+    Bursty,
 }
+
+/// Messages in one [`Upstream::Bursty`] write.
+pub const BURST: u64 = 300;
 
 /// A WebSocket server on a free loopback port; the returned task runs until the test ends.
 pub async fn upstream(kind: Upstream) -> (u16, Arc<Mutex<Seen>>) {
@@ -50,6 +61,9 @@ pub async fn upstream(kind: Upstream) -> (u16, Arc<Mutex<Seen>>) {
             };
             let seen = s.clone();
             tokio::spawn(async move {
+                if let Some(gzip) = is_completion(&tcp).await {
+                    return serve_completion(tcp, gzip).await;
+                }
                 if let Some(quiet) = is_sse(&tcp).await {
                     return serve_sse(tcp, quiet).await;
                 }
@@ -63,7 +77,8 @@ pub async fn upstream(kind: Upstream) -> (u16, Arc<Mutex<Seen>>) {
                     return;
                 }
                 let (mut tx, mut rx) = ws.split();
-                let mut tick = tokio::time::interval(Duration::from_millis(100));
+                let period = if kind == Upstream::Bursty { 300 } else { 100 };
+                let mut tick = tokio::time::interval(Duration::from_millis(period));
                 let mut n = 0u64;
                 loop {
                     tokio::select! {
@@ -76,6 +91,11 @@ pub async fn upstream(kind: Upstream) -> (u16, Arc<Mutex<Seen>>) {
                             } else if kind == Upstream::Straddling {
                                 if send_straddling(&mut tx, n).await.is_err() {
                                     break;
+                                }
+                            } else if kind == Upstream::Bursty {
+                                match send_burst(&mut tx, n).await {
+                                    Ok(k) => seen.lock().unwrap().sent += k,
+                                    Err(()) => break,
                                 }
                             } else if tx.send(Message::Text(format!("server {n}"))).await.is_err() {
                                 break;
@@ -102,6 +122,86 @@ pub async fn upstream(kind: Upstream) -> (u16, Arc<Mutex<Seen>>) {
         }
     });
     (port, seen)
+}
+
+/// Events in one [`serve_completion`] answer, before its `data: [DONE]`.
+pub const COMPLETION_EVENTS: u64 = 30;
+
+/// Whether the request on `tcp` (not read yet) asks for a finite event stream: `/completion/`
+/// (an LLM-style completion: `Some(false)`) or `/sse-gzip/` (`Some(true)`: the same events
+/// under `content-encoding: gzip`, as a compressing upstream labels them).
+async fn is_completion(tcp: &TcpStream) -> Option<bool> {
+    let mut buf = [0u8; 256];
+    for _ in 0..100 {
+        let n = tcp.peek(&mut buf).await.unwrap_or(0);
+        if buf[..n].windows(2).any(|w| w == b"\r\n") {
+            let has = |p: &[u8]| buf[..n].windows(p.len()).any(|w| w == p);
+            return has(b"/completion/")
+                .then_some(false)
+                .or(has(b"/sse-gzip/").then_some(true));
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    None
+}
+
+/// A finite event stream, as OpenAI-style completion APIs answer a POST: the request read whole
+/// (its JSON body by its Content-Length), then a chunked `text/event-stream` of
+/// [`COMPLETION_EVENTS`] events 100 ms apart (each in two chunks 30 ms apart), `data: [DONE]`
+/// and the last chunk. `gzip`: labelled `content-encoding: gzip` (the bytes are the test's:
+/// what matters is that they reach the client exactly as written).
+async fn serve_completion(mut tcp: TcpStream, gzip: bool) {
+    let mut got = Vec::new();
+    let mut buf = [0u8; 1024];
+    let body_len = loop {
+        if let Some(end) = got.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&got[..end]).to_ascii_lowercase();
+            let len = head
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length:"))
+                .and_then(|v| v.trim().parse::<usize>().ok())
+                .unwrap_or(0);
+            break end + 4 + len;
+        }
+        match tcp.read(&mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(k) => got.extend_from_slice(&buf[..k]),
+        }
+    };
+    while got.len() < body_len {
+        match tcp.read(&mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(k) => got.extend_from_slice(&buf[..k]),
+        }
+    }
+    let encoding = if gzip {
+        "content-encoding: gzip\r\n"
+    } else {
+        ""
+    };
+    let resp = format!(
+        "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n{encoding}\
+         cache-control: no-cache\r\ntransfer-encoding: chunked\r\n\r\n"
+    );
+    if tcp.write_all(resp.as_bytes()).await.is_err() {
+        return;
+    }
+    let chunk = |s: &str| format!("{:x}\r\n{s}\r\n", s.len()).into_bytes();
+    for n in 1..=COMPLETION_EVENTS {
+        let first = chunk(&format!("data: {{\"token\": {n}, "));
+        if tcp.write_all(&first).await.is_err() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(30)).await;
+        if tcp.write_all(&chunk("\"end\": true}\n\n")).await.is_err() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(70)).await;
+    }
+    let mut end = chunk("data: [DONE]\n\n");
+    end.extend_from_slice(b"0\r\n\r\n");
+    let _ = tcp.write_all(&end).await;
+    let _ = tcp.read(&mut buf).await;
 }
 
 /// Whether the request on `tcp` (not read yet) asks for an event stream (`/sse/` in its path,
@@ -178,6 +278,33 @@ where
         tx.send(Message::Frame(frame)).await.map_err(|_| ())?;
     }
     Ok(())
+}
+
+/// One write: the last fragment of the message the previous write began (none for the first
+/// write), [`BURST`] messages of 150 bytes each, then the first fragment of one more message
+/// (`feed` each, then one flush). Between two writes the server is always inside a message, so
+/// a move's Close goes into a write, after its last whole message. Returns the messages it
+/// completed.
+async fn send_burst<S>(tx: &mut S, n: u64) -> Result<u64, ()>
+where
+    S: futures_util::Sink<Message> + Unpin,
+{
+    use tokio_tungstenite::tungstenite::protocol::frame::coding::{Data, OpCode};
+    use tokio_tungstenite::tungstenite::protocol::frame::Frame;
+    if n > 1 {
+        let end = format!("ends burst {}", n - 1).into_bytes();
+        let f = Frame::message(end, OpCode::Data(Data::Continue), true);
+        tx.feed(Message::Frame(f)).await.map_err(|_| ())?;
+    }
+    for i in 0..BURST {
+        let m = format!("burst {n} message {i:03} {}", "x".repeat(124));
+        tx.feed(Message::Text(m)).await.map_err(|_| ())?;
+    }
+    let start = format!("burst {n} straddling ").into_bytes();
+    let f = Frame::message(start, OpCode::Data(Data::Text), false);
+    tx.feed(Message::Frame(f)).await.map_err(|_| ())?;
+    tx.flush().await.map_err(|_| ())?;
+    Ok(BURST + u64::from(n > 1))
 }
 
 /// One write (`feed` twice, then one flush): message `n - 1`'s last fragment (none for the first

@@ -4,7 +4,12 @@
 //! a WebSocket", steps 1-5). No FFI, no clock, no allocation: the caller calls it from its
 //! hooks and timers and performs the action it returns.
 
-use super::Follower;
+use super::{opcode, Follower};
+
+/// A data frame (text, binary, or a continuation of one): its message end is a message.
+const fn is_data(op: u8) -> bool {
+    matches!(op, opcode::CONTINUATION | opcode::TEXT | opcode::BINARY)
+}
 
 #[cfg(test)]
 mod tests;
@@ -115,8 +120,11 @@ impl Move {
         matches!(self.st, St::Lost)
     }
 
-    /// Server frames dropped after our Close (counted, they were sent to a closing socket).
-    pub const fn dropped_frames(&self) -> u32 {
+    /// Server messages dropped after our Close: whole data messages (text, binary) whose last
+    /// frame came after our Close, so never written to the client (control frames and the
+    /// server's Close answer are not counted). RFC 6455 §5.5.1: after a Close, no data frame
+    /// may be sent; the client learns nothing of these, so the caller counts them.
+    pub const fn dropped_messages(&self) -> u32 {
         self.dropped
     }
 
@@ -134,16 +142,73 @@ impl Move {
         };
     }
 
-    /// A server write; returns what to do with it.
+    /// A whole server write, in its slices (Envoy's buffer slices, in order): what to do with
+    /// it, offsets counted over the whole write. When the move is due, the Close goes after the
+    /// write's *last* message end (or frame end, `any_frame`), whichever slice holds it: every
+    /// whole message the write holds reaches the client; only a message begun after that end
+    /// is dropped (counted once its last frame comes: [`Move::dropped_messages`]).
+    pub fn server_write(&mut self, slices: &[&[u8]]) -> Write {
+        let St::Due { any_frame } = self.st else {
+            // Not due: each slice as it comes (passed, or dropped after our Close).
+            let mut out = Write::Pass;
+            for c in slices {
+                if self.server_bytes(c) == Write::Drop {
+                    out = Write::Drop;
+                }
+            }
+            return out;
+        };
+        // Up to the last frame end and message end of the whole write, as offsets into it.
+        let (mut before, mut frame_end, mut message_end) = (0usize, None, None);
+        for c in slices {
+            let fed = self.to_client.feed(c, |e| {
+                frame_end = Some(before + e.at);
+                if !e.in_message {
+                    message_end = Some(before + e.at);
+                }
+            });
+            if fed.is_err() {
+                self.st = St::Lost;
+                return Write::Pass;
+            }
+            before += c.len();
+        }
+        if self.to_client.close().is_some() {
+            // The server's own Close is on its way: ours would follow a Close.
+            self.st = St::Ending;
+            return Write::Pass;
+        }
+        match if any_frame { frame_end } else { message_end } {
+            Some(k) => {
+                self.st = St::Sent;
+                if k == before {
+                    Write::AppendClose
+                } else {
+                    Write::SplitClose(k)
+                }
+            }
+            None => Write::Pass,
+        }
+    }
+
+    /// One slice of a server write (a write of one slice; [`Move::server_write`] for the rule):
+    /// returns what to do with it.
     pub fn server_bytes(&mut self, bytes: &[u8]) -> Write {
+        if matches!(self.st, St::Due { .. }) {
+            return self.server_write(&[bytes]);
+        }
         match self.st {
             St::Sent | St::Answered => {
                 let mut n = 0u32;
-                let _ = self.to_client.feed(bytes, |_| n += 1);
+                let _ = self.to_client.feed(bytes, |e| {
+                    if !e.in_message && is_data(e.opcode) {
+                        n += 1
+                    }
+                });
                 self.dropped = self.dropped.saturating_add(n);
                 Write::Drop
             }
-            St::Following | St::Ending | St::Lost => {
+            _ => {
                 let ok = self.to_client.feed(bytes, |_| {}).is_ok();
                 if self.st == St::Following {
                     if !ok {
@@ -153,38 +218,6 @@ impl Move {
                     }
                 }
                 Write::Pass
-            }
-            St::Due { any_frame } => {
-                // Frames seen in all, and up to the last frame end and message end.
-                let (mut n, mut frame_end, mut message_end) = (0u32, None, None);
-                let fed = self.to_client.feed(bytes, |e| {
-                    n += 1;
-                    frame_end = Some((e.at, n));
-                    if !e.in_message {
-                        message_end = Some((e.at, n));
-                    }
-                });
-                if fed.is_err() {
-                    self.st = St::Lost;
-                    return Write::Pass;
-                }
-                if self.to_client.close().is_some() {
-                    // The server's own Close is on its way: ours would follow a Close.
-                    self.st = St::Ending;
-                    return Write::Pass;
-                }
-                match if any_frame { frame_end } else { message_end } {
-                    Some((k, upto)) => {
-                        self.st = St::Sent;
-                        self.dropped = n - upto;
-                        if k == bytes.len() {
-                            Write::AppendClose
-                        } else {
-                            Write::SplitClose(k)
-                        }
-                    }
-                    None => Write::Pass,
-                }
             }
         }
     }

@@ -32,7 +32,8 @@ fn an_idle_websocket_gets_the_close_at_once_and_the_answer_ends_it() {
         m.server_bytes(close_frame(1001, "", None).as_bytes()),
         Write::Drop
     );
-    assert_eq!(m.dropped_frames(), 2);
+    // One data message dropped; the Close answer is not a message.
+    assert_eq!(m.dropped_messages(), 1);
     assert_eq!(m.close_timeout(), Wake::Close);
 }
 
@@ -50,7 +51,10 @@ fn a_server_inside_a_message_gets_the_close_at_its_end_or_at_a_frame_end_after_t
     last.extend(frame(0x89, false, b""));
     assert_eq!(m.server_bytes(&last), Write::SplitClose(end));
     assert!(m.moved());
-    assert_eq!(m.dropped_frames(), 2);
+    // Nothing whole was dropped yet: the new message counts once its last fragment comes.
+    assert_eq!(m.dropped_messages(), 0);
+    assert_eq!(m.server_bytes(&frame(0x80, false, b"end")), Write::Drop);
+    assert_eq!(m.dropped_messages(), 1);
 
     let mut m = Move::new(false);
     m.server_bytes(&frame(0x01, false, b"first"));
@@ -196,4 +200,98 @@ mod properties {
             }
         }
     }
+}
+
+/// A write of several slices (Envoy's 16 KiB buffer slices): the Close goes after the *write's*
+/// last message end, not the first slice's; every whole message of the write is kept, and a
+/// message dropped after the Close is counted when it completes. Random slicings of a burst of
+/// messages, the move due before any of them: kept + dropped = every message the server wrote.
+#[test]
+fn a_close_due_in_a_write_of_many_slices_goes_after_its_last_whole_message() {
+    // 40 messages, some fragmented in two, then half of one more (its end in a later write).
+    let mut write = Vec::new();
+    let mut ends = Vec::new();
+    for i in 0..40u8 {
+        if i % 3 == 0 {
+            write.extend(frame(0x01, false, &[b'a' + i % 26; 30]));
+            write.extend(frame(0x80, false, &[b'z'; 7]));
+        } else {
+            write.extend(frame(0x82, false, &[i; 50]));
+        }
+        ends.push(write.len());
+    }
+    let last_end = write.len();
+    write.extend(frame(0x01, false, b"begun"));
+    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+    for _ in 0..200 {
+        seed = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        // Cut the write into 1 to 6 slices at random offsets.
+        let mut cuts: Vec<usize> = (0..(seed % 6))
+            .map(|_| {
+                seed = seed
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                (seed >> 33) as usize % write.len()
+            })
+            .collect();
+        cuts.sort_unstable();
+        cuts.dedup();
+        let mut slices = Vec::new();
+        let mut from = 0;
+        for c in cuts.into_iter().chain([write.len()]) {
+            slices.push(&write[from..c]);
+            from = c;
+        }
+        let mut m = Move::new(false);
+        assert_eq!(m.due(false), Wake::InjectClose);
+        // Injected at once (every byte so far whole): this write is all after the Close.
+        assert_eq!(m.server_write(&slices), Write::Drop);
+        assert_eq!(m.dropped_messages(), 40);
+
+        let mut m = Move::new(false);
+        m.server_bytes(&frame(0x01, false, b"open"));
+        assert_eq!(m.due(false), Wake::Nothing, "inside a message: waits");
+        let mut w = frame(0x80, false, b"closed");
+        let shift = w.len();
+        w.extend_from_slice(&write);
+        let mut slices: Vec<&[u8]> = vec![&w[..shift]];
+        slices.extend(
+            write_slices(&w[shift..], seed)
+                .into_iter()
+                .filter(|s| !s.is_empty()),
+        );
+        assert_eq!(
+            m.server_write(&slices),
+            Write::SplitClose(shift + last_end),
+            "{} slices",
+            slices.len()
+        );
+        assert_eq!(m.dropped_messages(), 0);
+        // The begun message's end comes after the Close: dropped and counted.
+        assert_eq!(m.server_bytes(&frame(0x80, false, b"!")), Write::Drop);
+        assert_eq!(m.dropped_messages(), 1);
+    }
+    assert_eq!(ends.len(), 40);
+}
+
+/// `bytes` cut into a few slices at offsets drawn from `seed`.
+fn write_slices(bytes: &[u8], seed: u64) -> Vec<&[u8]> {
+    let mut s = seed;
+    let mut cuts: Vec<usize> = (0..1 + seed % 5)
+        .map(|_| {
+            s = s.wrapping_mul(6364136223846793005).wrapping_add(1);
+            (s >> 33) as usize % bytes.len().max(1)
+        })
+        .collect();
+    cuts.sort_unstable();
+    cuts.dedup();
+    let mut out = Vec::new();
+    let mut from = 0;
+    for c in cuts.into_iter().chain([bytes.len()]) {
+        out.push(&bytes[from..c]);
+        from = c;
+    }
+    out
 }
