@@ -368,9 +368,11 @@ impl Tracking {
                         end = Some((before + k, false));
                         break;
                     }
+                    // The write's last event boundary, whichever slice holds it: every whole
+                    // event of the write reaches the client (the first slice's would drop the
+                    // events of the others).
                     if let Some(k) = fed.cut {
                         end = Some((before + k, true));
-                        break;
                     }
                 }
             }

@@ -448,3 +448,23 @@ fn once_both_close_frames_passed_the_connection_closes_at_once() {
     assert_eq!(t.websocket_wake(plan(500), 701), (WsWake::CloseNow, None));
     assert_eq!(t.websocket_wake(plan(500), 5_000), (WsWake::Nothing, None));
 }
+
+/// A write of several slices at an SSE response's move (issue 63): the last chunk goes after
+/// the write's *last* event boundary, whichever slice holds it, so every whole event of the
+/// write reaches the client; only the event begun after it is left out.
+#[test]
+fn an_sse_end_in_a_write_of_many_slices_goes_after_its_last_whole_event() {
+    let (mut t, conn, f) = sse_started(SSE_HEAD);
+    let half = chunk(b"data: zero");
+    t.on_write(Some([&half[..]].into_iter()), &conn, &f.shared, now);
+    assert_eq!(t.sse_wake(plan(500), 500, &f.shared), (WsWake::Nothing, None));
+    // Three slices: the end of the open event and a whole one; two whole ones; half of one.
+    let a = [chunk(b"\n\n"), chunk(b"data: one\n\n")].concat();
+    let b = [chunk(b"data: two\n\n"), chunk(b"data: three\n\n")].concat();
+    let c = chunk(b"data: fo");
+    let (w, wake) = t.sse_write(Some([&a[..], &b[..], &c[..]].into_iter()));
+    let mut want = [a.clone(), b.clone()].concat();
+    want.extend_from_slice(LAST_CHUNK);
+    assert_eq!(w, WsWrite::Replace(want));
+    assert_eq!(wake, Some(1));
+}
