@@ -493,10 +493,8 @@ impl Tracker {
         let n = self.ctx.requests_done.wrapping_sub(back as u8);
         let end = *self.ctx.ends.at.get(usize::from(n) % REQUEST_ENDS)?;
         // The ring keeps low 32 bits: the end lies within the last 4 GiB fed.
-        Some(
-            self.fed
-                .checked_sub(u64::from((self.fed as u32).wrapping_sub(end)))?,
-        )
+        self.fed
+            .checked_sub(u64::from((self.fed as u32).wrapping_sub(end)))
     }
 
     /// HTTP/1.1: how many requests read and not answered are complete (their last byte fed;
