@@ -510,6 +510,45 @@ impl Tracker {
         }
     }
 
+    /// HTTP/1.1: the client offset just after the request `i` places behind the oldest one not
+    /// answered (0: that one), if it is complete (its last byte fed), its end still remembered
+    /// ([`REQUEST_ENDS`]), and no CONNECT or upgrade waits for its answer (the bytes behind
+    /// such a request may be a tunnel's, not requests).
+    pub fn unanswered_end(&self, i: usize) -> Option<u64> {
+        let back = self
+            .complete_unanswered()
+            .checked_sub(i)
+            .filter(|&b| b > 0 && b <= REQUEST_ENDS)?;
+        let n = self.ctx.requests_done.wrapping_sub(back as u8);
+        let end = *self.ctx.ends.at.get(usize::from(n) % REQUEST_ENDS)?;
+        // The ring keeps low 32 bits: the end lies within the last 4 GiB fed.
+        self.fed
+            .checked_sub(u64::from((self.fed as u32).wrapping_sub(end)))
+    }
+
+    /// HTTP/1.1: how many requests read and not answered are complete (their last byte fed;
+    /// 0 while a CONNECT or upgrade waits for its answer, or once lost or a tunnel).
+    pub fn complete_unanswered(&self) -> usize {
+        let Wire::Http1(h) = &self.wire else {
+            return 0;
+        };
+        if self.ctx.lost || self.ctx.tunnel || h.verdict_pending {
+            return 0;
+        }
+        // The newest request read is not complete while its body (or, answered early, its
+        // head: `Discard`) is still arriving; the others in the FIFO are.
+        let open = !matches!(h.req.st, St::Start | St::Wait) && !h.req.st.in_head();
+        usize::from(h.fifo.len).saturating_sub(usize::from(open))
+    }
+
+    /// HTTP/1.1: the oldest request not answered is a CONNECT (its 2xx opens a tunnel).
+    pub fn answering_connect(&self) -> bool {
+        match &self.wire {
+            Wire::Http1(h) => h.fifo.front().is_some_and(|f| f & R_CONNECT != 0),
+            _ => false,
+        }
+    }
+
     /// Whether a complete request ended just before the client offset `offset` (HTTP/1.1; one of
     /// the last [`REQUEST_ENDS`]): where bytes Envoy's codec left behind may start.
     pub fn ends_a_request(&self, offset: u64) -> bool {

@@ -369,6 +369,19 @@ envoy_callbacks! {
     ) -> bool;
     /// The write hook's buffer (this write's bytes): drain its first `len` bytes (clamped to
     /// its length), and prepend bytes (copied). Both false without a current write buffer.
+    /// The read hook's buffer (the connection's read buffer), as the two below for the write
+    /// hook's: `drain(min(len, length()))`, `prepend` a copy; false without a buffer (or, to
+    /// prepend, without bytes). Beside the write ones in Envoy's `abi_impl.cc` since they were
+    /// added; bound by rustc with BIND_NOW, so a binary without them refuses the module at load
+    /// (`tests/connection_mode.rs` holds pipelined requests back through them on 1.40.0).
+    fn envoy_dynamic_module_callback_network_filter_drain_read_buffer(
+        filter: EnvoyPtr,
+        len: usize,
+    ) -> bool;
+    fn envoy_dynamic_module_callback_network_filter_prepend_read_buffer(
+        filter: EnvoyPtr,
+        data: Buffer,
+    ) -> bool;
     /// Binaries 1.38.3-1.40.0, disassembled: the current write buffer's `drain(min(len,
     /// length()))` and `prepend(ptr, len)`.
     fn envoy_dynamic_module_callback_network_filter_drain_write_buffer(

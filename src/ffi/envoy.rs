@@ -272,6 +272,21 @@ impl NetConnection<'_> {
         with_slices(n, fill, f)
     }
 
+    /// Inside the read hook: make the read buffer `keep` (drained whole, `keep` put back at its
+    /// front). Whether Envoy took it: the drain fails only without a current read buffer.
+    pub(crate) fn replace_read(self, keep: &[u8]) -> bool {
+        // SAFETY: inside the read hook (the current read buffer is the connection's); `keep`
+        // lives for the calls, which copy it.
+        unsafe {
+            abi::envoy_dynamic_module_callback_network_filter_drain_read_buffer(self.fe, usize::MAX)
+                && (keep.is_empty()
+                    || abi::envoy_dynamic_module_callback_network_filter_prepend_read_buffer(
+                        self.fe,
+                        module_buffer(keep),
+                    ))
+        }
+    }
+
     /// Inside the write hook: replace the first `n` bytes of this write (a response head's
     /// start, copied by the caller) by `pieces`, in order. Whether Envoy took it: the drain fails
     /// only without a current write buffer (nothing changed then), and with one, prepending

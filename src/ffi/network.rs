@@ -71,6 +71,10 @@ impl ConnectionHost for NetConnection<'_> {
         NetConnection::with_write_slices(*self, f)
     }
 
+    fn replace_read(&self, keep: &[u8]) -> bool {
+        NetConnection::replace_read(*self, keep)
+    }
+
     fn replace_write_start(&self, n: usize, pieces: [&[u8]; 2]) -> bool {
         NetConnection::replace_write_start(*self, n, pieces)
     }

@@ -47,6 +47,10 @@ pub trait ConnectionHost {
         f: impl for<'b> FnOnce(&'b dyn Fn() -> Option<Self::Slices<'b>>) -> R,
     ) -> R;
 
+    /// Inside the read hook: make the read buffer `keep` (drain it whole, then put `keep` back
+    /// at its front), before the filters after this one see it. Whether Envoy took it.
+    fn replace_read(&self, keep: &[u8]) -> bool;
+
     /// Inside the write hook: replace the first `n` bytes of this write by `pieces`, in order.
     /// Whether Envoy took it (ENVOY_FACTS.md §6).
     fn replace_write_start(&self, n: usize, pieces: [&[u8]; 2]) -> bool;

@@ -213,7 +213,7 @@ impl NetFilter {
     ) {
         let shared = shared();
         let mut watch = self.first_stream.get();
-        host.with_read_slices(|chunks| {
+        let keep = host.with_read_slices(|chunks| {
             crate::tracking::on_read_hook(
                 conn,
                 data_len,
@@ -225,6 +225,18 @@ impl NetFilter {
             )
         });
         self.first_stream.set(watch);
+        // After the slices are released: requests behind a `close` never reach Envoy's codec
+        // (RFC 9112 §9.6); the bytes before them do.
+        if let Some(keep) = keep {
+            if !host.replace_read(&keep) {
+                shared.counters.count(Stat::ModuleErrors);
+                log::warn!(
+                    "graceful_drain: could not hold back requests pipelined behind a \
+                     connection: close on connection {}: Envoy may process them",
+                    conn.id
+                );
+            }
+        }
     }
 
     /// The server wrote `data_len` bytes towards the client. `shared`: as for

@@ -22,6 +22,7 @@ enum Call {
     Close(Vec<u8>),
     WakeStream(usize),
     ReplaceWriteStart(usize),
+    ReplaceRead(Vec<u8>),
     AppendWrite(Vec<u8>),
     DrainWrite(usize),
     InjectRead(Vec<u8>),
@@ -87,6 +88,10 @@ impl ConnectionHost for FakeConnection {
         f: impl for<'b> FnOnce(&'b dyn Fn() -> Option<Slices<'b>>) -> R,
     ) -> R {
         f(&|| Some(std::iter::once(self.bytes)))
+    }
+    fn replace_read(&self, keep: &[u8]) -> bool {
+        record(Call::ReplaceRead(keep.to_vec()));
+        true
     }
     fn replace_write_start(&self, n: usize, _pieces: [&[u8]; 2]) -> bool {
         record(Call::ReplaceWriteStart(n));

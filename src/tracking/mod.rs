@@ -15,8 +15,9 @@
 //!   through `Registry::give_back`, so the drain's view of Envoy's gauges keeps counting them
 //!   until a gauge pass that started after the loss shows them (never an undercount between).
 //!
-//! Files: `read` (the read side, and bytes Envoy feeds twice), `write` (the write side and the
-//! `connection: close` it puts on or takes off HTTP/1.1 responses), `events` (the tracker's
+//! Files: `read` (the read side, bytes Envoy feeds twice, and the requests held back behind a
+//! `connection: close`), `write` (the write side and the `connection: close` it puts on
+//! HTTP/1.1 responses), `events` (the tracker's
 //! events turned into tickets and connection counts; loss; close).
 //! May use: `exchange`, `registry`, `connections`, and `state::Shared` (handed in by the glue).
 
@@ -57,8 +58,12 @@ pub struct Tracking {
     /// A request head has begun and is not complete: counted in
     /// [`crate::connections::Connections::partial_heads`].
     partial_head: bool,
-    /// This module put `connection: close` on one of the connection's responses.
-    told_close: bool,
+    /// [`TOLD_CLOSE`]: this module put `connection: close` on one of the connection's
+    /// responses (or found Envoy's there during a drain). [`HELD`]: HTTP/1.1, the response to
+    /// the last request Envoy was given carries `connection: close` (Envoy's or this module's):
+    /// no later client byte reaches Envoy (`read`, RFC 9112 §9.6). (Bits of one byte: the
+    /// struct stays within its documented size.)
+    close: u8,
     /// An SSE response of the connection was counted open at the moves' start.
     sse_counted: bool,
     /// Test-only (`cross-check` builds, beside the HTTP filter): follow without counting, and
@@ -78,9 +83,27 @@ pub struct Fed {
     pub sent_away_http1: bool,
     /// The tracker lost the thread in this call.
     pub lost: bool,
+    /// A read: the read buffer's bytes from this index on are requests that Envoy must never
+    /// process (behind a response that carries `connection: close`): the glue takes them out.
+    pub hold_from: Option<usize>,
 }
 
+const TOLD_CLOSE: u8 = 1;
+const HELD: u8 = 2;
+
 impl Tracking {
+    fn told_close(&self) -> bool {
+        self.close & TOLD_CLOSE != 0
+    }
+
+    fn held(&self) -> bool {
+        self.close & HELD != 0
+    }
+
+    fn set_held(&mut self) {
+        self.close |= HELD;
+    }
+
     pub fn new() -> Tracking {
         Tracking::default()
     }

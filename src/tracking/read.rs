@@ -105,6 +105,13 @@ impl Tracking {
             self.websocket_client(chunks);
             return fed;
         }
+        if self.held() && !self.lost {
+            // Behind a response that carries `close`: Envoy's codec consumed everything before
+            // it (it pauses only at a request's end), so every byte here is a request that is
+            // never to be processed, and none is fed.
+            fed.hold_from = Some(0);
+            return fed;
+        }
         let Some(chunks) =
             self.followed(chunks, "Envoy gave no read buffer", conn, shared, &mut fed)
         else {
@@ -168,6 +175,55 @@ impl Tracking {
             self.lose(conn, shared, "the read buffer does not match", &mut fed);
             return fed;
         };
+        // During a drain, the requests behind one whose response has not begun are held back
+        // (`hold_cut`): the slices are looked at twice then, so they are kept (a drain only).
+        let cut = if shared.is_draining() && self.counts() {
+            let slices: Vec<&[u8]> = chunks.collect();
+            let cut = self.hold_cut(&slices, run);
+            let stop = cut.map_or(u64::MAX, |(end, _)| end);
+            if !self.feed_read(
+                slices.into_iter(),
+                start,
+                run,
+                stop,
+                conn,
+                shared,
+                &now,
+                &mut fed,
+            ) {
+                return fed;
+            }
+            cut
+        } else {
+            if !self.feed_read(chunks, start, run, u64::MAX, conn, shared, &now, &mut fed) {
+                return fed;
+            }
+            None
+        };
+        self.may_be_left_behind = self.tracker.pipelined();
+        self.after_feed(conn, shared, &mut fed);
+        if let Some((end, i)) = cut.filter(|_| !self.lost) {
+            self.hold_behind(self.unanswered_id(i), conn, shared, &now);
+            fed.hold_from = Some(usize::try_from(end.saturating_sub(start)).unwrap_or(len));
+        }
+        self.note_partial_head(shared);
+        fed
+    }
+
+    /// Feeds a read's slices (the first `run` bytes fed before, checked against the tail), the
+    /// client bytes from offset `stop` on excepted. `false`: the connection was lost.
+    #[allow(clippy::too_many_arguments)]
+    fn feed_read<'a>(
+        &mut self,
+        chunks: impl Iterator<Item = &'a [u8]>,
+        start: u64,
+        run: usize,
+        stop: u64,
+        conn: &Conn,
+        shared: &Shared,
+        now: &impl Fn() -> u64,
+        fed: &mut Fed,
+    ) -> bool {
         // The tail before this read's bytes, kept only when some of them were read before (a
         // copy a read costs about 30 instructions, callgrind).
         let old_tail = (run > 0).then_some(self.tail);
@@ -191,29 +247,86 @@ impl Tracking {
                         conn,
                         shared,
                         "the bytes left in Envoy's read buffer are not the ones read",
-                        &mut fed,
+                        fed,
                     );
-                    return fed;
+                    return false;
                 }
                 bytes.get(run - at..).unwrap_or_default()
             } else {
                 bytes
             };
             at += bytes.len();
+            // Bytes held back (`hold_cut`) are never fed.
+            let room = stop.saturating_sub(self.tracker.client_fed());
+            let fresh = fresh
+                .get(..usize::try_from(room).unwrap_or(usize::MAX).min(fresh.len()))
+                .unwrap_or_default();
             if fresh.is_empty() {
                 continue;
             }
             let shadow = !self.counts();
             let tickets = &mut self.tickets;
             self.tracker.client(fresh, &mut |ev, t| {
-                on_event(ev, t, tickets, shadow, conn, shared, &now, &mut fed)
+                on_event(ev, t, tickets, shadow, conn, shared, now, fed)
             });
         }
-        self.may_be_left_behind = self.tracker.pipelined();
         self.more_slices = slices > READ_SLICES;
-        self.after_feed(conn, shared, &mut fed);
+        true
+    }
+
+    /// During a drain: where the client's bytes stop reaching Envoy, if this read (`slices`,
+    /// the first `run` bytes fed before) holds bytes behind a complete request whose response
+    /// has not begun. Those would be pipelined requests: Envoy would answer them after a
+    /// response that carries `close` (its drain-close, or this module's), and even at once,
+    /// within the read, when it answers that request without its upstream. Held back, they are
+    /// never processed (RFC 9112 §9.6) and the client retries them on a new connection
+    /// (§9.3.2: no response, not processed). Found by a dry run on a copy of the tracker (no
+    /// event counted): the request's end, and its place behind the oldest one not answered.
+    fn hold_cut(&self, slices: &[&[u8]], run: usize) -> Option<(u64, usize)> {
+        let mut probe = self.tracker.clone();
+        let mut at = 0;
+        for bytes in slices {
+            let fresh = bytes.get(run.saturating_sub(at)..).unwrap_or_default();
+            at += bytes.len();
+            probe.client(fresh, &mut |_, _| {});
+        }
+        // The oldest request not answered, or the one behind it if its response has begun
+        // (then without `close`: `held` would be set).
+        let i = usize::from(!probe.awaiting_response_head());
+        let end = probe.unanswered_end(i)?;
+        (end < probe.client_fed()).then_some((end, i))
+    }
+
+    /// HTTP/1.1: the id of the request `i` places behind the oldest one not answered (ids are
+    /// sequence numbers: the oldest not answered is the one after those that ended).
+    pub(super) fn unanswered_id(&self, i: usize) -> u64 {
+        self.tracker.totals().1.saturating_add(1 + i as u64)
+    }
+
+    /// The response to the request `last` (its id) carries, or will carry, `close`: no later
+    /// client byte reaches Envoy, and the requests read behind it (never to be processed) give
+    /// their tickets back.
+    pub(super) fn hold_behind(
+        &mut self,
+        last: u64,
+        conn: &Conn,
+        shared: &Shared,
+        now: &impl Fn() -> u64,
+    ) {
+        self.set_held();
+        let mut k = 0;
+        while let Some(&(id, _)) = self.tickets.get(k) {
+            if u64::from(id) <= last {
+                k += 1;
+                continue;
+            }
+            let (_, ticket) = self.tickets.swap_remove(k);
+            if let Some(t) = ticket {
+                shared.request_ended_in(conn.reserved(), t);
+            }
+            conn.exchange_ended(now());
+        }
         self.note_partial_head(shared);
-        fed
     }
 
     /// Keep the process-wide count of heads on their way in step with this connection's (after
@@ -224,7 +337,8 @@ impl Tracking {
         if self.lost {
             return;
         }
-        let partial = self.counts() && self.tracker.partial();
+        // A head begun behind a `close` is held back: never a request.
+        let partial = self.counts() && self.tracker.partial() && !self.held();
         if partial != self.partial_head {
             self.partial_head = partial;
             shared.connections.note_partial_head(partial);
@@ -272,6 +386,9 @@ impl Tracking {
 /// the connection's [`FirstStream`]), then the exchange tracker's feed (`tracking`, connection
 /// mode), which counts what it starts, ends or loses itself. The glue asks Envoy for the slices
 /// only when [`Conn::read_wants_bytes`]; otherwise `conn.on_read(len, &[])` is the read.
+/// Returns `Some(keep)` when requests in the buffer are held back (`Tracking::hold_cut`,
+/// behind a `close`): the glue makes the read buffer `keep` (a copy of the bytes before them)
+/// before Envoy's codec sees it.
 pub fn on_read_hook<'a, I: Iterator<Item = &'a [u8]>>(
     conn: &Conn,
     len: usize,
@@ -280,13 +397,23 @@ pub fn on_read_hook<'a, I: Iterator<Item = &'a [u8]>>(
     tracking: Option<&mut Tracking>,
     shared: &Shared,
     now: impl Fn() -> u64,
-) {
+) -> Option<Vec<u8>> {
     if conn.following_bytes() {
         conn.on_followed_read(len, &chunks, watch);
     } else {
         conn.on_read(len, &[]);
     }
-    if let Some(t) = tracking {
-        t.on_read(len, chunks(), conn, shared, now);
+    let hold = tracking?
+        .on_read(len, chunks(), conn, shared, now)
+        .hold_from?;
+    // A copy of the bytes before the ones held back (a drain only; none when all are).
+    let mut keep = Vec::new();
+    for bytes in chunks().into_iter().flatten() {
+        let room = hold - keep.len();
+        if room == 0 {
+            break;
+        }
+        keep.extend_from_slice(bytes.get(..room.min(bytes.len())).unwrap_or_default());
     }
+    Some(keep)
 }

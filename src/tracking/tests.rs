@@ -62,15 +62,13 @@ fn a_head_on_its_way_holds_the_drain_from_its_first_byte() {
         f.shared.poll(EnvoyObservation::Unused),
         Decision::Completed(_)
     ));
-    // A lost connection keeps its head counted until it closes.
+    // A lost connection keeps its head counted until it closes. (The head begins after the
+    // response before it: one read behind an unanswered request would be held back.)
     let other = Conn::new(2);
     let mut u = Tracking::new();
-    read(
-        &mut u,
-        &[GET, b"GET /b HTTP/1.1\r\nhost"],
-        &other,
-        &f.shared,
-    );
+    read(&mut u, &[GET], &other, &f.shared);
+    write(&mut u, OK, &other, &f.shared);
+    read(&mut u, &[b"GET /b HTTP/1.1\r\nhost"], &other, &f.shared);
     assert_eq!(f.shared.connections.partial_heads(), 1);
     write(&mut u, b"HTTP/1.1 2x0 what\r\n\r\n", &other, &f.shared);
     assert!(!u.is_followed(), "lost");
@@ -387,89 +385,213 @@ fn a_read_buffer_envoy_does_not_give_is_lost_not_guessed() {
     t.on_close(&conn, &f.shared);
 }
 
-/// During a drain the first final response head of an HTTP/1.1 connection gets
-/// `connection: close` once; never while serving, never on a 1xx, nor where Envoy put one.
-/// #44 item 1: three requests pipelined at a drain. Envoy answers all three (its codec
-/// holds the second and third), each with its drain-close line. RFC 9112 §9.6: the close goes
-/// on the response to the last request received, none before it: the first two lose
-/// Envoy's line, the third keeps it (and counts the connection as sent away).
+/// A write through the glue's path (`on_write_bytes`): the edit it asks for.
+fn write_head(t: &mut Tracking, bytes: &[u8], conn: &Conn, shared: &Shared) -> Option<HeadEdit> {
+    t.on_write_bytes(|| Some([bytes].into_iter()), conn, shared, now)
+}
+
+const CLOSING: &[u8] = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\nhi";
+
+/// Issue 63 item 4: three requests read in one buffer during a drain. Envoy would answer the
+/// second and third after a response carrying `close` (or at once, within the read, when it
+/// answers the first without its upstream): they never reach Envoy's codec. The first is
+/// answered with `close` and counted; the two behind are not requests of the connection.
 #[test]
-fn pipelined_requests_at_a_drain_get_close_only_on_the_last_response() {
+fn requests_pipelined_at_a_drain_are_held_back_behind_the_close() {
     let f = fixture(Some(fast()));
     f.shared.start_drain(Trigger::Admin);
     let conn = Conn::new(1);
     let mut t = Tracking::new();
     let three = [GET, GET, GET].concat();
-    read(&mut t, &[&three], &conn, &f.shared);
-    let closing = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\nhi";
-    let line_start = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n".len();
-    let stripped = Told {
-        insert: 0,
-        strip: Some((line_start, line_start + b"connection: close\r\n".len())),
-        counted: false,
-    };
-    for _ in 0..2 {
-        assert_eq!(t.close_to_insert(Some(closing), &conn, &f.shared), stripped);
-        write(&mut t, closing, &conn, &f.shared);
-    }
-    // (The tracker follows Envoy's bytes as written, before the edit: it saw Envoy's close
-    // end the first response and counted the connection sent away then, once.)
+    let fed = read(&mut t, &[&three[..20], &three[20..]], &conn, &f.shared);
     assert_eq!(
-        t.close_to_insert(Some(closing), &conn, &f.shared),
-        Told::default(),
-        "the last one keeps Envoy's close"
+        fed.hold_from,
+        Some(GET.len()),
+        "the bytes after the first request"
     );
-    write(&mut t, closing, &conn, &f.shared);
+    assert_eq!((fed.started, f.shared.requests.counts().active), (1, 1));
+    let edit = write_head(&mut t, OK, &conn, &f.shared).expect("an edit");
     assert_eq!(
-        f.shared.status().connections_sent_away.http1,
-        1,
-        "counted once"
+        (edit.replaced(), edit.pieces().concat()),
+        (17, b"HTTP/1.1 200 OK\r\nconnection: close\r\n".to_vec()),
+        "the response to the last request given to Envoy says close"
     );
-    // Without Envoy's line (no drain-close yet): nothing to take out before the last, and
-    // the module's own close on the last.
+    assert_eq!(f.shared.requests.counts().active, 0);
+    assert_eq!(conn.streams(), 0, "idle: nothing else will be answered");
+    // Whatever comes after (Envoy hands back nothing: the bytes were taken out) is held too.
+    let fed = read(&mut t, &[GET], &conn, &f.shared);
+    assert_eq!((fed.hold_from, fed.started), (Some(0), 0));
+    assert_eq!(f.shared.requests.counts().active, 0);
+    // A head only begun behind is held back too, and is no head on its way.
     let other = Conn::new(2);
     let mut u = Tracking::new();
-    read(&mut u, &[&[GET, GET].concat()], &other, &f.shared);
-    assert_eq!(
-        u.close_to_insert(Some(OK), &other, &f.shared),
-        Told::default()
+    let fed = read(&mut u, &[&[GET, b"GET /b HT"].concat()], &other, &f.shared);
+    assert_eq!(fed.hold_from, Some(GET.len()));
+    assert_eq!(f.shared.connections.partial_heads(), 0);
+    u.on_close(&other, &f.shared);
+    t.on_close(&conn, &f.shared);
+    assert_eq!(f.shared.requests.counts().active, 0);
+}
+
+/// Requests read behind one whose response head was written before the drain (without
+/// `close`): that one is answered as it goes, the next one read gets the `close`, and what is
+/// behind that one is held back. Before a drain nothing is held back.
+#[test]
+fn the_close_goes_on_the_first_response_not_begun() {
+    let f = fixture(Some(fast()));
+    let conn = Conn::new(1);
+    let mut t = Tracking::new();
+    assert_eq!(read(&mut t, &[GET], &conn, &f.shared).hold_from, None);
+    write(
+        &mut t,
+        b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n",
+        &conn,
+        &f.shared,
     );
-    write(&mut u, OK, &other, &f.shared);
+    let other = Conn::new(2);
+    let mut u = Tracking::new();
+    let fed = read(&mut u, &[&[GET, GET].concat()], &other, &f.shared);
     assert_eq!(
-        u.close_to_insert(Some(OK), &other, &f.shared).insert,
-        b"HTTP/1.1 200 OK\r\n".len()
+        fed.hold_from, None,
+        "not draining: Envoy serves them in turn"
     );
-    // A second request's head only begun is behind too (Envoy's codec holds its bytes).
+    f.shared.start_drain(Trigger::Admin);
+    let fed = read(&mut t, &[&[GET, GET].concat()], &conn, &f.shared);
+    assert_eq!(fed.hold_from, Some(GET.len()), "behind the second request");
+    assert_eq!(f.shared.requests.counts().active, 4);
+    write(&mut t, b"hi", &conn, &f.shared);
+    assert!(write_head(&mut t, OK, &conn, &f.shared).is_some());
+    assert_eq!(f.shared.requests.counts().active, 2, "u's two");
+}
+
+/// Requests read before the drain behind a slow one (Envoy's codec left them in its read
+/// buffer). At the drain, Envoy's own `close` on the slow one's response is kept (it writes
+/// the same line when its connection manager is `Closing`, and then closes), and the requests
+/// behind it are never given to Envoy: no longer counted, and held back when Envoy hands them
+/// back. The same for Envoy's `close` without a drain (`max_requests_per_connection`).
+#[test]
+fn envoy_s_own_close_is_kept_and_what_was_read_behind_it_is_held_back() {
+    let f = fixture(Some(fast()));
+    let conn = Conn::new(1);
+    let mut t = Tracking::new();
+    let three = [GET, GET, GET].concat();
+    read(&mut t, &[&three], &conn, &f.shared);
+    assert_eq!(f.shared.requests.counts().active, 3);
+    f.shared.start_drain(Trigger::Admin);
+    assert_eq!(
+        t.close_to_insert(Some(CLOSING), &conn, &f.shared),
+        Told {
+            insert: 0,
+            counted: true
+        },
+        "kept, and the connection counted as sent away"
+    );
+    let other = Conn::new(2);
+    let mut u = Tracking::new();
+    read(&mut u, &[&three], &other, &f.shared);
+    assert_eq!(
+        write_head(&mut u, CLOSING, &other, &f.shared),
+        None,
+        "no edit"
+    );
+    assert_eq!(f.shared.requests.counts().active, 3, "t's three");
+    assert_eq!(other.streams(), 0);
+    // Envoy hands the two back (the same memory, where the first ended).
+    let len = three.len() - GET.len();
+    let fed = u.on_read(
+        len,
+        Some([&three[GET.len()..]].into_iter()),
+        &other,
+        &f.shared,
+        now,
+    );
+    assert_eq!((fed.hold_from, fed.started), (Some(0), 0));
+    u.on_close(&other, &f.shared);
+    t.on_close(&conn, &f.shared);
+    // No drain: Envoy's close all the same.
+    let g = fixture(Some(fast()));
     let third = Conn::new(3);
     let mut v = Tracking::new();
-    read(&mut v, &[&[GET, b"GET /b HT"].concat()], &third, &f.shared);
-    assert_eq!(
-        v.close_to_insert(Some(closing), &third, &f.shared),
-        stripped,
-        "a partial head behind"
+    read(&mut v, &[&[GET, GET].concat()], &third, &g.shared);
+    assert_eq!(write_head(&mut v, CLOSING, &third, &g.shared), None);
+    assert_eq!(g.shared.requests.counts().active, 0);
+    assert_eq!(read(&mut v, &[GET], &third, &g.shared).hold_from, Some(0));
+    assert!(
+        !counted().contains(&Stat::ModuleErrors),
+        "no anomaly: {:?}",
+        counted()
     );
 }
 
-/// The glue's edit of a write: the kept bytes, then the rest after the stripped line.
+/// Nothing is put into a tunnel's head: a 2xx to CONNECT, a 101 (Envoy writes no `close` there
+/// either), and the tunnel is not counted as sent away. A CONNECT refused is a plain response.
+/// Nothing is held back behind a CONNECT or upgrade request (tunnel bytes, not requests).
 #[test]
-fn a_stripped_close_line_leaves_the_rest_of_the_head_whole() {
+fn nothing_is_inserted_into_a_tunnel_s_head() {
+    let f = fixture(Some(fast()));
+    f.shared.start_drain(Trigger::Admin);
+    let connect = b"CONNECT up:443 HTTP/1.1\r\nhost: up:443\r\n\r\n";
+    let conn = Conn::new(1);
+    let mut t = Tracking::new();
+    let fed = read(
+        &mut t,
+        &[&[&connect[..], b"\x16\x03\x01 tls"].concat()],
+        &conn,
+        &f.shared,
+    );
+    assert_eq!(fed.hold_from, None, "tunnel bytes behind a CONNECT");
+    let established = b"HTTP/1.1 200 OK\r\n\r\n";
+    assert_eq!(write_head(&mut t, established, &conn, &f.shared), None);
+    assert!(t.tracker().tunnel());
+    let upgrade =
+        b"GET /ws HTTP/1.1\r\nhost: x\r\nconnection: upgrade\r\nupgrade: websocket\r\n\r\n";
+    let other = Conn::new(2);
+    let mut u = Tracking::new();
+    read(&mut u, &[upgrade], &other, &f.shared);
+    let switching =
+        b"HTTP/1.1 101 Switching Protocols\r\nconnection: upgrade\r\nupgrade: websocket\r\n\r\n";
+    assert_eq!(write_head(&mut u, switching, &other, &f.shared), None);
+    assert_eq!(f.shared.status().connections_sent_away.http1, 0);
+    let third = Conn::new(3);
+    let mut v = Tracking::new();
+    read(&mut v, &[connect], &third, &f.shared);
+    let refused = b"HTTP/1.1 403 Forbidden\r\ncontent-length: 0\r\n\r\n";
+    assert!(write_head(&mut v, refused, &third, &f.shared).is_some());
+}
+
+/// Requests held back behind a response that cannot be told `close` (its status line split
+/// from its first slice): nothing is edited, and the anomaly is counted.
+#[test]
+fn a_response_that_cannot_carry_the_close_owed_is_counted() {
     let f = fixture(Some(fast()));
     f.shared.start_drain(Trigger::Admin);
     let conn = Conn::new(1);
     let mut t = Tracking::new();
     read(&mut t, &[&[GET, GET].concat()], &conn, &f.shared);
-    let closing = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nConnection: Close\r\nx: y\r\n\r\nhi";
-    let edit = t
-        .on_write_bytes(|| Some([&closing[..]].into_iter()), &conn, &f.shared, || 0)
-        .expect("an edit");
-    let mut out = edit.pieces().concat();
-    out.extend_from_slice(&closing[edit.replaced()..]);
-    assert_eq!(
-        out,
-        b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nx: y\r\n\r\nhi".to_vec()
-    );
+    let before = counted()
+        .iter()
+        .filter(|s| **s == Stat::ModuleErrors)
+        .count();
+    assert_eq!(write_head(&mut t, b"HTTP/1.1 20", &conn, &f.shared), None);
+    let after = counted()
+        .iter()
+        .filter(|s| **s == Stat::ModuleErrors)
+        .count();
+    assert_eq!(after, before + 1);
+    // Not an anomaly where nothing is held back.
+    let other = Conn::new(2);
+    let mut u = Tracking::new();
+    read(&mut u, &[GET], &other, &f.shared);
+    assert_eq!(write_head(&mut u, b"HTTP/1.1 20", &other, &f.shared), None);
+    let last = counted()
+        .iter()
+        .filter(|s| **s == Stat::ModuleErrors)
+        .count();
+    assert_eq!(last, after);
 }
 
+/// During a drain the first final response head of an HTTP/1.1 connection gets
+/// `connection: close` once; never while serving, never on a 1xx, nor where Envoy put one.
 #[test]
 fn during_a_drain_a_response_head_gets_connection_close_once() {
     let f = fixture(Some(fast()));
@@ -495,7 +617,6 @@ fn during_a_drain_a_response_head_gets_connection_close_once() {
         t.close_to_insert(Some(OK), &conn, &f.shared),
         Told {
             insert: b"HTTP/1.1 200 OK\r\n".len(),
-            strip: None,
             counted: true
         }
     );
@@ -516,7 +637,6 @@ fn during_a_drain_a_response_head_gets_connection_close_once() {
         u.close_to_insert(Some(closing), &other, &f.shared),
         Told {
             insert: 0,
-            strip: None,
             counted: true
         }
     );

@@ -1,5 +1,6 @@
 //! The write side of a followed connection: feeding the server's bytes to the tracker, and the
-//! `connection: close` put on (or taken off) an HTTP/1.1 response while a drain is under way.
+//! `connection: close` put on an HTTP/1.1 response while a drain is under way (never taken off:
+//! Envoy writes it when it will close, and the requests behind it are held back, `read`).
 //! May use what `tracking` may.
 
 use super::events::on_event;
@@ -13,9 +14,6 @@ pub struct Told {
     /// Replace the write's first `insert` bytes (its status line) by themselves and
     /// [`CONNECTION_CLOSE`] (0: leave the write as it is).
     pub insert: usize,
-    /// The bytes `from..to` of the write are a `connection: close` line to take out: requests
-    /// pipelined behind this response were received, and Envoy will answer them after it.
-    pub strip: Option<(usize, usize)>,
     /// The connection was counted as sent away now (its first telling, whoever tells it).
     pub counted: bool,
 }
@@ -39,9 +37,6 @@ impl StatusLine {
 pub enum HeadEdit {
     /// Put [`CONNECTION_CLOSE`] after the status line (a copy of the write's first bytes).
     InsertClose(StatusLine),
-    /// Take out the head's `connection: close` line: `kept` is a copy of the bytes before it,
-    /// `through` the offset just after it.
-    StripClose { kept: Vec<u8>, through: usize },
 }
 
 impl PartialEq for StatusLine {
@@ -56,7 +51,6 @@ impl HeadEdit {
     pub fn replaced(&self) -> usize {
         match self {
             HeadEdit::InsertClose(line) => line.len,
-            HeadEdit::StripClose { through, .. } => *through,
         }
     }
 
@@ -64,7 +58,6 @@ impl HeadEdit {
     pub fn pieces(&self) -> [&[u8]; 2] {
         match self {
             HeadEdit::InsertClose(line) => [line.bytes(), CONNECTION_CLOSE],
-            HeadEdit::StripClose { kept, .. } => [kept, b""],
         }
     }
 }
@@ -137,12 +130,26 @@ impl Tracking {
         now: impl Fn() -> u64,
     ) -> Option<HeadEdit> {
         // Nothing to tell before a drain (`close_to_insert`): its first slice is not looked at.
-        let edit = if shared.is_draining() {
-            self.head_edit(&chunks, conn, shared)
+        let edit = if shared.is_draining() || self.held() {
+            self.head_edit(&chunks, conn, shared, &now)
         } else {
             None
         };
-        self.on_write(chunks(), conn, shared, now);
+        // A response head of Envoy's own with `close` (its drain-close, or its connection
+        // manager closing: `drain_timeout`, `max_requests_per_connection`): nothing behind its
+        // request may be processed either.
+        let watch = (!self.held()
+            && self.counts()
+            && !self.tracker.will_close()
+            && self.tracker.awaiting_response_head()
+            && self.tracker.complete_unanswered() > 0)
+            .then(|| self.unanswered_id(0));
+        self.on_write(chunks(), conn, shared, &now);
+        if let Some(last) = watch {
+            if self.tracker.will_close() && !self.lost && !self.tracker.tunnel() {
+                self.hold_behind(last, conn, shared, &now);
+            }
+        }
         edit
     }
 
@@ -153,16 +160,15 @@ impl Tracking {
         chunks: &impl Fn() -> Option<I>,
         conn: &Conn,
         shared: &Shared,
+        now: &impl Fn() -> u64,
     ) -> Option<HeadEdit> {
         let first = chunks().and_then(|mut c| c.next());
         let told = self.close_to_insert(first, conn, shared);
+        if self.told_close() && !self.held() && self.tracker.complete_unanswered() > 0 {
+            // This response carries `close`: nothing behind its request reaches Envoy.
+            self.hold_behind(self.unanswered_id(0), conn, shared, now);
+        }
         first.and_then(|b| {
-            if let Some((from, to)) = told.strip {
-                return Some(HeadEdit::StripClose {
-                    kept: b.get(..from)?.to_vec(),
-                    through: to,
-                });
-            }
             let b = b.get(..told.insert).filter(|b| !b.is_empty())?;
             let mut line = StatusLine {
                 bytes: [0; MAX_STATUS_LINE],
@@ -173,43 +179,54 @@ impl Tracking {
         })
     }
 
-    /// Before a write is fed: during a drain, a response head that starts this write on an
-    /// HTTP/1.1 connection not told yet, and carrying no `connection: close` of its own, gets
+    /// Before a write is fed: during a drain, a final response head that starts this write on
+    /// an HTTP/1.1 connection not told yet, and carrying no `connection: close` of its own, gets
     /// one, after its status line (the connection manager does this itself only once Envoy's
     /// health checks fail: after `readiness_failure_delay`, and never without `admin_address`).
     /// Counts the connection as sent away (once, whoever said it). `first`: the write's first
     /// slice.
     ///
-    /// Unless requests are pipelined behind this response ([`Tracker::pipelined`]: bytes of
-    /// them were read, so Envoy's codec holds them): Envoy answers those after this one, its
-    /// drain-close on every response included (measured: three pipelined POSTs at a drain, all
-    /// three proxied, each response with `connection: close`). RFC 9112 §9.6: a client closes
-    /// after a response carrying `close`, and the server must process no request after it; a
-    /// strict client would take the answered ones for lost. So such a response carries no
-    /// `close` (Envoy's own line is taken out, `Told::strip`), and the close goes on the response
-    /// to the last request received. (Bytes that arrive after that response was written are
-    /// not followed here: Envoy closes the connection once that response is done and its codec
-    /// holds nothing more.)
+    /// Requests pipelined behind this response are no reason to leave it out: they are held
+    /// back (`read`: never given to Envoy, or taken out of its read buffer before its codec
+    /// reads them on), so the `close` is true, and RFC 9112 §9.6 holds (nothing processed after
+    /// it). Envoy's own `close` is never taken out: it writes the same line when its connection
+    /// manager is `Closing` and closes after the response without reading what is behind.
+    ///
+    /// Nothing is edited where the bytes do not prove it safe (fail open): a status line not
+    /// whole in the first slice or not `HTTP/1.1`, an interim (1xx) response (the final one
+    /// follows), a tunnel (a 101, or a 2xx to CONNECT: Envoy puts no `close` there either, and
+    /// the tunnel is not sent away). Where requests are held back behind this response, that is
+    /// an anomaly (the client may wait for their answers), counted and logged.
     pub fn close_to_insert(&mut self, first: Option<&[u8]>, conn: &Conn, shared: &Shared) -> Told {
         let no = Told::default();
-        if self.told_close
+        if self.told_close()
             || !self.counts()
             || self.lost
-            || !shared.is_draining()
+            || !(shared.is_draining() || self.held())
             || !self.tracker.awaiting_response_head()
         {
             return no;
         }
-        let behind = self.tracker.pipelined();
-        let Some(head) = first else {
-            return no;
+        let Some(head) = first.filter(|h| h.starts_with(b"HTTP/1.1 ")) else {
+            return self.not_told(
+                conn,
+                shared,
+                "not an HTTP/1.1 status line in the first slice",
+            );
         };
-        // A final response (not 1xx), its status line whole in this slice.
-        if !head.starts_with(b"HTTP/1.1 ") || head.get(9) == Some(&b'1') {
+        // A final response (not 1xx, which includes a 101), not a tunnel to CONNECT.
+        if head.get(9) == Some(&b'1') {
+            return no;
+        }
+        if head.get(9) == Some(&b'2') && self.tracker.answering_connect() {
             return no;
         }
         let Some(lf) = head.iter().take(MAX_STATUS_LINE).position(|&b| b == b'\n') else {
-            return no;
+            return self.not_told(
+                conn,
+                shared,
+                "the status line is not whole in the first slice",
+            );
         };
         let end = head
             .windows(4)
@@ -218,20 +235,29 @@ impl Tracking {
         let close_line = head[..end]
             .windows(CLOSE_HEADER.len())
             .position(|w| w.eq_ignore_ascii_case(CLOSE_HEADER));
-        if behind {
-            // The line from after its LF through its CRLF (`\nconnection: close\r` then `\n`).
-            let strip = close_line
-                .map(|at| (at + 1, at + CLOSE_HEADER.len() + 1))
-                .filter(|&(_, to)| head.get(to - 1) == Some(&b'\n'));
-            return Told { strip, ..no };
-        }
-        self.told_close = true;
+        self.close |= TOLD_CLOSE;
         Told {
             insert: if close_line.is_some() { 0 } else { lf + 1 },
-            strip: None,
             counted: shared
                 .send_away_once(Some(conn.id), || crate::engine::state::Protocol::Http1)
                 .is_some(),
         }
+    }
+
+    /// A response head that cannot carry `close` (see [`Tracking::close_to_insert`]): nothing
+    /// to say, unless requests were held back behind it.
+    #[cold]
+    fn not_told(&self, conn: &Conn, shared: &Shared, why: &str) -> Told {
+        if self.held() {
+            shared
+                .counters
+                .count(crate::engine::state::Stat::ModuleErrors);
+            log::warn!(
+                "graceful_drain: requests pipelined on connection {} were held back, but its \
+                 response cannot be told connection: close ({why}): the client may wait for them",
+                conn.id
+            );
+        }
+        Told::default()
     }
 }
