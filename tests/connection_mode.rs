@@ -150,15 +150,19 @@ fn count(hay: &[u8], needle: &[u8]) -> usize {
     hay.windows(needle.len()).filter(|w| *w == needle).count()
 }
 
-/// During a drain, a kubelet probe on the data listener is answered but is not work: it keeps
-/// neither the quiet period nor the count from completing the drain.
+/// During a drain, a kubelet probe on the data listener, on a path the operator listed in
+/// `health_check_paths`, is answered but is not work: it keeps neither the quiet period nor the
+/// count from completing the drain. (Its `User-Agent` alone would not: #63 item 5.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn health_checks_on_the_data_listener_are_recognised_by_user_agent() {
-    let mut envoy = Envoy::start(connection_mode(Settings {
-        min_drain: "1500ms",
-        quiet: "400ms",
-        timeout: "20s",
-    }))
+async fn health_checks_on_the_data_listener_are_recognised_by_their_configured_path() {
+    let mut envoy = Envoy::start(Options {
+        bootstrap_extra: Some(r#""health_check_paths": ["/healthz"]"#),
+        ..connection_mode(Settings {
+            min_drain: "1500ms",
+            quiet: "400ms",
+            timeout: "20s",
+        })
+    })
     .await;
     let port = envoy.data;
     let t0 = Instant::now();
@@ -636,4 +640,80 @@ async fn after_envoy_s_final_goaway_the_drain_sends_none_and_the_open_stream_com
     );
     let (st, _) = envoy.wait_exit(Duration::from_secs(10)).await;
     assert!(st.success(), "{st}");
+
+/// #63 item 5 (a): the tracker loses a connection mid-drain (17 pipelined requests, one more
+/// than it follows), and the connection then sits open and idle. Nothing is in flight once its
+/// responses are read: the drain completes promptly, by the count, with nothing cut. Before,
+/// the stats scan kept the plan made for the drain's exact count (gauges only) while the view
+/// of the now inexact count waited for counters that never came: the drain held to
+/// `drain_timeout` and reported a request cut. No `admin_address`, so Envoy's drain-close does
+/// not end the connection: only the module could, and it never closes a connection it lost.
+/// `min_drain_duration` 3 s: the lost connection's requests are all answered long before the
+/// drain's confirming gauge pass (with 1 s, a pass that still saw them in flight brought the
+/// counters back and hid the fault).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_connection_lost_mid_drain_and_left_idle_does_not_hold_the_drain() {
+    let envoy = Envoy::start(Options {
+        bootstrap_extra: Some(r#""admin_address": """#),
+        ..connection_mode(Settings {
+            min_drain: "3s",
+            quiet: "200ms",
+            timeout: "20s",
+        })
+    })
+    .await;
+    let r = common::clients::request(envoy.control, "POST", "/drain?wait=false", &[])
+        .await
+        .unwrap();
+    assert_eq!(r.status, 202);
+    // Mid-drain: after the engine began asking the stats scan (its first polls, with the count
+    // still exact), not before (the drain would then be planned inexact from its start).
+    envoy
+        .wait_log("the drain's start on the main thread", "drain started")
+        .await;
+    eventually(
+        "a few of the engine's polls",
+        Duration::from_secs(5),
+        || async {
+            (envoy.drain_status().await["drain_elapsed_ms"].as_u64() >= Some(100)).then_some(())
+        },
+    )
+    .await;
+    let mut tcp = TcpStream::connect(("127.0.0.1", envoy.data)).await.unwrap();
+    // Each delayed a little: Envoy's codec then takes the next only once a response is out
+    // (back-to-back immediate answers to a burst end in "Too many responses queued" and a
+    // close), and the tracker has all 17 heads from the first read.
+    let n = 17;
+    let burst = b"GET /p HTTP/1.1\r\nhost: x\r\nx-envoy-fault-delay-request: 20\r\n\r\n".repeat(n);
+    tcp.write_all(&burst).await.unwrap();
+    let mut got = Vec::new();
+    read_responses(&mut tcp, &mut got, n).await;
+    envoy
+        .wait_stat("graceful_drain.connections_untracked", 1)
+        .await;
+    assert!(
+        envoy.log().contains("no longer followed"),
+        "the tracker must have lost the connection:\n{}",
+        envoy.log()
+    );
+    let st = eventually(
+        "the drain completes, well before drain_timeout (20 s)",
+        Duration::from_secs(8),
+        || async {
+            let st = envoy.drain_status().await;
+            (st["state"] == "drained").then_some(st)
+        },
+    )
+    .await;
+    let outcome = &st["outcome"];
+    assert_eq!(outcome["timed_out"], false, "{st}");
+    assert_eq!(outcome["requests_cut"], 0, "nothing was in flight: {st}");
+    // The lost connection was still open (idle) when the drain completed.
+    let mut buf = [0u8; 64];
+    match tcp.try_read(&mut buf) {
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+        other => panic!("the lost connection was not left open and idle: {other:?}"),
+    }
+    let log = envoy.log();
+    assert!(log.contains("requests cut: 0"), "{log}");
 }

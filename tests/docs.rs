@@ -652,7 +652,6 @@ fn numbers_are_read_as_written() {
 
 use graceful_drain::config::{
     format_duration, BootstrapConfig, FilterConfig, NetworkFilterConfig, Role,
-    BUILTIN_HEALTH_CHECK_USER_AGENTS,
 };
 
 fn read(path: &str) -> String {
@@ -888,17 +887,7 @@ fn module_default(field: &str) -> String {
         }
         "admin_address" if b.admin_address.is_empty() => "none".into(),
         "ignored_stat_prefixes" => list(&b.ignored_stat_prefixes),
-        // The configured ones, added to the built-in list.
-        "health_check_user_agents" => {
-            let configured: Vec<String> = b
-                .requests
-                .health_check_user_agents
-                .iter()
-                .filter(|ua| !BUILTIN_HEALTH_CHECK_USER_AGENTS.contains(&ua.as_str()))
-                .cloned()
-                .collect();
-            list(&configured)
-        }
+        "health_check_user_agents" => list(&b.requests.health_check_user_agents),
         "health_check_paths" => list(&b.requests.health_check_paths),
         "lifecycle_log_level" => b.lifecycle_log_level.as_str().to_lowercase(),
         "role" => match f.role {

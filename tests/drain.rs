@@ -717,3 +717,57 @@ async fn sigint_and_quitquitquit_drain_like_sigterm() {
         );
     }
 }
+
+/// #63 item 5 (c): a health check is what the operator configures (`health_check_paths`),
+/// never what a client's `User-Agent` says. During a drain a configured probe is recognised
+/// (answered, not work), and a 1.5 s request sent with kubelet's `User-Agent` on another path
+/// is work: it holds the drain, is served in full, and Envoy exits after it. Before, any
+/// request whose `User-Agent` began `kube-probe/` was a health check, however long, and the
+/// exit at `min_drain_duration` cut it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_checker_s_user_agent_alone_never_lets_the_drain_cut_a_request() {
+    let mut envoy = Envoy::start(Options {
+        settings: FAST,
+        bootstrap_extra: Some(r#""health_check_paths": ["/healthz"]"#),
+        ..Options::default()
+    })
+    .await;
+    let t0 = Instant::now();
+    envoy.sigterm();
+    wait_not_ready(&envoy, t0).await;
+    let probe = clients::request(
+        envoy.data,
+        "GET",
+        "/healthz",
+        &[("user-agent", "kube-probe/1.31")],
+    )
+    .await
+    .expect("the configured probe is answered");
+    assert_eq!(probe.status, 200);
+    let st = envoy.drain_status().await;
+    assert_eq!(st["health_checks_seen"], 1, "the configured path: {st}");
+    let port = envoy.data;
+    let long = tokio::spawn(async move {
+        let r = clients::request(
+            port,
+            "GET",
+            "/report",
+            &[
+                ("user-agent", "kube-probe/1.31"),
+                ("x-envoy-fault-delay-request", "1500"),
+            ],
+        )
+        .await;
+        (r, Instant::now())
+    });
+    envoy.wait_active(1).await;
+    let (r, done) = long.await.unwrap();
+    let r = r.expect("served in full, not cut by the exit");
+    assert_eq!(r.status, 200);
+    let (status, exited) = envoy.wait_exit(Duration::from_secs(10)).await;
+    assert!(status.success(), "{status}");
+    assert!(exited >= done, "Envoy exited before the request ended");
+    let (reported, timed_out) = envoy.reported_drain();
+    assert!(!timed_out, "{reported:?}");
+    assert!(envoy.log().contains("requests cut: 0"), "{}", envoy.log());
+}

@@ -118,9 +118,14 @@ async fn sigterm_with_one_request_exits_by_the_rules(envoy: &mut Envoy, what: &s
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn health_checks_on_the_data_listener_never_hold_a_drain() {
-    let mut envoy = Envoy::start(options()).await;
-    let _front = front_health_checker(envoy.data, "/").await;
-    let probes = probe_loop(envoy.data, "/");
+    // What a health check is, is the operator's to say: the path the checkers call.
+    let mut envoy = Envoy::start(Options {
+        bootstrap_extra: Some(r#""health_check_paths": ["/healthz"]"#),
+        ..options()
+    })
+    .await;
+    let _front = front_health_checker(envoy.data, "/healthz").await;
+    let probes = probe_loop(envoy.data, "/healthz");
     let what = format!("{:?} mode, data-port health checks", test_mode());
     sigterm_with_one_request_exits_by_the_rules(&mut envoy, &what).await;
     let answered = probes.await.unwrap();

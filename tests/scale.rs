@@ -440,3 +440,113 @@ async fn a_request_head_arriving_between_paced_scans_holds_the_drain() {
     )
     .await;
 }
+
+/// A copy of the rendered gateway's data listener, named `bare` on `port`, with none of the
+/// module's filters (stat prefix `bare`): a listener the module does not follow, in a gateway
+/// whose own count is exact on its data listener.
+fn add_listener_without_the_module(y: &str, port: u16) -> String {
+    let from = y.find("  - name: data\n").expect("data listener");
+    let to = y.find("  - name: control\n").expect("control listener");
+    let data = &y[from..to];
+    let bare = data
+        .replacen("  - name: data\n", "  - name: bare\n", 1)
+        .replacen("stat_prefix: data", "stat_prefix: bare", 1);
+    let at = bare.find("port_value: ").expect("the data port") + "port_value: ".len();
+    let end = at + bare[at..].find(|c: char| !c.is_ascii_digit()).unwrap();
+    let bare = format!("{}{port}{}", &bare[..at], &bare[end..]);
+    let bare = remove_list_items(&bare, "envoy.filters.network.dynamic_modules");
+    let bare = remove_list_items(&bare, "envoy.filters.http.dynamic_modules");
+    assert!(
+        !bare
+            .lines()
+            .any(|l| l.contains("dynamic_modules") && !l.trim_start().starts_with('#')),
+        "{bare}"
+    );
+    format!("{}{bare}{}", &y[..to], &y[to..])
+}
+
+/// #63 item 5 (b): a gateway whose own count is exact (the module on its data listener) and a
+/// listener without the module, 4 000 clusters. The drain's confirming gauge pass comes when it
+/// may first complete, with a request of the module's still in flight; a request then starts
+/// on the other listener. Gauge passes were then paced at 3 % of a CPU (32 pass lengths, a few
+/// seconds here), so when the module's request ended none had seen the other one: the drain
+/// completed a quiet period later and cut it. Completion now waits for a gauge pass begun once
+/// the module's count is at zero: the other request is served in full, and the drain completes
+/// after it (by the count, not the timeout).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_on_a_listener_without_the_module_is_never_in_flight_at_completion() {
+    let p = free_ports(4);
+    let o = Options {
+        settings: Settings {
+            min_drain: "1s",
+            quiet: "200ms",
+            timeout: "25s",
+        },
+        ..Options::default()
+    };
+    let mut y = add_listener_without_the_module(&render_gateway(p[0], p[1], p[2], &o), p[3]);
+    push_static_clusters(&mut y, (0..4000).map(|i| (format!("scale_{i}"), p[0])));
+    let mut envoy = Envoy::start_yaml(&y, p[0], p[1], p[2], &o).await;
+    // The module's request: in flight past the confirming pass (1 s in), ending 2.5 s in.
+    let port = envoy.data;
+    let followed = tokio::spawn(async move {
+        clients::request(port, "GET", "/", &[("x-envoy-fault-delay-request", "2500")]).await
+    });
+    envoy.wait_active(1).await;
+    let t0 = Instant::now();
+    envoy.sigterm();
+    eventually(
+        "the drain's confirming pass over Envoy's gauges",
+        Duration::from_secs(10),
+        || async {
+            envoy.drain_status().await["envoy_active_requests"]
+                .is_u64()
+                .then_some(())
+        },
+    )
+    .await;
+    // The other listener's request: outlives the module's by 2 s.
+    let bare = p[3];
+    let sent = Instant::now();
+    let unfollowed = tokio::spawn(async move {
+        let r =
+            clients::request(bare, "GET", "/", &[("x-envoy-fault-delay-request", "4000")]).await;
+        (r, Instant::now())
+    });
+    eventually(
+        "Envoy counts the request on the listener without the module",
+        Duration::from_secs(5),
+        || async { (envoy.stat("http.bare.downstream_rq_active").await == Some(1)).then_some(()) },
+    )
+    .await;
+    let r = followed
+        .await
+        .unwrap()
+        .expect("the module's request is served");
+    assert_eq!(r.status, 200);
+    assert!(
+        Instant::now() < sent + Duration::from_millis(3500),
+        "the module's request must end well before the other one (machine too slow?)"
+    );
+    let (r, done) = unfollowed.await.unwrap();
+    let r = r.expect("the request without the module is served in full, not cut");
+    assert_eq!(r.status, 200);
+    let (status, exited) = envoy.wait_exit(Duration::from_secs(30)).await;
+    assert!(status.success(), "{status:?}");
+    assert!(exited >= done, "Envoy exited before the request ended");
+    let (reported, timed_out) = envoy.reported_drain();
+    assert!(
+        !timed_out,
+        "released by the count, not the timeout: {reported:?}"
+    );
+    let log = envoy.log();
+    assert!(log.contains("requests cut: 0"), "{log}");
+    let cost = log
+        .lines()
+        .find(|l| l.contains("a scan of Envoy's stats takes"))
+        .unwrap_or("(no scan cost logged)");
+    println!(
+        "drain {reported:?}; the other request ended {:?} after SIGTERM; {cost}",
+        done - t0
+    );
+}

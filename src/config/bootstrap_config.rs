@@ -79,55 +79,63 @@ pub struct BootstrapConfig {
 
 /// Which requests are not work: health checks are answered but neither hold a drain nor count as
 /// traffic for the quiet period; readiness may keep answering "ready" for a while after the start.
-#[derive(Debug, Clone, PartialEq, Eq)]
+///
+/// What a health check is, is the operator's to say, never the client's: a request is one only
+/// when its path is one of [`RequestPolicy::health_check_paths`], and, if
+/// [`RequestPolicy::health_check_user_agents`] is set, its `User-Agent` also starts with one of
+/// them. A `User-Agent` alone never makes one (any client can send `kube-probe/1.31` on a
+/// request that takes minutes; it was then cut at the drain's completion). The HTTP filter and
+/// connection mode's tracker ask this one predicate.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct RequestPolicy {
-    /// `User-Agent` prefixes of health checkers (built-in list plus the configured ones).
+    /// `User-Agent` prefixes that narrow [`RequestPolicy::health_check_paths`] (empty: any).
     pub health_check_user_agents: Vec<String>,
-    /// Exact request paths (without query) that are health checks.
+    /// Exact request paths (without query) that are health checks, e.g. `/healthz`,
+    /// `/grpc.health.v1.Health/Check`.
     pub health_check_paths: Vec<String>,
     /// Readiness keeps answering 200 this long after the drain starts (0 = fail at once).
     pub readiness_failure_delay: Duration,
 }
 
-/// Health checkers recognised by their `User-Agent`: Envoy's active health checks, kubelet
-/// probes, AWS and Google Cloud load balancers.
-pub const BUILTIN_HEALTH_CHECK_USER_AGENTS: [&str; 4] =
-    ["Envoy/HC", "kube-probe/", "ELB-HealthChecker/", "GoogleHC/"];
-
-impl Default for RequestPolicy {
-    fn default() -> Self {
-        RequestPolicy {
-            health_check_user_agents: BUILTIN_HEALTH_CHECK_USER_AGENTS
-                .iter()
-                .map(|s| s.to_string())
-                .collect(),
-            health_check_paths: Vec::new(),
-            readiness_failure_delay: Duration::ZERO,
-        }
-    }
-}
-
 impl RequestPolicy {
-    /// Whether a request with these headers is a health check. Bytes from the network: compared
-    /// as bytes, never assumed UTF-8.
+    /// Whether any request can be a health check (some path configured): else nothing of the
+    /// request need be read.
+    pub fn has_health_checks(&self) -> bool {
+        !self.health_check_paths.is_empty()
+    }
+
+    /// Whether the configured health checks are narrowed by `User-Agent`.
+    pub fn checks_user_agent(&self) -> bool {
+        !self.health_check_user_agents.is_empty()
+    }
+
+    /// Whether a request with this path is a health check by its path (query ignored). Bytes
+    /// from the network: compared as bytes, never assumed UTF-8.
+    pub fn is_health_check_path(&self, path: Option<&[u8]>) -> bool {
+        let Some(p) = path else {
+            return false;
+        };
+        let bare = p.split(|&b| b == b'?').next().unwrap_or(p);
+        self.health_check_paths.iter().any(|h| h.as_bytes() == bare)
+    }
+
+    /// Whether a `User-Agent` passes the configured narrowing (any, when none is configured).
+    pub fn is_health_check_user_agent(&self, user_agent: Option<&[u8]>) -> bool {
+        if !self.checks_user_agent() {
+            return true;
+        }
+        let Some(ua) = user_agent else {
+            return false;
+        };
+        self.health_check_user_agents
+            .iter()
+            .any(|p| ua.starts_with(p.as_bytes()))
+    }
+
+    /// Whether a request with this path and `User-Agent` is a health check: its path is a
+    /// configured one, and its `User-Agent` passes the configured narrowing, if any.
     pub fn is_health_check(&self, user_agent: Option<&[u8]>, path: Option<&[u8]>) -> bool {
-        if let Some(ua) = user_agent {
-            // The first byte first: on ordinary traffic it settles every prefix without a
-            // `memcmp` call (this runs on every request).
-            if self.health_check_user_agents.iter().any(|p| {
-                let p = p.as_bytes();
-                ua.first() == p.first() && ua.starts_with(p)
-            }) {
-                return true;
-            }
-        }
-        match path {
-            Some(p) if !self.health_check_paths.is_empty() => {
-                let bare = p.split(|&b| b == b'?').next().unwrap_or(p);
-                self.health_check_paths.iter().any(|h| h.as_bytes() == bare)
-            }
-            _ => false,
-        }
+        self.is_health_check_path(path) && self.is_health_check_user_agent(user_agent)
     }
 }
 
@@ -250,6 +258,16 @@ impl BootstrapConfig {
             readiness_failure_delay,
             ..RequestPolicy::default()
         };
+        for p in r.health_check_paths.unwrap_or_default() {
+            if !p.starts_with('/') || p.contains('?') {
+                return Err(error(
+                    S,
+                    "health_check_paths",
+                    format!("{p:?} is not a request path (starts with /, no query)"),
+                ));
+            }
+            requests.health_check_paths.push(p);
+        }
         for ua in r.health_check_user_agents.unwrap_or_default() {
             if ua.is_empty() || !ua.bytes().all(|b| b.is_ascii_graphic() || b == b' ') {
                 return Err(error(
@@ -260,15 +278,15 @@ impl BootstrapConfig {
             }
             requests.health_check_user_agents.push(ua);
         }
-        for p in r.health_check_paths.unwrap_or_default() {
-            if !p.starts_with('/') || p.contains('?') {
-                return Err(error(
-                    S,
-                    "health_check_paths",
-                    format!("{p:?} is not a request path (starts with /, no query)"),
-                ));
-            }
-            requests.health_check_paths.push(p);
+        if requests.checks_user_agent() && !requests.has_health_checks() {
+            return Err(error(
+                S,
+                "health_check_user_agents",
+                "only narrows health_check_paths, which is empty: a User-Agent alone is chosen by \
+                 the client and never makes a request a health check (any request could then \
+                 escape the drain); list the paths your health checkers call in \
+                 health_check_paths (e.g. [\"/healthz\"]), or remove health_check_user_agents",
+            ));
         }
         let lifecycle_log_level = match r.lifecycle_log_level.as_deref() {
             None | Some("info") => log::Level::Info,

@@ -15,9 +15,7 @@ mod filter;
 mod token;
 
 pub use admin_address::{AdminAddress, AdminCheck};
-pub use bootstrap_config::{
-    BootstrapConfig, DrainSettings, RequestPolicy, BUILTIN_HEALTH_CHECK_USER_AGENTS,
-};
+pub use bootstrap_config::{BootstrapConfig, DrainSettings, RequestPolicy};
 pub use duration::{format_duration, parse_duration, MAX_DURATION};
 pub use filter::{
     FilterConfig, LongLivedSettings, NetworkFilterConfig, DEFAULT_IDLE_AFTER,

@@ -139,11 +139,13 @@ fn bootstrap_config_fields_parse() {
         assert!(c.drain.drain_timeout >= c.drain.min_drain_duration);
     }
     // A User-Agent prefix may hold spaces (printable ASCII and space).
-    let c =
-        BootstrapConfig::parse(br#"{"health_check_user_agents":["Mozilla/5.0 (probe"]}"#).unwrap();
+    let c = BootstrapConfig::parse(
+        br#"{"health_check_paths":["/healthz"],"health_check_user_agents":["Mozilla/5.0 (probe"]}"#,
+    )
+    .unwrap();
     assert!(c
         .requests
-        .is_health_check(Some(b"Mozilla/5.0 (probe; x)"), None));
+        .is_health_check(Some(b"Mozilla/5.0 (probe; x)"), Some(b"/healthz")));
 }
 
 #[test]
@@ -352,35 +354,55 @@ fn an_unknown_field_with_backticks_is_named_as_written() {
     assert_eq!(named_by_serde("invalid type: integer `1`"), None);
 }
 
+/// #63 item 5 (c): what is a health check is the operator's to say, by path; a `User-Agent`
+/// only narrows the paths, never makes a request one on its own (a client chooses it).
 #[test]
-fn health_checks_are_recognised_by_user_agent_and_path() {
-    let c = BootstrapConfig::parse(
-        br#"{"health_check_user_agents":["Pingdom"],"health_check_paths":["/healthz"]}"#,
-    )
-    .unwrap();
-    let p = &c.requests;
+fn health_checks_are_recognised_by_configured_path_never_by_user_agent_alone() {
+    let none = RequestPolicy::default();
     for ua in [
         "Envoy/HC",
         "kube-probe/1.31",
         "ELB-HealthChecker/2.0",
         "GoogleHC/1.0",
-        "Pingdom.com_bot_version_1.4",
     ] {
-        assert!(p.is_health_check(Some(ua.as_bytes()), Some(b"/")), "{ua}");
+        for path in [&b"/"[..], b"/healthz", b"/upload"] {
+            assert!(
+                !none.is_health_check(Some(ua.as_bytes()), Some(path)),
+                "by default nothing is a health check: {ua}"
+            );
+        }
     }
-    assert!(!p.is_health_check(Some(b"curl/8.0"), Some(b"/")));
+    // Paths alone: any client, HTTP/1.1 or HTTP/2 (gRPC's health check is a path too).
+    let c = BootstrapConfig::parse(
+        br#"{"health_check_paths":["/healthz","/grpc.health.v1.Health/Check"]}"#,
+    )
+    .unwrap();
+    let p = &c.requests;
+    assert!(p.is_health_check(None, Some(b"/healthz")));
+    assert!(p.is_health_check(Some(b"curl/8.0"), Some(b"/healthz?full=1")));
+    assert!(p.is_health_check(None, Some(b"/grpc.health.v1.Health/Check")));
+    assert!(!p.is_health_check(None, Some(b"/grpc.health.v1.Health/Watch")));
+    assert!(!p.is_health_check(None, Some(b"/healthz/deep")));
+    assert!(!p.is_health_check(Some(b"kube-probe/1.31"), Some(b"/")));
+    assert!(!p.is_health_check(Some(b"kube-probe/1.31"), None));
+    // Paths narrowed by User-Agent: both must match.
+    let c = BootstrapConfig::parse(
+        br#"{"health_check_user_agents":["kube-probe/","Pingdom"],"health_check_paths":["/healthz"]}"#,
+    )
+    .unwrap();
+    let p = &c.requests;
+    assert!(p.is_health_check(Some(b"kube-probe/1.31"), Some(b"/healthz")));
+    assert!(p.is_health_check(Some(b"Pingdom.com_bot_version_1.4"), Some(b"/healthz")));
+    assert!(!p.is_health_check(Some(b"curl/8.0"), Some(b"/healthz")));
+    assert!(!p.is_health_check(None, Some(b"/healthz")), "no User-Agent");
     assert!(
-        !p.is_health_check(Some(b"my kube-probe/1"), None),
+        !p.is_health_check(Some(b"my kube-probe/1"), Some(b"/healthz")),
         "prefix, not substring"
     );
     assert!(
-        !p.is_health_check(Some(b"kubectl/1.31"), None),
-        "the same first byte is not the prefix"
+        !p.is_health_check(Some(b"kube-probe/1.31"), Some(b"/slow")),
+        "a checker's User-Agent on another path is work"
     );
-    assert!(p.is_health_check(None, Some(b"/healthz")));
-    assert!(p.is_health_check(None, Some(b"/healthz?full=1")));
-    assert!(!p.is_health_check(None, Some(b"/healthz/deep")));
-    assert!(!RequestPolicy::default().is_health_check(None, Some(b"/healthz")));
 }
 
 #[test]
@@ -401,7 +423,15 @@ fn readiness_failure_delay_must_stay_below_the_minimum() {
             "health_check_paths",
         ),
         (
-            br#"{"health_check_user_agents":[""]}"#,
+            br#"{"health_check_paths":["/h"],"health_check_user_agents":[""]}"#,
+            "health_check_user_agents",
+        ),
+        (
+            br#"{"health_check_user_agents":["kube-probe/"]}"#,
+            "health_check_user_agents",
+        ),
+        (
+            br#"{"health_check_paths":[],"health_check_user_agents":["Envoy/HC"]}"#,
             "health_check_user_agents",
         ),
     ] {

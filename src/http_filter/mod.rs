@@ -288,14 +288,17 @@ impl DataStream {
     }
 }
 
-/// Whether the request is a health check by the configured policy (User-Agent prefix or path).
+/// Whether the request is a health check by the configured policy
+/// ([`crate::config::RequestPolicy::is_health_check`]: a configured path, and a configured
+/// `User-Agent` prefix if any are set). Reads nothing when no path is configured, and the
+/// `User-Agent` only for a health-check path. HTTP/2 too (gRPC's `/grpc.health.v1.Health/Check`
+/// is a path like any other).
 fn is_health_check(host: &impl StreamHost, shared: &Shared) -> bool {
     let policy = shared.policy();
-    if host.with_request_header("user-agent", |ua| policy.is_health_check(ua, None)) {
-        return true;
-    }
-    !policy.health_check_paths.is_empty()
-        && host.with_request_header(":path", |p| policy.is_health_check(None, p))
+    policy.has_health_checks()
+        && host.with_request_header(":path", |p| policy.is_health_check_path(p))
+        && (!policy.checks_user_agent()
+            || host.with_request_header("user-agent", |ua| policy.is_health_check_user_agent(ua)))
 }
 
 /// A request on the control listener.

@@ -500,8 +500,8 @@ fn health_checks_are_answered_but_never_work() {
     // Told apart during a drain (while serving they count like any request, see below).
     shared.start_drain(Trigger::Admin);
     for host in [
-        FakeHost::get("/").with_header("user-agent", "kube-probe/1.31"),
-        FakeHost::get("/").with_header("user-agent", "Envoy/HC"),
+        FakeHost::get("/healthz").with_header("user-agent", "kube-probe/1.31"),
+        FakeHost::get("/healthz"),
         FakeHost::get("/healthz?x=1").with_header("user-agent", "curl/8"),
     ] {
         let mut s = data();
@@ -520,12 +520,59 @@ fn health_checks_are_answered_but_never_work() {
         "not a request start either"
     );
     // During a drain they are still answered (passed on), never paused.
-    let host = FakeHost::get("/").with_header("user-agent", "GoogleHC/1.0");
+    let host = FakeHost::get("/healthz").with_header("user-agent", "GoogleHC/1.0");
     assert_eq!(
         data().on_request_headers(&host, &shared, true),
         HeadersAction::Continue
     );
     assert!(host.wakes.borrow().is_empty());
+}
+
+/// #63 item 5 (c): a checker's `User-Agent` on a path nobody configured is work: it holds the
+/// drain like any request (before, it was a health check and cut at completion however long).
+/// With no path configured no header is read at all; gRPC's health check is a configured path
+/// like any other (HTTP/2's `:path`).
+#[test]
+fn a_checker_s_user_agent_alone_is_work() {
+    let Fixture { shared, .. } = fixture(Some(fast()));
+    shared.start_drain(Trigger::Admin);
+    let host = FakeHost::get("/upload").with_header("user-agent", "kube-probe/1.31");
+    let mut s = data();
+    s.on_request_headers(&host, &shared, true);
+    assert_eq!(shared.status().active_requests, 1, "work");
+    assert_eq!(shared.status().health_checks_seen, 0);
+    assert!(
+        host.headers_read.borrow().is_empty(),
+        "nothing configured: nothing read to classify it"
+    );
+    s.finish(&host, &shared);
+    let Fixture { shared, .. } = fixture(Some(fast()));
+    shared.install_policy(crate::config::RequestPolicy {
+        health_check_paths: vec!["/grpc.health.v1.Health/Check".into()],
+        health_check_user_agents: vec!["grpc-health-probe/".into()],
+        ..Default::default()
+    });
+    shared.start_drain(Trigger::Admin);
+    for (path, ua, check) in [
+        (
+            "/grpc.health.v1.Health/Check",
+            "grpc-health-probe/0.4",
+            true,
+        ),
+        ("/grpc.health.v1.Health/Check", "grpc-go/1.60", false),
+        ("/pkg.Service/Method", "grpc-health-probe/0.4", false),
+    ] {
+        let host = FakeHost::get(path).with_header("user-agent", ua);
+        let mut s = data();
+        s.on_request_headers(&host, &shared, true);
+        assert_eq!(
+            shared.status().active_requests,
+            i64::from(!check),
+            "{path} {ua}"
+        );
+        s.finish(&host, &shared);
+    }
+    assert_eq!(shared.status().health_checks_seen, 1);
 }
 
 #[test]

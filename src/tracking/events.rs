@@ -145,12 +145,17 @@ pub(super) fn on_event(
     }
 }
 
-/// The request whose head just completed is a health check by the configured policy. A path
-/// cut to the hint's length cannot be matched exactly: only its `User-Agent` counts then.
+/// The request whose head just completed is a health check by the configured policy (the HTTP
+/// filter's predicate, [`crate::config::RequestPolicy::is_health_check`]). A path cut to the
+/// hint's length cannot be matched exactly: never a health check then.
 pub(super) fn is_health_check(t: &Tracker, shared: &Shared) -> bool {
+    let policy = shared.policy();
+    if !policy.has_health_checks() {
+        return false;
+    }
     let h = t.hints();
     let path = h
         .path
         .filter(|p| !(h.truncated && p.len() >= crate::exchange::HINT_LEN));
-    shared.policy().is_health_check(h.user_agent, path)
+    policy.is_health_check(h.user_agent, path)
 }

@@ -257,6 +257,10 @@ fn a_buffer_that_may_start_in_a_slice_not_remembered_is_lost_not_counted_twice()
 #[test]
 fn during_a_drain_health_checks_keep_the_connection_busy_but_are_not_work() {
     let f = fixture(Some(fast()));
+    f.shared.install_policy(crate::config::RequestPolicy {
+        health_check_paths: vec!["/healthz".into()],
+        ..Default::default()
+    });
     f.shared.start_drain(Trigger::Admin);
     let conn = Conn::new(1);
     let mut t = Tracking::new();
@@ -269,6 +273,35 @@ fn during_a_drain_health_checks_keep_the_connection_busy_but_are_not_work() {
     let fed = read(&mut t, &[GET], &conn, &f.shared);
     assert_eq!((fed.health_checks, fed.served_while_draining), (0, 1));
     assert_eq!(f.shared.requests.counts().active, 1);
+}
+
+/// #63 item 5 (c): a checker's `User-Agent` on a path nobody configured is work (counted, so it
+/// holds the drain); and with no path configured nothing is a health check. The tracker asks
+/// the HTTP filter's predicate.
+#[test]
+fn a_checker_s_user_agent_alone_never_makes_a_health_check() {
+    const LONG_PROBE: &[u8] =
+        b"POST /upload HTTP/1.1\r\nhost: x\r\nuser-agent: kube-probe/1.31\r\ncontent-length: 5\r\n\r\n";
+    for paths in [vec![], vec!["/healthz".to_string()]] {
+        let f = fixture(Some(fast()));
+        f.shared.install_policy(crate::config::RequestPolicy {
+            health_check_paths: paths.clone(),
+            ..Default::default()
+        });
+        f.shared.start_drain(Trigger::Admin);
+        let conn = Conn::new(1);
+        let mut t = Tracking::new();
+        let fed = read(&mut t, &[LONG_PROBE], &conn, &f.shared);
+        assert_eq!((fed.started, fed.health_checks), (1, 0), "{paths:?}");
+        assert_eq!(f.shared.requests.counts().active, 1, "work: {paths:?}");
+        let mut u = Tracking::new();
+        let fed = read(&mut u, &[PROBE], &Conn::new(2), &f.shared);
+        assert_eq!(
+            fed.health_checks,
+            u32::from(!paths.is_empty()),
+            "/healthz is a health check only when configured: {paths:?}"
+        );
+    }
 }
 
 /// What the tracker cannot follow gives its tickets back, marks the connection untracked

@@ -27,6 +27,11 @@ pub struct EnvoyStatsCache {
     /// The dearest pass of each kind (the calibration's included).
     counter_cost: Duration,
     gauge_cost: Duration,
+    /// When the last gauge pass ended (the confirming pass's spacing).
+    gauges_ended: Option<Instant>,
+    /// Since when the module's own count is seen at zero ([`EnvoyStatsCache::observe_own`]),
+    /// with the starts counted then (a start since means it left zero and came back).
+    own_zero_since: Option<(Instant, u64)>,
 }
 
 impl EnvoyStatsCache {
@@ -101,11 +106,76 @@ impl EnvoyStatsCache {
                     r.own_before.given_back_before,
                 ));
                 self.gauge_cost = self.gauge_cost.max(r.cost());
+                self.gauges_ended = Some(r.ended);
             }
         }
         let next = self.plan(pass, r.ended, d);
         self.next = Some(next);
         next
+    }
+
+    /// The drain's timing changed: the module's count stopped (or started again) being exact,
+    /// as when connection mode's tracker loses a connection mid-drain. Planned with an exact
+    /// count, the passes read only the gauges, and the view of an inexact count needs the
+    /// counters too (requests on the lost connection are Envoy's to count): without them the
+    /// drain held until `drain_timeout`, whatever Envoy served. Losing exactness replans from a
+    /// counter pass at once, as a drain without the filter starts.
+    pub fn timing_changed(&mut self, d: DrainTiming) {
+        if !d.exact_count {
+            self.next = None;
+        }
+    }
+
+    /// The module's own count as the engine reads it at `now`. Envoy's gauges were last read
+    /// while the count was still above zero, maybe long before (paced at a small share with an
+    /// exact count): a request that began since on a listener or route without the filter is in
+    /// none of them. So once the count is at zero, completion waits for a gauge pass that
+    /// started after it got there ([`EnvoyStatsCache::view`] holds until then), due at once, or
+    /// when the drain may first complete if later, and never sooner after the last gauge pass
+    /// than the busy share allows (at most one such pass per [`BUSY_SCAN_SHARE_PERCENT`]
+    /// interval, however often the count comes back to zero). Returns whether the next pass was
+    /// moved earlier (the scanner thread must look again).
+    pub fn observe_own(&mut self, own: Counts, now: Instant, d: DrainTiming) -> bool {
+        if own.active != 0 || self.hidden() {
+            // Hidden stats: no pass can confirm anything (the view is not this cache's then).
+            self.own_zero_since = None;
+            return false;
+        }
+        // The drain's first passes as planned (the one below is only ever earlier).
+        self.due(d);
+        let since = match self.own_zero_since {
+            Some((at, started)) if started == own.started => at,
+            _ => {
+                self.own_zero_since = Some((now, own.started));
+                now
+            }
+        };
+        if self.confirmed(since) {
+            return false;
+        }
+        let g = self.gauge_cost;
+        let spaced = self
+            .gauges_ended
+            .map_or(now, |e| e + scan_interval(g, BUSY_SCAN_SHARE_PERCENT));
+        let first = self.target(d).checked_sub(g + g / 4).unwrap_or(now);
+        let at = now.max(spaced).max(first);
+        match self.next {
+            Some((_, planned)) if planned <= at => false,
+            _ => {
+                self.next = Some((Pass::Gauges, at));
+                true
+            }
+        }
+    }
+
+    /// No pass will come (the store can no longer be read): nothing to wait for.
+    pub fn no_more_passes(&mut self) {
+        self.own_zero_since = None;
+    }
+
+    /// Whether the last gauge pass started at or after `since`.
+    fn confirmed(&self, since: Instant) -> bool {
+        self.gauges.is_some_and(|(_, started, _)| started >= since)
     }
 
     /// What to read next after a pass that ended at `now`.
@@ -221,6 +291,15 @@ impl EnvoyStatsCache {
             None => return None,
         };
         if self.moved_at.is_some_and(|m| gauges_started < m) {
+            excess_active = excess_active.max(1);
+        }
+        // The module's count reached zero after the last gauge pass started: until a pass that
+        // started after that, Envoy may serve what none has seen (`observe_own`).
+        if own_now.active == 0
+            && self
+                .own_zero_since
+                .is_some_and(|(since, _)| !self.confirmed(since))
+        {
             excess_active = excess_active.max(1);
         }
         let given_back_since = own_now.given_back.saturating_sub(given_back_before);

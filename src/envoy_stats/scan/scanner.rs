@@ -51,8 +51,27 @@ impl Scanner {
     /// scan (the state lock is held only to copy figures).
     pub fn view(&self, d: DrainTiming, own_now: Counts) -> EnvoyView {
         let mut st = lock(&self.inner.state);
-        if st.timing.is_none() {
-            st.timing = Some(d);
+        let mut wake = false;
+        match st.timing {
+            None => {
+                st.timing = Some(d);
+                wake = true;
+            }
+            // The count's exactness changed mid-drain (a connection lost, or closed): the plan
+            // follows what the drain is now, not what it was at its first question.
+            Some(t) if t.exact_count != d.exact_count => {
+                st.timing = Some(d);
+                st.cache.timing_changed(d);
+                wake = true;
+            }
+            Some(_) => {}
+        }
+        if st.ended {
+            st.cache.no_more_passes();
+        } else {
+            wake |= st.cache.observe_own(own_now, Instant::now(), d);
+        }
+        if wake {
             self.inner.wake.notify_all();
         }
         if st.cache.hidden() {
@@ -166,7 +185,12 @@ pub(super) fn run(inner: &Inner, source: &dyn ScanSource) {
         let Some(reading) = timed_pass(source, pass) else {
             return;
         };
-        lock(&inner.state).cache.record(pass, reading, d);
+        {
+            let mut cur = lock(&inner.state);
+            // Planned by the drain as it is now (its exactness may have changed during the pass).
+            let d = cur.timing.unwrap_or(d);
+            cur.cache.record(pass, reading, d);
+        }
         source.scanned();
         st = lock(&inner.state);
     }

@@ -373,6 +373,113 @@ fn new_requests_without_the_filter_move_the_total_the_engine_watches() {
     assert_eq!(next, (Pass::Counters, t0 + IN_FLIGHT_RECHECK));
 }
 
+/// #63 item 5 (a): a drain planned with an exact count reads only the gauges; the tracker then
+/// loses a connection, and the view of an inexact count needs the counters too. Before, the
+/// plan kept the drain's first timing: no counter pass ever came, the view stayed `None` and
+/// the drain held until `drain_timeout` with nothing in flight. Now a counter pass follows at
+/// once, then the gauges, and the view is in.
+#[test]
+fn a_count_that_stops_being_exact_mid_drain_reads_the_counters_at_once() {
+    let t0 = Instant::now();
+    let exact = timing(t0, true);
+    let mut c = EnvoyStatsCache::default();
+    c.calibrate(400 * MS, 100 * MS);
+    let idle = counts(0, 3);
+    assert_eq!(at(t0, c.due(exact)), (Pass::Gauges, 4875));
+    let next = c.record(Pass::Gauges, reading(0, idle, t0, 4875, 4975), exact);
+    assert_eq!(
+        next.0,
+        Pass::Gauges,
+        "exact and nothing beyond: gauges only"
+    );
+    assert_eq!(c.view(idle, true), Some(envoy(0, 0)));
+    // The tracker lost a connection at 6 s: the count is no longer exact.
+    let lost = timing(t0, false);
+    assert_eq!(c.view(idle, false), None, "no counters read yet");
+    c.timing_changed(lost);
+    let due = c.due(lost);
+    assert_eq!(due.0, Pass::Counters);
+    assert!(due.1 <= t0 + 6000 * MS, "at once: {:?}", at(t0, due));
+    let next = c.record(Pass::Counters, reading(3, idle, t0, 6000, 6400), lost);
+    assert_eq!(at(t0, next), (Pass::Gauges, 6400), "then the gauges");
+    c.record(Pass::Gauges, reading(0, idle, t0, 6400, 6500), lost);
+    assert_eq!(c.view(idle, false), Some(envoy(0, 0)), "the view is in");
+    // Exact again (the lost connection closed): nothing to replan.
+    c.timing_changed(exact);
+    assert_eq!(c.view(idle, true), Some(envoy(0, 0)));
+}
+
+/// #63 item 5 (b): with an exact count the confirming gauge pass ends when the drain may first
+/// complete; a request of the module's outlives it, and gauge passes then come at 3 % of a CPU
+/// (32 pass lengths apart). A request that began meanwhile on a listener without the filter is
+/// in no pass when the module's count reaches zero. Completion now waits for a gauge pass that
+/// started after the count got to zero: due at once (or after the busy share's spacing), and
+/// the view holds until it is in.
+#[test]
+fn with_an_exact_count_completion_waits_for_a_gauge_pass_begun_at_zero() {
+    let t0 = Instant::now();
+    let d = timing(t0, true);
+    let mut c = EnvoyStatsCache::default();
+    c.calibrate(400 * MS, 100 * MS);
+    let busy = counts(1, 1);
+    let ms = |m: u32| t0 + m * MS;
+    assert!(!c.observe_own(busy, ms(10), d));
+    assert_eq!(at(t0, c.due(d)), (Pass::Gauges, 4875));
+    // The confirming pass: Envoy's one request is the module's own.
+    let next = c.record(Pass::Gauges, reading(1, busy, t0, 4875, 4975), d);
+    assert_eq!(at(t0, next), (Pass::Gauges, 4975 + 3233), "paced at 3 %");
+    assert!(!c.observe_own(busy, ms(5000), d));
+    assert_eq!(c.view(busy, true), Some(envoy(1, 0)));
+    // A request without the filter starts at 5.5 s; the module's ends at 6 s.
+    let zero = counts(0, 1);
+    assert!(
+        c.observe_own(zero, ms(6000), d),
+        "the next pass moves earlier"
+    );
+    assert_eq!(at(t0, c.due(d)), (Pass::Gauges, 6000), "at once");
+    assert_eq!(
+        c.view(zero, true),
+        Some(envoy(1, 0)),
+        "held: the last gauge pass began before the count got to zero"
+    );
+    assert!(!c.observe_own(zero, ms(6020), d), "asked once");
+    // That pass sees the other request: the drain waits for it.
+    let next = c.record(Pass::Gauges, reading(1, zero, t0, 6020, 6120), d);
+    assert_eq!(c.view(zero, true), Some(envoy(1, 0)));
+    assert_eq!(next.0, Pass::Counters, "busy: the counters follow");
+    c.record(Pass::Gauges, reading(0, zero, t0, 7000, 7100), d);
+    assert!(!c.observe_own(zero, ms(7200), d));
+    assert_eq!(c.view(zero, true), Some(envoy(0, 0)), "then it completes");
+    // The count leaves zero and comes back (a request started and ended between two looks):
+    // another pass, not sooner than the busy share after the last one (4 x 100 ms).
+    let again = counts(0, 2);
+    assert!(c.observe_own(again, ms(7150), d));
+    assert_eq!(at(t0, c.due(d)), (Pass::Gauges, 7500));
+    assert_eq!(c.view(again, true), Some(envoy(1, 0)));
+}
+
+/// The common case costs nothing: the module's count is at zero before the drain's confirming
+/// pass starts, which is then the pass that confirms; no other pass is asked for.
+#[test]
+fn a_count_at_zero_before_the_confirming_pass_needs_no_other_pass() {
+    let t0 = Instant::now();
+    let d = timing(t0, true);
+    let mut c = EnvoyStatsCache::default();
+    c.calibrate(400 * MS, 100 * MS);
+    let zero = counts(0, 5);
+    assert!(!c.observe_own(zero, t0 + 100 * MS, d));
+    assert_eq!(at(t0, c.due(d)), (Pass::Gauges, 4875));
+    c.record(Pass::Gauges, reading(0, zero, t0, 4875, 4975), d);
+    assert!(!c.observe_own(zero, t0 + 5000 * MS, d));
+    assert_eq!(c.view(zero, true), Some(envoy(0, 0)));
+    // Without the filter (the count always 0) the first passes are unchanged too.
+    let d = timing(t0, false);
+    let mut c = EnvoyStatsCache::default();
+    c.calibrate(400 * MS, 100 * MS);
+    assert!(!c.observe_own(counts(0, 0), t0, d));
+    assert_eq!(at(t0, c.due(d)), (Pass::Counters, 0));
+}
+
 /// A stats store whose figures the test sets; counts scans and which thread ran them.
 #[derive(Default)]
 struct FakeStore {
@@ -510,6 +617,35 @@ fn in_filter_mode_the_drain_holds_until_a_scan_of_it_is_seen() {
     s.hold.store(false, Ordering::SeqCst);
     eventually("the scan that sees the request", || {
         scanner.view(d, counts(0, 0)) == EnvoyView::Seen(envoy(1, 0))
+    });
+    scanner.stop();
+    threads.join(Duration::from_secs(30));
+}
+
+/// The scanner follows the drain as the engine describes it at each question: a count that
+/// was exact at the drain's first question and is no longer (a connection lost) gets the
+/// counters read, and a view (`Seen`), not `Pending` until `drain_timeout`.
+#[test]
+fn the_scanner_replans_when_the_count_stops_being_exact() {
+    let s = store();
+    let threads = Threads::default();
+    let scanner = Scanner::start(&threads, Source(s.clone())).unwrap();
+    eventually("the calibration scan", || scanner.calibration().is_some());
+    s.draining.store(true, Ordering::SeqCst);
+    let now = Instant::now();
+    let exact = DrainTiming {
+        earliest_completion: now,
+        ..timing(now, true)
+    };
+    eventually("the confirming pass", || {
+        scanner.view(exact, counts(0, 0)) == EnvoyView::Seen(envoy(0, 0))
+    });
+    let lost = DrainTiming {
+        exact_count: false,
+        ..exact
+    };
+    eventually("a view without an exact count", || {
+        scanner.view(lost, counts(0, 0)) == EnvoyView::Seen(envoy(0, 0))
     });
     scanner.stop();
     threads.join(Duration::from_secs(30));
