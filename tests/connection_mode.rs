@@ -640,6 +640,7 @@ async fn after_envoy_s_final_goaway_the_drain_sends_none_and_the_open_stream_com
     );
     let (st, _) = envoy.wait_exit(Duration::from_secs(10)).await;
     assert!(st.success(), "{st}");
+}
 
 /// #63 item 5 (a): the tracker loses a connection mid-drain (17 pipelined requests, one more
 /// than it follows), and the connection then sits open and idle. Nothing is in flight once its

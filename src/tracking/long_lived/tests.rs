@@ -457,7 +457,10 @@ fn an_sse_end_in_a_write_of_many_slices_goes_after_its_last_whole_event() {
     let (mut t, conn, f) = sse_started(SSE_HEAD);
     let half = chunk(b"data: zero");
     t.on_write(Some([&half[..]].into_iter()), &conn, &f.shared, now);
-    assert_eq!(t.sse_wake(plan(500), 500, &f.shared), (WsWake::Nothing, None));
+    assert_eq!(
+        t.sse_wake(plan(500), 500, &f.shared),
+        (WsWake::Nothing, None)
+    );
     // Three slices: the end of the open event and a whole one; two whole ones; half of one.
     let a = [chunk(b"\n\n"), chunk(b"data: one\n\n")].concat();
     let b = [chunk(b"data: two\n\n"), chunk(b"data: three\n\n")].concat();
