@@ -243,7 +243,8 @@ async fn one_module_file_loads_into_every_tested_envoy_and_drains_there() {
             (&v.as_str().into(), &false.into(), &"full".into()),
             "{v}: {st}"
         );
-        let standing = format!("envoy_graceful_drain_envoy_untested{{release=\"{v}\",surface=\"full\"}} 0");
+        let standing =
+            format!("envoy_graceful_drain_envoy_untested{{release=\"{v}\",surface=\"full\"}} 0");
         assert!(
             scrape.lines().any(|l| l == standing),
             "{v}: no {standing} in:\n{scrape}"
@@ -388,7 +389,10 @@ async fn an_envoy_newer_than_tested_starts_with_the_reduced_surface_and_drains_b
         "{line}"
     );
     assert!(line.contains("the reduced surface"), "{line}");
-    assert!(line.contains(&format!("{ON_UNTESTED_ENV}=reduced, the default")), "{line}");
+    assert!(
+        line.contains(&format!("{ON_UNTESTED_ENV}=reduced, the default")),
+        "{line}"
+    );
     let st = e.drain_status().await;
     assert_eq!(
         (&st["envoy_release"], &st["envoy_untested"], &st["surface"]),
@@ -397,7 +401,10 @@ async fn an_envoy_newer_than_tested_starts_with_the_reduced_surface_and_drains_b
     );
     let want = r#"envoy_graceful_drain_envoy_untested{release="1.41.0",surface="reduced"} 1"#;
     let scraped = scrape(&e).await;
-    assert!(scraped.lines().any(|l| l == want), "no {want} in:\n{scraped}");
+    assert!(
+        scraped.lines().any(|l| l == want),
+        "no {want} in:\n{scraped}"
+    );
 
     let kit = Kit {
         name: "an untested Envoy, reduced surface",
@@ -462,7 +469,10 @@ async fn refusing_an_untested_envoy_or_running_everything_there_is_the_operators
         "{line}"
     );
     assert!(line.contains(TESTED), "{line}");
-    assert!(line.contains(&format!("{ON_UNTESTED_ENV}=refuse")), "{line}");
+    assert!(
+        line.contains(&format!("{ON_UNTESTED_ENV}=refuse")),
+        "{line}"
+    );
 
     let line = assert_refused_with(
         &install_envoy("1.40.0"),
@@ -471,7 +481,9 @@ async fn refusing_an_untested_envoy_or_running_everything_there_is_the_operators
         &[(ON_UNTESTED_ENV, "ful")],
     );
     assert!(
-        line.contains(&format!("{ON_UNTESTED_ENV}=\"ful\" is none of refuse, reduced")),
+        line.contains(&format!(
+            "{ON_UNTESTED_ENV}=\"ful\" is none of refuse, reduced"
+        )),
         "{line}"
     );
 
@@ -499,7 +511,10 @@ async fn refusing_an_untested_envoy_or_running_everything_there_is_the_operators
         );
         let want = r#"envoy_graceful_drain_envoy_untested{release="1.41.0",surface="full"} 1"#;
         let scraped = scrape(&e).await;
-        assert!(scraped.lines().any(|l| l == want), "{env:?}: no {want} in:\n{scraped}");
+        assert!(
+            scraped.lines().any(|l| l == want),
+            "{env:?}: no {want} in:\n{scraped}"
+        );
     }
 }
 
@@ -530,5 +545,8 @@ async fn an_envoy_whose_release_cannot_be_read_is_said_untested_and_runs_reduced
     );
     let want = r#"envoy_graceful_drain_envoy_untested{release="unknown",surface="reduced"} 1"#;
     let scraped = scrape(&e).await;
-    assert!(scraped.lines().any(|l| l == want), "no {want} in:\n{scraped}");
+    assert!(
+        scraped.lines().any(|l| l == want),
+        "no {want} in:\n{scraped}"
+    );
 }
