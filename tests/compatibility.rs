@@ -12,9 +12,11 @@ use common::envoy::{
     abi_version_of, install_envoy, minor_of, module_dir, render_gateway, tested_envoy_versions,
     Envoy, Options, TempDir, FAST,
 };
-use common::scenario::{sigterm_drains_in_flight_work, Slow};
+use common::scenario::{sigterm_drains_in_flight_work, Drain, InFlight, Kit, Ready, Slow};
 use common::{clients, free_ports, sha256};
-use graceful_drain::envoy_stats::compat::{read_rodata, release_in, ALLOW_UNTESTED_ENV, TESTED};
+use graceful_drain::envoy_stats::compat::{
+    read_rodata, release_in, ALLOW_UNTESTED_ENV, ON_UNTESTED_ENV, TESTED,
+};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
@@ -51,6 +53,7 @@ impl Refusing {
             // falls back to a plain dlopen by name, which would find that one.
             .env_remove("LD_LIBRARY_PATH")
             .env_remove(ALLOW_UNTESTED_ENV)
+            .env_remove(ON_UNTESTED_ENV)
             .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(out.try_clone().unwrap())
@@ -140,7 +143,12 @@ static_resources:
 
 /// Envoy exited 1 at start, with exactly one refusal line from the module; returns that line.
 fn assert_refused(envoy: &Path, modules: &Path, yaml: &str) -> String {
-    let mut e = Refusing::start(envoy, modules, yaml);
+    assert_refused_with(envoy, modules, yaml, &[])
+}
+
+/// [`assert_refused`] with `env` in Envoy's environment.
+fn assert_refused_with(envoy: &Path, modules: &Path, yaml: &str, env: &[(&str, &str)]) -> String {
+    let mut e = Refusing::start_with(envoy, modules, yaml, env);
     let (status, log) = e.exit();
     assert_eq!(
         status.code(),
@@ -229,6 +237,19 @@ async fn one_module_file_loads_into_every_tested_envoy_and_drains_there() {
             scrape.lines().any(|l| l == info),
             "{v}: no {info} in:\n{scrape}"
         );
+        // Tested: said so in the status and the stat, with the release its binary names.
+        assert_eq!(
+            (&st["envoy_release"], &st["envoy_untested"], &st["surface"]),
+            (&v.as_str().into(), &false.into(), &"full".into()),
+            "{v}: {st}"
+        );
+        let standing =
+            format!("envoy_graceful_drain_envoy_untested{{release=\"{v}\",surface=\"full\"}} 0");
+        assert!(
+            scrape.lines().any(|l| l == standing),
+            "{v}: no {standing} in:\n{scrape}"
+        );
+        assert!(!log.contains("UNTESTED:"), "{v}:\n{log}");
         // The same stats, by the same names, on every Envoy (dashboards and alerts use them):
         // each is there from the start.
         for name in common::STAT_NAMES {
@@ -286,59 +307,246 @@ fn every_tested_envoy_names_its_release_to_the_module() {
     );
 }
 
-/// #44 item 4: an Envoy newer than every tested release is refused at start, with one line
-/// naming the tested releases and the opt-in; with the opt-in it runs, saying so. The newer
-/// Envoy is a copy of 1.40.0 whose release string says 1.41.0 (its callbacks are 1.40's, so
-/// the callback check alone, as on ef5a7d9, took it for 1.40 and loaded).
-#[test]
-fn an_envoy_newer_than_tested_is_refused_unless_the_operator_opts_in() {
-    let dir = TempDir::new("newer-envoy");
-    let newer = dir.0.join("envoy");
+/// A copy of Envoy 1.40.0 in `dir` whose binary is changed by `edit` (it runs as 1.40.0 does).
+fn edited_envoy(dir: &TempDir, name: &str, edit: impl FnOnce(&mut Vec<u8>)) -> PathBuf {
+    let path = dir.0.join(name);
     let mut bytes = std::fs::read(install_envoy("1.40.0")).unwrap();
-    let (from, to) = (b"\x001.40.0\x00", b"\x001.41.0\x00");
-    let at = bytes
-        .windows(from.len())
-        .position(|w| w == from)
-        .expect("1.40.0's release string");
-    bytes[at..at + to.len()].copy_from_slice(to);
-    std::fs::write(&newer, &bytes).unwrap();
-    drop(bytes);
+    edit(&mut bytes);
+    std::fs::write(&path, &bytes).unwrap();
     use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&newer, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    path
+}
 
-    let line = assert_refused(&newer, module_dir(), &gateway_yaml());
+/// An Envoy newer than every tested release: 1.40.0 whose release string says 1.41.0 (its
+/// callbacks are 1.40's, so the callback check alone, as on ef5a7d9, took it for 1.40).
+fn newer_envoy(dir: &TempDir) -> PathBuf {
+    edited_envoy(dir, "envoy-1.41.0", |bytes| {
+        let (from, to) = (b"\x001.40.0\x00", b"\x001.41.0\x00");
+        let at = bytes
+            .windows(from.len())
+            .position(|w| w == from)
+            .expect("1.40.0's release string");
+        bytes[at..at + to.len()].copy_from_slice(to);
+    })
+}
+
+/// An Envoy whose release the module cannot read: 1.40.0 without its section headers (as a
+/// stripped or packed binary may be; the loader needs only the program headers), so
+/// `compat::read_rodata` finds no `.rodata`.
+fn envoy_without_section_headers(dir: &TempDir) -> PathBuf {
+    edited_envoy(dir, "envoy-no-sections", |bytes| {
+        // e_shoff (8 bytes at 0x28), e_shnum and e_shstrndx (2 bytes each at 0x3c, 0x3e).
+        bytes[0x28..0x30].fill(0);
+        bytes[0x3c..0x40].fill(0);
+    })
+}
+
+/// The module's load line: exactly one, and at Envoy's `warning` level when it says UNTESTED.
+fn load_line(log: &str) -> String {
+    let lines: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("graceful_drain ") && l.contains(" loaded into Envoy "))
+        .collect();
+    assert_eq!(lines.len(), 1, "one load line:\n{log}");
+    assert_eq!(
+        log.matches("UNTESTED:").count(),
+        usize::from(lines[0].contains("UNTESTED:")),
+        "said once:\n{log}"
+    );
+    lines[0].to_string()
+}
+
+/// The module's own series in a scrape of `e`'s admin.
+async fn scrape(e: &Envoy) -> String {
+    clients::get(e.admin, "/stats/prometheus")
+        .await
+        .unwrap()
+        .text()
+}
+
+/// Issue 63 item 6: the day Envoy is upgraded past every tested release, the gateway starts and
+/// drains instead of crash-looping. The module runs with the reduced surface: it says so once
+/// (a warning line with the release and the surface), in `/drain/status` and in the stat the
+/// alert reads; its filters step back (they count nothing and tell no connection: the status's
+/// figures stay 0 through a drain), and the drain goes by Envoy's own gauges: an HTTP/1.1
+/// request and HTTP/2 streams in flight are answered 200, the busy HTTP/2 connection gets
+/// Envoy's own GOAWAY, and Envoy exits 0 by the drain's rules.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_envoy_newer_than_tested_starts_with_the_reduced_surface_and_drains_by_its_stats() {
+    let dir = TempDir::new("newer-envoy");
+    let o = Options {
+        envoy_bin: Some(newer_envoy(&dir)),
+        ..Options::default()
+    };
+    let ports = free_ports(3);
+    let yaml = render_gateway(ports[0], ports[1], ports[2], &o);
+    let mut e = Envoy::start_yaml(&yaml, ports[0], ports[1], ports[2], &o).await;
+    let line = load_line(&e.log());
+    assert!(line.contains("[warning]"), "{line}");
     assert!(
-        line.contains("this Envoy is 1.41.0, newer than every release"),
+        line.contains("UNTESTED: release 1.41.0, newer than every release"),
         "{line}"
     );
-    assert!(line.contains(TESTED), "{line}");
-    assert!(line.contains(&format!("{ALLOW_UNTESTED_ENV}=1")), "{line}");
+    assert!(line.contains("the reduced surface"), "{line}");
+    assert!(
+        line.contains(&format!("{ON_UNTESTED_ENV}=reduced, the default")),
+        "{line}"
+    );
+    let st = e.drain_status().await;
+    assert_eq!(
+        (&st["envoy_release"], &st["envoy_untested"], &st["surface"]),
+        (&"1.41.0".into(), &true.into(), &"reduced".into()),
+        "{st}"
+    );
+    let want = r#"envoy_graceful_drain_envoy_untested{release="1.41.0",surface="reduced"} 1"#;
+    let scraped = scrape(&e).await;
+    assert!(
+        scraped.lines().any(|l| l == want),
+        "no {want} in:\n{scraped}"
+    );
 
-    // Opted in: it loads, warns once, and serves (the module's load line follows the warning).
-    let mut e = Refusing::start_with(
+    let kit = Kit {
+        name: "an untested Envoy, reduced surface",
+        rules: FAST.rules(),
+        slow: Slow::FAULT_HEADER,
+        prefix: "",
+        http1: vec![e.data],
+        // Envoy's drain-close, not the module, tells HTTP/1.1 clients (with a later response).
+        http1_told: false,
+        http2: e.data,
+        http2_streams: 2,
+        late_http2: false,
+        late_http1: None,
+        idle: None,
+        in_flight: InFlight::Gauge {
+            stats: &["http.data.downstream_rq_active"],
+            extra: 0,
+        },
+        ready: Ready::Unchecked,
+    };
+    let mut drain = Drain::in_flight(&e, kit).await;
+    let before = e.drain_status().await;
+    assert_eq!(
+        before["active_requests"], 0,
+        "the stepped-back filters count nothing: {before}"
+    );
+    drain.sigterm(&mut e).await;
+    drain.assert_still_serving(&mut e);
+    let during = e.drain_status().await;
+    assert_eq!(during["state"], "draining", "{during}");
+    assert!(
+        during["envoy_active_requests"].as_u64() >= Some(1),
+        "the drain goes by Envoy's gauges: {during}"
+    );
+    for told in [
+        &during["connections_sent_away"]["http1"],
+        &during["connections_sent_away"]["http2"],
+        &during["idle_connections_told"]["http1"],
+        &during["idle_connections_told"]["http2"],
+        &during["requests_served_while_draining"],
+    ] {
+        assert_eq!(*told, 0, "the module touched no connection: {during}");
+    }
+    drain.finish(&mut e).await;
+}
+
+/// The operator's choices in an untested Envoy (docs/compatibility.md): `refuse` refuses it at
+/// start with one line; the old opt-in means `full` (everything, still said untested); a value
+/// that is none of the three refuses on every Envoy, a tested one too, naming the variable.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn refusing_an_untested_envoy_or_running_everything_there_is_the_operators_choice() {
+    let dir = TempDir::new("newer-envoy");
+    let newer = newer_envoy(&dir);
+    let line = assert_refused_with(
         &newer,
         module_dir(),
         &gateway_yaml(),
-        &[(ALLOW_UNTESTED_ENV, "1")],
+        &[(ON_UNTESTED_ENV, "refuse")],
     );
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let log = loop {
-        let log = std::fs::read_to_string(&e.log).unwrap_or_default();
-        if log.contains("graceful_drain 0.") && log.contains("loaded into Envoy") {
-            break log;
-        }
-        if let Some(st) = e.child.try_wait().unwrap() {
-            panic!("envoy exited ({st:?}) though opted in:\n{log}");
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no load line within 30 s:\n{log}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    };
     assert!(
-        log.contains("running in Envoy 1.41.0, newer than every release"),
-        "{log}"
+        line.contains("this Envoy is untested: release 1.41.0, newer than every release"),
+        "{line}"
     );
-    assert!(!log.contains(REFUSAL), "{log}");
+    assert!(line.contains(TESTED), "{line}");
+    assert!(
+        line.contains(&format!("{ON_UNTESTED_ENV}=refuse")),
+        "{line}"
+    );
+
+    let line = assert_refused_with(
+        &install_envoy("1.40.0"),
+        module_dir(),
+        &gateway_yaml(),
+        &[(ON_UNTESTED_ENV, "ful")],
+    );
+    assert!(
+        line.contains(&format!(
+            "{ON_UNTESTED_ENV}=\"ful\" is none of refuse, reduced"
+        )),
+        "{line}"
+    );
+
+    for env in [(ALLOW_UNTESTED_ENV, "1"), (ON_UNTESTED_ENV, "full")] {
+        let o = Options {
+            envoy_bin: Some(newer.clone()),
+            env: vec![(env.0.to_string(), env.1.to_string())],
+            ..Options::default()
+        };
+        let ports = free_ports(3);
+        let yaml = render_gateway(ports[0], ports[1], ports[2], &o);
+        let e = Envoy::start_yaml(&yaml, ports[0], ports[1], ports[2], &o).await;
+        let line = load_line(&e.log());
+        assert!(
+            line.contains("[warning]")
+                && line.contains("UNTESTED: release 1.41.0")
+                && line.contains(": everything, untested there"),
+            "{env:?}: {line}"
+        );
+        let st = e.drain_status().await;
+        assert_eq!(
+            (&st["envoy_untested"], &st["surface"]),
+            (&true.into(), &"full".into()),
+            "{env:?}: {st}"
+        );
+        let want = r#"envoy_graceful_drain_envoy_untested{release="1.41.0",surface="full"} 1"#;
+        let scraped = scrape(&e).await;
+        assert!(
+            scraped.lines().any(|l| l == want),
+            "{env:?}: no {want} in:\n{scraped}"
+        );
+    }
+}
+
+/// An Envoy whose binary the module cannot read its release from is not skipped silently: it is
+/// untested, said the same three ways with the reason, and runs with the reduced surface.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_envoy_whose_release_cannot_be_read_is_said_untested_and_runs_reduced() {
+    let dir = TempDir::new("unreadable-envoy");
+    let o = Options {
+        envoy_bin: Some(envoy_without_section_headers(&dir)),
+        ..Options::default()
+    };
+    let ports = free_ports(3);
+    let yaml = render_gateway(ports[0], ports[1], ports[2], &o);
+    let e = Envoy::start_yaml(&yaml, ports[0], ports[1], ports[2], &o).await;
+    let line = load_line(&e.log());
+    assert!(line.contains("[warning]"), "{line}");
+    assert!(
+        line.contains("UNTESTED: release unknown (its binary cannot be read: no section headers"),
+        "{line}"
+    );
+    assert!(line.contains("the reduced surface"), "{line}");
+    let st = e.drain_status().await;
+    assert_eq!(
+        (&st["envoy_release"], &st["envoy_untested"], &st["surface"]),
+        (&serde_json::Value::Null, &true.into(), &"reduced".into()),
+        "{st}"
+    );
+    let want = r#"envoy_graceful_drain_envoy_untested{release="unknown",surface="reduced"} 1"#;
+    let scraped = scrape(&e).await;
+    assert!(
+        scraped.lines().any(|l| l == want),
+        "no {want} in:\n{scraped}"
+    );
 }

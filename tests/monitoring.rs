@@ -36,7 +36,7 @@ fn rules(groups: &serde_json::Value) -> Vec<serde_json::Value> {
 #[test]
 fn rules_pass_promtool_check_and_their_tests() {
     let (ok, out) = promtool(&["check", "rules", RULES], &repo_root());
-    assert!(ok && out.contains("SUCCESS: 7 rules found"), "{out}");
+    assert!(ok && out.contains("SUCCESS: 8 rules found"), "{out}");
     let (ok, out) = promtool(&["test", "rules", RULE_TESTS], &repo_root());
     assert!(ok && out.contains("SUCCESS"), "{out}");
     // Every alert is tested.
@@ -56,7 +56,11 @@ fn rules_pass_promtool_check_and_their_tests() {
             "envoy_graceful_drain_admin_address_ok == 0",
             "envoy_graceful_drain_admin_address_ok == 1",
         )
-        .replace("for: 2m", "for: 10m");
+        .replace("for: 2m", "for: 10m")
+        .replace(
+            "envoy_graceful_drain_envoy_untested == 1",
+            "envoy_graceful_drain_envoy_untested == 0",
+        );
     std::fs::write(dir.0.join("graceful-drain-rules.yaml"), broken).unwrap();
     std::fs::write(
         dir.0.join("graceful-drain-rules.test.yaml"),
@@ -66,7 +70,8 @@ fn rules_pass_promtool_check_and_their_tests() {
     let (ok, out) = promtool(&["test", "rules", "graceful-drain-rules.test.yaml"], &dir.0);
     assert!(
         !ok && out.contains("GracefulDrainAdminAddressNotOk")
-            && out.contains("GracefulDrainTooLong"),
+            && out.contains("GracefulDrainTooLong")
+            && out.contains("GracefulDrainEnvoyUntested"),
         "broken rules passed their tests:\n{out}"
     );
 }

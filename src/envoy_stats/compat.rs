@@ -142,20 +142,41 @@ pub fn verdict(found: EnvoyGeneration, missing: Option<&str>) -> Result<(), Stri
     Ok(())
 }
 
-/// The load line: the module's version, the Envoy it found and what it gives there.
-pub fn loaded_line(found: EnvoyGeneration) -> String {
+/// The load line: the module's version, the Envoy it found, where it stands there and what it
+/// gives. Logged once, at `info` in a tested Envoy, at `warn` in an untested one (the one line
+/// that says so: [`Standing::untested`]).
+pub fn loaded_line(found: EnvoyGeneration, standing: &Standing) -> String {
     let g = found.gives();
     let mut differences = Vec::new();
     if !g.log_source_location {
         differences.push("log lines carry no source location (no log_v2)");
     }
-    let gives = if differences.is_empty() {
+    let everything = if differences.is_empty() {
         "everything".to_string()
     } else {
         format!("everything, but {}", differences.join("; "))
     };
+    let gives = match (&standing.untested, standing.surface) {
+        (None, _) => everything,
+        (Some(_), Surface::Reduced) => format!(
+            "the reduced surface: the drain hold, readiness, Envoy's health checks and \
+             drain-close, the control endpoints, the drain counted by Envoy's own stats; the data \
+             path's filters pass every byte untouched (no GOAWAY, no connection: close, no \
+             WebSocket or SSE move, no idle close) ({ON_UNTESTED_ENV}={}, the default; `full` \
+             runs everything untested, `refuse` refuses to start)",
+            OnUntested::Reduced.as_str()
+        ),
+        (Some(_), Surface::Full) => format!(
+            "{everything}, untested there ({ON_UNTESTED_ENV}=full or {ALLOW_UNTESTED_ENV}=1)"
+        ),
+    };
+    let untested = standing
+        .untested
+        .as_ref()
+        .map_or_else(String::new, |u| format!(", UNTESTED: {u}"));
     format!(
-        "graceful_drain {MODULE_VERSION} loaded into Envoy {}: {gives} (supported: {SUPPORTED})",
+        "graceful_drain {MODULE_VERSION} loaded into Envoy {}{untested}: {gives} (supported: \
+         {SUPPORTED})",
         found.describe()
     )
 }
@@ -165,8 +186,6 @@ pub const NEWEST_TESTED_MINOR: u32 = 40;
 /// Every Envoy release the module is tested with (`scripts/install-envoy.sh --tested`; a test
 /// keeps the two equal).
 pub const TESTED: &str = "1.38.2, 1.38.3, 1.39.0, 1.39.1, 1.39.3 and 1.40.0";
-/// The environment variable that lets the module run in an Envoy newer than [`TESTED`].
-pub const ALLOW_UNTESTED_ENV: &str = "GRACEFUL_DRAIN_ALLOW_UNTESTED_ENVOY";
 
 /// An Envoy release as its binary names it (`1.39.1-dev` in Istio 1.31's proxy).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -282,45 +301,159 @@ pub fn read_rodata(path: &std::path::Path) -> std::io::Result<Vec<u8>> {
     Err(bad("no .rodata section"))
 }
 
-/// Whether the module may run in this Envoy release (`None`: it could not be told). `Ok(None)`:
-/// yes, silently; `Ok(Some(line))`: yes, logging the line as a warning; `Err(line)`: the one
-/// line to log before refusing. Envoy does not refuse a module built for another ABI (it only
-/// warns), and a newer Envoy can keep a callback's name while changing its shape, so a release
-/// newer than [`NEWEST_TESTED_MINOR`] is refused unless the operator set [`ALLOW_UNTESTED_ENV`];
-/// patch and `-dev` builds of a tested minor are accepted. Older minors are judged by their
-/// callbacks ([`verdict`]).
-pub fn release_verdict(
-    release: Option<EnvoyRelease>,
-    allow_untested: bool,
-    why_unknown: &str,
-) -> Result<Option<String>, String> {
-    match release {
-        Some(r) if r.minor > NEWEST_TESTED_MINOR => {
-            if allow_untested {
-                Ok(Some(format!(
-                    "graceful_drain {MODULE_VERSION}: running in Envoy {r}, newer than every \
-                     release it was tested with ({TESTED}), because {ALLOW_UNTESTED_ENV} is set"
-                )))
-            } else {
-                Err(format!(
-                    "graceful_drain: refusing to load: this Envoy is {r}, newer than every \
-                     release graceful_drain {MODULE_VERSION} was tested with ({TESTED}); a newer \
-                     Envoy can change a callback's shape without refusing the module: upgrade \
-                     graceful_drain, or set {ALLOW_UNTESTED_ENV}=1 to run it anyway"
-                ))
-            }
+/// What the module does in an Envoy it was not tested with: one newer than
+/// [`NEWEST_TESTED_MINOR`], or one whose release it cannot tell. The operator's choice, in
+/// Envoy's environment ([`ON_UNTESTED_ENV`]); [`OnUntested::Reduced`] unless set.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OnUntested {
+    /// Refuse to load: Envoy does not start (`on_program_init` returns null).
+    Refuse,
+    /// Load with the [`Surface::Reduced`] surface (the default).
+    Reduced,
+    /// Load with everything, as in the newest tested Envoy.
+    Full,
+}
+
+impl OnUntested {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OnUntested::Refuse => "refuse",
+            OnUntested::Reduced => "reduced",
+            OnUntested::Full => "full",
         }
-        Some(_) => Ok(None),
-        None => Ok(Some(format!(
-            "graceful_drain {MODULE_VERSION}: cannot tell this Envoy's release ({why_unknown}); \
-             going by its callbacks alone (tested: {TESTED})"
-        ))),
     }
 }
 
-/// Whether the environment opts in to an untested Envoy (`1` or `true`).
-pub fn allow_untested(value: Option<&std::ffi::OsStr>) -> bool {
+/// The environment variable that says what to do in an untested Envoy: `refuse`, `reduced` (the
+/// default) or `full` ([`OnUntested`]).
+pub const ON_UNTESTED_ENV: &str = "GRACEFUL_DRAIN_ON_UNTESTED_ENVOY";
+/// The earlier opt-in (`1` or `true`): `full`, where [`ON_UNTESTED_ENV`] is not set.
+pub const ALLOW_UNTESTED_ENV: &str = "GRACEFUL_DRAIN_ALLOW_UNTESTED_ENVOY";
+
+/// The operator's choice for an untested Envoy, from the values of [`ON_UNTESTED_ENV`] (`new`)
+/// and [`ALLOW_UNTESTED_ENV`] (`old`). Unset or empty: the old opt-in's `full` if it says `1` or
+/// `true`, else `reduced`. `Err`: the one line to log before refusing to load, on every Envoy,
+/// tested or not (a mistyped value shows at the rollout that sets it, not on the day Envoy is
+/// upgraded).
+pub fn on_untested(
+    new: Option<&std::ffi::OsStr>,
+    old: Option<&std::ffi::OsStr>,
+) -> Result<OnUntested, String> {
+    match new.filter(|v| !v.is_empty()) {
+        Some(v) => {
+            let s = v.to_string_lossy();
+            match s.trim().to_ascii_lowercase().as_str() {
+                "refuse" => Ok(OnUntested::Refuse),
+                "reduced" => Ok(OnUntested::Reduced),
+                "full" => Ok(OnUntested::Full),
+                _ => Err(format!(
+                    "graceful_drain: refusing to load: {ON_UNTESTED_ENV}={s:?} is none of \
+                     refuse, reduced (the default), full"
+                )),
+            }
+        }
+        None if allow_untested(old) => Ok(OnUntested::Full),
+        None => Ok(OnUntested::Reduced),
+    }
+}
+
+/// Whether the old opt-in says yes (`1` or `true`).
+fn allow_untested(value: Option<&std::ffi::OsStr>) -> bool {
     value.is_some_and(|v| v == "1" || v.eq_ignore_ascii_case("true"))
+}
+
+/// What the module does in the running Envoy.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Surface {
+    /// Everything: the filters follow, count and tell connections on the data path.
+    Full,
+    /// What needs no edit of a client's bytes: the bootstrap extension (the SIGTERM hold and its
+    /// release, readiness, Envoy's health checks and drain-close through the admin, the drain
+    /// counted by Envoy's own stats) and the control endpoints. The data path's network and HTTP
+    /// filters step back: they pass every byte untouched and call nothing of Envoy's (no GOAWAY,
+    /// no `connection: close`, no WebSocket or SSE move, no idle close), as in bootstrap-only mode.
+    Reduced,
+}
+
+impl Surface {
+    /// As `/drain/status` and the stat's label say it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Surface::Full => "full",
+            Surface::Reduced => "reduced",
+        }
+    }
+}
+
+/// Where the module stands in the running Envoy: its release, whether it was tested there, and
+/// the surface it runs with.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Standing {
+    /// The release named in Envoy's binary; `None`: it could not be told.
+    pub release: Option<EnvoyRelease>,
+    /// Why this Envoy counts as untested (`newer than every release ...`, `its release cannot
+    /// be told (...)`); `None`: a tested minor.
+    pub untested: Option<String>,
+    pub surface: Surface,
+    /// The operator's choice that gave the surface.
+    pub policy: OnUntested,
+}
+
+impl Standing {
+    /// A tested Envoy of this release: everything.
+    pub fn tested(release: EnvoyRelease) -> Standing {
+        Standing {
+            release: Some(release),
+            untested: None,
+            surface: Surface::Full,
+            policy: OnUntested::Reduced,
+        }
+    }
+
+    /// The release as `/drain/status` and the stat say it (`unknown` when it cannot be told).
+    pub fn release_name(&self) -> String {
+        self.release
+            .map_or_else(|| "unknown".to_string(), |r| r.to_string())
+    }
+}
+
+/// Where the module stands in this Envoy release (`None`: it could not be told, `why_unknown`
+/// says why), by the operator's `policy`. `Err(line)`: the one line to log before refusing.
+/// Envoy does not refuse a module built for another ABI (it only warns), and a newer Envoy can
+/// keep a callback's name while changing its shape, so a release newer than
+/// [`NEWEST_TESTED_MINOR`], or one that cannot be told, is untested: the module runs there with
+/// the surface the policy gives ([`Surface::Reduced`] by default), or refuses when the operator
+/// chose it. Patch and `-dev` builds of a tested minor are tested. Older minors are judged by
+/// their callbacks ([`verdict`]).
+pub fn release_verdict(
+    release: Option<EnvoyRelease>,
+    policy: OnUntested,
+    why_unknown: &str,
+) -> Result<Standing, String> {
+    let untested = match release {
+        Some(r) if r.minor > NEWEST_TESTED_MINOR => {
+            format!("release {r}, newer than every release it was tested with ({TESTED})")
+        }
+        Some(r) => return Ok(Standing::tested(r)),
+        None => format!("release unknown ({why_unknown}; tested: {TESTED})"),
+    };
+    let surface = match policy {
+        OnUntested::Refuse => {
+            return Err(format!(
+                "graceful_drain: refusing to load: this Envoy is untested: {untested}; refused \
+                 because {ON_UNTESTED_ENV}=refuse (unset it, or set reduced or full, to run \
+                 there)"
+            ))
+        }
+        OnUntested::Reduced => Surface::Reduced,
+        OnUntested::Full => Surface::Full,
+    };
+    Ok(Standing {
+        release,
+        untested: Some(untested),
+        surface,
+        policy,
+    })
 }
 
 #[cfg(test)]
@@ -410,7 +543,12 @@ mod tests {
 
     #[test]
     fn the_load_line_names_the_version_the_envoy_and_what_differs() {
-        let l40 = loaded_line(V1_40);
+        let tested = Standing::tested(EnvoyRelease {
+            minor: 40,
+            patch: 0,
+            dev: false,
+        });
+        let l40 = loaded_line(V1_40, &tested);
         assert!(
             l40.starts_with(&format!(
                 "graceful_drain {MODULE_VERSION} loaded into Envoy 1.40"
@@ -418,7 +556,7 @@ mod tests {
             "{l40}"
         );
         assert!(l40.contains(": everything (supported"), "{l40}");
-        let l38 = loaded_line(V1_38);
+        let l38 = loaded_line(V1_38, &tested);
         assert!(
             l38.contains("Envoy 1.38 (dynamic module ABI v0.1.0)"),
             "{l38}"
@@ -428,7 +566,7 @@ mod tests {
             "{l38}"
         );
         assert!(!l38.contains('\n'), "{l38}");
-        let l39 = loaded_line(V1_39);
+        let l39 = loaded_line(V1_39, &tested);
         assert!(l39.contains("no log_v2"), "{l39}");
     }
 
@@ -477,53 +615,159 @@ mod tests {
         assert_eq!(r(39, 1, true).unwrap().to_string(), "1.39.1-dev");
     }
 
+    fn release(minor: u32, patch: u32, dev: bool) -> Option<EnvoyRelease> {
+        Some(EnvoyRelease { minor, patch, dev })
+    }
+
     #[test]
-    fn a_newer_envoy_is_refused_unless_allowed_and_tested_minors_pass_with_any_patch() {
-        let r = |minor, patch, dev| Some(EnvoyRelease { minor, patch, dev });
+    fn tested_minors_pass_with_any_patch_and_every_policy_with_everything() {
         for ok in [
-            r(38, 2, false),
-            r(39, 1, true),
-            r(40, 0, false),
-            r(40, 7, false),
-            r(40, 1, true),
+            release(38, 2, false),
+            release(39, 1, true),
+            release(40, 0, false),
+            release(40, 7, false),
+            release(40, 1, true),
         ] {
-            assert_eq!(release_verdict(ok, false, ""), Ok(None), "{ok:?}");
+            for policy in [OnUntested::Refuse, OnUntested::Reduced, OnUntested::Full] {
+                let s = release_verdict(ok, policy, "").unwrap();
+                assert_eq!(s.untested, None, "{ok:?}");
+                assert_eq!(s.surface, Surface::Full, "{ok:?}");
+                assert_eq!(s.release, ok);
+            }
         }
-        let line = release_verdict(r(41, 0, false), false, "").unwrap_err();
+    }
+
+    /// Issue 63 item 6: the day Envoy is upgraded past the tested releases, the gateway starts
+    /// (with the reduced surface unless the operator chose otherwise), it does not crash-loop.
+    #[test]
+    fn a_newer_envoy_runs_reduced_by_default_full_or_refused_by_choice() {
+        for newer in [
+            release(41, 0, false),
+            release(41, 0, true),
+            release(52, 3, false),
+        ] {
+            let s = release_verdict(newer, OnUntested::Reduced, "").unwrap();
+            assert_eq!(s.surface, Surface::Reduced, "{newer:?}");
+            let why = s.untested.clone().expect("untested");
+            assert!(
+                why.contains("newer than every release") && why.contains(TESTED),
+                "{why}"
+            );
+            assert_eq!(s.release, newer);
+            let full = release_verdict(newer, OnUntested::Full, "").unwrap();
+            assert_eq!(
+                (full.surface, full.untested.is_some()),
+                (Surface::Full, true)
+            );
+            let line = release_verdict(newer, OnUntested::Refuse, "").unwrap_err();
+            assert!(
+                line.starts_with("graceful_drain: refusing to load: this Envoy is untested:"),
+                "{line}"
+            );
+            assert!(
+                line.contains(&format!("{ON_UNTESTED_ENV}=refuse")) && line.contains(TESTED),
+                "{line}"
+            );
+            assert!(!line.contains('\n'), "{line}");
+        }
+        assert_eq!(
+            release_verdict(release(41, 0, false), OnUntested::Reduced, "")
+                .unwrap()
+                .release_name(),
+            "1.41.0"
+        );
+    }
+
+    /// A binary the module cannot read (execute-only, no section headers) or that names no
+    /// release is untested too: said, never skipped, and reduced unless chosen otherwise.
+    #[test]
+    fn an_envoy_whose_release_cannot_be_told_is_untested_with_the_reason() {
+        let s = release_verdict(
+            None,
+            OnUntested::Reduced,
+            "its binary cannot be read: EACCES",
+        )
+        .unwrap();
+        assert_eq!(s.surface, Surface::Reduced);
+        assert_eq!(s.release_name(), "unknown");
+        let why = s.untested.unwrap();
         assert!(
-            line.starts_with("graceful_drain: refusing to load: this Envoy is 1.41.0"),
+            why.contains("release unknown (its binary cannot be read: EACCES"),
+            "{why}"
+        );
+        assert_eq!(
+            release_verdict(None, OnUntested::Full, "x")
+                .unwrap()
+                .surface,
+            Surface::Full
+        );
+        let line = release_verdict(None, OnUntested::Refuse, "no release string").unwrap_err();
+        assert!(
+            line.contains("release unknown (no release string"),
             "{line}"
-        );
-        assert!(
-            line.contains(TESTED) && line.contains(ALLOW_UNTESTED_ENV),
-            "{line}"
-        );
-        assert!(!line.contains('\n'), "{line}");
-        assert!(
-            release_verdict(r(41, 0, true), false, "").is_err(),
-            "a newer -dev too"
-        );
-        let warn = release_verdict(r(41, 0, false), true, "").unwrap().unwrap();
-        assert!(
-            warn.contains("running in Envoy 1.41.0") && warn.contains(ALLOW_UNTESTED_ENV),
-            "{warn}"
-        );
-        let unknown = release_verdict(None, false, "no /proc").unwrap().unwrap();
-        assert!(
-            unknown.contains("cannot tell this Envoy's release (no /proc)"),
-            "{unknown}"
         );
     }
 
     #[test]
-    fn the_opt_in_takes_one_or_true_only() {
+    fn the_untested_load_line_says_so_once_with_the_release_and_the_surface() {
+        let reduced = release_verdict(release(41, 0, false), OnUntested::Reduced, "").unwrap();
+        let line = loaded_line(V1_40, &reduced);
+        assert!(
+            line.starts_with(&format!(
+                "graceful_drain {MODULE_VERSION} loaded into Envoy 1.40 or newer"
+            )),
+            "{line}"
+        );
+        assert!(line.contains("UNTESTED: release 1.41.0, newer"), "{line}");
+        assert!(line.contains("the reduced surface:"), "{line}");
+        assert!(line.contains("pass every byte untouched"), "{line}");
+        assert!(
+            line.contains(&format!("{ON_UNTESTED_ENV}=reduced, the default")),
+            "{line}"
+        );
+        assert!(!line.contains(": everything"), "{line}");
+        assert!(!line.contains('\n'), "{line}");
+        let full = release_verdict(release(41, 0, false), OnUntested::Full, "").unwrap();
+        let line = loaded_line(V1_40, &full);
+        assert!(line.contains("UNTESTED: release 1.41.0"), "{line}");
+        assert!(line.contains(": everything, untested there"), "{line}");
+        let unknown = release_verdict(None, OnUntested::Reduced, "why").unwrap();
+        assert!(
+            loaded_line(V1_39, &unknown).contains("UNTESTED: release unknown (why;"),
+            "{}",
+            loaded_line(V1_39, &unknown)
+        );
+    }
+
+    #[test]
+    fn the_setting_takes_three_words_and_the_old_opt_in_means_full() {
         use std::ffi::OsStr;
-        assert!(allow_untested(Some(OsStr::new("1"))));
-        assert!(allow_untested(Some(OsStr::new("TRUE"))));
-        for no in ["", "0", "false", "yes please"] {
-            assert!(!allow_untested(Some(OsStr::new(no))), "{no:?}");
+        let on = |new: Option<&str>, old: Option<&str>| {
+            on_untested(new.map(OsStr::new), old.map(OsStr::new))
+        };
+        assert_eq!(on(None, None), Ok(OnUntested::Reduced), "the default");
+        assert_eq!(on(Some(""), None), Ok(OnUntested::Reduced), "empty: unset");
+        assert_eq!(on(Some("refuse"), None), Ok(OnUntested::Refuse));
+        assert_eq!(on(Some("Reduced"), None), Ok(OnUntested::Reduced));
+        assert_eq!(on(Some(" full "), None), Ok(OnUntested::Full));
+        for yes in ["1", "true", "TRUE"] {
+            assert_eq!(on(None, Some(yes)), Ok(OnUntested::Full), "{yes}");
         }
-        assert!(!allow_untested(None));
+        for no in ["", "0", "false", "yes please"] {
+            assert_eq!(on(None, Some(no)), Ok(OnUntested::Reduced), "{no:?}");
+        }
+        assert_eq!(
+            on(Some("refuse"), Some("1")),
+            Ok(OnUntested::Refuse),
+            "the new setting wins"
+        );
+        let line = on(Some("ful"), None).unwrap_err();
+        assert!(
+            line.starts_with("graceful_drain: refusing to load:")
+                && line.contains(&format!("{ON_UNTESTED_ENV}=\"ful\""))
+                && line.contains("refuse, reduced (the default), full"),
+            "{line}"
+        );
     }
 
     #[test]

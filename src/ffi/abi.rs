@@ -270,10 +270,22 @@ pub(crate) fn gives() -> compat::Gives {
     generation().gives()
 }
 
+/// Where the module stands in the running Envoy (set once by [`init`], with the generation).
+static STANDING: OnceLock<compat::Standing> = OnceLock::new();
+
+/// Where the module stands in the running Envoy: its release, tested or not, its surface. `None`
+/// before [`init`] succeeded (nothing calls Envoy then; unit tests: a tested Envoy).
+pub(crate) fn standing() -> Option<&'static compat::Standing> {
+    STANDING.get()
+}
+
 /// Called first in `on_program_init`: detects which Envoy this is and, when it can host the
-/// module, resolves every callback it has. Otherwise logs one error line naming the versions
-/// supported and returns `None`: `on_program_init` then returns null, and Envoy refuses to start
-/// (`Failed to initialize dynamic module`). `Some`: the ABI version string for this Envoy.
+/// module, resolves every callback it has and tells where the module stands there
+/// ([`standing`]: an Envoy newer than the tested ones, or whose release cannot be told, gets the
+/// surface the operator chose, reduced by default). Otherwise logs one error line (the versions
+/// supported, the missing callback, or the operator's `refuse`) and returns `None`:
+/// `on_program_init` then returns null, and Envoy refuses to start (`Failed to initialize
+/// dynamic module`). `Some`: the ABI version string for this Envoy.
 pub(crate) fn init() -> Option<&'static [u8]> {
     if CALLBACKS.get().is_some() {
         return Some(generation().abi_version_nul());
@@ -283,7 +295,12 @@ pub(crate) fn init() -> Option<&'static [u8]> {
     let missing = resolved.as_ref().err().copied();
     match (compat::verdict(found, missing), resolved) {
         (Ok(()), Ok(table)) => {
-            // The callbacks fit; the release decides whether they were tested (compat).
+            // The callbacks fit; the release decides whether they were tested (compat). Read
+            // every time: an unreadable binary is said (untested), never skipped.
+            let policy = compat::on_untested(
+                std::env::var_os(compat::ON_UNTESTED_ENV).as_deref(),
+                std::env::var_os(compat::ALLOW_UNTESTED_ENV).as_deref(),
+            );
             let (release, why_unknown) = match compat::read_rodata("/proc/self/exe".as_ref()) {
                 Ok(rodata) => (
                     compat::release_in(&rodata),
@@ -291,11 +308,11 @@ pub(crate) fn init() -> Option<&'static [u8]> {
                 ),
                 Err(e) => (None, format!("its binary cannot be read: {e}")),
             };
-            let allow =
-                compat::allow_untested(std::env::var_os(compat::ALLOW_UNTESTED_ENV).as_deref());
-            match compat::release_verdict(release, allow, &why_unknown) {
-                Ok(None) => {}
-                Ok(Some(warning)) => log_early(LOG_WARN, &warning),
+            let standing = policy.and_then(|p| compat::release_verdict(release, p, &why_unknown));
+            match standing {
+                Ok(standing) => {
+                    let _ = STANDING.set(standing);
+                }
                 Err(line) => {
                     log_early(LOG_ERROR, &line);
                     return None;

@@ -95,6 +95,22 @@ fn publish_build_info(envoy: &ExtensionConfig) {
     }
 }
 
+/// `graceful_drain.envoy_untested`: 1 when the running Envoy is not one the module was tested
+/// with (newer than every tested release, or its release cannot be told), else 0; labelled with
+/// the release (`unknown` when it cannot be told) and the surface the module runs with
+/// (`envoy_graceful_drain_envoy_untested{release="1.41.0",surface="reduced"} 1`). The alert
+/// `GracefulDrainEnvoyUntested` reads it.
+fn publish_standing(envoy: &ExtensionConfig) {
+    let Some(standing) = super::abi::standing() else {
+        return;
+    };
+    if let Some(id) = envoy.define_labelled_gauge("envoy_untested", &["release", "surface"]) {
+        let release = standing.release_name();
+        let value = u64::from(standing.untested.is_some());
+        envoy.set_labelled_gauge(id, &[&release, standing.surface.as_str()], value);
+    }
+}
+
 fn register_admin(envoy: &ExtensionConfig, path: &[u8], help: &str, mutates: bool) {
     if !envoy.register_admin(path, help, mutates) {
         log::warn!(
@@ -165,6 +181,7 @@ pub extern "C" fn envoy_dynamic_module_on_bootstrap_extension_config_new(
         register_admin(&envoy, ADMIN_STATUS_PATH, help, false);
         super::stats::define(&envoy);
         publish_build_info(&envoy);
+        publish_standing(&envoy);
         envoy.signal_init_complete();
         let glue = Box::new(Glue {
             envoy,

@@ -237,11 +237,20 @@ pub extern "C" fn envoy_dynamic_module_on_program_init() -> *const c_char {
             return std::ptr::null();
         };
         logger::install();
-        log::info!(
-            "{}",
-            crate::envoy_stats::compat::loaded_line(abi::generation())
-        );
+        // Set by init whenever it returns the ABI version.
+        let Some(standing) = abi::standing() else {
+            return std::ptr::null();
+        };
+        let line = crate::envoy_stats::compat::loaded_line(abi::generation(), standing);
+        // The one line that says an untested Envoy (with its release and the surface); the
+        // status, the stat `envoy_untested` and an alert say it too.
+        if standing.untested.is_some() {
+            log::warn!("{line}");
+        } else {
+            log::info!("{line}");
+        }
         shared().set_envoy(abi::generation());
+        shared().set_standing(standing.clone());
         abi_version.as_ptr() as *const c_char
     })
 }

@@ -18,6 +18,9 @@ use std::sync::Arc;
 pub struct StreamConfig {
     role: Role,
     token: Option<Arc<DrainToken>>,
+    /// A data-role config loaded with the data path stepped back (the reduced surface): its
+    /// streams are [`Stream::SteppedBack`].
+    stepped_back: bool,
 }
 
 impl StreamConfig {
@@ -31,15 +34,22 @@ impl StreamConfig {
                 return None;
             }
         };
-        if c.role == Role::Data {
+        // Read once, here: the surface is set at program init, before any config loads.
+        let stepped_back = c.role == Role::Data && shared.data_path_stepped_back();
+        if c.role == Role::Data && !stepped_back {
             shared.note_data_filter_loaded();
             counts_requests();
         }
         log::info!(
-            "graceful_drain: filter config loaded (role={:?}{})",
+            "graceful_drain: filter config loaded (role={:?}{}{})",
             c.role,
             if c.drain_token.is_some() {
                 ", /drain needs a token"
+            } else {
+                ""
+            },
+            if stepped_back {
+                ", stepped back: the reduced surface passes every stream untouched"
             } else {
                 ""
             }
@@ -47,11 +57,17 @@ impl StreamConfig {
         Some(StreamConfig {
             role: c.role,
             token: c.drain_token.map(Arc::new),
+            stepped_back,
         })
     }
 
     pub fn role(&self) -> Role {
         self.role
+    }
+
+    /// A new stream of this config.
+    fn new_stream(&self) -> Stream {
+        Stream::with_surface(self.role, self.token.as_ref(), self.stepped_back)
     }
 }
 
@@ -139,7 +155,7 @@ impl Filter {
         let filter = || Filter {
             role: config.role,
             envoy_stream,
-            stream: RefCell::new(Stream::new(config.role, config.token.as_ref())),
+            stream: RefCell::new(config.new_stream()),
             destroy_pending: Cell::new(false),
             poisoned: Cell::new(false),
             envoy_done: Cell::new(false),
@@ -154,7 +170,7 @@ impl Filter {
                 let f = &mut *reused;
                 f.role = config.role;
                 f.envoy_stream = envoy_stream;
-                *f.stream.get_mut() = Stream::new(config.role, config.token.as_ref());
+                *f.stream.get_mut() = config.new_stream();
                 f.destroy_pending.set(false);
                 f.poisoned.set(false);
                 f.envoy_done.set(false);

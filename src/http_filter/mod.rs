@@ -33,13 +33,24 @@ pub enum HeadersAction {
 pub enum Stream {
     Data(DataStream),
     Control(ControlStream),
+    /// A data-role stream where the data path steps back (the reduced surface of an untested
+    /// Envoy: `Shared::data_path_stepped_back`): every hook lets the stream go on untouched,
+    /// counts nothing and calls nothing of Envoy's.
+    SteppedBack,
 }
 
 impl Stream {
     /// Called when Envoy creates the filter for a new stream. Nothing is counted yet: the request
     /// starts at its headers.
     pub fn new(role: Role, token: Option<&Arc<DrainToken>>) -> Stream {
+        Self::with_surface(role, token, false)
+    }
+
+    /// As [`Stream::new`]; a data-role stream of a config loaded with the data path stepped back
+    /// is [`Stream::SteppedBack`].
+    pub fn with_surface(role: Role, token: Option<&Arc<DrainToken>>, stepped_back: bool) -> Stream {
         match role {
+            Role::Data if stepped_back => Stream::SteppedBack,
             Role::Data => Stream::Data(DataStream::default()),
             Role::Control => Stream::Control(ControlStream {
                 token: token.cloned(),
@@ -58,6 +69,7 @@ impl Stream {
         match self {
             Stream::Data(s) => s.on_request_headers(host, shared, end_of_stream),
             Stream::Control(s) => s.on_request_headers(host, shared),
+            Stream::SteppedBack => HeadersAction::Continue,
         }
     }
 
@@ -88,6 +100,7 @@ impl Stream {
         match self {
             Stream::Data(s) => s.on_scheduled(host, shared, event),
             Stream::Control(s) => s.on_scheduled(host, shared, event),
+            Stream::SteppedBack => {}
         }
     }
 
@@ -96,6 +109,7 @@ impl Stream {
         match self {
             Stream::Data(s) => s.finish(sink, shared),
             Stream::Control(s) => s.finish(sink, shared),
+            Stream::SteppedBack => {}
         }
     }
 }

@@ -642,3 +642,74 @@ fn readiness_keeps_answering_ready_during_the_configured_delay() {
     assert_eq!(ready.status(), Some(503));
     s.finish(&h, &shared);
 }
+
+/// The reduced surface of an untested Envoy (issue 63 item 6): a data config loaded with the data
+/// path stepped back does not count requests (the drain goes by Envoy's own stats), and its
+/// streams ask nothing of Envoy, during a drain too: no header read, no waker, no go-away, no
+/// pause. The control endpoints still answer. The same steps on the full surface do act.
+#[test]
+fn stepped_back_data_streams_ask_nothing_of_envoy_and_the_control_endpoints_still_answer() {
+    use crate::envoy_stats::compat::{release_verdict, OnUntested};
+    use crate::http_filter::lifecycle::{release, Filter, FreeList, StreamConfig};
+    for (policy, stepped_back) in [(OnUntested::Reduced, true), (OnUntested::Full, false)] {
+        let Fixture { shared, .. } = fixture(Some(fast()));
+        shared.set_standing(release_verdict(None, policy, "unreadable").unwrap());
+        let mut counts = false;
+        let config = StreamConfig::load(br#"{"role": "data"}"#, &shared, || counts = true)
+            .expect("accepted");
+        assert_eq!(
+            (counts, shared.data_filter_loaded()),
+            (!stepped_back, !stepped_back),
+            "{policy:?}"
+        );
+        let serving = FakeHost::get("/").on_connection(5);
+        let f = Filter::new(&config, 0x10);
+        assert_eq!(
+            f.request_headers(&serving, &shared, true).value,
+            HeadersAction::Continue
+        );
+        assert_eq!(shared.status().active_requests, i64::from(!stepped_back));
+        shared.start_drain(Trigger::Sigterm);
+        let late = FakeHost::get("/").on_connection(6);
+        let g = Filter::new(&config, 0x20);
+        let action = g.request_headers(&late, &shared, true).value;
+        let _ = f.scheduled("scheduled", &serving, &shared, EVENT_GO_AWAY);
+        let _ = g.scheduled("scheduled", &late, &shared, EVENT_GO_AWAY);
+        let asked = serving.go_aways.get()
+            + late.go_aways.get()
+            + (serving.wakes.borrow().len() + late.wakes.borrow().len()) as u32
+            + (serving.headers_read.borrow().len() + late.headers_read.borrow().len()) as u32;
+        if stepped_back {
+            assert_eq!(action, HeadersAction::Continue);
+            assert_eq!(asked, 0, "{policy:?}: nothing asked of Envoy");
+            assert_eq!(serving.next_waker.get(), 0x1000 * 6, "no waker made");
+            assert!(
+                counted().iter().all(|s| !matches!(
+                    s,
+                    crate::engine::state::Stat::SentAway(_)
+                        | crate::engine::state::Stat::ServedWhileDraining
+                )),
+                "nothing counted: {:?}",
+                counted()
+            );
+            assert_eq!(shared.status().connections_sent_away.http2, 0);
+        } else {
+            assert!(asked > 0, "{policy:?}: the full surface acts");
+            assert_eq!(shared.status().connections_sent_away.http2, 2);
+        }
+        assert_eq!(
+            shared.status().surface,
+            if stepped_back { "reduced" } else { "full" }
+        );
+        assert!(shared.status().envoy_untested);
+        // The control endpoints answer on either surface.
+        let ready = FakeHost::get("/ready");
+        control(None).on_request_headers(&ready, &shared, true);
+        assert_eq!(ready.status(), Some(503), "{policy:?}");
+        for (filter, host) in [(f, &serving), (g, &late)] {
+            assert!(filter.destroy());
+            release(filter, host, &shared);
+        }
+        FreeList::clear();
+    }
+}

@@ -28,6 +28,9 @@ pub struct NetConfig {
     settings: ConnSettings,
     /// Follow every exchange from the bytes (`track_requests`: connection mode).
     track_requests: bool,
+    /// Loaded with the data path stepped back (the reduced surface of an untested Envoy:
+    /// `Shared::data_path_stepped_back`): its filters do nothing at all.
+    stepped_back: bool,
 }
 
 impl NetConfig {
@@ -45,6 +48,23 @@ impl NetConfig {
             track_requests,
             long_lived,
         } = config;
+        let settings = ConnSettings {
+            idle_after,
+            idle_close_grace: grace,
+        };
+        if shared.data_path_stepped_back() {
+            // Nothing noted: no connection is registered, followed, counted or told, so the
+            // drain goes by Envoy's own stats (`Shared::count_is_exact` stays false).
+            log::info!(
+                "graceful_drain: network filter loaded, stepped back: the reduced surface passes \
+                 every byte untouched (track_requests={track_requests} not applied)"
+            );
+            return NetConfig {
+                settings,
+                track_requests: false,
+                stepped_back: true,
+            };
+        }
         let c = &shared.connections;
         c.long_lived.note_settings(long_lived);
         if let Some(d) = shared.settings() {
@@ -61,10 +81,6 @@ impl NetConfig {
             }
         }
         c.install_commit(H::commit_scheduler);
-        let settings = ConnSettings {
-            idle_after,
-            idle_close_grace: grace,
-        };
         c.note_config(settings);
         if track_requests {
             c.note_tracking();
@@ -85,6 +101,7 @@ impl NetConfig {
         NetConfig {
             settings,
             track_requests,
+            stepped_back: false,
         }
     }
 
@@ -117,6 +134,9 @@ pub struct NetFilter {
     closed: Cell<bool>,
     /// The connection's requests, followed from its bytes (connection mode), if configured.
     tracking: Option<RefCell<Tracking>>,
+    /// Its config stepped back ([`NetConfig`]): the connection is never set up, so every hook
+    /// returns at once and the bytes pass untouched.
+    stepped_back: bool,
 }
 
 impl NetFilter {
@@ -144,12 +164,17 @@ impl NetFilter {
             first_stream: Cell::new(FirstStream::default()),
             closed: Cell::new(false),
             tracking: tracking.map(RefCell::new),
+            stepped_back: config.is_some_and(|c| c.stepped_back),
         }
     }
 
     /// The connection is set up (its callbacks exist): its state, findable by id from its
     /// worker, and a waker for the drain side.
     pub fn on_new_connection(&self, host: &impl ConnectionHost, shared: &'static Shared) {
+        if self.stepped_back {
+            // No state, no scheduler: the other hooks find no connection and return at once.
+            return;
+        }
         let requests = &shared.requests;
         let lane = requests.lane();
         let conn = Arc::new(

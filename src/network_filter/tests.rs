@@ -268,3 +268,67 @@ fn nothing_is_done_to_a_connection_no_longer_open_or_closed() {
     );
     f.on_destroy(shared);
 }
+
+/// The reduced surface of an untested Envoy (issue 63 item 6): a config loaded with the data
+/// path stepped back notes nothing (the drain goes by Envoy's own stats), and its filter asks
+/// nothing of the host, whatever its connection carries and whatever the drain does: no
+/// scheduler, no GOAWAY, no close, no edit of a write. The same steps on the full surface do.
+#[test]
+fn a_stepped_back_filter_passes_every_byte_and_asks_nothing_of_its_connection() {
+    use crate::envoy_stats::compat::{release_verdict, EnvoyRelease, OnUntested};
+    let newer = Some(EnvoyRelease {
+        minor: 41,
+        patch: 0,
+        dev: false,
+    });
+    let mut published = 0;
+    for (policy, stepped_back) in [(OnUntested::Reduced, true), (OnUntested::Full, false)] {
+        let shared = &Box::leak(Box::new(fixture(None))).shared;
+        shared.set_standing(release_verdict(newer, policy, "").unwrap());
+        assert_eq!(shared.data_path_stepped_back(), stepped_back);
+        take_calls();
+        static PUBLISHED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let config = NetConfig::load::<FakeConnection>(
+            NetworkFilterConfig {
+                idle_close_grace: Duration::from_secs(2),
+                idle_after: Duration::ZERO,
+                track_requests: true,
+                long_lived: Default::default(),
+            },
+            shared,
+            || {
+                PUBLISHED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            },
+        );
+        assert_eq!(
+            shared.count_is_exact(),
+            !stepped_back,
+            "{policy:?}: stepped back, the module's count is not the drain's"
+        );
+        let f = open(&config, shared);
+        exchange(
+            &f,
+            shared,
+            b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00",
+            b"\x00\x00\x00\x04\x00\x00\x00\x00\x00",
+            NOW,
+        );
+        f.on_scheduled(&FakeConnection::new(b"", NOW), EVENT_DRAIN_STARTED, shared);
+        f.on_destroy(shared);
+        let calls = take_calls();
+        if stepped_back {
+            assert_eq!(calls, [], "{policy:?}");
+            assert_eq!(counted(), [], "{policy:?}");
+            assert!(shared.connections.wakers.is_empty());
+        } else {
+            assert!(
+                calls.contains(&Call::NewScheduler)
+                    && calls.contains(&Call::InjectWrite(GOAWAY_NO_ERROR.to_vec())),
+                "{policy:?}: {calls:?}"
+            );
+        }
+        let now = PUBLISHED.load(std::sync::atomic::Ordering::Relaxed);
+        assert_eq!(now - published, usize::from(!stepped_back), "{policy:?}");
+        published = now;
+    }
+}

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 /// (docs/configuration.md, "Stats"): a scrape has each as `envoy_graceful_drain_<name>`, from
 /// the start, in every mode, on every supported Envoy. Written out here, not read from the
 /// crate: it is what dashboards and alerts were built against.
-pub const STAT_NAMES: [&str; 19] = [
+pub const STAT_NAMES: [&str; 20] = [
     "active_requests",
     "draining",
     "admin_address_ok",
@@ -41,6 +41,7 @@ pub const STAT_NAMES: [&str; 19] = [
     "websocket_messages_dropped",
     "sse_responses_moved",
     "sse_responses_cut",
+    "envoy_untested",
 ];
 
 /// The series name of a Prometheus sample line (`name{labels} value` or `name value`).

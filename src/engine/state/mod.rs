@@ -12,6 +12,7 @@ use crate::config::{DrainSettings, RequestPolicy};
 use crate::connections::{Connections, StreamMark};
 use crate::counting::{Lane, Registry, ReservedSlot, Ticket};
 use crate::engine::drain::{Decision, Drain, Observation, Phase, Trigger};
+use crate::envoy_stats::compat::{Standing, Surface};
 use crate::host::extension::ExtensionHost;
 pub use crate::host::extension::{Gauge, Stat};
 use crate::host::stream::Wakers;
@@ -84,6 +85,9 @@ pub struct Shared {
     data_filter_loaded: AtomicBool,
     /// The Envoy the module was loaded into (set once, at program init).
     envoy: OnceLock<crate::envoy_stats::compat::EnvoyGeneration>,
+    /// Where the module stands there: release, tested or not, surface (set once, at program
+    /// init; unset in unit tests and outside Envoy: the full surface).
+    standing: OnceLock<Standing>,
     hosts: Hosts,
 }
 
@@ -104,6 +108,7 @@ impl Shared {
             readiness_fails_at: AtomicU64::new(0),
             data_filter_loaded: AtomicBool::new(false),
             envoy: OnceLock::new(),
+            standing: OnceLock::new(),
             hosts,
         }
     }
@@ -116,6 +121,25 @@ impl Shared {
     /// The Envoy generation the module was loaded into (program init; once).
     pub fn set_envoy(&self, found: crate::envoy_stats::compat::EnvoyGeneration) {
         let _ = self.envoy.set(found);
+    }
+
+    /// Where the module stands in the running Envoy (program init; once).
+    pub fn set_standing(&self, standing: Standing) {
+        let _ = self.standing.set(standing);
+    }
+
+    pub fn standing(&self) -> Option<&Standing> {
+        self.standing.get()
+    }
+
+    /// Whether the data path's filters step back (the reduced surface of an untested Envoy:
+    /// [`Surface::Reduced`]): a filter config loaded then passes every byte untouched, calls
+    /// nothing of Envoy's on the data path and counts nothing; the drain goes by Envoy's own stats
+    /// as in bootstrap-only mode. Read when a config loads.
+    pub fn data_path_stepped_back(&self) -> bool {
+        self.standing
+            .get()
+            .is_some_and(|s| s.surface == Surface::Reduced)
     }
 
     /// A data-role HTTP filter config was loaded (its config_new).
@@ -394,6 +418,16 @@ impl Shared {
         Status {
             module_version: crate::envoy_stats::compat::MODULE_VERSION,
             envoy: self.envoy_minor(),
+            envoy_release: self
+                .standing
+                .get()
+                .and_then(|s| s.release.map(|r| r.to_string())),
+            envoy_untested: self.standing.get().is_some_and(|s| s.untested.is_some()),
+            surface: self
+                .standing
+                .get()
+                .map_or(Surface::Full, |s| s.surface)
+                .as_str(),
             state: phase.name(),
             ready: self.is_ready(),
             trigger: trigger.map(Trigger::as_str),

@@ -74,6 +74,15 @@ pub struct Status {
     /// The Envoy minor the module found itself in (`1.40` also for a later one with 1.40's
     /// callbacks); `null` outside Envoy.
     pub envoy: Option<&'static str>,
+    /// The Envoy release named in its binary (`1.40.0`, `1.39.1-dev`); `null` when it cannot be
+    /// told (the binary unreadable or naming none) or outside Envoy.
+    pub envoy_release: Option<String>,
+    /// The running Envoy is not one the module was tested with: newer than every tested
+    /// release, or its release cannot be told (`docs/compatibility.md`).
+    pub envoy_untested: bool,
+    /// What the module does there: `full`, or `reduced` (the data path's filters step back and
+    /// pass every byte untouched; the drain hold, readiness and the control endpoints remain).
+    pub surface: &'static str,
     pub state: &'static str,
     /// What the readiness endpoint answers now (see `readiness_failure_delay`).
     pub ready: bool,

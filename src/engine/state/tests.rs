@@ -393,6 +393,58 @@ fn status_json_has_the_documented_fields() {
         .set_envoy(crate::envoy_stats::compat::EnvoyGeneration::V1_38);
     let v: serde_json::Value = serde_json::from_str(&f.shared.status().to_json()).unwrap();
     assert_eq!(v["envoy"], "1.38");
+    assert_eq!(
+        (&v["envoy_release"], &v["envoy_untested"], &v["surface"]),
+        (&serde_json::Value::Null, &false.into(), &"full".into()),
+        "no Envoy here: {v}"
+    );
+}
+
+/// Where the module stands in the running Envoy, as `/drain/status` says it (issue 63 item 6):
+/// the release read from its binary (`null` when it could not be), whether it is untested, and
+/// the surface.
+#[test]
+fn the_status_says_the_release_whether_it_is_untested_and_the_surface() {
+    use crate::envoy_stats::compat::{release_verdict, EnvoyRelease, OnUntested};
+    let release = |minor| {
+        Some(EnvoyRelease {
+            minor,
+            patch: 0,
+            dev: false,
+        })
+    };
+    for (found, policy, want) in [
+        (
+            release(40),
+            OnUntested::Reduced,
+            ("1.40.0".into(), false, "full"),
+        ),
+        (
+            release(41),
+            OnUntested::Reduced,
+            ("1.41.0".into(), true, "reduced"),
+        ),
+        (
+            release(41),
+            OnUntested::Full,
+            ("1.41.0".into(), true, "full"),
+        ),
+        (
+            None,
+            OnUntested::Reduced,
+            (serde_json::Value::Null, true, "reduced"),
+        ),
+    ] {
+        let f = fixture(Some(fast()));
+        f.shared
+            .set_standing(release_verdict(found, policy, "unreadable").unwrap());
+        let v: serde_json::Value = serde_json::from_str(&f.shared.status().to_json()).unwrap();
+        assert_eq!(
+            (&v["envoy_release"], &v["envoy_untested"], &v["surface"]),
+            (&want.0, &want.1.into(), &want.2.into()),
+            "{found:?} {policy:?}: {v}"
+        );
+    }
 }
 
 /// The delay is measured on the precise clock: with the request path's coarse clock (4 ms
