@@ -1,5 +1,5 @@
 //! The Contour kit (`k8s/contour`): a kustomize Component that adds graceful-drain to Contour's
-//! own release, checked against Contour's release files themselves (`tests/fixtures/contour`:
+//! own release, checked against Contour's release files themselves (`../shared/platforms/contour`:
 //! the Envoy DaemonSet of Contour's example install, and the bootstrap and SDS files `contour
 //! bootstrap` writes for it as Contour's own test expects them, each checked against the
 //! release). Rendered the way `kubectl apply -k` renders it: valid for the Kubernetes schemas,
@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 
 const KIT: &str = "k8s/contour";
 const COMPONENT: &str = "k8s/contour/graceful-drain";
-/// The Contour release the kit is checked against (tests/fixtures/contour/SOURCES).
+/// The Contour release the kit is checked against (../shared/platforms/contour/SOURCES).
 const RELEASE: &str = "v1.33.6";
 const NAMESPACE: &str = "projectcontour";
 /// A pod name, for `$(ENVOY_POD_NAME)`.
@@ -43,10 +43,7 @@ const QUIET: Duration = Duration::from_millis(200);
 const SLOW: &str = "/delay/1200";
 
 fn fixture(name: &str) -> PathBuf {
-    repo_root()
-        .join("tests/fixtures/contour")
-        .join(RELEASE)
-        .join(name)
+    common::platforms().join("contour").join(RELEASE).join(name)
 }
 
 struct Manifests {
@@ -244,7 +241,7 @@ fn local_args(args: &[String], bootstrap: &Path) -> Vec<String> {
 /// kit holds no copy of it.
 #[test]
 fn the_fixtures_are_contour_s_own_release_files() {
-    let dir = repo_root().join("tests/fixtures/contour");
+    let dir = common::platforms().join("contour");
     let mut checked = Vec::new();
     for f in checked_fixture_sources(&dir) {
         assert_eq!(f.tag, RELEASE, "{f:?}");

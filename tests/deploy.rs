@@ -409,22 +409,22 @@ const KITS: [KitUnderTest; 5] = [
         dir: "k8s/kourier",
         url_prefix: Some("https://github.com/knative-extensions/net-kourier/"),
         release: &[
-            "tests/fixtures/kourier/knative-v1.23.0/200-bootstrap.yaml",
-            "tests/fixtures/kourier/knative-v1.23.0/300-gateway.yaml",
+            "kourier/knative-v1.23.0/200-bootstrap.yaml",
+            "kourier/knative-v1.23.0/300-gateway.yaml",
         ],
     },
     KitUnderTest {
         dir: "k8s/kourier",
         url_prefix: Some("https://github.com/knative-extensions/net-kourier/"),
         release: &[
-            "tests/fixtures/kourier/knative-v1.14.0/200-bootstrap.yaml",
-            "tests/fixtures/kourier/knative-v1.14.0/300-gateway.yaml",
+            "kourier/knative-v1.14.0/200-bootstrap.yaml",
+            "kourier/knative-v1.14.0/300-gateway.yaml",
         ],
     },
     KitUnderTest {
         dir: "k8s/contour",
         url_prefix: Some("https://raw.githubusercontent.com/projectcontour/contour/"),
-        release: &["tests/fixtures/contour/v1.33.6/03-envoy.yaml"],
+        release: &["contour/v1.33.6/03-envoy.yaml"],
     },
     KitUnderTest {
         dir: "k8s/envoy-gateway",
@@ -475,7 +475,7 @@ fn render_pinned(kit: &KitUnderTest, without_image_volumes: bool, pin: bool) -> 
         let mut files = String::new();
         for f in kit.release {
             let name = Path::new(f).file_name().unwrap();
-            std::fs::copy(repo_root().join(f), dir.join(name)).unwrap();
+            std::fs::copy(common::platforms().join(f), dir.join(name)).unwrap();
             files.push_str(&format!("- {}\n", name.to_string_lossy()));
         }
         k = edit_once(&k, &format!("{line}\n"), &files, kit.dir);

@@ -844,7 +844,7 @@ fn grace_period(setup: &str) -> u64 {
                 .lines()
                 .any(|l| l.trim().starts_with("terminationGracePeriodSeconds:")));
             yaml_int(
-                "tests/fixtures/contour/v1.33.6/03-envoy.yaml",
+                "../shared/platforms/contour/v1.33.6/03-envoy.yaml",
                 "terminationGracePeriodSeconds",
             )
         }
@@ -1232,7 +1232,7 @@ fn readme_matrix_versions_are_the_tested_ones() {
             .collect()
     };
     let fixtures = |platform: &str| -> BTreeSet<String> {
-        std::fs::read_dir(repo_root().join("tests/fixtures").join(platform))
+        std::fs::read_dir(common::platforms().join(platform))
             .unwrap()
             .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
             .filter(|n| n.starts_with('v') || n.starts_with("knative-v"))
@@ -1268,15 +1268,11 @@ fn readme_matrix_versions_are_the_tested_ones() {
                 .split_once(" (Envoy ")
                 .unwrap_or_else(|| panic!("{name}: {part:?} is not `vX (Envoy Y)`"));
             let release = release.trim().trim_start_matches('v').to_string();
-            let manifests: String = std::fs::read_dir(
-                repo_root()
-                    .join("tests/fixtures")
-                    .join(dir)
-                    .join(format!("v{release}")),
-            )
-            .unwrap()
-            .map(|e| std::fs::read_to_string(e.unwrap().path()).unwrap_or_default())
-            .collect();
+            let manifests: String =
+                std::fs::read_dir(common::platforms().join(dir).join(format!("v{release}")))
+                    .unwrap()
+                    .map(|e| std::fs::read_to_string(e.unwrap().path()).unwrap_or_default())
+                    .collect();
             assert!(
                 manifests.contains(&format!("envoy:distroless-v{envoy}")),
                 "{name} v{release}'s manifest does not run Envoy {envoy}"
@@ -1287,7 +1283,7 @@ fn readme_matrix_versions_are_the_tested_ones() {
     }
     // Istio: the release in the fixtures (its own proxy is not run: the cell says on what).
     let istio = row("istio");
-    let releases: Vec<String> = std::fs::read_dir(repo_root().join("tests/fixtures/istio"))
+    let releases: Vec<String> = std::fs::read_dir(common::platforms().join("istio"))
         .unwrap()
         .map(|e| e.unwrap())
         .filter(|e| e.path().is_dir())

@@ -1,5 +1,5 @@
 //! The Envoy Gateway kit (`k8s/envoy-gateway`), checked against Envoy Gateway's releases
-//! v1.8.3 and v1.9.0 without a cluster. `tests/fixtures/envoy-gateway/` holds, per release, EG's
+//! v1.8.3 and v1.9.0 without a cluster. `../shared/platforms/envoy-gateway/` holds, per release, EG's
 //! own reference rendering of the proxy Deployment (the envoy container's arguments with the
 //! whole bootstrap EG writes, and the shutdown-manager sidecar), byte for byte, and the
 //! release's CRD schemas for the fields the kit writes. `kubectl kustomize` renders the kit; its
@@ -38,8 +38,8 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 const KIT: &str = "k8s/envoy-gateway";
-const FIXTURES: &str = "tests/fixtures/envoy-gateway";
-/// The Envoy Gateway releases the kit is checked against (`tests/fixtures/envoy-gateway/SOURCES`).
+const FIXTURES: &str = "envoy-gateway";
+/// The Envoy Gateway releases the kit is checked against (`../shared/platforms/envoy-gateway/SOURCES`).
 const EG_RELEASES: [&str; 2] = ["v1.8.3", "v1.9.0"];
 /// Where the kit mounts the module in the pod (the module image's volume).
 const POD_MODULE_DIR: &str = "/var/lib/graceful-drain";
@@ -177,9 +177,9 @@ fn without_directives(v: &Value) -> Value {
     }
 }
 
-/// The release's CRD schema for `kind` (cut from EG's CRD by scripts/eg-crd-schemas.py).
+/// The release's CRD schema for `kind` (cut from EG's CRD: its SOURCES says how).
 fn schema(release: &str, kind: &str) -> std::path::PathBuf {
-    repo_root().join(FIXTURES).join(format!(
+    common::platforms().join(FIXTURES).join(format!(
         "schemas/{release}/{}.json",
         kind.to_ascii_lowercase()
     ))
@@ -202,7 +202,7 @@ fn objects(k: &Kit) -> Vec<String> {
 /// each schema names the CRD it was cut from.
 #[test]
 fn the_fixtures_are_envoy_gateway_s_own_release_files() {
-    let files: Vec<(String, String)> = checked_fixture_sources(&repo_root().join(FIXTURES))
+    let files: Vec<(String, String)> = checked_fixture_sources(&common::platforms().join(FIXTURES))
         .into_iter()
         .map(|f| (f.tag, f.fixture))
         .collect();
@@ -603,11 +603,11 @@ fn the_module_s_filter_runs_before_every_filter_eg_places_ahead_of_it() {
 // ---------------------------------------------------------------------------------------------
 // EG's Deployment with the kit's EnvoyProxy applied
 
-/// EG's proxy Deployment for `release`, as EG renders it (`tests/fixtures/envoy-gateway`).
+/// EG's proxy Deployment for `release`, as EG renders it (`../shared/platforms/envoy-gateway`).
 fn eg_deployment(release: &str) -> Value {
     yaml(
         &std::fs::read_to_string(
-            repo_root()
+            common::platforms()
                 .join(FIXTURES)
                 .join(release)
                 .join("deployment.yaml"),
@@ -1161,7 +1161,7 @@ fn json_patch_add(doc: &mut Value, path: &str, value: Value) {
 /// its address moves: EG's test IR puts it on 0.0.0.0:19001 (19003, `EnvoyReadinessPort`, in a
 /// real proxy), here a free loopback port.
 fn eg_ready_listener(port: u16) -> Value {
-    let file = repo_root()
+    let file = common::platforms()
         .join(FIXTURES)
         .join(eg_release())
         .join("ready.listeners.yaml");

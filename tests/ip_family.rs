@@ -59,14 +59,14 @@ fn pieces(kit: Kit, component: Option<&str>) -> Value {
         Kit::Kourier | Kit::Contour => {
             let (fixtures, files): (&str, &[&str]) = if kit == Kit::Kourier {
                 (
-                    "tests/fixtures/kourier/knative-v1.23.0",
+                    "kourier/knative-v1.23.0",
                     &["200-bootstrap.yaml", "300-gateway.yaml"],
                 )
             } else {
-                ("tests/fixtures/contour/v1.33.6", &["03-envoy.yaml"])
+                ("contour/v1.33.6", &["03-envoy.yaml"])
             };
             for f in files {
-                std::fs::copy(root.join(fixtures).join(f), dir.0.join(f)).unwrap();
+                std::fs::copy(common::platforms().join(fixtures).join(f), dir.0.join(f)).unwrap();
                 k.push_str(&format!("- {f}\n"));
             }
             components.push(format!("{}/graceful-drain", kit.dir()));
@@ -186,16 +186,10 @@ fn each_kit_binds_its_platform_s_family_and_its_component_the_other() {
     // The platforms' own, where a fixture holds them: Kourier 1.23's stats listener is `::`
     // with ipv4_compat, 1.14's 0.0.0.0; EG's default bootstrap binds its stats on 0.0.0.0.
     for (fixture, want) in [
-        (
-            "tests/fixtures/kourier/knative-v1.23.0/200-bootstrap.yaml",
-            "::",
-        ),
-        (
-            "tests/fixtures/kourier/knative-v1.14.0/200-bootstrap.yaml",
-            "0.0.0.0",
-        ),
+        ("kourier/knative-v1.23.0/200-bootstrap.yaml", "::"),
+        ("kourier/knative-v1.14.0/200-bootstrap.yaml", "0.0.0.0"),
     ] {
-        let cm = yaml_docs(&std::fs::read_to_string(repo_root().join(fixture)).unwrap());
+        let cm = yaml_docs(&std::fs::read_to_string(common::platforms().join(fixture)).unwrap());
         let b = yaml(cm[0]["data"]["envoy-bootstrap.yaml"].as_str().unwrap());
         let stats = named(&b["static_resources"]["listeners"], "stats_listener").unwrap();
         assert_eq!(
@@ -203,10 +197,9 @@ fn each_kit_binds_its_platform_s_family_and_its_component_the_other() {
             "{fixture}"
         );
     }
-    let eg = std::fs::read_to_string(
-        repo_root().join("tests/fixtures/envoy-gateway/v1.9.0/deployment.yaml"),
-    )
-    .unwrap();
+    let eg =
+        std::fs::read_to_string(common::platforms().join("envoy-gateway/v1.9.0/deployment.yaml"))
+            .unwrap();
     assert!(eg.contains("name: envoy-gateway-proxy-stats-0.0.0.0-19001"));
 }
 

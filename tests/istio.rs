@@ -1,6 +1,6 @@
 //! The Istio gateway kit (`k8s/istio`): values for Istio's `gateway` Helm chart, a bootstrap
 //! override ConfigMap and an EnvoyFilter, checked against Istio 1.31's own files
-//! (`tests/fixtures/istio`: the bootstrap Istio's test expects pilot-agent to write, the gateway
+//! (`../shared/platforms/istio`: the bootstrap Istio's test expects pilot-agent to write, the gateway
 //! chart's values schema and Deployment template, the injector's gateway template, each checked
 //! against the release). The values fit the chart and the pod they make validates; the override,
 //! merged as pilot-agent merges it (`--config-yaml` over Istio's bootstrap), validates with the
@@ -30,16 +30,13 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 const KIT: &str = "k8s/istio";
-/// The Istio release the kit is checked against (tests/fixtures/istio/SOURCES).
+/// The Istio release the kit is checked against (../shared/platforms/istio/SOURCES).
 const RELEASE: &str = "1.31.0-rc.0";
 /// A request longer than pilot-agent's default `terminationDrainDuration` (5 s).
 const SLOW: &str = "/delay/6500";
 
 fn fixture(name: &str) -> PathBuf {
-    repo_root()
-        .join("tests/fixtures/istio")
-        .join(RELEASE)
-        .join(name)
+    common::platforms().join("istio").join(RELEASE).join(name)
 }
 
 fn read(path: PathBuf) -> String {
@@ -119,7 +116,7 @@ fn pilot_agent_args(bootstrap: &str, over: Option<&Value>) -> Vec<String> {
 
 #[test]
 fn the_fixtures_are_istio_s_own_release_files() {
-    let sources = checked_fixture_sources(&repo_root().join("tests/fixtures/istio"));
+    let sources = checked_fixture_sources(&common::platforms().join("istio"));
     assert_eq!(sources.len(), 4);
     assert!(sources.iter().all(|s| s.tag == RELEASE), "{sources:?}");
 }

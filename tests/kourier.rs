@@ -1,5 +1,5 @@
 //! The Kourier kit (`k8s/kourier`): a kustomize Component that adds graceful-drain to Kourier's
-//! own release, checked against Kourier's releases themselves (`tests/fixtures/kourier`: the
+//! own release, checked against Kourier's releases themselves (`../shared/platforms/kourier`: the
 //! bootstrap ConfigMap and gateway Deployment of knative-v1.23.0 and knative-v1.14.0, byte for
 //! byte, checked against their git blob ids). Rendered over each the way `kubectl apply -k`
 //! renders it: the output passes the Kubernetes schemas; Kourier's bootstrap is untouched and
@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 
 const KIT: &str = "k8s/kourier";
 const COMPONENT: &str = "k8s/kourier/graceful-drain";
-/// The Kourier releases the kit is checked against (tests/fixtures/kourier/SOURCES): the newest,
+/// The Kourier releases the kit is checked against (../shared/platforms/kourier/SOURCES): the newest,
 /// and the last one with the admin on a unix socket and no Envoy drain flags.
 const NEWEST: &str = "knative-v1.23.0";
 const OLDER: &str = "knative-v1.14.0";
@@ -44,7 +44,7 @@ const MIN_DRAIN: Duration = Duration::from_millis(300);
 const QUIET: Duration = Duration::from_millis(200);
 
 fn fixtures() -> PathBuf {
-    repo_root().join("tests/fixtures/kourier")
+    common::platforms().join("kourier")
 }
 
 struct Manifests {

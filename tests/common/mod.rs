@@ -67,6 +67,24 @@ pub fn repo_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
+/// The platforms' release files the kits are checked against (Kourier, Contour, Envoy Gateway,
+/// Istio: other projects' files, each folder's SOURCES says where from). The repository keeps no
+/// copy: they are read from `../shared/platforms/` beside the checkout (CI has it there), or from
+/// `GRACEFUL_DRAIN_PLATFORMS`. Panics naming where to put them when they are missing.
+pub fn platforms() -> PathBuf {
+    let dir = std::env::var_os("GRACEFUL_DRAIN_PLATFORMS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo_root().join("../shared/platforms"));
+    assert!(
+        dir.join("README.md").is_file(),
+        "the platforms' release files are missing: put them in {} (the shared/platforms/ folder \
+         beside the checkout, with its README.md and each platform's SOURCES), or point \
+         GRACEFUL_DRAIN_PLATFORMS at them",
+        dir.display()
+    );
+    dir
+}
+
 /// Poll `check` until it returns `Some`, or panic with `what` after `timeout`.
 pub async fn eventually<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> T
 where
