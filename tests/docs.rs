@@ -1720,3 +1720,76 @@ fn reliability_names_the_suites_ci_cross_checks() {
         }
     }
 }
+
+/// README.md and every page render as their source reads (issue 67): each fenced code block
+/// the source opens is one fenced code block to a real CommonMark parser (pulldown-cmark),
+/// holding exactly the lines between its fences. An unindented line inside a list item's fence
+/// ends the list item, and the rest of the page renders as code: this fails here.
+#[test]
+fn every_page_s_code_blocks_render_as_their_source_reads() {
+    use pulldown_cmark::{CodeBlockKind, Event, Parser, Tag, TagEnd};
+    let mut pages = vec![
+        repo_root().join("README.md"),
+        repo_root().join("CHANGELOG.md"),
+    ];
+    let mut docs: Vec<_> = std::fs::read_dir(repo_root().join("docs"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "md"))
+        .collect();
+    docs.sort();
+    pages.extend(docs);
+    for page in pages {
+        let text = std::fs::read_to_string(&page).unwrap();
+        // The source's fenced blocks: the lines between an opening fence and the next fence of
+        // the same indentation, with that indentation taken off.
+        let mut want: Vec<String> = Vec::new();
+        let mut open: Option<(usize, String)> = None;
+        for line in text.lines() {
+            let indent = line.len() - line.trim_start().len();
+            let fence = line.trim_start().starts_with("```");
+            match &mut open {
+                None if fence => open = Some((indent, String::new())),
+                Some((i, body)) if fence && indent == *i => {
+                    want.push(std::mem::take(body));
+                    open = None;
+                }
+                Some((i, body)) => {
+                    body.push_str(line.get(*i..).unwrap_or(line.trim_start()));
+                    body.push('\n');
+                }
+                None => {}
+            }
+        }
+        assert!(open.is_none(), "{}: a fence never closed", page.display());
+        let mut got: Vec<String> = Vec::new();
+        let mut inside: Option<String> = None;
+        for ev in Parser::new(&text) {
+            match ev {
+                Event::Start(Tag::CodeBlock(CodeBlockKind::Fenced(_))) => {
+                    inside = Some(String::new())
+                }
+                Event::Text(t) if inside.is_some() => {
+                    inside.as_mut().unwrap().push_str(&t);
+                }
+                Event::End(TagEnd::CodeBlock) => {
+                    if let Some(b) = inside.take() {
+                        got.push(b);
+                    }
+                }
+                _ => {}
+            }
+        }
+        assert_eq!(
+            got.len(),
+            want.len(),
+            "{}: {} fenced code blocks in the source, {} rendered",
+            page.display(),
+            want.len(),
+            got.len()
+        );
+        for (g, w) in got.iter().zip(&want) {
+            assert_eq!(g, w, "{}: a code block renders otherwise", page.display());
+        }
+    }
+}
