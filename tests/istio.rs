@@ -184,7 +184,10 @@ fn the_values_fit_istio_s_gateway_chart() {
     // `command` to the image (pilot-agent its entry point) and never sets a lifecycle of its own
     // on a gateway.
     let inject = read(fixture("gateway-injection-template.yaml"));
-    assert!(inject.contains("    - proxy\n    - router\n"), "pilot-agent's arguments");
+    assert!(
+        inject.contains("    - proxy\n    - router\n"),
+        "pilot-agent's arguments"
+    );
     assert_eq!(
         v["lifecycle"]["preStop"],
         json!({"exec": {"command": PRE_STOP}})
@@ -246,7 +249,10 @@ fn the_kit_is_never_worse_than_stock_istio() {
         match field {
             // Sooner is not stricter: the same failures, seen sooner.
             "initialDelaySeconds" | "periodSeconds" => assert!(kit <= stock, "{field} {kit}"),
-            _ => assert!(kit >= stock, "{field}: {kit}, stricter than Istio's {stock}"),
+            _ => assert!(
+                kit >= stock,
+                "{field}: {kit}, stricter than Istio's {stock}"
+            ),
         }
     }
     assert!(probe["successThreshold"].as_u64().unwrap_or(1) <= 1);
@@ -255,7 +261,10 @@ fn the_kit_is_never_worse_than_stock_istio() {
     }
     // No way in from outside the pod: the hook reaches the admin (loopback) and the only drain
     // path on the control listener is denied to every address but loopback.
-    assert_eq!(v["lifecycle"]["preStop"]["exec"]["command"], json!(PRE_STOP));
+    assert_eq!(
+        v["lifecycle"]["preStop"]["exec"]["command"],
+        json!(PRE_STOP)
+    );
     assert!(v["lifecycle"]["preStop"].get("httpGet").is_none());
     let o = override_json();
     assert_eq!(
@@ -263,9 +272,16 @@ fn the_kit_is_never_worse_than_stock_istio() {
         None,
         "the override leaves Istio's admin (loopback) as it is"
     );
-    let control = named(&o["static_resources"]["listeners"], "graceful-drain-control").unwrap();
+    let control = named(
+        &o["static_resources"]["listeners"],
+        "graceful-drain-control",
+    )
+    .unwrap();
     let filters = &control["filter_chains"][0]["filters"][0]["typed_config"]["http_filters"];
-    assert_eq!(filters[0]["name"], "envoy.filters.http.rbac", "the rule first");
+    assert_eq!(
+        filters[0]["name"], "envoy.filters.http.rbac",
+        "the rule first"
+    );
     assert_eq!(filters[1]["name"], "envoy.filters.http.dynamic_modules");
     let rules = &filters[0]["typed_config"]["rules"];
     assert_eq!(rules["action"], "DENY");
@@ -998,7 +1014,11 @@ async fn only_the_pod_itself_may_start_a_drain_on_istio_s_gateway() {
         assert_eq!(a.status, 200, "{path} from {}: open to anyone", other.there);
     }
     let a = from_there("GET", "/drain/status").await;
-    assert!(a.body.contains("\"state\":\"serving\""), "no drain: {}", a.body);
+    assert!(
+        a.body.contains("\"state\":\"serving\""),
+        "no drain: {}",
+        a.body
+    );
     assert_eq!(
         clients::get(control, "/ready").await.unwrap().status,
         200,
@@ -1011,6 +1031,9 @@ async fn only_the_pod_itself_may_start_a_drain_on_istio_s_gateway() {
         .unwrap();
     assert_eq!(r.status, 202, "{}", r.text());
     envoy
-        .wait_log("the drain from loopback", "drain started (trigger=drain_endpoint")
+        .wait_log(
+            "the drain from loopback",
+            "drain started (trigger=drain_endpoint",
+        )
         .await;
 }
