@@ -236,6 +236,7 @@ fn kit_renders_and_passes_each_release_s_schemas() {
     assert_eq!(
         objects(kit_default()),
         [
+            "PodDisruptionBudget/graceful-drain-eg",
             "EnvoyExtensionPolicy/graceful-drain",
             "EnvoyProxy/graceful-drain"
         ]
@@ -253,6 +254,9 @@ fn kit_renders_and_passes_each_release_s_schemas() {
             let k = kit_with(&components);
             for doc in &k.docs {
                 let kind = doc["kind"].as_str().unwrap();
+                if kind == "PodDisruptionBudget" {
+                    continue; // Kubernetes' own: no_probe_is_stricter_than_eg_s_own
+                }
                 let (ok, errors) = json_schema_validate(&schema(release, kind), doc);
                 assert!(ok, "{release} {components:?} {kind}: {errors}");
             }
@@ -262,6 +266,7 @@ fn kit_renders_and_passes_each_release_s_schemas() {
     assert_eq!(
         objects(&kit_with(&[CONNECTION_MODE])),
         [
+            "PodDisruptionBudget/graceful-drain-eg",
             "EnvoyPatchPolicy/graceful-drain-connection-mode",
             "EnvoyProxy/graceful-drain"
         ]
@@ -396,15 +401,18 @@ fn kit_pieces_fit_together() {
     assert_eq!(filters[0]["typed_config"]["rules"]["action"], "DENY");
     // Merged over a GatewayClass-level EnvoyProxy instead of replacing it.
     assert_eq!(ep["mergeType"], "StrategicMerge");
-    // EG's shutdown-manager agrees with the module: it finishes before the module's earliest exit,
-    // and the grace period EG derives (drainTimeout + 300s) leaves the module its drain_timeout.
-    let sm_min = duration(&ep["shutdown"]["minDrainDuration"]);
+    // EG's drainTimeout is the module's drain_timeout, and the grace period EG derives from it
+    // (drainTimeout + 300s) leaves the module all of it. Only drainTimeout: the other shutdown
+    // fields EG renders into the shutdown-manager's preStop command, which the kit removes.
     let sm_timeout = duration(&ep["shutdown"]["drainTimeout"]);
-    let min = duration(&settings["min_drain_duration"]);
     let timeout = duration(&settings["drain_timeout"]);
-    assert!(
-        sm_min + Duration::from_secs(1) < min,
-        "{sm_min:?} vs {min:?}"
+    assert_eq!(
+        ep["shutdown"]
+            .as_object()
+            .unwrap()
+            .keys()
+            .collect::<Vec<_>>(),
+        ["drainTimeout"]
     );
     assert!(sm_timeout + Duration::from_secs(300) > timeout + Duration::from_secs(5));
     assert_eq!(sm_timeout, timeout);
@@ -677,7 +685,9 @@ fn kit_deployment_of(release: &str, kit: &Kit) -> Value {
         pod["initContainers"] = k["initContainers"].clone();
     }
     let drain_timeout = duration(&ep["shutdown"]["drainTimeout"]).as_secs();
-    let min_drain = duration(&ep["shutdown"]["minDrainDuration"]).as_secs();
+    let min_drain = ep["shutdown"]
+        .get("minDrainDuration")
+        .map(|d| duration(d).as_secs());
     pod["terminationGracePeriodSeconds"] = json!(drain_timeout + 300);
     let containers = pod["containers"].as_array_mut().unwrap();
     let envoy = containers
@@ -708,7 +718,9 @@ fn kit_deployment_of(release: &str, kit: &Kit) -> Value {
         .as_array_mut()
         .unwrap();
     stop.push(json!(format!("--drain-timeout={drain_timeout}s")));
-    stop.push(json!(format!("--min-drain-duration={min_drain}s")));
+    if let Some(min_drain) = min_drain {
+        stop.push(json!(format!("--min-drain-duration={min_drain}s")));
+    }
     assert_eq!(k["patch"]["type"], "StrategicMerge");
     strategic_merge(&mut d, &k["patch"]["value"]);
     d
@@ -832,29 +844,36 @@ fn kit_applied_to_eg_deployment_keeps_eg_pod_and_changes_only_the_stop() {
         assert_eq!(args(envoy), args(stock), "{release}");
         let a = items(&envoy["args"], "args");
         let at = a.iter().position(|x| x == "--drain-time-s").unwrap();
-        assert_eq!(a[at + 1], "25");
+        assert_eq!(a[at + 1], "60", "EG's own --drain-time-s");
         let at = a.iter().position(|x| x == "--log-level").unwrap();
         assert_eq!(a[at + 1], "warn");
         for field in ["command", "image", "resources", "securityContext", "name"] {
             assert_eq!(envoy[field], stock[field], "{field}");
         }
-        // The shutdown-manager: EG's, with the timings EG derives from the kit's shutdown
-        // settings.
-        let sm = container(&d, "shutdown-manager");
+        // The shutdown-manager: EG's, with the `--ready-timeout` EG derives from drainTimeout,
+        // and without its preStop sequence (its /healthcheck/fail would fail readiness at once,
+        // before readiness_failure_delay); everything else of it is EG's.
+        let (sm, stock_sm) = (
+            container(&d, "shutdown-manager"),
+            container(&eg, "shutdown-manager"),
+        );
         assert_eq!(
             sm["args"],
-            json!(["envoy", "shutdown-manager", "--ready-timeout=35s"])
+            json!(["envoy", "shutdown-manager", "--ready-timeout=70s"])
         );
-        assert_eq!(
-            sm["lifecycle"]["preStop"]["exec"]["command"],
-            json!([
-                "envoy-gateway",
-                "envoy",
-                "shutdown",
-                "--drain-timeout=25s",
-                "--min-drain-duration=3s"
-            ])
-        );
+        assert!(stock_sm["lifecycle"]["preStop"]["exec"].is_object());
+        assert!(sm["lifecycle"].is_null(), "{}", sm["lifecycle"]);
+        for field in [
+            "command",
+            "image",
+            "livenessProbe",
+            "readinessProbe",
+            "startupProbe",
+            "resources",
+            "securityContext",
+        ] {
+            assert_eq!(sm[field], stock_sm[field], "shutdown-manager {field}");
+        }
         for field in [
             "metadata",
             "spec/selector",
@@ -864,7 +883,11 @@ fn kit_applied_to_eg_deployment_keeps_eg_pod_and_changes_only_the_stop() {
             let p = format!("/{field}");
             assert_eq!(d.pointer(&p), eg.pointer(&p), "{field}");
         }
-        assert_eq!(pod["terminationGracePeriodSeconds"], 325);
+        assert_eq!(
+            pod["terminationGracePeriodSeconds"],
+            eg["spec"]["template"]["spec"]["terminationGracePeriodSeconds"],
+            "EG's own grace period (360 s)"
+        );
         for field in [
             "automountServiceAccountToken",
             "serviceAccountName",
@@ -881,6 +904,81 @@ fn kit_applied_to_eg_deployment_keeps_eg_pod_and_changes_only_the_stop() {
         &json!({"livenessProbe": {"httpGet": {"port": 19010}}}),
     );
     assert_eq!(merged["livenessProbe"]["httpGet"]["path"], "/ready");
+}
+
+/// The kit never makes EG's pod worse than stock, field by field against each release's own
+/// Deployment: no probe stricter than EG's (the envoy container's startup, readiness and liveness
+/// probes: the same period, timeout and thresholds, the liveness probe only moved to a path that
+/// stays 200 while draining; the shutdown-manager's untouched), the drain bound and the grace
+/// period at least EG's (`drainTimeout` 60 s: `--drain-time-s 60`, 360 s), and a
+/// PodDisruptionBudget that selects exactly the Gateway's proxy pods and never blocks a node drain.
+#[test]
+fn no_probe_is_stricter_than_eg_s_own() {
+    let settings = module_settings(&kit().bootstrap_merge());
+    for release in EG_RELEASES {
+        let k = kit_with(components_for(release));
+        let (eg, d) = (eg_deployment(release), kit_deployment_of(release, &k));
+        for name in ["envoy", "shutdown-manager"] {
+            let (kit_c, stock_c) = (container(&d, name), container(&eg, name));
+            for probe in ["startupProbe", "readinessProbe", "livenessProbe"] {
+                let (kp, sp) = (&kit_c[probe], &stock_c[probe]);
+                assert!(sp.is_object(), "{release} {name} {probe}");
+                for field in ["periodSeconds", "timeoutSeconds", "failureThreshold"] {
+                    let (kv, sv) = (kp[field].as_u64(), sp[field].as_u64());
+                    assert!(kv.is_some() && kv >= sv, "{release} {name} {probe} {field}");
+                    assert!(
+                        field != "periodSeconds" || kv == sv,
+                        "{release} {name} {probe} read as often"
+                    );
+                }
+                assert!(
+                    kp["successThreshold"].as_u64() <= sp["successThreshold"].as_u64(),
+                    "{release} {name} {probe} successThreshold"
+                );
+                assert!(
+                    kp["initialDelaySeconds"].as_u64().unwrap_or(0)
+                        >= sp["initialDelaySeconds"].as_u64().unwrap_or(0)
+                );
+                if name == "shutdown-manager" || probe != "livenessProbe" {
+                    assert_eq!(kp, sp, "{release} {name} {probe} is EG's");
+                }
+            }
+        }
+        // Bounds: EG's own drain time and grace period, and the module's drain as long.
+        let flag = |c: &Value, f: &str| -> String {
+            let a = items(&c["args"], "args");
+            let at = a.iter().position(|x| x == f).unwrap();
+            a[at + 1].as_str().unwrap().to_string()
+        };
+        let stock_drain: u64 = flag(container(&eg, "envoy"), "--drain-time-s")
+            .parse()
+            .unwrap();
+        assert_eq!(stock_drain, 60, "EG's default drain (proxy_args.go)");
+        let kit_drain: u64 = flag(container(&d, "envoy"), "--drain-time-s")
+            .parse()
+            .unwrap();
+        assert!(kit_drain >= stock_drain);
+        assert!(duration(&settings["drain_timeout"]).as_secs() >= stock_drain);
+        let grace =
+            |d: &Value| d["spec"]["template"]["spec"]["terminationGracePeriodSeconds"].as_u64();
+        assert!(grace(&d) >= grace(&eg), "{release}: {:?}", grace(&eg));
+        assert!(grace(&d).unwrap() > duration(&settings["drain_timeout"]).as_secs() + 5);
+    }
+    // The budget: EG's proxy pod labels for the Gateway the kit targets, one at a time.
+    let pdb = kit().get("PodDisruptionBudget");
+    assert_eq!(pdb["spec"]["maxUnavailable"], 1);
+    assert!(pdb["spec"].get("minAvailable").is_none(), "never blocks");
+    assert_eq!(pdb["metadata"]["namespace"], "envoy-gateway-system");
+    let labels = &eg_deployment(eg_release())["spec"]["template"]["metadata"]["labels"];
+    let mut want = labels.clone();
+    let gw = &kit().policy()["spec"]["targetRefs"][0];
+    want["gateway.envoyproxy.io/owning-gateway-name"] = gw["name"].clone();
+    want["gateway.envoyproxy.io/owning-gateway-namespace"] =
+        kit().policy()["metadata"]["namespace"].clone();
+    assert_eq!(pdb["spec"]["selector"]["matchLabels"], want);
+    let (_dir, path) = temp_file("eg-pdb", "pdb.yaml", &pdb.to_string());
+    let (ok, text) = kubernetes_validate(&path);
+    assert!(ok, "{text}");
 }
 
 /// Without image volumes (the `without-image-volumes` component): an emptyDir that an init
@@ -1494,6 +1592,9 @@ async fn start_gateway_as(
             s["min_drain_duration"] = json!(t.min_drain);
             s["quiet_period"] = json!(t.quiet);
             s["drain_timeout"] = json!(t.timeout);
+            // Below the short min_drain_duration; the kit's own delay is run by
+            // `readiness_waits_for_the_load_balancer_then_follows_the_drain`.
+            s["readiness_failure_delay"] = json!("0s");
         }
         assert_eq!(
             s["admin_address"],
@@ -1892,85 +1993,80 @@ async fn kit_drains_an_eg_gateway(policy: Policy) {
     assert!(!log.contains("][info]["), "{log}");
 }
 
-/// The kit's shutdown-manager settings (its EnvoyProxy's `spec.shutdown`).
-fn kit_shutdown_manager(gw: &Gateway) -> EgShutdownManager {
-    let s = &kit().envoy_proxy()["spec"]["shutdown"];
-    EgShutdownManager::new(
-        gw,
-        duration(&s["minDrainDuration"]),
-        duration(&s["drainTimeout"]),
-    )
-}
-
-/// The kit's pod stopping: kubelet sends SIGTERM to envoy (no preStop) while the shutdown-manager
-/// runs EG's sequence from its preStop hook, with idle keep-alive connections and a request in
-/// flight. The kit's own drain settings (min_drain_duration 15s) and shutdown settings.
-async fn eg_sequence_with_the_kit(health_check_failure_delay: Option<Duration>) {
+/// The kit's pod stopping with its own drain settings, as kubelet stops it (SIGTERM to envoy; no
+/// preStop hook on either container, so EG's shutdown-manager posts nothing): connections are
+/// told to go away at once (the idle ones closed / sent GOAWAY, the busy one's answer carries
+/// `connection: close`), while readiness, EG's `/ready` (the probe) and the control listener's,
+/// stays 200 for `readiness_failure_delay`, so that a load balancer behind EG's `Local` Service
+/// is still served while its health check notices (what EG 1.9's `healthCheckFailureDelay` is
+/// for); then 503 within [`clients::READY_503_WITHIN`]; Envoy exits by the module's rules, at
+/// least `min_drain_duration`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn readiness_waits_for_the_load_balancer_then_follows_the_drain() {
+    let settings = module_settings(&kit().bootstrap_merge());
+    let delay = duration(&settings["readiness_failure_delay"]);
+    let min_drain = duration(&settings["min_drain_duration"]);
+    assert!(
+        delay >= Duration::from_secs(5) && delay < min_drain,
+        "{settings}"
+    );
+    let d = kit_deployment();
+    let sm = container(&d, "shutdown-manager");
+    assert!(
+        sm["lifecycle"].is_null(),
+        "nothing else fails health checks"
+    );
     let upstream = Upstream::start().await;
     let gw = start_gateway(Policy::ConnectionMode, None, upstream.port).await;
     let (idle_h1, mut idle_h2) = idle_connections(gw.http).await;
     let http = gw.http;
     let busy = tokio::spawn(async move { clients::get(http, "/covered/delay/1500").await });
     gw.envoy.wait_active(1).await;
-    // A connection open on the control listener all along (a kubelet probe, at its longest):
-    // EG's count leaves it out, as it leaves out its own readiness listener's.
-    let probe = tokio::net::TcpStream::connect(("::1", gw.control.unwrap()))
-        .await
-        .unwrap();
-    eventually(
-        "the control connection in Envoy's stats",
-        Duration::from_secs(5),
-        || async {
-            (gw.envoy
-                .stat("listener.graceful-drain-admin.downstream_cx_active")
-                .await
-                == Some(1))
-            .then_some(())
-        },
-    )
-    .await;
-    let mut sm = kit_shutdown_manager(&gw);
-    sm.health_check_failure_delay = health_check_failure_delay;
-    let Gateway { mut envoy, .. } = gw;
+    let Gateway {
+        mut envoy,
+        ready,
+        control,
+        ..
+    } = gw;
+    let control = control.unwrap();
     let t0 = Instant::now();
     envoy.sigterm();
-    let outcome = sm.run().await;
-    println!("EG's shutdown sequence with the kit: {outcome:?}");
-    // It did not wait for the idle connections: it completed, with no connection left, at its
-    // first poll after minDrainDuration, long before its drainTimeout.
-    assert!(outcome.completed, "{outcome:?}");
-    assert_eq!(outcome.counts.last(), Some(&Some(0)), "{outcome:?}");
-    assert!(
-        outcome.elapsed < sm.min_drain_duration + Duration::from_secs(3),
-        "{outcome:?}"
-    );
-    // The idle connections were closed by the drain (HTTP/1.1) or told to go (HTTP/2).
-    idle_h1.wait_closed(Duration::from_secs(1)).await.unwrap();
-    let e = idle_h2.wait_goaway(Duration::from_secs(1)).await;
+    // Told at once, long before readiness fails.
+    idle_h1.wait_closed(Duration::from_secs(3)).await.unwrap();
+    let e = idle_h2.wait_goaway(Duration::from_secs(3)).await;
     assert_eq!(e.reason(), Some(h2::Reason::NO_ERROR));
-    assert_eq!(busy.await.unwrap().unwrap().status, 200);
-    drop(probe);
-    // Envoy exits by the module's rules (at least its min_drain_duration, 15s), after the
-    // shutdown-manager's last poll (so that poll found Envoy's admin answering).
+    let r = busy.await.unwrap().unwrap();
+    assert_eq!((r.status, r.header("connection")), (200, Some("close")));
+    // Still ready until the delay (polled up to 300 ms before it).
+    let mut looks = 0;
+    while t0.elapsed() + Duration::from_millis(300) < delay {
+        assert_eq!(
+            status(ready, "/ready").await,
+            Some(200),
+            "{:?}",
+            t0.elapsed()
+        );
+        assert_eq!(status6(control, "/ready").await, Some(200));
+        looks += 1;
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    assert!(looks > 10, "{looks}");
+    let after = clients::readiness_turns_503("EG", t0 + delay, || status(ready, "/ready")).await;
+    assert!(t0.elapsed() >= delay, "503 before readiness_failure_delay");
+    eprintln!("EG's readiness 503 {after:?} after readiness_failure_delay");
+    assert_eq!(
+        status6(control, "/drain/status").await,
+        Some(200),
+        "liveness"
+    );
     let (exit, at) = envoy.wait_exit(Duration::from_secs(30)).await;
     assert!(exit.success(), "{exit}");
-    let min_drain = duration(&module_settings(&kit().bootstrap_merge())["min_drain_duration"]);
+    assert!(at >= t0 + min_drain, "{:?}", at - t0);
     assert!(
-        at >= t0 + min_drain,
-        "exited {:?} before min_drain_duration",
-        t0 + min_drain - at
+        envoy.log().contains("drain started (trigger=sigterm"),
+        "{}",
+        envoy.log()
     );
-    assert!(at > t0 + outcome.elapsed);
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn eg_shutdown_sequence_no_longer_waits_for_idle_connections() {
-    eg_sequence_with_the_kit(None).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn eg_1_9_sequence_with_health_check_failure_delay_completes_too() {
-    eg_sequence_with_the_kit(Some(Duration::from_secs(1))).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

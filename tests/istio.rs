@@ -6,10 +6,12 @@
 //! merged as pilot-agent merges it (`--config-yaml` over Istio's bootstrap), validates with the
 //! module; and stock Envoy 1.40.0, run with pilot-agent's command line over that bootstrap, its
 //! gateway listener shaped as istiod pushes it with the EnvoyFilter's patch applied (from files
-//! instead of istiod), goes through the kit's stop: kubelet's preStop `/drain`, then pilot-agent's
-//! own stop reproduced from its source. A request longer than Istio's 5 s is served, idle
-//! keep-alive connections are told, and pilot-agent ends Envoy once the drain closed everything.
-//! Without the kit, the same stop cuts that request at 5 s.
+//! instead of istiod), goes through the kit's stop: kubelet's preStop (`pilot-agent request POST
+//! graceful_drain`, the admin on loopback), then pilot-agent's own stop reproduced from its
+//! source. A request longer than Istio's 5 s is served, idle keep-alive connections are told, and
+//! pilot-agent ends Envoy once the drain closed everything. Without the kit, the same stop cuts
+//! that request at 5 s. Nothing outside the pod can start a drain: the control listener refuses
+//! `/drain` to a caller on another host.
 //!
 //! Not here: Istio's own proxy binary (Envoy 1.39.1-dev with Istio's filters), istiod, the
 //! injector and Helm; docs/istio.md says what that leaves untested.
@@ -34,6 +36,31 @@ const KIT: &str = "k8s/istio";
 const RELEASE: &str = "1.31.0-rc.0";
 /// A request longer than pilot-agent's default `terminationDrainDuration` (5 s).
 const SLOW: &str = "/delay/6500";
+/// The kit's preStop hook: pilot-agent's client of Envoy's admin (istio/istio
+/// `pilot/cmd/pilot-agent/app/request.go`: `request <method> <path>` to `localhost:15000/<path>`,
+/// the admin's port, or the admin's unix socket under ISTIO_ENVOY_ADMIN_TRANSPORT=UDS; its
+/// `--debug-port` takes only Istio's own ports, never the kit's control listener).
+const PRE_STOP: [&str; 4] = [
+    "/usr/local/bin/pilot-agent",
+    "request",
+    "POST",
+    "graceful_drain",
+];
+/// Istio's own bounds for a gateway's stop: the gateway chart's `terminationGracePeriodSeconds`
+/// (30, `manifests/charts/gateway/values.yaml`) and pilot-agent's `terminationDrainDuration` (5 s,
+/// `pkg/config/mesh` `DefaultProxyConfig`), after which stock pilot-agent kills Envoy.
+const ISTIO_GRACE: Duration = Duration::from_secs(30);
+const ISTIO_TERMINATION_DRAIN: Duration = Duration::from_secs(5);
+/// Istio's readiness probe on the gateway's proxy (the injector's gateway template: `timeoutSeconds:
+/// 3`, the rest from `global.proxy`: `readinessInitialDelaySeconds` 0, `readinessPeriodSeconds`
+/// 15, `readinessFailureThreshold` 4, `manifests/charts/istio-control/istio-discovery/values.yaml`).
+/// No liveness or startup probe on a gateway.
+const ISTIO_READINESS: [(&str, u64); 4] = [
+    ("initialDelaySeconds", 0),
+    ("periodSeconds", 15),
+    ("timeoutSeconds", 3),
+    ("failureThreshold", 4),
+];
 
 fn fixture(name: &str) -> PathBuf {
     common::platforms().join("istio").join(RELEASE).join(name)
@@ -151,25 +178,32 @@ fn the_values_fit_istio_s_gateway_chart() {
     ] {
         assert!(inject.contains(line), "injector: no {line:?}");
     }
-    // The preStop hook calls the control listener; the grace period covers the drain and
-    // pilot-agent's stop after it.
-    let o = override_json();
-    let control = named(
-        &o["static_resources"]["listeners"],
-        "graceful-drain-control",
-    )
-    .unwrap();
-    assert_eq!(
-        v["lifecycle"]["preStop"]["httpGet"],
-        json!({"path": "/drain", "port": control["address"]["socket_address"]["port_value"]})
+    // The preStop hook runs pilot-agent's admin client inside the container (no httpGet: it
+    // would come from the node, which the control listener refuses /drain); the grace period
+    // covers the drain and pilot-agent's stop after it. The injector's template leaves
+    // `command` to the image (pilot-agent its entry point) and never sets a lifecycle of its own
+    // on a gateway.
+    let inject = read(fixture("gateway-injection-template.yaml"));
+    assert!(
+        inject.contains("    - proxy\n    - router\n"),
+        "pilot-agent's arguments"
     );
+    assert_eq!(
+        v["lifecycle"]["preStop"],
+        json!({"exec": {"command": PRE_STOP}})
+    );
+    let o = override_json();
     let s = module_settings(&o);
     let grace = Duration::from_secs(v["terminationGracePeriodSeconds"].as_u64().unwrap());
-    let stop = duration(&v["env"]["MINIMUM_DRAIN_DURATION"]) + Duration::from_secs(2);
+    let min_drain = duration(&v["env"]["MINIMUM_DRAIN_DURATION"]);
+    let stop = min_drain + Duration::from_secs(2);
     assert!(
         duration(&s["drain_timeout"]) + stop < grace,
         "{s} {grace:?}"
     );
+    // pilot-agent's wait before its first count is the module's floor: new connections that
+    // kube-proxy still sends keep Envoy up as long as the module would.
+    assert_eq!(min_drain, duration(&s["min_drain_duration"]));
     // The pod the chart and the injector make, as far as the kit gives it.
     let env: Vec<Value> = v["env"]
         .as_object()
@@ -194,6 +228,74 @@ fn the_values_fit_istio_s_gateway_chart() {
     let (_dir, path) = temp_file("istio-pod", "pod.yaml", &pod.to_string());
     let (ok, text) = kubernetes_validate(&path);
     assert!(ok, "{text}");
+}
+
+/// The kit never makes Istio's stop worse: its bounds are at least Istio's own (the grace period,
+/// terminationDrainDuration), its probes are no stricter than the injector's field by field
+/// (and it adds none), and nothing outside the pod can start a drain: the preStop hook is an exec
+/// of pilot-agent to the admin on loopback, and the control listener refuses `/drain` to every
+/// address but loopback (run: [`only_the_pod_itself_may_start_a_drain_on_istio_s_gateway`]).
+#[test]
+fn the_kit_is_never_worse_than_stock_istio() {
+    let v = values();
+    let s = module_settings(&override_json());
+    let grace = Duration::from_secs(v["terminationGracePeriodSeconds"].as_u64().unwrap());
+    assert!(grace >= ISTIO_GRACE, "{grace:?}");
+    assert!(duration(&s["drain_timeout"]) >= ISTIO_TERMINATION_DRAIN);
+    assert!(duration(&s["min_drain_duration"]) >= ISTIO_TERMINATION_DRAIN);
+    let probe = &v["readinessProbe"];
+    for (field, stock) in ISTIO_READINESS {
+        let kit = probe[field].as_u64().unwrap_or(0);
+        match field {
+            // Sooner is not stricter: the same failures, seen sooner.
+            "initialDelaySeconds" | "periodSeconds" => assert!(kit <= stock, "{field} {kit}"),
+            _ => assert!(
+                kit >= stock,
+                "{field}: {kit}, stricter than Istio's {stock}"
+            ),
+        }
+    }
+    assert!(probe["successThreshold"].as_u64().unwrap_or(1) <= 1);
+    for key in ["livenessProbe", "startupProbe"] {
+        assert!(v.get(key).is_none(), "the kit adds no {key}");
+    }
+    // No way in from outside the pod: the hook reaches the admin (loopback) and the only drain
+    // path on the control listener is denied to every address but loopback.
+    assert_eq!(
+        v["lifecycle"]["preStop"]["exec"]["command"],
+        json!(PRE_STOP)
+    );
+    assert!(v["lifecycle"]["preStop"].get("httpGet").is_none());
+    let o = override_json();
+    assert_eq!(
+        o.get("admin"),
+        None,
+        "the override leaves Istio's admin (loopback) as it is"
+    );
+    let control = named(
+        &o["static_resources"]["listeners"],
+        "graceful-drain-control",
+    )
+    .unwrap();
+    let filters = &control["filter_chains"][0]["filters"][0]["typed_config"]["http_filters"];
+    assert_eq!(
+        filters[0]["name"], "envoy.filters.http.rbac",
+        "the rule first"
+    );
+    assert_eq!(filters[1]["name"], "envoy.filters.http.dynamic_modules");
+    let rules = &filters[0]["typed_config"]["rules"];
+    assert_eq!(rules["action"], "DENY");
+    let policy = &rules["policies"]["drain-from-outside-the-pod"];
+    assert_eq!(
+        policy["permissions"],
+        json!([{"url_path": {"path": {"exact": "/drain"}}}])
+    );
+    assert_eq!(
+        policy["principals"],
+        json!([{"not_id": {"or_ids": {"ids": [
+            {"direct_remote_ip": {"address_prefix": "127.0.0.0", "prefix_len": 8}}
+        ]}}}])
+    );
 }
 
 /// `kubectl kustomize k8s/istio`: the ConfigMap validates; the EnvoyFilter patches the gateway's
@@ -256,17 +358,19 @@ struct Ports {
 /// loopback ones (0.0.0.0 by 127.0.0.1), and pilot-agent's status server (15020) by a port
 /// nobody answers on. The override's control listener and admin address follow.
 async fn start_gateway(kit: bool, upstream: u16) -> (Envoy, Ports) {
-    let (envoy, ports, _) = start_gateway_as(kit, upstream, true).await;
+    let (envoy, ports, _) = start_gateway_as(kit, upstream, true, "127.0.0.1").await;
     (envoy, ports)
 }
 
 /// [`start_gateway`], `configured` or not yet: before istiod's first listeners (the LDS file
 /// Envoy reads is empty, so Envoy counts no successful listener update, as before istiod's first
 /// push). Unconfigured, also the LDS file and the file of istiod's listeners to move over it.
+/// The kit's control listener on `control_on` (the pod's `0.0.0.0`, loopback by default).
 async fn start_gateway_as(
     kit: bool,
     upstream: u16,
     configured: bool,
+    control_on: &str,
 ) -> (Envoy, Ports, Option<(PathBuf, PathBuf)>) {
     let dir = TempDir::new("istio");
     let p = free_ports(7);
@@ -361,7 +465,7 @@ async fn start_gateway_as(
         let mut o = override_json();
         let l = &mut o["static_resources"]["listeners"][0];
         assert_eq!(l["address"]["socket_address"]["address"], "0.0.0.0");
-        l["address"]["socket_address"] = json!({"address": "127.0.0.1", "port_value": p[5]});
+        l["address"]["socket_address"] = json!({"address": control_on, "port_value": p[5]});
         let r = &mut o["static_resources"]["listeners"][1];
         assert_eq!(r["name"], "graceful-drain-ready");
         assert_eq!(
@@ -618,13 +722,25 @@ async fn pilot_agent_stop(
     }
 }
 
-/// The kit's stop, as kubelet and pilot-agent run it: preStop `GET /drain` on the control
-/// listener, answered once the drain is complete; then SIGTERM, which reaches pilot-agent only
-/// (Envoy is its child), and pilot-agent's stop with the kit's EXIT_ON_ZERO_ACTIVE_CONNECTIONS
-/// and MINIMUM_DRAIN_DURATION. Clients see: a request longer than 5 s on each protocol answered
-/// 200 (the HTTP/1.1 one with `connection: close`), readiness 503 at once, the idle keep-alive
-/// connections told at the drain start (HTTP/2 GOAWAY(NO_ERROR), HTTP/1.1 closed), and Envoy
-/// ended by pilot-agent at its first look after the drain, nothing open.
+/// The kit's preStop hook as kubelet runs it inside the container: `pilot-agent request POST
+/// graceful_drain`, i.e. `POST http://localhost:15000/graceful_drain` (Istio's admin, here at its
+/// test port), answered at once with the drain's status.
+async fn pre_stop(p: &Ports) -> Value {
+    assert_eq!(PRE_STOP[2], "POST");
+    let r = clients::request(p.admin, PRE_STOP[2], &format!("/{}", PRE_STOP[3]), &[])
+        .await
+        .expect("the admin answers the preStop hook");
+    assert_eq!(r.status, 200, "{}", r.text());
+    serde_json::from_str(&r.text()).expect("the drain's status")
+}
+
+/// The kit's stop, as kubelet and pilot-agent run it: the preStop hook starts the drain through
+/// the admin and returns; then SIGTERM, which reaches pilot-agent only (Envoy is its child), and
+/// pilot-agent's stop with the kit's EXIT_ON_ZERO_ACTIVE_CONNECTIONS and MINIMUM_DRAIN_DURATION.
+/// Clients see: a request longer than 5 s on each protocol answered 200 (the HTTP/1.1 one with
+/// `connection: close`), readiness 503 at once, the idle keep-alive connections told at the
+/// drain start (HTTP/2 GOAWAY(NO_ERROR), HTTP/1.1 closed), and Envoy ended by pilot-agent once
+/// the drain closed every connection, not before the module's floor.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_kit_drains_istio_s_gateway_through_pilot_agent_s_stop() {
     let upstream = Upstream::start().await;
@@ -632,7 +748,6 @@ async fn the_kit_drains_istio_s_gateway_through_pilot_agent_s_stop() {
     let v = values();
     let min_drain = duration(&v["env"]["MINIMUM_DRAIN_DURATION"]);
     assert_eq!(v["env"]["EXIT_ON_ZERO_ACTIVE_CONNECTIONS"], "true");
-    let s = module_settings(&override_json());
 
     let slow_h1 = tokio::spawn(clients::get(p.gateway, SLOW));
     let mut h2 = H2Conn::connect(p.gateway).await.unwrap();
@@ -663,82 +778,53 @@ async fn the_kit_drains_istio_s_gateway_through_pilot_agent_s_stop() {
         Some(2)
     );
 
-    // Kubelet: the preStop hook.
-    let t0 = Instant::now();
-    let control = p.control;
-    let pre_stop = tokio::spawn(async move {
-        let r = clients::get(control, "/drain").await;
-        (r, Instant::now())
-    });
-    eventually("readiness 503", Duration::from_secs(3), || async {
-        (clients::get(p.control, "/ready").await.ok()?.status == 503).then_some(())
-    })
-    .await;
-    let e = idle_h2.wait_goaway(Duration::from_secs(5)).await;
-    assert_eq!(e.reason(), Some(h2::Reason::NO_ERROR), "idle HTTP/2");
-    idle_h1
-        .wait_closed(Duration::from_secs(4))
-        .await
-        .expect("idle HTTP/1.1 closed");
-    let e = h2.wait_goaway(Duration::from_secs(3)).await;
-    assert_eq!(e.reason(), Some(h2::Reason::NO_ERROR), "busy HTTP/2");
-    assert!(
-        !slow_h1.is_finished() && !pre_stop.is_finished(),
-        "told during the drain"
-    );
-
-    let r = slow_h1
-        .await
-        .unwrap()
-        .expect("the HTTP/1.1 request in flight");
-    assert_eq!((r.status, r.header("connection")), (200, Some("close")));
-    let r = slow_h2.await.unwrap().expect("the HTTP/2 stream in flight");
-    assert_eq!(r.status, 200);
-    let (r, drained) = pre_stop.await.unwrap();
-    let r = r.expect("preStop /drain answered");
-    assert_eq!(r.status, 200, "{}", r.text());
-    // Told to close too (the control listener drains with the others): a keep-alive client such
-    // as kubelet's does not leave a connection open that pilot-agent would wait on.
-    assert_eq!(r.header("connection"), Some("close"), "preStop answer");
-    let st: Value = serde_json::from_str(&r.text()).unwrap();
-    assert_eq!(st["outcome"]["requests_cut"], 0, "{st}");
-    assert_eq!(st["trigger"], "drain_endpoint", "{st}");
-    // The drain held until the slow requests were answered: not before they could be.
-    assert!(
-        drained - slow_sent >= Duration::from_millis(6400),
-        "{:?}",
-        drained - slow_sent
-    );
-    assert!(
-        drained - t0
-            < Duration::from_millis(6500) + duration(&s["quiet_period"]) + Duration::from_secs(2),
-        "the drain ends once what was in flight is done: {:?}",
-        drained - t0
-    );
-    assert!(envoy.exited().is_none(), "Envoy still up for pilot-agent");
-
-    // Kubelet: SIGTERM to pilot-agent.
+    // Kubelet: the preStop hook, answered at once.
+    let st = pre_stop(&p).await;
+    assert_eq!(st["trigger"], "admin", "{st}");
+    assert_eq!(st["state"], "draining", "{st}");
+    // Kubelet: SIGTERM to pilot-agent, right after the hook.
     let sigterm = Instant::now();
-    let (end, at) = pilot_agent_stop(&mut envoy, &p, Some(min_drain), Duration::ZERO).await;
-    assert_eq!(
-        end,
-        End::Killed {
-            looks: 1,
-            counted: true
-        },
-        "pilot-agent's first look finds nothing open"
-    );
+    let stop = pilot_agent_stop(&mut envoy, &p, Some(min_drain), Duration::ZERO);
+    let clients = async {
+        eventually("readiness 503", Duration::from_secs(3), || async {
+            (clients::get(p.ready, "/healthz/ready").await.ok()?.status == 503).then_some(())
+        })
+        .await;
+        let e = idle_h2.wait_goaway(Duration::from_secs(5)).await;
+        assert_eq!(e.reason(), Some(h2::Reason::NO_ERROR), "idle HTTP/2");
+        idle_h1
+            .wait_closed(Duration::from_secs(4))
+            .await
+            .expect("idle HTTP/1.1 closed");
+        let e = h2.wait_goaway(Duration::from_secs(3)).await;
+        assert_eq!(e.reason(), Some(h2::Reason::NO_ERROR), "busy HTTP/2");
+        assert!(!slow_h1.is_finished(), "told during the drain");
+        let r = slow_h1
+            .await
+            .unwrap()
+            .expect("the HTTP/1.1 request in flight");
+        assert_eq!((r.status, r.header("connection")), (200, Some("close")));
+        let r = slow_h2.await.unwrap().expect("the HTTP/2 stream in flight");
+        assert_eq!(r.status, 200);
+        Instant::now()
+    };
+    let ((end, at), answered) = tokio::join!(stop, clients);
     assert!(
-        at - sigterm < min_drain + Duration::from_secs(3),
-        "{:?}",
-        at - sigterm
+        matches!(end, End::Killed { counted: true, .. }),
+        "pilot-agent ends Envoy once nothing is open: {end:?}"
+    );
+    // Not before the slow requests were answered, nor before the module's floor; soon after.
+    assert!(answered - slow_sent >= Duration::from_millis(6400));
+    assert!(at >= answered, "{:?}", answered - at);
+    assert!(at - sigterm >= min_drain, "{:?}", at - sigterm);
+    assert!(
+        at - answered < Duration::from_secs(3),
+        "pilot-agent's next read after the last answer: {:?}",
+        at - answered
     );
     envoy.wait_exit(Duration::from_secs(5)).await;
     let log = envoy.log();
-    assert!(
-        log.contains("drain started (trigger=drain_endpoint"),
-        "{log}"
-    );
+    assert!(log.contains("drain started (trigger=admin"), "{log}");
 }
 
 /// Stock Istio, the same clients and pilot-agent's default stop (no preStop; SIGTERM, then
@@ -821,9 +907,9 @@ async fn without_the_pre_stop_pilot_agent_s_stop_still_waits_for_the_kit_s_drain
 /// listener, 10002), run as kubelet runs it, with pilot-agent's status server reproduced from
 /// its source: before istiod's first listeners it is not Ready (pilot-agent's 503, passed on,
 /// while the module's static control listener would already answer 200); once they arrived, 200;
-/// from the drain start (kubelet's preStop `GET /drain`: the module fails Envoy's health checks)
-/// 503 at once, never a refused connection, while Istio's own 15021 still answers 200
-/// (pilot-agent caches its first success until its SIGTERM, which comes after the preStop).
+/// from the drain start (kubelet's preStop, through the admin: the module fails Envoy's health
+/// checks) 503 at once, never a refused connection, while Istio's own 15021 still answers 200
+/// (pilot-agent caches its first success).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_kit_s_readiness_probe_follows_istiod_and_the_drain() {
     let v = values();
@@ -834,7 +920,7 @@ async fn the_kit_s_readiness_probe_follows_istiod_and_the_drain() {
         json!({"path": "/healthz/ready", "port": listener["address"]["socket_address"]["port_value"]})
     );
     let upstream = Upstream::start().await;
-    let (envoy, p, pending) = start_gateway_as(true, upstream.port, false).await;
+    let (envoy, p, pending) = start_gateway_as(true, upstream.port, false, "127.0.0.1").await;
     let _agent = PilotAgentStatus::start(p.agent, p.admin).await;
     let status = |port: u16, path: &'static str| async move {
         clients::get(port, path).await.ok().map(|r| r.status)
@@ -861,18 +947,93 @@ async fn the_kit_s_readiness_probe_follows_istiod_and_the_drain() {
     })
     .await;
     assert_eq!(status(p.status, "/healthz/ready").await, Some(200), "15021");
-    // (c) The drain start: kubelet's preStop (answered when the drain is done).
+    // (c) The drain start: kubelet's preStop.
     let started = Instant::now();
-    let control = p.control;
-    let pre_stop = tokio::spawn(async move { clients::get(control, "/drain").await });
+    pre_stop(&p).await;
     let after =
         clients::readiness_turns_503("Istio", started, || status(p.ready, "/healthz/ready")).await;
     eprintln!("the kit's readiness probe 503 {after:?} after the preStop started the drain");
     assert_eq!(
         status(p.status, "/healthz/ready").await,
         Some(200),
-        "Istio's 15021 during the preStop drain (why the kit does not probe it)"
+        "Istio's 15021 during the drain (why the kit does not probe it)"
     );
-    pre_stop.abort();
     drop(envoy);
+}
+
+/// `/drain` on the kit's control listener, bound as shipped (`0.0.0.0`), from another host (a
+/// network namespace of the test's own joined by a veth pair: its address, 10.200.x.2, is not
+/// loopback): 403 `RBAC: access denied`, no drain (the module's readiness stays 200, the log has
+/// no drain start), while `/ready` and `/drain/status` answer it. From inside the pod (loopback) the same
+/// request starts a drain. Needs `ip` and root (CI runs as root); skipped with a message
+/// otherwise.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn only_the_pod_itself_may_start_a_drain_on_istio_s_gateway() {
+    let other = match common::netns::OtherHost::new() {
+        Ok(h) => h,
+        Err(why) => {
+            eprintln!("SKIPPED: cannot make a network namespace here ({why})");
+            return;
+        }
+    };
+    let upstream = Upstream::start().await;
+    let (envoy, p, _) = start_gateway_as(true, upstream.port, true, "0.0.0.0").await;
+    let here = other.here.to_string();
+    let other = &other;
+    let control = p.control;
+    let from_there = |method: &str, path: &str| {
+        let req = format!(
+            "{method} {path} HTTP/1.1\r\nhost: {here}:{control}\r\ncontent-length: 0\r\n\
+             connection: close\r\n\r\n"
+        );
+        async move {
+            let tcp = other
+                .connect(control)
+                .await
+                .expect("connect from the other host");
+            clients::exchange_on(tcp, req.as_bytes())
+                .await
+                .expect("an answer")
+        }
+    };
+    for (method, path) in [
+        ("GET", "/drain"),
+        ("POST", "/drain"),
+        ("POST", "/drain?wait=false"),
+    ] {
+        let a = from_there(method, path).await;
+        assert_eq!(
+            (a.status, a.body.as_str()),
+            (403, "RBAC: access denied"),
+            "{method} {path} from {}",
+            other.there
+        );
+    }
+    for path in ["/ready", "/drain/status"] {
+        let a = from_there("GET", path).await;
+        assert_eq!(a.status, 200, "{path} from {}: open to anyone", other.there);
+    }
+    let a = from_there("GET", "/drain/status").await;
+    assert!(
+        a.body.contains("\"state\":\"serving\""),
+        "no drain: {}",
+        a.body
+    );
+    assert_eq!(
+        clients::get(control, "/ready").await.unwrap().status,
+        200,
+        "still ready (the module's own answer, from inside the pod)"
+    );
+    assert!(!envoy.log().contains("drain started"), "{}", envoy.log());
+    // From inside the pod: loopback is admitted.
+    let r = clients::request(control, "POST", "/drain?wait=false", &[])
+        .await
+        .unwrap();
+    assert_eq!(r.status, 202, "{}", r.text());
+    envoy
+        .wait_log(
+            "the drain from loopback",
+            "drain started (trigger=drain_endpoint",
+        )
+        .await;
 }
