@@ -1,0 +1,735 @@
+//! Properties of the stream edits (docs/stream-edits.md), at the glue: random conversations are
+//! driven through [`NetFilter`]'s read, write and scheduled hooks over [`Sim`], a host that does
+//! to its buffers what Envoy does (edits a write's slices, replaces a read buffer, writes what is
+//! injected), and what leaves is checked against a reference model: the bytes that came in, with
+//! only the listed edits, at their listed boundaries. The glue's application of each edit
+//! (`HeadEdit`, `WsWrite`, `WsWake`, the GOAWAY, the read replacement) is covered with them.
+//!
+//! Each case is drawn from one seed (a small generator below): the conversation, how the writes
+//! and reads are cut and sliced, when the moves thread wakes the connection and how the clock
+//! moves. Proptest keeps a failing seed.
+
+use super::*;
+use crate::config::LongLivedSettings;
+use crate::connections::EVENT_LONG_LIVED;
+use crate::engine::state::tests::{fast, fixture, Fixture};
+use crate::exchange::websocket::{close_frame, GOING_AWAY};
+use crate::tracking::GOING_AWAY_REASON;
+use proptest::prelude::*;
+use std::time::Duration;
+
+std::thread_local! {
+    /// `ConnectionHost::now_nanos`: the case's fake clock, as last read.
+    static NOW: Cell<u64> = const { Cell::new(1) };
+    /// Events committed to the connection's scheduler (`ConnectionHost::commit_scheduler`).
+    static COMMITTED: RefCell<Vec<u64>> = const { RefCell::new(Vec::new()) };
+}
+
+const MS: u64 = 1_000_000;
+
+fn cases(n: u32) -> ProptestConfig {
+    ProptestConfig {
+        cases: n,
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    }
+}
+
+/// splitmix64 over a seed: every random choice of a case.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        crate::connections::long_lived::splitmix64(self.0)
+    }
+    /// In `0..n` (0 when `n` is 0).
+    fn below(&mut self, n: usize) -> usize {
+        if n == 0 {
+            0
+        } else {
+            (self.next() % n as u64) as usize
+        }
+    }
+    fn chance(&mut self, percent: u64) -> bool {
+        self.next() % 100 < percent
+    }
+    fn ascii(&mut self, n: usize) -> Vec<u8> {
+        (0..n).map(|_| b'a' + self.below(26) as u8).collect()
+    }
+    /// `0..len` cut into pieces at up to `cuts` random points (each piece non-empty).
+    fn cut(&mut self, len: usize, cuts: usize) -> Vec<(usize, usize)> {
+        let mut at: Vec<usize> = (0..self.below(cuts + 1))
+            .map(|_| self.below(len + 1))
+            .filter(|&p| p > 0 && p < len)
+            .collect();
+        at.sort_unstable();
+        at.dedup();
+        at.push(len);
+        let mut from = 0;
+        at.into_iter()
+            .filter(|&p| p > 0)
+            .map(|p| (std::mem::replace(&mut from, p), p))
+            .collect()
+    }
+    /// `bytes` as a write's slices: random cuts, each slice non-empty.
+    fn slices(&mut self, bytes: &[u8]) -> Vec<Vec<u8>> {
+        self.cut(bytes.len(), 3)
+            .into_iter()
+            .map(|(a, b)| bytes[a..b].to_vec())
+            .collect()
+    }
+}
+
+/// Envoy's side of the connection, as its filter's hooks see it: the write being handled (its
+/// slices, edited as Envoy edits them), the read buffer (slices of the case's client bytes, so
+/// that bytes left behind keep their addresses), and what reached the client and the upstream.
+struct Sim<'a> {
+    id: u64,
+    open: Cell<bool>,
+    write: RefCell<Vec<Vec<u8>>>,
+    read: RefCell<Vec<&'a [u8]>>,
+    /// What `replace_read` made of the read buffer in this read hook.
+    replaced: RefCell<Option<Vec<u8>>>,
+    /// Every byte written towards the client, in order (writes as edited, and injections).
+    to_client: RefCell<Vec<u8>>,
+    /// Injected writes: (offset in `to_client`, bytes).
+    injected: RefCell<Vec<(usize, Vec<u8>)>>,
+    /// `inject_read`: bytes sent towards the upstream as from the client.
+    to_upstream: RefCell<Vec<u8>>,
+    /// Why the module closed the connection, if it did.
+    closed: RefCell<Option<Vec<u8>>>,
+}
+
+impl<'a> Sim<'a> {
+    fn new(id: u64) -> Sim<'a> {
+        COMMITTED.with(|c| c.borrow_mut().clear());
+        Sim {
+            id,
+            open: Cell::new(true),
+            write: RefCell::new(Vec::new()),
+            read: RefCell::new(Vec::new()),
+            replaced: RefCell::new(None),
+            to_client: RefCell::new(Vec::new()),
+            injected: RefCell::new(Vec::new()),
+            to_upstream: RefCell::new(Vec::new()),
+            closed: RefCell::new(None),
+        }
+    }
+
+    fn flat_write(&self) -> Vec<u8> {
+        self.write.borrow().concat()
+    }
+}
+
+impl ConnectionHost for Sim<'_> {
+    type Slices<'b> = std::vec::IntoIter<&'b [u8]>;
+
+    fn id(&self) -> u64 {
+        self.id
+    }
+    fn is_open(&self) -> bool {
+        self.open.get()
+    }
+    fn new_scheduler(&self) -> Option<usize> {
+        Some(0x5c)
+    }
+    fn commit_scheduler(_: usize, event: u64) {
+        COMMITTED.with(|c| c.borrow_mut().push(event));
+    }
+    fn delete_scheduler(_: usize) {}
+    fn with_read_slices<R>(
+        &self,
+        f: impl for<'b> FnOnce(&'b dyn Fn() -> Option<Self::Slices<'b>>) -> R,
+    ) -> R {
+        let read = self.read.borrow();
+        f(&|| Some(read.iter().map(|s| &s[..]).collect::<Vec<_>>().into_iter()))
+    }
+    fn with_write_slices<R>(
+        &self,
+        f: impl for<'b> FnOnce(&'b dyn Fn() -> Option<Self::Slices<'b>>) -> R,
+    ) -> R {
+        let write = self.write.borrow();
+        f(&|| Some(write.iter().map(|s| &s[..]).collect::<Vec<_>>().into_iter()))
+    }
+    fn replace_read(&self, keep: &[u8]) -> bool {
+        *self.replaced.borrow_mut() = Some(keep.to_vec());
+        true
+    }
+    fn replace_write_start(&self, n: usize, pieces: [&[u8]; 2]) -> bool {
+        let flat = self.flat_write();
+        let n = n.min(flat.len());
+        *self.write.borrow_mut() = vec![[pieces[0], pieces[1], &flat[n..]].concat()];
+        true
+    }
+    fn append_write(&self, bytes: &[u8]) -> bool {
+        self.write.borrow_mut().push(bytes.to_vec());
+        true
+    }
+    fn drain_write(&self, n: usize) -> bool {
+        let flat = self.flat_write();
+        *self.write.borrow_mut() = vec![flat[n.min(flat.len())..].to_vec()];
+        true
+    }
+    fn inject_read(&self, bytes: &[u8]) {
+        self.to_upstream.borrow_mut().extend_from_slice(bytes);
+    }
+    fn mask_key() -> [u8; 4] {
+        [1, 2, 3, 4]
+    }
+    fn inject_write(&self, bytes: &[u8]) {
+        let at = self.to_client.borrow().len();
+        self.to_client.borrow_mut().extend_from_slice(bytes);
+        self.injected.borrow_mut().push((at, bytes.to_vec()));
+    }
+    fn close(&self, details: &[u8]) {
+        self.open.set(false);
+        *self.closed.borrow_mut() = Some(details.to_vec());
+    }
+    fn close_no_flush(&self, details: &[u8]) {
+        self.close(details)
+    }
+    fn wake_stream(&self, _: usize) {
+        panic!("connection mode: no HTTP filter's stream to wake");
+    }
+    fn now_nanos() -> u64 {
+        NOW.with(Cell::get)
+    }
+}
+
+/// One case's module: its shared state (fake clock, engine installed), a listener config with
+/// `long_lived` (window 0: every connection moves at the moves' start), and the filter of a
+/// connection it opened.
+struct World {
+    fx: &'static Fixture,
+    f: NetFilter,
+    _config: NetConfig,
+}
+
+static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(100);
+
+impl World {
+    fn new(long_lived: LongLivedSettings, sim: &Sim) -> World {
+        let fx: &'static Fixture = Box::leak(Box::new(fixture(Some(fast()))));
+        let config = NetConfig::load::<Sim>(
+            NetworkFilterConfig {
+                idle_close_grace: Duration::from_millis(20),
+                idle_after: Duration::ZERO,
+                track_requests: true,
+                long_lived: LongLivedSettings {
+                    window: Duration::ZERO,
+                    ..long_lived
+                },
+            },
+            &fx.shared,
+            || {},
+        );
+        let f = NetFilter::new(Some(&config), &fx.shared);
+        let w = World {
+            fx,
+            f,
+            _config: config,
+        };
+        w.sync_clock();
+        w.f.on_new_connection(sim, &fx.shared);
+        w
+    }
+
+    fn shared(&self) -> &'static Shared {
+        &self.fx.shared
+    }
+
+    fn sync_clock(&self) {
+        NOW.with(|n| n.set(self.fx.shared.clock.nanos()));
+    }
+
+    fn advance(&self, nanos: u64) {
+        self.fx.clock.advance(Duration::from_nanos(nanos));
+        self.sync_clock();
+    }
+
+    fn now(&self) -> u64 {
+        self.fx.shared.clock.nanos()
+    }
+
+    /// A write of `bytes` in `slices` (their concatenation): what of it reached the client.
+    fn write(&self, sim: &Sim, slices: Vec<Vec<u8>>) -> Vec<u8> {
+        let len = slices.iter().map(Vec::len).sum();
+        *sim.write.borrow_mut() = slices;
+        let shared = self.shared();
+        self.f.on_write(sim, len, || shared);
+        let out = sim.flat_write();
+        sim.to_client.borrow_mut().extend_from_slice(&out);
+        out
+    }
+
+    /// A read hook over `slices`: what Envoy's filters after this one get.
+    fn read<'a>(&self, sim: &Sim<'a>, slices: Vec<&'a [u8]>) -> Vec<u8> {
+        let len = slices.iter().map(|s| s.len()).sum();
+        let whole: Vec<u8> = slices.concat();
+        *sim.read.borrow_mut() = slices;
+        *sim.replaced.borrow_mut() = None;
+        let shared = self.shared();
+        self.f.on_read(sim, len, || shared);
+        sim.replaced.borrow_mut().take().unwrap_or(whole)
+    }
+
+    /// The connection's scheduled hook with `event`, as Envoy runs it (not once closed).
+    fn scheduled(&self, sim: &Sim, event: u64) {
+        if self.f.may_reach_envoy() {
+            self.f.on_scheduled(sim, event, self.shared());
+        }
+        if !sim.open.get() {
+            self.f.on_event(true);
+        }
+    }
+
+    fn has_committed(&self) -> bool {
+        COMMITTED.with(|c| !c.borrow().is_empty())
+    }
+
+    /// The events committed to the connection's scheduler so far, run.
+    fn run_committed(&self, sim: &Sim) {
+        for e in COMMITTED.with(|c| std::mem::take(&mut *c.borrow_mut())) {
+            self.scheduled(sim, e);
+        }
+    }
+}
+
+impl Drop for World {
+    fn drop(&mut self) {
+        self.f.on_destroy(self.shared());
+    }
+}
+
+fn long_lived(rng: &mut Rng) -> LongLivedSettings {
+    LongLivedSettings {
+        enabled: true,
+        window: Duration::ZERO,
+        close_timeout: Duration::from_millis(5 + rng.below(60) as u64),
+        message_wait: Duration::from_millis(rng.below(30) as u64),
+    }
+}
+
+// ---- WebSocket ----------------------------------------------------------------------------
+
+const UPGRADE: &[u8] =
+    b"GET /ws HTTP/1.1\r\nhost: x\r\nupgrade: websocket\r\nconnection: upgrade\r\n\
+sec-websocket-key: dGhlIHNhbXBsZSBub25jZQ==\r\nsec-websocket-version: 13\r\n\r\n";
+const SWITCHED: &[u8] = b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n\
+Connection: Upgrade\r\nSec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n";
+
+fn frame(out: &mut Vec<u8>, b0: u8, payload: &[u8], mask: Option<[u8; 4]>) {
+    out.push(b0);
+    let m = if mask.is_some() { 0x80 } else { 0 };
+    if payload.len() < 126 {
+        out.push(m | payload.len() as u8);
+    } else {
+        out.push(m | 126);
+        out.extend_from_slice(&(payload.len() as u16).to_be_bytes());
+    }
+    match mask {
+        Some(k) => {
+            out.extend_from_slice(&k);
+            out.extend(payload.iter().enumerate().map(|(i, b)| b ^ k[i % 4]));
+        }
+        None => out.extend_from_slice(payload),
+    }
+}
+
+/// One direction's frames, with where each frame ends, where the stream is between messages,
+/// and where each data message completes.
+#[derive(Default)]
+struct Frames {
+    bytes: Vec<u8>,
+    frame_ends: Vec<usize>,
+    message_ends: Vec<usize>,
+    completed: Vec<usize>,
+    /// Where its Close frame starts, if it sends one.
+    close_at: Option<usize>,
+}
+
+impl Frames {
+    fn new() -> Frames {
+        Frames {
+            frame_ends: vec![0],
+            message_ends: vec![0],
+            ..Frames::default()
+        }
+    }
+
+    fn control(&mut self, rng: &mut Rng, mask: Option<[u8; 4]>, in_message: bool) {
+        let op = if rng.chance(50) { 0x89 } else { 0x8a };
+        let n = rng.below(9);
+        let payload = rng.ascii(n);
+        frame(&mut self.bytes, op, &payload, mask);
+        self.frame_ends.push(self.bytes.len());
+        if !in_message {
+            self.message_ends.push(self.bytes.len());
+        }
+    }
+
+    /// Random messages (text or binary, 0-`max` bytes, some fragmented with control frames
+    /// between fragments, RSV1 on first frames when `deflate`), control frames between them.
+    fn messages(&mut self, rng: &mut Rng, n: usize, max: usize, deflate: bool, mask: bool) {
+        let key = |rng: &mut Rng| mask.then(|| (rng.next() as u32).to_be_bytes());
+        for _ in 0..n {
+            if rng.chance(20) {
+                let k = key(rng);
+                self.control(rng, k, false);
+            }
+            let op = if rng.chance(50) { 1 } else { 2 };
+            let total = rng.below(max + 1);
+            let frags = 1 + rng.below(3);
+            let mut cuts: Vec<usize> = (1..frags).map(|_| rng.below(total + 1)).collect();
+            cuts.sort_unstable();
+            cuts.push(total);
+            let payload = rng.ascii(total);
+            let mut from = 0;
+            for (i, &to) in cuts.iter().enumerate() {
+                let fin = i + 1 == cuts.len();
+                let b0 = if fin { 0x80 } else { 0 }
+                    | if deflate && i == 0 && rng.chance(50) {
+                        0x40
+                    } else {
+                        0
+                    }
+                    | if i == 0 { op } else { 0 };
+                let k = key(rng);
+                frame(&mut self.bytes, b0, &payload[from..to], k);
+                from = to;
+                self.frame_ends.push(self.bytes.len());
+                if fin {
+                    self.message_ends.push(self.bytes.len());
+                    self.completed.push(self.bytes.len());
+                } else if rng.chance(25) {
+                    let k = key(rng);
+                    self.control(rng, k, true);
+                }
+            }
+        }
+    }
+
+    /// Where its Close frame ends, if it sends one.
+    fn close_end(&self) -> Option<usize> {
+        self.close_at.map(|_| self.bytes.len())
+    }
+
+    fn close(&mut self, mask: Option<[u8; 4]>) {
+        self.close_at = Some(self.bytes.len());
+        self.bytes
+            .extend_from_slice(close_frame(GOING_AWAY, "bye", mask).as_bytes());
+        self.frame_ends.push(self.bytes.len());
+        self.message_ends.push(self.bytes.len());
+    }
+}
+
+/// What happened to the server's bytes, in order.
+#[derive(Debug)]
+enum WsEvent {
+    /// The server's bytes `a..b` were written; `out` reached the client; at `now`.
+    Written {
+        a: usize,
+        b: usize,
+        out: Vec<u8>,
+        now: u64,
+    },
+    /// The module wrote `bytes` from a wake-up, after the server's first `at` bytes.
+    Injected { at: usize, bytes: Vec<u8>, now: u64 },
+}
+
+/// The events in short: `W{a}..{b}:{bytes out}`, `I@{at}`.
+fn summary(events: &[WsEvent]) -> Vec<String> {
+    events
+        .iter()
+        .map(|e| match e {
+            WsEvent::Written { a, b, out, .. } => format!("W{a}..{b}:{}", out.len()),
+            WsEvent::Injected { at, .. } => format!("I@{at}"),
+        })
+        .collect()
+}
+
+/// The writes injected since the `before`th, after the server's first `at` bytes.
+fn injected(sim: &Sim, before: usize, at: usize, now: u64, events: &mut Vec<WsEvent>) {
+    for (_, bytes) in sim.injected.borrow()[before..].iter() {
+        events.push(WsEvent::Injected {
+            at,
+            bytes: bytes.clone(),
+            now,
+        });
+    }
+}
+
+/// One WebSocket conversation, moved at a random time: see [`websocket_case`].
+fn websocket_case(seed: u64) -> Result<(), TestCaseError> {
+    let mut rng = Rng(seed);
+    let deflate = rng.chance(30);
+    let mut s = Frames::new();
+    let n = rng.below(10);
+    s.messages(&mut rng, n, 300, deflate, false);
+    if rng.chance(8) {
+        s.close(None);
+    }
+    let mut c = Frames::new();
+    let n = rng.below(5);
+    c.messages(&mut rng, n, 40, deflate, true);
+    let client_closes_first = rng.chance(10);
+    if client_closes_first {
+        c.close(Some([9, 9, 9, 9]));
+    }
+    let settings = long_lived(&mut rng);
+    let message_wait = settings.message_wait.as_nanos() as u64;
+    let from = 1 + rng.below(60) as u64 * MS;
+    // The client's bytes, with room for its answer to our Close.
+    let answer = close_frame(GOING_AWAY, "", Some([5, 6, 7, 8]))
+        .as_bytes()
+        .to_vec();
+    let answers = rng.chance(70) && !client_closes_first;
+    let client_all: Vec<u8> = [&c.bytes[..], &answer[..]].concat();
+    let our_close = close_frame(GOING_AWAY, GOING_AWAY_REASON, None)
+        .as_bytes()
+        .to_vec();
+
+    let sim = Sim::new(NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
+    let w = World::new(settings, &sim);
+    w.shared().connections.long_lived.begin_moves_at(from);
+    let mut head = SWITCHED.to_vec();
+    if deflate {
+        head.extend_from_slice(b"Sec-WebSocket-Extensions: permessage-deflate\r\n");
+    }
+    head.extend_from_slice(b"\r\n");
+    prop_assert_eq!(w.read(&sim, vec![UPGRADE]), UPGRADE);
+    prop_assert_eq!(w.write(&sim, vec![head.clone()]), head.clone());
+
+    let writes = rng.cut(s.bytes.len(), 12);
+    let mut reads = rng.cut(c.bytes.len(), 6);
+    let (mut wi, mut ri) = (0, 0);
+    let mut events = Vec::new();
+    let mut upstream = Vec::new();
+    // When the client's own Close (not an answer) was read: the events before it.
+    let mut client_close_read = None;
+    let mut answer_due = false;
+    let mut first_due_wake = None;
+    let mut written = 0;
+    let mut steps = 0;
+    while sim.open.get() && steps < 400 {
+        steps += 1;
+        let done = wi == writes.len() && ri == reads.len();
+        if done {
+            break;
+        }
+        match rng.below(7) {
+            0..=2 if wi < writes.len() => {
+                let (a, b) = writes[wi];
+                wi += 1;
+                let slices = rng.slices(&s.bytes[a..b]);
+                let out = w.write(&sim, slices);
+                written = b;
+                events.push(WsEvent::Written {
+                    a,
+                    b,
+                    out,
+                    now: w.now(),
+                });
+            }
+            3 if ri < reads.len() => {
+                let (a, b) = reads[ri];
+                ri += 1;
+                let slices = rng
+                    .cut(b - a, 2)
+                    .into_iter()
+                    .map(|(x, y)| &client_all[a + x..a + y])
+                    .collect();
+                upstream.extend(w.read(&sim, slices));
+                if client_closes_first && b == c.bytes.len() {
+                    client_close_read = Some(events.len());
+                }
+            }
+            4 => {
+                if first_due_wake.is_none() && w.now() >= from && w.has_committed() {
+                    first_due_wake = Some(w.now());
+                }
+                let before = sim.injected.borrow().len();
+                w.run_committed(&sim);
+                injected(&sim, before, written, w.now(), &mut events);
+            }
+            _ => {
+                w.advance(rng.below(15) as u64 * MS);
+                if first_due_wake.is_none() && w.now() >= from {
+                    first_due_wake = Some(w.now());
+                }
+                let before = sim.injected.borrow().len();
+                w.scheduled(&sim, EVENT_LONG_LIVED);
+                injected(&sim, before, written, w.now(), &mut events);
+            }
+        }
+        // The client answers our Close once it has it (and has sent its frames before).
+        if answers
+            && !answer_due
+            && ri == reads.len()
+            && sim.to_client.borrow().ends_with(&our_close)
+        {
+            answer_due = true;
+            reads.push((c.bytes.len(), client_all.len()));
+        }
+    }
+    // Liveness: long after the move time, with every server byte written.
+    for _ in 0..3 {
+        if !sim.open.get() {
+            break;
+        }
+        w.advance(from + message_wait + MS);
+        if first_due_wake.is_none() {
+            first_due_wake = Some(w.now());
+        }
+        let before = sim.injected.borrow().len();
+        w.scheduled(&sim, EVENT_LONG_LIVED);
+        injected(&sim, before, written, w.now(), &mut events);
+    }
+
+    // The model.
+    let any_frame_ok = |now: u64| first_due_wake.is_some_and(|d| now >= d + message_wait);
+    let last_in = |ends: &[usize], a: usize, b: usize| {
+        ends.iter().copied().filter(|&e| e > a && e <= b).max()
+    };
+    let mut placed: Option<(usize, usize)> = None; // (M, event index)
+    for (i, ev) in events.iter().enumerate() {
+        match ev {
+            WsEvent::Written { a, b, out, now } => {
+                if placed.is_some() {
+                    prop_assert!(out.is_empty(), "a server byte after our Close: {ev:?}");
+                    continue;
+                }
+                if out[..] == s.bytes[*a..*b] {
+                    continue;
+                }
+                prop_assert!(
+                    out.ends_with(&our_close),
+                    "a write changed other than by our Close: {ev:?}"
+                );
+                let k = a + out.len() - our_close.len();
+                prop_assert_eq!(&out[..k - a], &s.bytes[*a..k], "the bytes before our Close");
+                let by_message = last_in(&s.message_ends, *a, *b);
+                let by_frame = last_in(&s.frame_ends, *a, *b);
+                prop_assert!(
+                    Some(k) == by_message || (Some(k) == by_frame && any_frame_ok(*now)),
+                    "our Close after byte {} of the write {}..{}, not after its last message \
+                     end {:?} (last frame end {:?}, any frame allowed: {})",
+                    k,
+                    a,
+                    b,
+                    by_message,
+                    by_frame,
+                    any_frame_ok(*now)
+                );
+                prop_assert!(*now >= from, "our Close before the move time");
+                // (A Close whose frame is not whole in the write is not seen: ours goes before it,
+                // as when it comes in the next write.)
+                prop_assert!(
+                    s.close_end().is_none_or(|sc| sc > *b),
+                    "our Close after the server's: k {} a {} b {} sc {:?} len {} events {:?}",
+                    k,
+                    a,
+                    b,
+                    s.close_at,
+                    s.bytes.len(),
+                    summary(&events)
+                );
+                placed = Some((k, i));
+            }
+            WsEvent::Injected { at, bytes, now } => {
+                prop_assert_eq!(bytes, &our_close, "only our Close is injected");
+                prop_assert!(placed.is_none(), "a second Close");
+                prop_assert!(
+                    s.message_ends.contains(at)
+                        || (s.frame_ends.contains(at) && any_frame_ok(*now)),
+                    "our Close injected after byte {} of the server's: not a message end",
+                    at
+                );
+                prop_assert!(*now >= from, "our Close before the move time");
+                prop_assert!(
+                    s.close_end().is_none_or(|sc| sc > *at),
+                    "our Close after the server's: at {} server close at {:?}, len {}, events {:?}",
+                    at,
+                    s.close_at,
+                    s.bytes.len(),
+                    summary(&events)
+                );
+                placed = Some((*at, i));
+            }
+        }
+    }
+    if let (Some((_, i)), Some(j)) = (placed, client_close_read) {
+        prop_assert!(i < j, "our Close after the client's own");
+    }
+    // What reached the client: the head, the server's bytes up to M, our Close, nothing after.
+    let to_client = sim.to_client.borrow().clone();
+    let expected = match placed {
+        Some((m, _)) => [&head[..], &s.bytes[..m], &our_close[..]].concat(),
+        None => [&head[..], &s.bytes[..written]].concat(),
+    };
+    prop_assert!(
+        to_client == expected,
+        "what reached the client: {} bytes, expected {} (placed {:?}, written {}, injected {:?}, events {:?})",
+        to_client.len(),
+        expected.len(),
+        placed,
+        written,
+        sim.injected.borrow(),
+        summary(&events)
+    );
+    // Liveness: moved, unless a Close was on its way before ours.
+    if s.close_at.is_none() && client_close_read.is_none() && written == s.bytes.len() {
+        prop_assert!(placed.is_some(), "never moved");
+    }
+    // Client -> upstream: unchanged, then at most the masked Close of the close timeout.
+    let sent = &client_all[..reads.last().map_or(0, |r| r.1)];
+    prop_assert_eq!(
+        &upstream[..],
+        &sent[..upstream.len()],
+        "client bytes changed"
+    );
+    let told = sim.to_upstream.borrow().clone();
+    if !told.is_empty() {
+        let answer_read = answer_due && upstream.len() == client_all.len();
+        prop_assert!(
+            placed.is_some() && !answer_read,
+            "the upstream told without cause"
+        );
+        prop_assert_eq!(
+            told,
+            crate::tracking::upstream_close(Sim::mask_key()),
+            "the upstream's Close"
+        );
+        prop_assert!(
+            c.frame_ends.contains(&upstream.len()),
+            "between client frames"
+        );
+    }
+    // Whole messages completed after our Close are counted dropped (at the close).
+    let shared = w.shared();
+    drop(w);
+    let dropped = placed.map_or(0, |(m, _)| {
+        s.completed
+            .iter()
+            .filter(|&&e| e > m && e <= written)
+            .count()
+    }) as u64;
+    let counted = shared
+        .connections
+        .long_lived
+        .report()
+        .websocket_messages_dropped;
+    prop_assert_eq!(counted, dropped, "websocket_messages_dropped");
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(cases(256))]
+
+    /// Property 1 (docs/stream-edits.md edits 3 and 4).
+    #[test]
+    fn websocket_close_goes_after_the_last_message_end_and_nothing_follows(seed in any::<u64>()) {
+        websocket_case(seed)?;
+    }
+}
