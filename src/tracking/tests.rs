@@ -466,6 +466,31 @@ fn requests_pipelined_at_a_drain_are_held_back_behind_the_close() {
     assert_eq!(f.shared.requests.counts().active, 0);
 }
 
+/// A CONNECT (or an upgrade) read behind a request during a drain is not held back: the bytes
+/// behind it may be a tunnel's. Envoy answers it after the first response, so that response
+/// gets no `close` (found by `network_filter::props`: the CONNECT reached Envoy behind a
+/// response the module had told `close`).
+#[test]
+fn a_connect_pipelined_behind_a_request_keeps_its_response_untold() {
+    let connect: &[u8] = b"CONNECT example.com:443 HTTP/1.1\r\nhost: example.com:443\r\n\r\n";
+    let upgrade: &[u8] = b"GET /ws HTTP/1.1\r\nhost: x\r\nupgrade: websocket\r\n\
+connection: upgrade\r\nsec-websocket-key: dGhlIHNhbXBsZSBub25jZQ==\r\n\
+sec-websocket-version: 13\r\n\r\n";
+    for behind in [connect, upgrade] {
+        let f = fixture(Some(fast()));
+        f.shared.start_drain(Trigger::Admin);
+        let conn = Conn::new(1);
+        let mut t = Tracking::new();
+        let fed = read(&mut t, &[&[GET, behind].concat()], &conn, &f.shared);
+        assert_eq!(fed.hold_from, None, "nothing held back behind a CONNECT");
+        assert_eq!(write_head(&mut t, OK, &conn, &f.shared), None, "no close");
+        // The next response (no tunnel) may say it: nothing is behind it.
+        let denied = b"HTTP/1.1 403 Forbidden\r\ncontent-length: 0\r\n\r\n";
+        assert!(write_head(&mut t, denied, &conn, &f.shared).is_some());
+        t.on_close(&conn, &f.shared);
+    }
+}
+
 /// Requests read behind one whose response head was written before the drain (without
 /// `close`): that one is answered as it goes, the next one read gets the `close`, and what is
 /// behind that one is held back. Before a drain nothing is held back.

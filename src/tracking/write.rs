@@ -221,6 +221,11 @@ impl Tracking {
         if head.get(9) == Some(&b'2') && self.tracker.answering_connect() {
             return no;
         }
+        if self.tracker.tunnel_request_behind() {
+            // A CONNECT or upgrade read behind this response is not held back (`read`): Envoy
+            // answers it after this one, so a `close` here would not be true (RFC 9112 §9.6).
+            return self.not_told(conn, shared, "a CONNECT or upgrade is pipelined behind it");
+        }
         let Some(lf) = head.iter().take(MAX_STATUS_LINE).position(|&b| b == b'\n') else {
             return self.not_told(
                 conn,
