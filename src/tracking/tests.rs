@@ -466,6 +466,31 @@ fn requests_pipelined_at_a_drain_are_held_back_behind_the_close() {
     assert_eq!(f.shared.requests.counts().active, 0);
 }
 
+/// Envoy's own `connection: close` in a later slice of the head than the status line is seen:
+/// no second one is put in (found by `network_filter::props`), and the connection is told.
+#[test]
+fn envoys_close_in_a_later_slice_of_the_head_is_not_doubled() {
+    let f = fixture(Some(fast()));
+    f.shared.start_drain(Trigger::Admin);
+    let conn = Conn::new(1);
+    let mut t = Tracking::new();
+    read(&mut t, &[GET], &conn, &f.shared);
+    let at = CLOSING.windows(10).position(|w| w == b"connection");
+    let (a, b) = CLOSING.split_at(at.expect("a close line"));
+    let edit = t.on_write_bytes(|| Some([a, b].into_iter()), &conn, &f.shared, now);
+    assert_eq!(edit, None, "Envoy's close is there");
+    assert!(t.told_close());
+    // Without it, the close line goes in as ever.
+    let other = Conn::new(2);
+    let mut u = Tracking::new();
+    read(&mut u, &[GET], &other, &f.shared);
+    let (a, b) = OK.split_at(20);
+    let edit = u.on_write_bytes(|| Some([a, b].into_iter()), &other, &f.shared, now);
+    assert_eq!(edit.map(|e| e.replaced()), Some(17));
+    t.on_close(&conn, &f.shared);
+    u.on_close(&other, &f.shared);
+}
+
 /// A CONNECT (or an upgrade) read behind a request during a drain is not held back: the bytes
 /// behind it may be a tunnel's. Envoy answers it after the first response, so that response
 /// gets no `close` (found by `network_filter::props`: the CONNECT reached Envoy behind a
