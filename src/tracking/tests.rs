@@ -466,6 +466,31 @@ fn requests_pipelined_at_a_drain_are_held_back_behind_the_close() {
     assert_eq!(f.shared.requests.counts().active, 0);
 }
 
+/// More requests in one read during a drain than request ends are remembered
+/// (`REQUEST_ENDS`): the ones behind the first are held back all the same (found by
+/// `network_filter::props`: with the first answered at once, Envoy's codec read on and
+/// answered the second after a response that said close).
+#[test]
+fn more_pipelined_requests_than_ends_remembered_are_held_back_too() {
+    let f = fixture(Some(fast()));
+    f.shared.start_drain(Trigger::Admin);
+    for n in [2, 4, 5, 9] {
+        let conn = Conn::new(n as u64);
+        let mut t = Tracking::new();
+        let many = GET.repeat(n);
+        let fed = read(&mut t, &[&many[..30], &many[30..]], &conn, &f.shared);
+        assert_eq!(fed.hold_from, Some(GET.len()), "{n} requests");
+        // Short requests, many in a piece of the dry run.
+        let short: &[u8] = b"GET / HTTP/1.1\n\n";
+        let other = Conn::new(100 + n as u64);
+        let mut u = Tracking::new();
+        let fed = read(&mut u, &[&short.repeat(n)], &other, &f.shared);
+        assert_eq!(fed.hold_from, Some(short.len()), "{n} short requests");
+        t.on_close(&conn, &f.shared);
+        u.on_close(&other, &f.shared);
+    }
+}
+
 /// Envoy's own `connection: close` in a later slice of the head than the status line is seen:
 /// no second one is put in (found by `network_filter::props`), and the connection is told.
 #[test]
