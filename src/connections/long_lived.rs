@@ -136,6 +136,13 @@ impl LongLived {
         }
     }
 
+    /// Test-only: the moves begin at `from` (`Shared` clock nanos), without the moves thread
+    /// (a test wakes its connections itself).
+    #[cfg(test)]
+    pub(crate) fn begin_moves_at(&self, from: u64) {
+        self.from.store(from.max(1), Ordering::Relaxed);
+    }
+
     /// Connection `id`'s plan, once the moves began (`None` before).
     pub fn plan(&self, id: u64) -> Option<MovePlan> {
         let from = self.from.load(Ordering::Relaxed);

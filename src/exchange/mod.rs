@@ -541,6 +541,16 @@ impl Tracker {
         usize::from(h.fifo.len).saturating_sub(usize::from(open))
     }
 
+    /// HTTP/1.1: a CONNECT or upgrade request read behind the oldest one not answered waits
+    /// for its own answer (the bytes behind the oldest cannot be told requests from a tunnel's:
+    /// [`Tracker::complete_unanswered`] is 0, and nothing of them is held back).
+    pub fn tunnel_request_behind(&self) -> bool {
+        match &self.wire {
+            Wire::Http1(h) => h.verdict_pending && h.fifo.len >= 2,
+            _ => false,
+        }
+    }
+
     /// HTTP/1.1: the oldest request not answered is a CONNECT (its 2xx opens a tunnel).
     pub fn answering_connect(&self) -> bool {
         match &self.wire {

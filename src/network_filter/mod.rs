@@ -606,4 +606,6 @@ fn in_use() {
 }
 
 #[cfg(test)]
+mod props;
+#[cfg(test)]
 mod tests;

@@ -46,6 +46,9 @@ pub(super) enum Behind {
 /// Slices of a read buffer remembered (Envoy's read buffer has one or two in practice; a read
 /// that may start beyond these loses the connection, see the module doc).
 pub(super) const READ_SLICES: usize = 4;
+/// A dry run's piece (`Tracking::request_end_in`): at most `REQUEST_ENDS` requests of 16 bytes
+/// or more complete in it.
+const PROBE_PIECE: usize = 16 * crate::exchange::REQUEST_ENDS;
 /// Bytes of a read buffer's end kept to check the bytes Envoy leaves behind.
 pub const TAIL: usize = 16;
 
@@ -293,8 +296,36 @@ impl Tracking {
         // The oldest request not answered, or the one behind it if its response has begun
         // (then without `close`: `held` would be set).
         let i = usize::from(!probe.awaiting_response_head());
-        let end = probe.unanswered_end(i)?;
+        let end = match probe.unanswered_end(i) {
+            Some(end) => end,
+            // More requests completed in this read than their ends are remembered
+            // (`REQUEST_ENDS`): fed again in pieces, up to the one that completes request `i`.
+            None if probe.complete_unanswered() > i => self.request_end_in(slices, run, i)?,
+            None => return None,
+        };
         (end < probe.client_fed()).then_some((end, i))
+    }
+
+    /// The client offset where the request `i` places behind the oldest one not answered ends,
+    /// in this read (`slices`, the first `run` bytes fed before), found by a dry run in pieces
+    /// of [`PROBE_PIECE`] bytes: no more than `REQUEST_ENDS` requests complete in one (a request
+    /// has at least 16 bytes), so its end is still remembered after the piece that completes
+    /// it.
+    #[cold]
+    fn request_end_in(&self, slices: &[&[u8]], run: usize, i: usize) -> Option<u64> {
+        let mut probe = self.tracker.clone();
+        let mut at = 0;
+        for bytes in slices {
+            let fresh = bytes.get(run.saturating_sub(at)..).unwrap_or_default();
+            at += bytes.len();
+            for piece in fresh.chunks(PROBE_PIECE) {
+                probe.client(piece, &mut |_, _| {});
+                if probe.complete_unanswered() > i {
+                    return probe.unanswered_end(i);
+                }
+            }
+        }
+        None
     }
 
     /// HTTP/1.1: the id of the request `i` places behind the oldest one not answered (ids are

@@ -466,6 +466,81 @@ fn requests_pipelined_at_a_drain_are_held_back_behind_the_close() {
     assert_eq!(f.shared.requests.counts().active, 0);
 }
 
+/// More requests in one read during a drain than request ends are remembered
+/// (`REQUEST_ENDS`): the ones behind the first are held back all the same (found by
+/// `network_filter::props`: with the first answered at once, Envoy's codec read on and
+/// answered the second after a response that said close).
+#[test]
+fn more_pipelined_requests_than_ends_remembered_are_held_back_too() {
+    let f = fixture(Some(fast()));
+    f.shared.start_drain(Trigger::Admin);
+    for n in [2, 4, 5, 9] {
+        let conn = Conn::new(n as u64);
+        let mut t = Tracking::new();
+        let many = GET.repeat(n);
+        let fed = read(&mut t, &[&many[..30], &many[30..]], &conn, &f.shared);
+        assert_eq!(fed.hold_from, Some(GET.len()), "{n} requests");
+        // Short requests, many in a piece of the dry run.
+        let short: &[u8] = b"GET / HTTP/1.1\n\n";
+        let other = Conn::new(100 + n as u64);
+        let mut u = Tracking::new();
+        let fed = read(&mut u, &[&short.repeat(n)], &other, &f.shared);
+        assert_eq!(fed.hold_from, Some(short.len()), "{n} short requests");
+        t.on_close(&conn, &f.shared);
+        u.on_close(&other, &f.shared);
+    }
+}
+
+/// Envoy's own `connection: close` in a later slice of the head than the status line is seen:
+/// no second one is put in (found by `network_filter::props`), and the connection is told.
+#[test]
+fn envoys_close_in_a_later_slice_of_the_head_is_not_doubled() {
+    let f = fixture(Some(fast()));
+    f.shared.start_drain(Trigger::Admin);
+    let conn = Conn::new(1);
+    let mut t = Tracking::new();
+    read(&mut t, &[GET], &conn, &f.shared);
+    let at = CLOSING.windows(10).position(|w| w == b"connection");
+    let (a, b) = CLOSING.split_at(at.expect("a close line"));
+    let edit = t.on_write_bytes(|| Some([a, b].into_iter()), &conn, &f.shared, now);
+    assert_eq!(edit, None, "Envoy's close is there");
+    assert!(t.told_close());
+    // Without it, the close line goes in as ever.
+    let other = Conn::new(2);
+    let mut u = Tracking::new();
+    read(&mut u, &[GET], &other, &f.shared);
+    let (a, b) = OK.split_at(20);
+    let edit = u.on_write_bytes(|| Some([a, b].into_iter()), &other, &f.shared, now);
+    assert_eq!(edit.map(|e| e.replaced()), Some(17));
+    t.on_close(&conn, &f.shared);
+    u.on_close(&other, &f.shared);
+}
+
+/// A CONNECT (or an upgrade) read behind a request during a drain is not held back: the bytes
+/// behind it may be a tunnel's. Envoy answers it after the first response, so that response
+/// gets no `close` (found by `network_filter::props`: the CONNECT reached Envoy behind a
+/// response the module had told `close`).
+#[test]
+fn a_connect_pipelined_behind_a_request_keeps_its_response_untold() {
+    let connect: &[u8] = b"CONNECT example.com:443 HTTP/1.1\r\nhost: example.com:443\r\n\r\n";
+    let upgrade: &[u8] = b"GET /ws HTTP/1.1\r\nhost: x\r\nupgrade: websocket\r\n\
+connection: upgrade\r\nsec-websocket-key: dGhlIHNhbXBsZSBub25jZQ==\r\n\
+sec-websocket-version: 13\r\n\r\n";
+    for behind in [connect, upgrade] {
+        let f = fixture(Some(fast()));
+        f.shared.start_drain(Trigger::Admin);
+        let conn = Conn::new(1);
+        let mut t = Tracking::new();
+        let fed = read(&mut t, &[&[GET, behind].concat()], &conn, &f.shared);
+        assert_eq!(fed.hold_from, None, "nothing held back behind a CONNECT");
+        assert_eq!(write_head(&mut t, OK, &conn, &f.shared), None, "no close");
+        // The next response (no tunnel) may say it: nothing is behind it.
+        let denied = b"HTTP/1.1 403 Forbidden\r\ncontent-length: 0\r\n\r\n";
+        assert!(write_head(&mut t, denied, &conn, &f.shared).is_some());
+        t.on_close(&conn, &f.shared);
+    }
+}
+
 /// Requests read behind one whose response head was written before the drain (without
 /// `close`): that one is answered as it goes, the next one read gets the `close`, and what is
 /// behind that one is held back. Before a drain nothing is held back.

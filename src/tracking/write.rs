@@ -163,7 +163,22 @@ impl Tracking {
         now: &impl Fn() -> u64,
     ) -> Option<HeadEdit> {
         let first = chunks().and_then(|mut c| c.next());
-        let told = self.close_to_insert(first, conn, shared);
+        let mut told = self.close_to_insert(first, conn, shared);
+        if told.insert > 0 && first.is_some_and(|f| !f.windows(4).any(|w| w == b"\r\n\r\n")) {
+            // The head goes on past the first slice: Envoy's own `close` may be in a later one
+            // (it is never doubled). A copy of the write, once per connection at a drain.
+            let write: Vec<u8> = chunks().into_iter().flatten().flatten().copied().collect();
+            let end = write
+                .windows(4)
+                .position(|w| w == b"\r\n\r\n")
+                .map_or(write.len(), |e| e + 4);
+            if write[..end]
+                .windows(CLOSE_HEADER.len())
+                .any(|w| w.eq_ignore_ascii_case(CLOSE_HEADER))
+            {
+                told.insert = 0;
+            }
+        }
         if self.told_close() && !self.held() && self.tracker.complete_unanswered() > 0 {
             // This response carries `close`: nothing behind its request reaches Envoy.
             self.hold_behind(self.unanswered_id(0), conn, shared, now);
@@ -220,6 +235,11 @@ impl Tracking {
         }
         if head.get(9) == Some(&b'2') && self.tracker.answering_connect() {
             return no;
+        }
+        if self.tracker.tunnel_request_behind() {
+            // A CONNECT or upgrade read behind this response is not held back (`read`): Envoy
+            // answers it after this one, so a `close` here would not be true (RFC 9112 §9.6).
+            return self.not_told(conn, shared, "a CONNECT or upgrade is pipelined behind it");
         }
         let Some(lf) = head.iter().take(MAX_STATUS_LINE).position(|&b| b == b'\n') else {
             return self.not_told(
