@@ -77,8 +77,12 @@ impl Events {
     }
 
     /// The bytes fed so far end with an empty line, or none were fed: the body may end here.
+    /// Not just after the CR of a blank line: an LF may follow as part of its CRLF, and a body
+    /// ended between the two reads to a client that splits events on `\r\n\r\n` as an event
+    /// never finished. So a stream whose lines end with a bare CR is never ended (it is held
+    /// like any request): the module cuts only where every client sees a whole event.
     pub const fn at_boundary(&self) -> bool {
-        matches!(self.line, Line::Boundary | Line::CrBoundary)
+        matches!(self.line, Line::Boundary)
     }
 
     /// Follows the next body bytes; returns the offset in them after the last event boundary

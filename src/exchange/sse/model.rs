@@ -4,8 +4,10 @@
 
 use super::{GiveUp, MAX_SIZE_DIGITS};
 
-/// The body so far ends with an empty line (WHATWG event stream lines: CRLF, LF or CR), or is
-/// empty.
+/// The body so far ends with an empty line (WHATWG event stream lines: CRLF, LF or CR) whose
+/// last byte is an LF, or is empty: not just after a CR, where an LF may yet follow as part of a
+/// CRLF (a body ended between the two is an unfinished event to a client that splits on
+/// `\r\n\r\n`).
 pub fn ends_at_boundary(body: &[u8]) -> bool {
     let mut last_line_empty = true;
     let mut line_len = 0usize;
@@ -23,7 +25,7 @@ pub fn ends_at_boundary(body: &[u8]) -> bool {
         }
         i += 1;
     }
-    line_len == 0 && last_line_empty
+    line_len == 0 && last_line_empty && body.last().is_none_or(|&b| b == b'\n')
 }
 
 /// What the model read from a whole chunked body.
