@@ -36,7 +36,8 @@ MODULE_FEATURES :=
 endif
 MODULE_DIR := $(MODULE_TARGET)/release
 
-.PHONY: run test test-build lint loom miri mutants envoy build dist check-envoy-version bench bench-smoke bench-deps
+.PHONY: run test test-build lint loom miri mutants envoy build dist check-envoy-version bench bench-smoke bench-deps \
+  k8s-lab k8s-lab-test
 
 build:
 	cargo build --release --locked --lib $(MODULE_FEATURES) --target-dir $(MODULE_TARGET)
@@ -73,6 +74,18 @@ test: build envoy
 	ENVOY_VERSION=$(ENVOY_VERSION) ENVOY_BIN=$$(scripts/install-envoy.sh $(ENVOY_VERSION)) \
 	  GRACEFUL_DRAIN_MODULE_DIR=$(MODULE_DIR) GRACEFUL_DRAIN_TEST_MODE=$(TEST_MODE) \
 	  cargo test $(TEST_ARGS)
+
+# The real components tests/real_components.rs runs (docs/kubernetes.md, "What runs for real"): a
+# real Kubernetes API server for custom resources with the platforms' CRDs, and podman + runc for
+# a real container holding the module image. `make k8s-lab` builds and sets them up, cached outside
+# the checkout (scripts/k8s-lab.sh: root; about 6 minutes and 5.5 GB the first time, nothing after).
+# `make test` runs those tests too and fails them, naming this target, on a machine without the lab.
+k8s-lab:
+	scripts/k8s-lab.sh setup >/dev/null
+
+# Those tests alone, with the module image of `make dist`.
+k8s-lab-test: k8s-lab dist
+	@$(MAKE) --no-print-directory test TEST_ARGS="--test real_components"
 
 # What `make test` builds and installs, without running anything (CI builds once, then runs
 # suites side by side): the module for TEST_MODE, the test binaries, and the module the
