@@ -295,27 +295,19 @@ fn the_kit_changes_in_the_gateway_only_what_the_module_needs() {
         .expect("the control listener");
         let port = named(&c["ports"], "drain-control").expect("control port declared");
         assert_eq!(port["containerPort"].as_u64(), Some(port_of(control)));
-        // Readiness and startup: Kourier's own check (its controller configured the gateway;
-        // 503 once Envoy's health checks fail), every 2 s, one failure enough.
-        assert_eq!(
-            c["readinessProbe"]["httpGet"], sc["readinessProbe"]["httpGet"],
-            "{tag}"
-        );
-        assert_eq!(
-            (
-                &c["readinessProbe"]["periodSeconds"],
-                &c["readinessProbe"]["failureThreshold"]
-            ),
-            (&json!(2), &json!(1)),
-            "{tag}"
-        );
+        // Readiness: Kourier's own check, as Kourier ships it (its controller configured the
+        // gateway; 503 once Envoy's health checks fail). The startup probe is the same check.
+        assert_eq!(c["readinessProbe"], sc["readinessProbe"], "{tag}");
         // Each probe is a request the drain counts (ingress_http): below quiet_period, probes
         // would hold every drain to drain_timeout (the readiness test shows both sides).
         let quiet = duration(&module_settings(&extra)["quiet_period"]);
-        assert!(
-            Duration::from_secs(2) > quiet,
-            "{tag}: quiet_period {quiet:?}"
-        );
+        for probe in ["readinessProbe", "startupProbe"] {
+            let period = Duration::from_secs(probe_field(&c[probe], "periodSeconds"));
+            assert!(
+                period > quiet,
+                "{tag}: {probe} every {period:?}, quiet_period {quiet:?}"
+            );
+        }
         assert_eq!(
             c["startupProbe"]["httpGet"], sc["readinessProbe"]["httpGet"],
             "{tag}"
@@ -373,6 +365,175 @@ fn the_kit_changes_in_the_gateway_only_what_the_module_needs() {
                 assert!(items(&c["env"], "env").contains(e), "{tag}: env {e}");
             }
         }
+    }
+}
+
+/// A probe's field, or Kubernetes' default where it is unset.
+fn probe_field(probe: &Value, field: &str) -> u64 {
+    probe[field].as_u64().unwrap_or(match field {
+        "periodSeconds" => 10,
+        "failureThreshold" => 3,
+        "timeoutSeconds" => 1,
+        _ => 0,
+    })
+}
+
+/// How long a probe that starts failing takes before kubelet acts on it (restart or unready):
+/// its period times its failure threshold, plus its initial delay if `from_start`.
+fn probe_budget(probe: &Value, from_start: bool) -> u64 {
+    let delay = if from_start {
+        probe_field(probe, "initialDelaySeconds")
+    } else {
+        0
+    };
+    delay + probe_field(probe, "periodSeconds") * probe_field(probe, "failureThreshold")
+}
+
+/// `kit` acts (restarts or unreadies) on nothing `stock` would not: as many failures, each
+/// allowed as long, over at least as long a time (from the container's start if `from_start`).
+fn no_stricter(what: &str, kit: &Value, stock: &Value, from_start: bool) {
+    for f in ["failureThreshold", "timeoutSeconds"] {
+        assert!(
+            probe_field(kit, f) >= probe_field(stock, f),
+            "{what}: {f} {} against stock's {}",
+            probe_field(kit, f),
+            probe_field(stock, f)
+        );
+    }
+    assert!(
+        probe_budget(kit, from_start) >= probe_budget(stock, from_start),
+        "{what}: acts after {} s, stock after {} s",
+        probe_budget(kit, from_start),
+        probe_budget(stock, from_start)
+    );
+}
+
+/// Issue 64: no probe restarts or unreadies Kourier's gateway where Kourier's own would not.
+/// Readiness is Kourier's, unchanged (a large xDS push that stalls Envoy's main thread a few
+/// seconds must not take gateways out of their Services); liveness is no stricter than
+/// Kourier's; the startup probe (whose failure restarts Envoy) gives an unconfigured gateway at
+/// least as long as Kourier's own liveness check does.
+#[test]
+fn the_kit_s_probes_restart_or_unready_nothing_kourier_s_would_not() {
+    for tag in [NEWEST, OLDER] {
+        let (c, sc) = (kit(tag).container(), stock(tag).container());
+        assert_eq!(
+            c["readinessProbe"], sc["readinessProbe"],
+            "{tag}: readiness"
+        );
+        assert!(sc["livenessProbe"].is_object(), "{tag}: Kourier's liveness");
+        // Once running: liveness. At the start the kit's startup probe gates it (below, against
+        // Kourier's liveness with its initial delay).
+        no_stricter(
+            &format!("{tag}: liveness"),
+            &c["livenessProbe"],
+            &sc["livenessProbe"],
+            false,
+        );
+        assert!(
+            sc["startupProbe"].is_null(),
+            "{tag}: Kourier has no startup probe"
+        );
+        no_stricter(
+            &format!("{tag}: startup (restarts like liveness)"),
+            &c["startupProbe"],
+            &sc["livenessProbe"],
+            true,
+        );
+    }
+}
+
+/// Knative Serving's default revision timeout (`revision-timeout-seconds` in its
+/// config-defaults, 300 s): a request may take that long. Serving's ConfigMap is not part of
+/// Kourier's release, so the kit cannot read it; this is its default.
+const KNATIVE_REVISION_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// Issue 64: the drain's bound is at least Knative's own request bound, and kubelet's SIGKILL
+/// and Envoy's `--drain-time-s` come after it.
+#[test]
+fn the_drain_bound_covers_knative_s_revision_timeout() {
+    for tag in [NEWEST, OLDER] {
+        for extra in [&[][..], &["ipv4-only"][..]] {
+            let m = render(tag, true, extra);
+            let c = m.container();
+            let s = module_settings(&config_yaml(&envoy_args(c)));
+            let timeout = duration(&s["drain_timeout"]);
+            assert!(
+                timeout >= KNATIVE_REVISION_TIMEOUT,
+                "{tag} {extra:?}: drain_timeout {timeout:?}"
+            );
+            let grace = m.pod()["terminationGracePeriodSeconds"].as_u64().unwrap();
+            assert!(
+                Duration::from_secs(grace) >= timeout + Duration::from_secs(5),
+                "{tag}: grace {grace}s"
+            );
+            let drain_time: u64 = env_value(c, "DRAIN_TIME_SECONDS").unwrap().parse().unwrap();
+            assert!(
+                Duration::from_secs(drain_time) > timeout,
+                "{tag}: {drain_time}"
+            );
+        }
+    }
+}
+
+/// Issue 64: where a Service in front of the gateway is `externalTrafficPolicy: Local`,
+/// readiness must outlast the load balancer's own health check (the module's
+/// `readiness_failure_delay`); Kourier's Services are not (`Cluster`, unset), and the kit then
+/// fails readiness at the drain start.
+#[test]
+fn readiness_waits_for_load_balancers_only_where_kourier_s_service_is_local() {
+    for tag in [NEWEST, OLDER] {
+        let s = stock(tag);
+        let services: Vec<&Value> = s
+            .docs
+            .iter()
+            .filter(|d| {
+                d["kind"] == "Service" && d["spec"]["selector"]["app"] == "3scale-kourier-gateway"
+            })
+            .collect();
+        assert!(
+            services.iter().any(|x| x["spec"]["type"] == "LoadBalancer"),
+            "{tag}: Kourier's LoadBalancer Service"
+        );
+        let local = services
+            .iter()
+            .any(|x| x["spec"]["externalTrafficPolicy"] == "Local");
+        assert!(
+            !local,
+            "{tag}: Kourier's Service turned Local: set readiness_failure_delay"
+        );
+        let settings = module_settings(&config_yaml(&envoy_args(kit(tag).container())));
+        assert!(
+            settings["readiness_failure_delay"].is_null(),
+            "{tag}: {}",
+            settings["readiness_failure_delay"]
+        );
+    }
+}
+
+/// Issue 64: node drains and cluster upgrades evict Kourier's gateways under Kourier's own
+/// PodDisruptionBudget, which the kit keeps as it is and which selects the gateway's pods.
+#[test]
+fn kourier_s_disruption_budget_covers_the_gateway() {
+    for tag in [NEWEST, OLDER] {
+        let (m, s) = (kit(tag), stock(tag));
+        let pdb = m.get("PodDisruptionBudget", "3scale-kourier-gateway-pdb");
+        assert_eq!(
+            pdb,
+            s.get("PodDisruptionBudget", "3scale-kourier-gateway-pdb"),
+            "{tag}"
+        );
+        let labels = &m.deployment()["spec"]["template"]["metadata"]["labels"];
+        for (k, v) in pdb["spec"]["selector"]["matchLabels"].as_object().unwrap() {
+            assert_eq!(
+                &labels[k], v,
+                "{tag}: the budget selects the gateway's pods"
+            );
+        }
+        assert!(
+            pdb["spec"]["minAvailable"].is_string() || pdb["spec"]["maxUnavailable"].is_string(),
+            "{tag}: {pdb}"
+        );
     }
 }
 
