@@ -546,28 +546,51 @@ fn the_kit_s_bootstrap_pieces_fit_every_release() {
         let extra = config_yaml(&envoy_args(kit(tag).container()));
         let mut keys: Vec<&String> = extra.as_object().unwrap().keys().collect();
         keys.sort();
-        assert_eq!(keys, ["bootstrap_extensions", "static_resources"]);
-        assert_eq!(
-            extra["static_resources"]
-                .as_object()
-                .unwrap()
-                .keys()
-                .collect::<Vec<_>>(),
-            ["listeners"]
-        );
+        assert_eq!(keys, ["admin", "bootstrap_extensions", "static_resources"]);
+        let mut keys: Vec<&String> = extra["static_resources"]
+            .as_object()
+            .unwrap()
+            .keys()
+            .collect();
+        keys.sort();
+        assert_eq!(keys, ["clusters", "listeners"]);
         let b = yaml(kit(tag).bootstrap_text());
         let settings = module_settings(&extra);
-        let admin = &b["admin"]["address"];
-        let admin = match (&admin["socket_address"], &admin["pipe"]) {
-            (a, _) if a.is_object() => {
-                format!("{}:{}", a["address"].as_str().unwrap(), a["port_value"])
-            }
-            (_, p) => p["path"].as_str().unwrap().to_string(),
-        };
+        // The admin moves to its socket (Kourier's own place for it up to 1.14), which the
+        // module calls; where Kourier's service_stats cluster reaches the admin over TCP, the
+        // kit's read-only guard listens instead.
+        assert_eq!(
+            extra["admin"]["address"],
+            json!({"pipe": {"path": "/tmp/envoy.admin"}})
+        );
+        assert_eq!(settings["admin_address"], "/tmp/envoy.admin", "{tag}");
+        let guard = named(
+            &extra["static_resources"]["listeners"],
+            "graceful_drain_admin_guard",
+        )
+        .expect("the admin guard");
+        let guard_at = json!({"socket_address": guard["address"]["socket_address"].clone()});
+        let stats_cluster = named(&b["static_resources"]["clusters"], "service_stats").unwrap();
+        let reached =
+            &stats_cluster["load_assignment"]["endpoints"]["lb_endpoints"]["endpoint"]["address"];
         assert!(
-            items(&settings["admin_address"], "admin_address").contains(&json!(admin)),
-            "{tag}: the admin at {admin} is not in {}",
-            settings["admin_address"]
+            *reached == guard_at || *reached == extra["admin"]["address"],
+            "{tag}: service_stats reaches {reached}, neither the guard nor the admin's socket"
+        );
+        let admin_cluster = named(
+            &extra["static_resources"]["clusters"],
+            "graceful_drain_admin",
+        )
+        .expect("the guard's cluster");
+        assert_eq!(
+            admin_cluster["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"]
+                ["address"],
+            extra["admin"]["address"]
+        );
+        assert!(
+            items(&settings["ignored_stat_prefixes"], "ignored_stat_prefixes")
+                .contains(&hcm(guard)["stat_prefix"]),
+            "{tag}: the guard's requests (scrapes, probes) must not hold a drain"
         );
         for l in items(&b["static_resources"]["listeners"], "listeners") {
             let prefix = hcm(l)["stat_prefix"].as_str().unwrap();
@@ -780,7 +803,6 @@ async fn start_gateway_as(
         (lds, pushed)
     });
     let socket = dir.0.join("envoy.admin").display().to_string();
-    let admin_tcp = format!("127.0.0.1:{}", p[5]);
 
     let mut b = yaml(m.bootstrap_text());
     let ads = &b["dynamic_resources"];
@@ -837,6 +859,24 @@ async fn start_gateway_as(
             "--base-id 1" => {} // the guard's --use-dynamic-base-id instead
             "--config-yaml" => {
                 let mut extra = yaml(&given.next().expect("the --config-yaml value"));
+                // The admin's socket and the guard, where the test has them.
+                assert_eq!(
+                    extra["admin"]["address"],
+                    json!({"pipe": {"path": "/tmp/envoy.admin"}})
+                );
+                extra["admin"]["address"] = json!({"pipe": {"path": socket}});
+                let cluster = &mut extra["static_resources"]["clusters"][0];
+                assert_eq!(cluster["name"], "graceful_drain_admin");
+                cluster["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"]
+                    ["address"] = json!({"pipe": {"path": socket}});
+                let g = &mut extra["static_resources"]["listeners"][1];
+                assert_eq!(g["name"], "graceful_drain_admin_guard");
+                assert_eq!(
+                    g["address"]["socket_address"],
+                    json!({"address": "127.0.0.1", "port_value": 9901})
+                );
+                g["address"] =
+                    json!({"socket_address": {"address": "127.0.0.1", "port_value": p[5]}});
                 let l = &mut extra["static_resources"]["listeners"][0];
                 assert_eq!(l["name"], "graceful_drain_control");
                 assert_eq!(l["address"]["socket_address"]["address"], "::");
@@ -845,11 +885,8 @@ async fn start_gateway_as(
                 control = Some(p[4]);
                 let ext = &mut extra["bootstrap_extensions"][0]["typed_config"]["extension_config"];
                 let mut s: Value = serde_json::from_str(ext["value"].as_str().unwrap()).unwrap();
-                assert_eq!(
-                    s["admin_address"],
-                    json!(["127.0.0.1:9901", "/tmp/envoy.admin"])
-                );
-                s["admin_address"] = json!([admin_tcp, socket]);
+                assert_eq!(s["admin_address"], "/tmp/envoy.admin");
+                s["admin_address"] = json!(socket);
                 s["min_drain_duration"] = json!(format!("{}ms", MIN_DRAIN.as_millis()));
                 s["quiet_period"] = json!(format!("{}ms", QUIET.as_millis()));
                 s["drain_timeout"] = json!("10s");
@@ -1114,6 +1151,59 @@ async fn stock_kourier_loses_in_flight_requests_on_sigterm() {
             "stock Kourier must lose the in-flight request"
         );
     }
+}
+
+/// Issue 64: Kourier's stats listener (9000, open to the pod network) routes
+/// `POST /drain_listeners` to Envoy's admin (knative-v1.23.0's bootstrap), which would start
+/// Envoy's drain and the module's for any caller in the cluster. With the kit the admin sits on
+/// its socket and Kourier's route reaches the kit's read-only guard: 403, no drain, while the
+/// route's reads (metrics, Kourier's /ready on 8081) still reach the admin. Stock Kourier, run
+/// the same way, takes the call (the test can fail).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn kourier_s_drain_listeners_route_starts_no_drain_from_other_pods() {
+    assert!(
+        kit(NEWEST).bootstrap_text().contains("'/drain_listeners'"),
+        "knative-v1.23.0 routes /drain_listeners on its stats listener"
+    );
+    let upstream = Upstream::start().await;
+    let gw = start_gateway(kit(NEWEST), upstream.port).await;
+    let control = gw.control.unwrap();
+    for path in [
+        "/drain_listeners",
+        "/drain_listeners?graceful",
+        "/drain_listeners?inboundonly",
+    ] {
+        let r = clients::request(gw.stats, "POST", path, &[]).await.unwrap();
+        assert_eq!(r.status, 403, "POST {path} on Kourier's 9000: {:?}", r.body);
+    }
+    // No drain started, in the module or in Envoy.
+    let (code, body) = clients::request_v6(control, "GET", "/drain/status")
+        .await
+        .unwrap();
+    assert_eq!(code, 200);
+    assert!(body.contains("\"state\":\"serving\""), "{body}");
+    assert_eq!(status_v6(control, "/ready").await, Ok(200));
+    assert_eq!(
+        status(gw.internal, "/ready", &KOURIER_READY).await,
+        Some(200),
+        "Kourier's readiness check, through the guard"
+    );
+    let metrics = clients::get(gw.stats, "/stats/prometheus").await.unwrap();
+    assert_eq!(metrics.status, 200);
+    let text = String::from_utf8_lossy(&metrics.body);
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("envoy_graceful_drain_draining") && l.ends_with(" 0")),
+        "metrics through the guard:\n{text}"
+    );
+    drop(gw);
+
+    // Stock Kourier: the same call reaches the admin and starts Envoy's drain.
+    let gw = start_gateway(stock(NEWEST), upstream.port).await;
+    let r = clients::request(gw.stats, "POST", "/drain_listeners?graceful", &[])
+        .await
+        .unwrap();
+    assert_eq!(r.status, 200, "stock Kourier's route: {:?}", r.body);
 }
 
 /// `/drain` starts a drain, so the control listener admits it only from inside the pod
