@@ -113,11 +113,24 @@ fn pieces(kit: Kit, component: Option<&str>) -> Value {
     }
 }
 
-/// The control listener of a kit's bootstrap pieces (the one whose port kubelet probes).
+/// The control listener of a kit's bootstrap pieces (the one whose port kubelet probes), first
+/// of its listeners (the Kourier kit's other one, its admin guard, binds loopback only).
 fn control(pieces: &Value) -> &Value {
     let listeners = pieces["static_resources"]["listeners"].as_array().unwrap();
-    assert_eq!(listeners.len(), 1, "one listener: the control listener");
-    &listeners[0]
+    let first = &listeners[0];
+    assert!(
+        first["name"].as_str().unwrap().contains("control"),
+        "the control listener first: {}",
+        first["name"]
+    );
+    for other in &listeners[1..] {
+        assert_eq!(
+            other["address"]["socket_address"]["address"], "127.0.0.1",
+            "{}: loopback, the same on every family",
+            other["name"]
+        );
+    }
+    first
 }
 
 /// The sources the control listener's RBAC rule admits to `/drain`.
@@ -215,6 +228,8 @@ fn run(ns: &NoIpv6, pieces: &Value, without_inet6: bool) -> (Result<(), String>,
         json!(s.to_string());
     b["admin"] =
         json!({"address": {"socket_address": {"address": "127.0.0.1", "port_value": ADMIN}}});
+    // The control listener alone: the family is what is under test.
+    b["static_resources"] = json!({"listeners": [control(pieces).clone()]});
     let cfg = dir.0.join("envoy.json");
     std::fs::write(&cfg, b.to_string()).unwrap();
     let log_path = dir.0.join("envoy.log");

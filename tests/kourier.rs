@@ -295,27 +295,19 @@ fn the_kit_changes_in_the_gateway_only_what_the_module_needs() {
         .expect("the control listener");
         let port = named(&c["ports"], "drain-control").expect("control port declared");
         assert_eq!(port["containerPort"].as_u64(), Some(port_of(control)));
-        // Readiness and startup: Kourier's own check (its controller configured the gateway;
-        // 503 once Envoy's health checks fail), every 2 s, one failure enough.
-        assert_eq!(
-            c["readinessProbe"]["httpGet"], sc["readinessProbe"]["httpGet"],
-            "{tag}"
-        );
-        assert_eq!(
-            (
-                &c["readinessProbe"]["periodSeconds"],
-                &c["readinessProbe"]["failureThreshold"]
-            ),
-            (&json!(2), &json!(1)),
-            "{tag}"
-        );
+        // Readiness: Kourier's own check, as Kourier ships it (its controller configured the
+        // gateway; 503 once Envoy's health checks fail). The startup probe is the same check.
+        assert_eq!(c["readinessProbe"], sc["readinessProbe"], "{tag}");
         // Each probe is a request the drain counts (ingress_http): below quiet_period, probes
         // would hold every drain to drain_timeout (the readiness test shows both sides).
         let quiet = duration(&module_settings(&extra)["quiet_period"]);
-        assert!(
-            Duration::from_secs(2) > quiet,
-            "{tag}: quiet_period {quiet:?}"
-        );
+        for probe in ["readinessProbe", "startupProbe"] {
+            let period = Duration::from_secs(probe_field(&c[probe], "periodSeconds"));
+            assert!(
+                period > quiet,
+                "{tag}: {probe} every {period:?}, quiet_period {quiet:?}"
+            );
+        }
         assert_eq!(
             c["startupProbe"]["httpGet"], sc["readinessProbe"]["httpGet"],
             "{tag}"
@@ -376,6 +368,175 @@ fn the_kit_changes_in_the_gateway_only_what_the_module_needs() {
     }
 }
 
+/// A probe's field, or Kubernetes' default where it is unset.
+fn probe_field(probe: &Value, field: &str) -> u64 {
+    probe[field].as_u64().unwrap_or(match field {
+        "periodSeconds" => 10,
+        "failureThreshold" => 3,
+        "timeoutSeconds" => 1,
+        _ => 0,
+    })
+}
+
+/// How long a probe that starts failing takes before kubelet acts on it (restart or unready):
+/// its period times its failure threshold, plus its initial delay if `from_start`.
+fn probe_budget(probe: &Value, from_start: bool) -> u64 {
+    let delay = if from_start {
+        probe_field(probe, "initialDelaySeconds")
+    } else {
+        0
+    };
+    delay + probe_field(probe, "periodSeconds") * probe_field(probe, "failureThreshold")
+}
+
+/// `kit` acts (restarts or unreadies) on nothing `stock` would not: as many failures, each
+/// allowed as long, over at least as long a time (from the container's start if `from_start`).
+fn no_stricter(what: &str, kit: &Value, stock: &Value, from_start: bool) {
+    for f in ["failureThreshold", "timeoutSeconds"] {
+        assert!(
+            probe_field(kit, f) >= probe_field(stock, f),
+            "{what}: {f} {} against stock's {}",
+            probe_field(kit, f),
+            probe_field(stock, f)
+        );
+    }
+    assert!(
+        probe_budget(kit, from_start) >= probe_budget(stock, from_start),
+        "{what}: acts after {} s, stock after {} s",
+        probe_budget(kit, from_start),
+        probe_budget(stock, from_start)
+    );
+}
+
+/// Issue 64: no probe restarts or unreadies Kourier's gateway where Kourier's own would not.
+/// Readiness is Kourier's, unchanged (a large xDS push that stalls Envoy's main thread a few
+/// seconds must not take gateways out of their Services); liveness is no stricter than
+/// Kourier's; the startup probe (whose failure restarts Envoy) gives an unconfigured gateway at
+/// least as long as Kourier's own liveness check does.
+#[test]
+fn the_kit_s_probes_restart_or_unready_nothing_kourier_s_would_not() {
+    for tag in [NEWEST, OLDER] {
+        let (c, sc) = (kit(tag).container(), stock(tag).container());
+        assert_eq!(
+            c["readinessProbe"], sc["readinessProbe"],
+            "{tag}: readiness"
+        );
+        assert!(sc["livenessProbe"].is_object(), "{tag}: Kourier's liveness");
+        // Once running: liveness. At the start the kit's startup probe gates it (below, against
+        // Kourier's liveness with its initial delay).
+        no_stricter(
+            &format!("{tag}: liveness"),
+            &c["livenessProbe"],
+            &sc["livenessProbe"],
+            false,
+        );
+        assert!(
+            sc["startupProbe"].is_null(),
+            "{tag}: Kourier has no startup probe"
+        );
+        no_stricter(
+            &format!("{tag}: startup (restarts like liveness)"),
+            &c["startupProbe"],
+            &sc["livenessProbe"],
+            true,
+        );
+    }
+}
+
+/// Knative Serving's default revision timeout (`revision-timeout-seconds` in its
+/// config-defaults, 300 s): a request may take that long. Serving's ConfigMap is not part of
+/// Kourier's release, so the kit cannot read it; this is its default.
+const KNATIVE_REVISION_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// Issue 64: the drain's bound is at least Knative's own request bound, and kubelet's SIGKILL
+/// and Envoy's `--drain-time-s` come after it.
+#[test]
+fn the_drain_bound_covers_knative_s_revision_timeout() {
+    for tag in [NEWEST, OLDER] {
+        for extra in [&[][..], &["ipv4-only"][..]] {
+            let m = render(tag, true, extra);
+            let c = m.container();
+            let s = module_settings(&config_yaml(&envoy_args(c)));
+            let timeout = duration(&s["drain_timeout"]);
+            assert!(
+                timeout >= KNATIVE_REVISION_TIMEOUT,
+                "{tag} {extra:?}: drain_timeout {timeout:?}"
+            );
+            let grace = m.pod()["terminationGracePeriodSeconds"].as_u64().unwrap();
+            assert!(
+                Duration::from_secs(grace) >= timeout + Duration::from_secs(5),
+                "{tag}: grace {grace}s"
+            );
+            let drain_time: u64 = env_value(c, "DRAIN_TIME_SECONDS").unwrap().parse().unwrap();
+            assert!(
+                Duration::from_secs(drain_time) > timeout,
+                "{tag}: {drain_time}"
+            );
+        }
+    }
+}
+
+/// Issue 64: where a Service in front of the gateway is `externalTrafficPolicy: Local`,
+/// readiness must outlast the load balancer's own health check (the module's
+/// `readiness_failure_delay`); Kourier's Services are not (`Cluster`, unset), and the kit then
+/// fails readiness at the drain start.
+#[test]
+fn readiness_waits_for_load_balancers_only_where_kourier_s_service_is_local() {
+    for tag in [NEWEST, OLDER] {
+        let s = stock(tag);
+        let services: Vec<&Value> = s
+            .docs
+            .iter()
+            .filter(|d| {
+                d["kind"] == "Service" && d["spec"]["selector"]["app"] == "3scale-kourier-gateway"
+            })
+            .collect();
+        assert!(
+            services.iter().any(|x| x["spec"]["type"] == "LoadBalancer"),
+            "{tag}: Kourier's LoadBalancer Service"
+        );
+        let local = services
+            .iter()
+            .any(|x| x["spec"]["externalTrafficPolicy"] == "Local");
+        assert!(
+            !local,
+            "{tag}: Kourier's Service turned Local: set readiness_failure_delay"
+        );
+        let settings = module_settings(&config_yaml(&envoy_args(kit(tag).container())));
+        assert!(
+            settings["readiness_failure_delay"].is_null(),
+            "{tag}: {}",
+            settings["readiness_failure_delay"]
+        );
+    }
+}
+
+/// Issue 64: node drains and cluster upgrades evict Kourier's gateways under Kourier's own
+/// PodDisruptionBudget, which the kit keeps as it is and which selects the gateway's pods.
+#[test]
+fn kourier_s_disruption_budget_covers_the_gateway() {
+    for tag in [NEWEST, OLDER] {
+        let (m, s) = (kit(tag), stock(tag));
+        let pdb = m.get("PodDisruptionBudget", "3scale-kourier-gateway-pdb");
+        assert_eq!(
+            pdb,
+            s.get("PodDisruptionBudget", "3scale-kourier-gateway-pdb"),
+            "{tag}"
+        );
+        let labels = &m.deployment()["spec"]["template"]["metadata"]["labels"];
+        for (k, v) in pdb["spec"]["selector"]["matchLabels"].as_object().unwrap() {
+            assert_eq!(
+                &labels[k], v,
+                "{tag}: the budget selects the gateway's pods"
+            );
+        }
+        assert!(
+            pdb["spec"]["minAvailable"].is_string() || pdb["spec"]["maxUnavailable"].is_string(),
+            "{tag}: {pdb}"
+        );
+    }
+}
+
 /// The module's pieces Envoy adds to Kourier's bootstrap: the drain engine, with the admin where
 /// either release has it and Kourier's stats listener ignored, and a dual-stack control listener
 /// whose /drain only the pod itself may call.
@@ -385,28 +546,51 @@ fn the_kit_s_bootstrap_pieces_fit_every_release() {
         let extra = config_yaml(&envoy_args(kit(tag).container()));
         let mut keys: Vec<&String> = extra.as_object().unwrap().keys().collect();
         keys.sort();
-        assert_eq!(keys, ["bootstrap_extensions", "static_resources"]);
-        assert_eq!(
-            extra["static_resources"]
-                .as_object()
-                .unwrap()
-                .keys()
-                .collect::<Vec<_>>(),
-            ["listeners"]
-        );
+        assert_eq!(keys, ["admin", "bootstrap_extensions", "static_resources"]);
+        let mut keys: Vec<&String> = extra["static_resources"]
+            .as_object()
+            .unwrap()
+            .keys()
+            .collect();
+        keys.sort();
+        assert_eq!(keys, ["clusters", "listeners"]);
         let b = yaml(kit(tag).bootstrap_text());
         let settings = module_settings(&extra);
-        let admin = &b["admin"]["address"];
-        let admin = match (&admin["socket_address"], &admin["pipe"]) {
-            (a, _) if a.is_object() => {
-                format!("{}:{}", a["address"].as_str().unwrap(), a["port_value"])
-            }
-            (_, p) => p["path"].as_str().unwrap().to_string(),
-        };
+        // The admin moves to its socket (Kourier's own place for it up to 1.14), which the
+        // module calls; where Kourier's service_stats cluster reaches the admin over TCP, the
+        // kit's read-only guard listens instead.
+        assert_eq!(
+            extra["admin"]["address"],
+            json!({"pipe": {"path": "/tmp/envoy.admin"}})
+        );
+        assert_eq!(settings["admin_address"], "/tmp/envoy.admin", "{tag}");
+        let guard = named(
+            &extra["static_resources"]["listeners"],
+            "graceful_drain_admin_guard",
+        )
+        .expect("the admin guard");
+        let guard_at = json!({"socket_address": guard["address"]["socket_address"].clone()});
+        let stats_cluster = named(&b["static_resources"]["clusters"], "service_stats").unwrap();
+        let reached =
+            &stats_cluster["load_assignment"]["endpoints"]["lb_endpoints"]["endpoint"]["address"];
         assert!(
-            items(&settings["admin_address"], "admin_address").contains(&json!(admin)),
-            "{tag}: the admin at {admin} is not in {}",
-            settings["admin_address"]
+            *reached == guard_at || *reached == extra["admin"]["address"],
+            "{tag}: service_stats reaches {reached}, neither the guard nor the admin's socket"
+        );
+        let admin_cluster = named(
+            &extra["static_resources"]["clusters"],
+            "graceful_drain_admin",
+        )
+        .expect("the guard's cluster");
+        assert_eq!(
+            admin_cluster["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"]
+                ["address"],
+            extra["admin"]["address"]
+        );
+        assert!(
+            items(&settings["ignored_stat_prefixes"], "ignored_stat_prefixes")
+                .contains(&hcm(guard)["stat_prefix"]),
+            "{tag}: the guard's requests (scrapes, probes) must not hold a drain"
         );
         for l in items(&b["static_resources"]["listeners"], "listeners") {
             let prefix = hcm(l)["stat_prefix"].as_str().unwrap();
@@ -619,7 +803,6 @@ async fn start_gateway_as(
         (lds, pushed)
     });
     let socket = dir.0.join("envoy.admin").display().to_string();
-    let admin_tcp = format!("127.0.0.1:{}", p[5]);
 
     let mut b = yaml(m.bootstrap_text());
     let ads = &b["dynamic_resources"];
@@ -676,6 +859,24 @@ async fn start_gateway_as(
             "--base-id 1" => {} // the guard's --use-dynamic-base-id instead
             "--config-yaml" => {
                 let mut extra = yaml(&given.next().expect("the --config-yaml value"));
+                // The admin's socket and the guard, where the test has them.
+                assert_eq!(
+                    extra["admin"]["address"],
+                    json!({"pipe": {"path": "/tmp/envoy.admin"}})
+                );
+                extra["admin"]["address"] = json!({"pipe": {"path": socket}});
+                let cluster = &mut extra["static_resources"]["clusters"][0];
+                assert_eq!(cluster["name"], "graceful_drain_admin");
+                cluster["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"]
+                    ["address"] = json!({"pipe": {"path": socket}});
+                let g = &mut extra["static_resources"]["listeners"][1];
+                assert_eq!(g["name"], "graceful_drain_admin_guard");
+                assert_eq!(
+                    g["address"]["socket_address"],
+                    json!({"address": "127.0.0.1", "port_value": 9901})
+                );
+                g["address"] =
+                    json!({"socket_address": {"address": "127.0.0.1", "port_value": p[5]}});
                 let l = &mut extra["static_resources"]["listeners"][0];
                 assert_eq!(l["name"], "graceful_drain_control");
                 assert_eq!(l["address"]["socket_address"]["address"], "::");
@@ -684,11 +885,8 @@ async fn start_gateway_as(
                 control = Some(p[4]);
                 let ext = &mut extra["bootstrap_extensions"][0]["typed_config"]["extension_config"];
                 let mut s: Value = serde_json::from_str(ext["value"].as_str().unwrap()).unwrap();
-                assert_eq!(
-                    s["admin_address"],
-                    json!(["127.0.0.1:9901", "/tmp/envoy.admin"])
-                );
-                s["admin_address"] = json!([admin_tcp, socket]);
+                assert_eq!(s["admin_address"], "/tmp/envoy.admin");
+                s["admin_address"] = json!(socket);
                 s["min_drain_duration"] = json!(format!("{}ms", MIN_DRAIN.as_millis()));
                 s["quiet_period"] = json!(format!("{}ms", QUIET.as_millis()));
                 s["drain_timeout"] = json!("10s");
@@ -953,6 +1151,59 @@ async fn stock_kourier_loses_in_flight_requests_on_sigterm() {
             "stock Kourier must lose the in-flight request"
         );
     }
+}
+
+/// Issue 64: Kourier's stats listener (9000, open to the pod network) routes
+/// `POST /drain_listeners` to Envoy's admin (knative-v1.23.0's bootstrap), which would start
+/// Envoy's drain and the module's for any caller in the cluster. With the kit the admin sits on
+/// its socket and Kourier's route reaches the kit's read-only guard: 403, no drain, while the
+/// route's reads (metrics, Kourier's /ready on 8081) still reach the admin. Stock Kourier, run
+/// the same way, takes the call (the test can fail).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn kourier_s_drain_listeners_route_starts_no_drain_from_other_pods() {
+    assert!(
+        kit(NEWEST).bootstrap_text().contains("'/drain_listeners'"),
+        "knative-v1.23.0 routes /drain_listeners on its stats listener"
+    );
+    let upstream = Upstream::start().await;
+    let gw = start_gateway(kit(NEWEST), upstream.port).await;
+    let control = gw.control.unwrap();
+    for path in [
+        "/drain_listeners",
+        "/drain_listeners?graceful",
+        "/drain_listeners?inboundonly",
+    ] {
+        let r = clients::request(gw.stats, "POST", path, &[]).await.unwrap();
+        assert_eq!(r.status, 403, "POST {path} on Kourier's 9000: {:?}", r.body);
+    }
+    // No drain started, in the module or in Envoy.
+    let (code, body) = clients::request_v6(control, "GET", "/drain/status")
+        .await
+        .unwrap();
+    assert_eq!(code, 200);
+    assert!(body.contains("\"state\":\"serving\""), "{body}");
+    assert_eq!(status_v6(control, "/ready").await, Ok(200));
+    assert_eq!(
+        status(gw.internal, "/ready", &KOURIER_READY).await,
+        Some(200),
+        "Kourier's readiness check, through the guard"
+    );
+    let metrics = clients::get(gw.stats, "/stats/prometheus").await.unwrap();
+    assert_eq!(metrics.status, 200);
+    let text = String::from_utf8_lossy(&metrics.body);
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("envoy_graceful_drain_draining") && l.ends_with(" 0")),
+        "metrics through the guard:\n{text}"
+    );
+    drop(gw);
+
+    // Stock Kourier: the same call reaches the admin and starts Envoy's drain.
+    let gw = start_gateway(stock(NEWEST), upstream.port).await;
+    let r = clients::request(gw.stats, "POST", "/drain_listeners?graceful", &[])
+        .await
+        .unwrap();
+    assert_eq!(r.status, 200, "stock Kourier's route: {:?}", r.body);
 }
 
 /// `/drain` starts a drain, so the control listener admits it only from inside the pod
