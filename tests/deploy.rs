@@ -616,7 +616,7 @@ fn one_images_entry_pins_the_module_image_everywhere_in_every_kit() {
 }
 
 /// Why the kits carry `configurations:`: without it, the same `images:` entry leaves the image
-/// volume's reference as it was (`graceful-drain:0.1.0`, which a node resolves to Docker Hub's
+/// volume's reference as it was (`graceful-drain:0.2.0`, which a node resolves to Docker Hub's
 /// library namespace), so the check above would see it.
 #[test]
 fn without_the_image_field_configuration_the_image_volume_stays_unpinned() {
