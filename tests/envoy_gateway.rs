@@ -1560,15 +1560,26 @@ async fn start_gateway_as(
         }
     }
     let mut has_control = false;
+    // The control listener on `[::1]` (else where a test's `edit` bound it: the harness's own
+    // checks through it are the test's then).
+    let mut control_on_loopback = true;
     for l in b["static_resources"]["listeners"].as_array_mut().unwrap() {
         match l["name"].as_str().unwrap() {
             STATS_LISTENER => relocate(l, 19001, stats),
             CONTROL_LISTENER => {
                 // IPv4 in the pod; IPv6 loopback here (the dual-stack component's family; the
                 // IPv4 bind: tests/ip_family.rs).
+                // (A test's `edit` may have bound it to another address of the machine: kept.)
                 let sa = &mut l["address"]["socket_address"];
-                assert_eq!(*sa, json!({"address": "0.0.0.0", "port_value": 19010}));
-                *sa = json!({"address": "::1", "port_value": control});
+                assert_eq!(sa["port_value"], json!(19010));
+                let kept = sa["address"].as_str().unwrap().to_string();
+                control_on_loopback = kept == "0.0.0.0";
+                let at = if control_on_loopback {
+                    "::1".to_string()
+                } else {
+                    kept
+                };
+                *sa = json!({"address": at, "port_value": control});
                 // ... with the dual-stack component's rule, /drain from ::1 too (unless the
                 // test narrowed the kit's rule).
                 let ids = &mut l["filter_chains"][0]["filters"][0]["typed_config"]["http_filters"]
@@ -1618,7 +1629,7 @@ async fn start_gateway_as(
     };
     let ports = [admin, http, if has_control { control } else { ready }];
     let mut envoy = Envoy::start_args(&args, dir, ports, &o).await;
-    if has_control {
+    if has_control && control_on_loopback {
         envoy.control_on_ipv6();
         // The start-time check found EG's admin (its log line is info: below EG's level).
         eventually(
@@ -2206,4 +2217,47 @@ async fn only_the_pod_itself_may_start_a_drain_through_the_control_listener() {
     };
     let gw = start_gateway_with(Policy::Gateway, Some(FAST), upstream.port, narrow).await;
     clients::assert_drain_refused_probes_open(gw.control.unwrap()).await;
+}
+
+/// The kit's rule as shipped, from a real other host: a network namespace of the test's own
+/// joined by a veth pair (its address, 10.200.x.2, is not loopback); the control listener is
+/// bound to this side's address of the pair (in the pod it is `0.0.0.0`, every address). `/drain`
+/// gets the rule's 403 and starts no drain; the probes' paths answer. Needs `ip` and root (CI
+/// runs as root); skipped with a message otherwise.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_shipped_rule_refuses_a_drain_from_another_host() {
+    let other = match common::netns::OtherHost::new() {
+        Ok(h) => h,
+        Err(why) => {
+            eprintln!("SKIPPED: cannot make a network namespace here ({why})");
+            return;
+        }
+    };
+    let upstream = Upstream::start().await;
+    let here = other.here.to_string();
+    let bind_here = |b: &mut Value| {
+        let control = b["static_resources"]["listeners"]
+            .as_array_mut()
+            .unwrap()
+            .iter_mut()
+            .find(|l| l["name"] == CONTROL_LISTENER)
+            .unwrap();
+        control["address"]["socket_address"]["address"] = json!(here);
+    };
+    let gw = start_gateway_with(Policy::Gateway, Some(FAST), upstream.port, bind_here).await;
+    common::netns::assert_drain_refused_from(
+        &other,
+        gw.control.unwrap(),
+        &[
+            ("POST", "/drain?wait=false"),
+            ("GET", "/drain"),
+            ("POST", "/drain"),
+        ],
+    )
+    .await;
+    assert!(
+        !gw.envoy.log().contains("drain started"),
+        "{}",
+        gw.envoy.log()
+    );
 }

@@ -978,47 +978,17 @@ async fn only_the_pod_itself_may_start_a_drain_on_istio_s_gateway() {
     };
     let upstream = Upstream::start().await;
     let (envoy, p, _) = start_gateway_as(true, upstream.port, true, "0.0.0.0").await;
-    let here = other.here.to_string();
-    let other = &other;
     let control = p.control;
-    let from_there = |method: &str, path: &str| {
-        let req = format!(
-            "{method} {path} HTTP/1.1\r\nhost: {here}:{control}\r\ncontent-length: 0\r\n\
-             connection: close\r\n\r\n"
-        );
-        async move {
-            let tcp = other
-                .connect(control)
-                .await
-                .expect("connect from the other host");
-            clients::exchange_on(tcp, req.as_bytes())
-                .await
-                .expect("an answer")
-        }
-    };
-    for (method, path) in [
-        ("GET", "/drain"),
-        ("POST", "/drain"),
-        ("POST", "/drain?wait=false"),
-    ] {
-        let a = from_there(method, path).await;
-        assert_eq!(
-            (a.status, a.body.as_str()),
-            (403, "RBAC: access denied"),
-            "{method} {path} from {}",
-            other.there
-        );
-    }
-    for path in ["/ready", "/drain/status"] {
-        let a = from_there("GET", path).await;
-        assert_eq!(a.status, 200, "{path} from {}: open to anyone", other.there);
-    }
-    let a = from_there("GET", "/drain/status").await;
-    assert!(
-        a.body.contains("\"state\":\"serving\""),
-        "no drain: {}",
-        a.body
-    );
+    common::netns::assert_drain_refused_from(
+        &other,
+        control,
+        &[
+            ("GET", "/drain"),
+            ("POST", "/drain"),
+            ("POST", "/drain?wait=false"),
+        ],
+    )
+    .await;
     assert_eq!(
         clients::get(control, "/ready").await.unwrap().status,
         200,

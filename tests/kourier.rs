@@ -1276,41 +1276,12 @@ async fn the_shipped_rule_refuses_a_drain_from_another_host() {
     let here = other.here.to_string();
     let gw = start_gateway_with_control_on(kit(NEWEST), upstream.port, &here).await;
     let control = gw.control.unwrap();
-    let other = &other;
-    let from_there = |method: &str, path: &str| {
-        let req = format!(
-            "{method} {path} HTTP/1.1\r\nhost: {here}:{control}\r\ncontent-length: 0\r\n\
-             connection: close\r\n\r\n"
-        );
-        async move {
-            let tcp = other
-                .connect(control)
-                .await
-                .expect("connect from the other host");
-            clients::exchange_on(tcp, req.as_bytes())
-                .await
-                .expect("an answer")
-        }
-    };
-    for method in ["POST", "GET"] {
-        let a = from_there(method, "/drain?wait=false").await;
-        assert_eq!(
-            (a.status, a.body.as_str()),
-            (403, "RBAC: access denied"),
-            "{method} /drain from {}",
-            other.there
-        );
-    }
-    for path in ["/ready", "/drain/status"] {
-        let a = from_there("GET", path).await;
-        assert_eq!(a.status, 200, "{path} from {}: open to anyone", other.there);
-    }
-    let a = from_there("GET", "/drain/status").await;
-    assert!(
-        a.body.contains("\"state\":\"serving\""),
-        "no drain started: {}",
-        a.body
-    );
+    common::netns::assert_drain_refused_from(
+        &other,
+        control,
+        &[("POST", "/drain?wait=false"), ("GET", "/drain?wait=false")],
+    )
+    .await;
     assert!(
         !gw.envoy.log().contains("drain started"),
         "{}",

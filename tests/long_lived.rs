@@ -63,25 +63,7 @@ async fn sse_client_on(data: u16, kind: &str, name: String) -> SseEnd {
     .await;
     assert!(done.is_ok(), "{name}: not ended within 30 s");
     let cut_at = Instant::now();
-    let text = String::from_utf8_lossy(&got);
-    let (head, mut rest) = text.split_once("\r\n\r\n").expect("a response head");
-    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
-    let mut body = String::new();
-    let mut clean = false;
-    while let Some((size, after)) = rest.split_once("\r\n") {
-        let Ok(n) = usize::from_str_radix(size.trim(), 16) else {
-            break;
-        };
-        if n == 0 {
-            clean = after == "\r\n";
-            break;
-        }
-        if after.len() < n + 2 {
-            break;
-        }
-        body.push_str(&after[..n]);
-        rest = &after[n + 2..];
-    }
+    let (body, clean) = chunked_200_body(&got);
     // An empty body cut nothing: a stream that begins during the moves may be ended as soon as
     // its head is written, before the upstream's first event (seen once with every suite
     // running: the late stream of quiet_sse_streams_..., 0 events, a clean end).
@@ -102,6 +84,29 @@ async fn sse_client_on(data: u16, kind: &str, name: String) -> SseEnd {
         events,
         at: clean_at.unwrap_or(cut_at),
     }
+}
+
+/// A whole HTTP/1.1 200 response read from the wire: its chunked body decoded as far as it is
+/// whole, and whether it ended with its last chunk (a clean end, not a cut).
+fn chunked_200_body(got: &[u8]) -> (String, bool) {
+    let text = String::from_utf8_lossy(got);
+    let (head, mut rest) = text.split_once("\r\n\r\n").expect("a response head");
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    let mut body = String::new();
+    while let Some((size, after)) = rest.split_once("\r\n") {
+        let Ok(n) = usize::from_str_radix(size.trim(), 16) else {
+            break;
+        };
+        if n == 0 {
+            return (body, after == "\r\n");
+        }
+        if after.len() < n + 2 {
+            break;
+        }
+        body.push_str(&after[..n]);
+        rest = &after[n + 2..];
+    }
+    (body, false)
 }
 
 /// A client that sends a message every 100 ms until the server closes, answers the Close as
@@ -737,25 +742,7 @@ async fn completion_client(data: u16, method: &'static str, path: String) -> Com
     .await;
     assert!(read.is_ok(), "{path}: not ended within 30 s");
     let at = Instant::now();
-    let text = String::from_utf8_lossy(&got).to_string();
-    let (head, mut rest) = text.split_once("\r\n\r\n").expect("a response head");
-    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
-    let mut body = String::new();
-    let mut clean = false;
-    while let Some((size, after)) = rest.split_once("\r\n") {
-        let Ok(n) = usize::from_str_radix(size.trim(), 16) else {
-            break;
-        };
-        if n == 0 {
-            clean = after == "\r\n";
-            break;
-        }
-        if after.len() < n + 2 {
-            break;
-        }
-        body.push_str(&after[..n]);
-        rest = &after[n + 2..];
-    }
+    let (body, clean) = chunked_200_body(&got);
     Completion { body, clean, at }
 }
 

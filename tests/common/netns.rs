@@ -260,3 +260,48 @@ fn refuse_inet6_sockets() -> std::io::Result<()> {
     }
     Ok(())
 }
+
+/// The control listener on `here:control`, reached from `other`: each of `drain_requests`
+/// (method, path) is refused with the RBAC rule's 403, the probes' paths (`/ready`,
+/// `/drain/status`) answer 200, and the status still says serving (no drain started).
+pub async fn assert_drain_refused_from(
+    other: &OtherHost,
+    control: u16,
+    drain_requests: &[(&str, &str)],
+) {
+    let here = other.here;
+    let from_there = |method: &str, path: &str| {
+        let req = format!(
+            "{method} {path} HTTP/1.1\r\nhost: {here}:{control}\r\ncontent-length: 0\r\n\
+             connection: close\r\n\r\n"
+        );
+        async move {
+            let tcp = other
+                .connect(control)
+                .await
+                .expect("connect from the other host");
+            super::clients::exchange_on(tcp, req.as_bytes())
+                .await
+                .expect("an answer")
+        }
+    };
+    for (method, path) in drain_requests {
+        let a = from_there(method, path).await;
+        assert_eq!(
+            (a.status, a.body.as_str()),
+            (403, "RBAC: access denied"),
+            "{method} {path} from {}",
+            other.there
+        );
+    }
+    for path in ["/ready", "/drain/status"] {
+        let a = from_there("GET", path).await;
+        assert_eq!(a.status, 200, "{path} from {}: open to anyone", other.there);
+    }
+    let a = from_there("GET", "/drain/status").await;
+    assert!(
+        a.body.contains("\"state\":\"serving\""),
+        "no drain started: {}",
+        a.body
+    );
+}
