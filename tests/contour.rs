@@ -789,6 +789,8 @@ async fn start_gateway_as(m: &Manifests, upstream: u16, configured: bool) -> Gat
     let admin_socket = dir.0.join("admin/admin.sock");
 
     let mut control = None;
+    // The control listener on loopback (else where a test bound it: its checks are the test's).
+    let mut control_on_loopback = true;
     let mut args = Vec::new();
     let mut given = local_args(&envoy_args(m), &bootstrap).into_iter();
     while let Some(a) = given.next() {
@@ -798,12 +800,19 @@ async fn start_gateway_as(m: &Manifests, upstream: u16, configured: bool) -> Gat
                 let l = &mut extra["static_resources"]["listeners"][0];
                 // IPv4 in the pod, as Contour's own listeners; IPv6 loopback here (the
                 // dual-stack component's family; the IPv4 bind: tests/ip_family.rs).
-                assert_eq!(
-                    l["address"]["socket_address"],
-                    json!({"address": "0.0.0.0", "port_value": 10001})
-                );
-                l["address"] =
-                    json!({"socket_address": {"address": control_ip, "port_value": p[4]}});
+                // (A test may have bound it to another address of the machine: kept.)
+                assert_eq!(l["address"]["socket_address"]["port_value"], json!(10001));
+                let kept = l["address"]["socket_address"]["address"]
+                    .as_str()
+                    .unwrap()
+                    .to_string();
+                control_on_loopback = kept == "0.0.0.0";
+                let at = if control_on_loopback {
+                    control_ip.to_string()
+                } else {
+                    kept
+                };
+                l["address"] = json!({"socket_address": {"address": at, "port_value": p[4]}});
                 // ... with the dual-stack component's rule: /drain from ::1 too.
                 let ids = &mut l["filter_chains"][0]["filters"][0]["typed_config"]["http_filters"]
                     [0]["typed_config"]["rules"]["policies"]["drain-from-outside-the-pod"]
@@ -855,7 +864,7 @@ async fn start_gateway_as(m: &Manifests, upstream: u16, configured: bool) -> Gat
     let ready_port = if configured { p[1] } else { p[4] };
     let mut envoy = Envoy::start_args(&args, dir, [ready_port, p[0], p[4]], &o).await;
     if control.is_some() {
-        if configured {
+        if configured && control_on_loopback {
             envoy.control_on_ipv6();
         }
         envoy
@@ -1148,6 +1157,56 @@ async fn only_the_pod_itself_may_start_a_drain_through_the_control_listener() {
     *last = json!(extra.to_string());
     let gw = start_gateway(&m, upstream.port).await;
     clients::assert_drain_refused_probes_open(gw.control.unwrap()).await;
+}
+
+/// The kit's rule as shipped, from a real other host: a network namespace of the test's own
+/// joined by a veth pair (its address, 10.200.x.2, is not loopback); the control listener bound
+/// to this side's address of the pair (in the pod it is `0.0.0.0`, every address). `/drain` gets
+/// the rule's 403 and starts no drain; the probes' paths answer. Needs `ip` and root (CI runs as
+/// root); skipped with a message otherwise.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_shipped_rule_refuses_a_drain_from_another_host() {
+    let other = match common::netns::OtherHost::new() {
+        Ok(h) => h,
+        Err(why) => {
+            eprintln!("SKIPPED: cannot make a network namespace here ({why})");
+            return;
+        }
+    };
+    let upstream = Upstream::start().await;
+    let mut m = render(true);
+    let d = m
+        .docs
+        .iter_mut()
+        .find(|d| d["kind"] == "DaemonSet")
+        .unwrap();
+    let envoy = d["spec"]["template"]["spec"]["containers"]
+        .as_array_mut()
+        .unwrap()
+        .iter_mut()
+        .find(|c| c["name"] == "envoy")
+        .unwrap();
+    let last = envoy["args"].as_array_mut().unwrap().last_mut().unwrap();
+    let mut extra = yaml(last.as_str().unwrap());
+    extra["static_resources"]["listeners"][0]["address"]["socket_address"]["address"] =
+        json!(other.here.to_string());
+    *last = json!(extra.to_string());
+    let gw = start_gateway(&m, upstream.port).await;
+    common::netns::assert_drain_refused_from(
+        &other,
+        gw.control.unwrap(),
+        &[
+            ("POST", "/drain?wait=false"),
+            ("GET", "/drain"),
+            ("POST", "/drain"),
+        ],
+    )
+    .await;
+    assert!(
+        !gw.envoy.log().contains("drain started"),
+        "{}",
+        gw.envoy.log()
+    );
 }
 
 /// Contour v1.33.6's stock pod (the shutdown-manager, and Envoy's preStop waiting for it) run the same
