@@ -1794,3 +1794,52 @@ fn every_page_s_code_blocks_render_as_their_source_reads() {
         }
     }
 }
+
+/// Operator pages (README.md, CHANGELOG.md, docs/*.md) say nothing of how the project is
+/// developed: no tracker issue numbers (`#46`, `issue 35`; another project's `owner/repo#123`
+/// is a public reference and stays) and no internal tool names.
+#[test]
+fn operator_pages_name_no_tracker_issue_or_internal_tool() {
+    let mut pages = vec![
+        repo_root().join("README.md"),
+        repo_root().join("CHANGELOG.md"),
+    ];
+    pages.extend(
+        std::fs::read_dir(repo_root().join("docs"))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|e| e == "md")),
+    );
+    let mut found = Vec::new();
+    for page in &pages {
+        let text = std::fs::read_to_string(page).unwrap();
+        for (n, line) in text.lines().enumerate() {
+            let lower = line.to_ascii_lowercase();
+            let words: Vec<&str> = lower
+                .split(|c: char| c.is_whitespace() || "(),;:".contains(c))
+                .collect();
+            let hash_issue = words.iter().any(|w| {
+                w.strip_prefix('#').is_some_and(|d| {
+                    !d.is_empty() && d.chars().take_while(char::is_ascii_digit).count() >= 2
+                })
+            });
+            let issue_word = words.windows(2).any(|w| {
+                matches!(w[0], "issue" | "issues")
+                    && w[1]
+                        .trim_start_matches('#')
+                        .starts_with(|c: char| c.is_ascii_digit())
+            });
+            let tool = ["farm-bench", "farm-studio", "duplicates --change"]
+                .iter()
+                .any(|t| lower.contains(t));
+            if hash_issue || issue_word || tool {
+                found.push(format!("{}:{}: {line}", page.display(), n + 1));
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "development details on operator pages:\n{}",
+        found.join("\n")
+    );
+}
