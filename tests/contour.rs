@@ -1127,6 +1127,29 @@ async fn only_the_pod_itself_may_start_a_drain_through_the_control_listener() {
     drop(gw);
 
     let mut m = render(true);
+    edit_config_yaml(&mut m, |extra| {
+        let rbac = &mut extra["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]
+            ["typed_config"]["http_filters"][0];
+        assert_eq!(
+            rbac["name"], "envoy.filters.http.rbac",
+            "the rule runs before the module"
+        );
+        assert_eq!(rbac["typed_config"]["rules"]["action"], "DENY");
+        let ids = &mut rbac["typed_config"]["rules"]["policies"]["drain-from-outside-the-pod"]
+            ["principals"][0]["not_id"]["or_ids"]["ids"];
+        assert_eq!(
+            *ids,
+            json!([{"direct_remote_ip": {"address_prefix": "127.0.0.0", "prefix_len": 8}}])
+        );
+        *ids = json!([{"direct_remote_ip": {"address_prefix": "127.0.0.2", "prefix_len": 32}}]);
+    });
+    let gw = start_gateway(&m, upstream.port).await;
+    clients::assert_drain_refused_probes_open(gw.control.unwrap()).await;
+}
+
+/// Edits the kit's `--config-yaml` (the Envoy DaemonSet's last argument: the control listener
+/// and the bootstrap extension) in rendered manifests.
+fn edit_config_yaml(m: &mut Manifests, edit: impl FnOnce(&mut Value)) {
     let d = m
         .docs
         .iter_mut()
@@ -1140,23 +1163,8 @@ async fn only_the_pod_itself_may_start_a_drain_through_the_control_listener() {
         .unwrap();
     let last = envoy["args"].as_array_mut().unwrap().last_mut().unwrap();
     let mut extra = yaml(last.as_str().unwrap());
-    let rbac = &mut extra["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]
-        ["typed_config"]["http_filters"][0];
-    assert_eq!(
-        rbac["name"], "envoy.filters.http.rbac",
-        "the rule runs before the module"
-    );
-    assert_eq!(rbac["typed_config"]["rules"]["action"], "DENY");
-    let ids = &mut rbac["typed_config"]["rules"]["policies"]["drain-from-outside-the-pod"]
-        ["principals"][0]["not_id"]["or_ids"]["ids"];
-    assert_eq!(
-        *ids,
-        json!([{"direct_remote_ip": {"address_prefix": "127.0.0.0", "prefix_len": 8}}])
-    );
-    *ids = json!([{"direct_remote_ip": {"address_prefix": "127.0.0.2", "prefix_len": 32}}]);
+    edit(&mut extra);
     *last = json!(extra.to_string());
-    let gw = start_gateway(&m, upstream.port).await;
-    clients::assert_drain_refused_probes_open(gw.control.unwrap()).await;
 }
 
 /// The kit's rule as shipped, from a real other host: a network namespace of the test's own
@@ -1166,31 +1174,15 @@ async fn only_the_pod_itself_may_start_a_drain_through_the_control_listener() {
 /// root); skipped with a message otherwise.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_shipped_rule_refuses_a_drain_from_another_host() {
-    let other = match common::netns::OtherHost::new() {
-        Ok(h) => h,
-        Err(why) => {
-            eprintln!("SKIPPED: cannot make a network namespace here ({why})");
-            return;
-        }
+    let Some(other) = common::netns::OtherHost::or_skip() else {
+        return;
     };
     let upstream = Upstream::start().await;
     let mut m = render(true);
-    let d = m
-        .docs
-        .iter_mut()
-        .find(|d| d["kind"] == "DaemonSet")
-        .unwrap();
-    let envoy = d["spec"]["template"]["spec"]["containers"]
-        .as_array_mut()
-        .unwrap()
-        .iter_mut()
-        .find(|c| c["name"] == "envoy")
-        .unwrap();
-    let last = envoy["args"].as_array_mut().unwrap().last_mut().unwrap();
-    let mut extra = yaml(last.as_str().unwrap());
-    extra["static_resources"]["listeners"][0]["address"]["socket_address"]["address"] =
-        json!(other.here.to_string());
-    *last = json!(extra.to_string());
+    edit_config_yaml(&mut m, |extra| {
+        extra["static_resources"]["listeners"][0]["address"]["socket_address"]["address"] =
+            json!(other.here.to_string());
+    });
     let gw = start_gateway(&m, upstream.port).await;
     common::netns::assert_drain_refused_from(
         &other,

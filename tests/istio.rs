@@ -969,12 +969,8 @@ async fn the_kit_s_readiness_probe_follows_istiod_and_the_drain() {
 /// otherwise.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn only_the_pod_itself_may_start_a_drain_on_istio_s_gateway() {
-    let other = match common::netns::OtherHost::new() {
-        Ok(h) => h,
-        Err(why) => {
-            eprintln!("SKIPPED: cannot make a network namespace here ({why})");
-            return;
-        }
+    let Some(other) = common::netns::OtherHost::or_skip() else {
+        return;
     };
     let upstream = Upstream::start().await;
     let (envoy, p, _) = start_gateway_as(true, upstream.port, true, "0.0.0.0").await;

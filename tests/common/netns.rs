@@ -261,6 +261,15 @@ fn refuse_inet6_sockets() -> std::io::Result<()> {
     Ok(())
 }
 
+impl OtherHost {
+    /// [`OtherHost::new`], or `None` once a `SKIPPED` line said why not (no `ip`, no root).
+    pub fn or_skip() -> Option<OtherHost> {
+        OtherHost::new()
+            .map_err(|why| eprintln!("SKIPPED: cannot make a network namespace here ({why})"))
+            .ok()
+    }
+}
+
 /// The control listener on `here:control`, reached from `other`: each of `drain_requests`
 /// (method, path) is refused with the RBAC rule's 403, the probes' paths (`/ready`,
 /// `/drain/status`) answer 200, and the status still says serving (no drain started).
