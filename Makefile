@@ -101,7 +101,7 @@ test-build: build envoy
 	cargo test --no-run --locked $(TEST_ARGS)
 
 # Benchmarks (not tests): writes bench/out/report.md, report.json, shutdown.svg. About two hours on the
-# 2-core CI machine (docs/performance.md); one section: python3 bench/bench.py --only <section>.
+# 2-core CI machine (docs/contributing/performance.md); one section: python3 bench/bench.py --only <section>.
 bench: build envoy
 	python3 bench/bench.py
 

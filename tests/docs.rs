@@ -26,17 +26,36 @@ use common::tools::{kubernetes_validate, temp_file};
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
-/// README.md and every page of docs/.
-fn pages() -> Vec<PathBuf> {
-    let mut pages = vec![repo_root().join("README.md")];
-    let mut docs: Vec<PathBuf> = std::fs::read_dir(repo_root().join("docs"))
-        .expect("docs/")
+/// The Markdown pages of a directory of the repository, sorted.
+fn md_in(dir: &str) -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = std::fs::read_dir(repo_root().join(dir))
+        .unwrap_or_else(|e| panic!("{dir}: {e}"))
         .map(|e| e.unwrap().path())
         .filter(|p| p.extension().is_some_and(|x| x == "md"))
         .collect();
-    docs.sort();
+    out.sort();
+    out
+}
+
+/// The operator's pages: README.md, SECURITY.md and every page of docs/ (not its contributors'
+/// folder). What an on-call engineer reads: held to the reading limits and to saying nothing of
+/// how the project is developed.
+fn operator_pages() -> Vec<PathBuf> {
+    let mut pages = vec![repo_root().join("README.md"), repo_root().join("SECURITY.md")];
+    let docs = md_in("docs");
     assert!(docs.len() >= 8, "docs/ has {} pages", docs.len());
     pages.extend(docs);
+    pages
+}
+
+/// Every page whose links, paths, snippets and names are checked: the operator's pages, and the
+/// contributors' (CONTRIBUTING.md, docs/contributing/).
+fn pages() -> Vec<PathBuf> {
+    let mut pages = operator_pages();
+    pages.push(repo_root().join("CONTRIBUTING.md"));
+    let notes = md_in("docs/contributing");
+    assert!(notes.len() >= 4, "docs/contributing/ has {} pages", notes.len());
+    pages.extend(notes);
     pages
 }
 
@@ -201,7 +220,7 @@ fn every_relative_link_resolves() {
     let page = repo_root().join("docs/example.md");
     let bad = "See [a](nowhere.md), [b](modes.md#no-such-heading), [c](#nor-here).\n\
                `[in code](nowhere.md)`\n```\n[in a block](nowhere.md)\n```\n# Real heading\n\
-               [d](#real-heading) [e](modes.md#gateways-whose-listeners-come-from-a-control-plane-bootstrap-only-mode)\n";
+               [d](#real-heading) [e](modes.md#which-mode-is-the-default)\n";
     let found = broken_links(&page, bad);
     assert_eq!(found.len(), 3, "{found:?}");
 }
@@ -582,12 +601,12 @@ fn numbers(text: &str) -> Vec<(f64, usize)> {
     out
 }
 
-/// Every figure in the tables of docs/performance.md is one of bench/results/report.md (the
+/// Every figure in the tables of docs/contributing/performance.md is one of bench/results/report.md (the
 /// committed run), up to the page's rounding: a table edited by hand, or a bench re-run whose
 /// report was committed without the page, fails here.
 #[test]
 fn performance_tables_come_from_the_committed_run() {
-    let page = std::fs::read_to_string(repo_root().join("docs/performance.md")).unwrap();
+    let page = std::fs::read_to_string(repo_root().join("docs/contributing/performance.md")).unwrap();
     // The committed full run, and the focused run of connection mode with the tracker (its
     // figures and how they were taken: bench/results/tracker.md).
     let report = std::fs::read_to_string(repo_root().join("bench/results/report.md")).unwrap()
@@ -934,33 +953,24 @@ fn the_documented_defaults_are_the_modules() {
     }
 }
 
-/// README's defaults table: the module's column from the parsers, each setup's from the files it
-/// ships (the example and `k8s/` must agree), the grace periods from the manifests.
+/// README's defaults table: each setup's column from the files it ships (the example and `k8s/`
+/// must agree), the grace periods from the manifests. (The module's own defaults are the
+/// reference's, checked there.)
 #[test]
 fn readme_defaults_come_from_the_module_and_the_manifests() {
     let readme = read("README.md");
     let rows = table(&readme, "setting");
     let header = &rows[0];
-    assert_eq!(header[1], "module default");
     let columns: Vec<(usize, &str)> = header
         .iter()
         .enumerate()
-        .skip(2)
+        .skip(1)
         .map(|(i, h)| (i, setup_named(h).unwrap_or_else(|| panic!("column {h:?}"))))
         .collect();
     assert_eq!(columns.len(), 4, "{header:?}");
     let mut checked = 0;
     for row in &rows[1..] {
         let field = code_spans(&row[0]).pop().unwrap();
-        // The module's column.
-        match field.as_str() {
-            "terminationGracePeriodSeconds" => {
-                // Kubernetes' own default, not the module's: named as such.
-                assert!(row[1].contains("Kubernetes"), "{row:?}");
-            }
-            "admin_address" => assert_eq!(row[1], module_default(&field), "{field}"),
-            _ => assert_eq!(cell_values(&row[1]), [module_default(&field)], "{field}"),
-        }
         for &(i, name) in &columns {
             let s = setup(name);
             let cell = &row[i];
@@ -1144,13 +1154,14 @@ fn every_path_the_docs_name_exists() {
     );
 }
 
-/// Every figure the README gives for a cost (`×1.02`, `70 %`) is one of the committed bench runs
-/// (bench/results/report.md, tracker.md, and the proxy runs of #48 whose rows tracker-profile.md
-/// keeps unedited), up to its rounding; its rolling-restart figures are docs/kubernetes.md's
-/// measured table.
+/// Every figure the README and docs/modes.md (where each mode's cost is stated) give for a cost
+/// (`×1.02`, `70 %`) is one of the committed bench runs (bench/results/report.md, tracker.md,
+/// and the proxy runs of #48 whose rows tracker-profile.md keeps unedited), up to its rounding;
+/// the README's rolling-restart figures are docs/kubernetes.md's measured table.
 #[test]
 fn readme_figures_come_from_the_measurements() {
     let readme = read("README.md");
+    let costs = readme.clone() + &read("docs/modes.md");
     let report = read("bench/results/report.md")
         + &read("bench/results/tracker.md")
         + &read("bench/results/tracker-profile.md");
@@ -1160,7 +1171,7 @@ fn readme_figures_come_from_the_measurements() {
         measured.iter().any(|m| (m - v).abs() <= half)
     };
     let mut figures = Vec::new();
-    for line in readme.lines() {
+    for line in costs.lines() {
         // `×1.02-1.03`: the figures up to the next space.
         for after in line.split('×').skip(1) {
             figures.extend(numbers(after.split_whitespace().next().unwrap_or("")));
@@ -1179,7 +1190,7 @@ fn readme_figures_come_from_the_measurements() {
     let missing: Vec<_> = figures.iter().filter(|(v, d)| !in_report(*v, *d)).collect();
     assert!(
         missing.is_empty(),
-        "README figures not in the bench results: {missing:?}"
+        "README and docs/modes.md figures not in the bench results: {missing:?}"
     );
 
     // "lost 261 of 1 403 HTTP/1.1 requests": stock Envoy's row of the rolling restart, and "0
@@ -1404,16 +1415,18 @@ fn every_doc_a_source_comment_names_exists() {
     assert!(broken.is_empty(), "{}", broken.join("\n"));
     // The scan reads pages and anchors, and leaves templates alone.
     assert_eq!(
-        doc_references("see docs/alerts.md#gracefuldraintimedout, docs/modes.md; format!(\"docs/alerts.md#{}\")"),
+        doc_references("see docs/alerts.md#gracefuldraintimedout, docs/modes.md, docs/contributing/architecture.md; format!(\"docs/alerts.md#{}\")"),
         [
             ("docs/alerts.md".to_string(), Some("gracefuldraintimedout".to_string())),
             ("docs/modes.md".to_string(), None),
+            ("docs/contributing/architecture.md".to_string(), None),
             ("docs/alerts.md".to_string(), None),
         ]
     );
 }
 
-/// The `docs/<page>.md` and `docs/<page>.md#<anchor>` a text names.
+/// The `docs/<page>.md` and `docs/<page>.md#<anchor>` a text names (`<page>` may be in a folder:
+/// `contributing/architecture`).
 fn doc_references(text: &str) -> Vec<(String, Option<String>)> {
     let word = |c: char| c.is_ascii_alphanumeric() || c == '-' || c == '_';
     let mut out = Vec::new();
@@ -1426,7 +1439,11 @@ fn doc_references(text: &str) -> Vec<(String, Option<String>)> {
             continue;
         }
         let rest = &text[i + 5..];
-        let name: String = rest.chars().take_while(|c| word(*c)).collect();
+        // A page of a folder of docs/ (`docs/contributing/architecture.md`) too.
+        let name: String = rest
+            .chars()
+            .take_while(|c| word(*c) || *c == '/')
+            .collect();
         let Some(after) = rest[name.len()..].strip_prefix(".md") else {
             continue;
         };
@@ -1678,7 +1695,7 @@ fn ci_suites(var: &str) -> BTreeSet<String> {
         .collect()
 }
 
-/// docs/reliability.md says which suites the cross-check build runs in CI: exactly the ones
+/// docs/contributing/reliability.md says which suites the cross-check build runs in CI: exactly the ones
 /// `.ci/run` gives `make test TEST_MODE=cross-check`, each named as its file, and as many as it
 /// says (it said seven while CI ran five).
 #[test]
@@ -1691,11 +1708,11 @@ fn reliability_names_the_suites_ci_cross_checks() {
             ".ci/run cross-checks a suite that does not exist: {suite}"
         );
     }
-    let page = std::fs::read_to_string(repo_root().join("docs/reliability.md")).unwrap();
+    let page = std::fs::read_to_string(repo_root().join("docs/contributing/reliability.md")).unwrap();
     let row = page
         .lines()
         .find(|l| l.contains("| `make test TEST_MODE=cross-check`"))
-        .expect("docs/reliability.md's row for the cross-check");
+        .expect("docs/contributing/reliability.md's row for the cross-check");
     let named: BTreeSet<String> = row
         .split('`')
         .skip(1)
@@ -1706,7 +1723,7 @@ fn reliability_names_the_suites_ci_cross_checks() {
         .collect();
     assert_eq!(
         named, ci,
-        "docs/reliability.md's cross-check row names these suites, .ci/run runs those"
+        "docs/contributing/reliability.md's cross-check row names these suites, .ci/run runs those"
     );
     const COUNTS: [&str; 10] = [
         "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven",
@@ -1716,7 +1733,7 @@ fn reliability_names_the_suites_ci_cross_checks() {
             assert_eq!(
                 i + 2,
                 ci.len(),
-                "docs/reliability.md's cross-check row says {word} suites; .ci/run runs {ci:?}"
+                "docs/contributing/reliability.md's cross-check row says {word} suites; .ci/run runs {ci:?}"
             );
         }
     }
@@ -1729,17 +1746,8 @@ fn reliability_names_the_suites_ci_cross_checks() {
 #[test]
 fn every_page_s_code_blocks_render_as_their_source_reads() {
     use pulldown_cmark::{CodeBlockKind, Event, Parser, Tag, TagEnd};
-    let mut pages = vec![
-        repo_root().join("README.md"),
-        repo_root().join("CHANGELOG.md"),
-    ];
-    let mut docs: Vec<_> = std::fs::read_dir(repo_root().join("docs"))
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == "md"))
-        .collect();
-    docs.sort();
-    pages.extend(docs);
+    let mut pages = pages();
+    pages.push(repo_root().join("CHANGELOG.md"));
     for page in pages {
         let text = std::fs::read_to_string(&page).unwrap();
         // The source's fenced blocks: the lines between an opening fence and the next fence of
@@ -1795,21 +1803,13 @@ fn every_page_s_code_blocks_render_as_their_source_reads() {
     }
 }
 
-/// Operator pages (README.md, CHANGELOG.md, docs/*.md) say nothing of how the project is
+/// Operator pages (README.md, SECURITY.md, CHANGELOG.md, docs/*.md) say nothing of how the project is
 /// developed: no tracker issue numbers (`#46`, `issue 35`; another project's `owner/repo#123`
 /// is a public reference and stays) and no internal tool names.
 #[test]
 fn operator_pages_name_no_tracker_issue_or_internal_tool() {
-    let mut pages = vec![
-        repo_root().join("README.md"),
-        repo_root().join("CHANGELOG.md"),
-    ];
-    pages.extend(
-        std::fs::read_dir(repo_root().join("docs"))
-            .unwrap()
-            .map(|e| e.unwrap().path())
-            .filter(|p| p.extension().is_some_and(|e| e == "md")),
-    );
+    let mut pages = operator_pages();
+    pages.push(repo_root().join("CHANGELOG.md"));
     let mut found = Vec::new();
     for page in &pages {
         let text = std::fs::read_to_string(page).unwrap();
