@@ -79,7 +79,7 @@ test: build envoy
 	  GRACEFUL_DRAIN_MODULE_DIR=$(MODULE_DIR) GRACEFUL_DRAIN_TEST_MODE=$(TEST_MODE) \
 	  cargo test $(TEST_ARGS)
 
-# The real components tests/real_components.rs runs (docs/kubernetes.md, "What runs for real"): a
+# The real components tests/real_components.rs runs (docs/contributing/testing.md): a
 # real Kubernetes API server for custom resources with the platforms' CRDs, and podman + runc for
 # a real container holding the module image. `make k8s-lab` builds and sets them up, cached outside
 # the checkout (scripts/k8s-lab.sh: root; about 6 minutes and 5.5 GB the first time, nothing after).
