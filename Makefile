@@ -36,7 +36,7 @@ MODULE_FEATURES :=
 endif
 MODULE_DIR := $(MODULE_TARGET)/release
 
-.PHONY: run test test-build lint loom miri mutants envoy build dist check-envoy-version bench bench-smoke bench-deps \
+.PHONY: run test test-build lint reference loom miri mutants envoy build dist check-envoy-version bench bench-smoke bench-deps \
   k8s-lab k8s-lab-test
 
 build:
@@ -99,6 +99,11 @@ test-build: build envoy
 	@scripts/install-tools.sh >/dev/null
 	cargo build --release --locked --lib --features panic-test --target-dir target/panic-test
 	cargo test --no-run --locked $(TEST_ARGS)
+
+# docs/reference.md, written from the code (every setting, stat, /drain/status field and log
+# line); tests/reference.rs fails when the committed page differs.
+reference:
+	GRACEFUL_DRAIN_WRITE_REFERENCE=1 cargo test --locked --test reference the_reference_page_is_what_the_code_says
 
 # Benchmarks (not tests): writes bench/out/report.md, report.json, shutdown.svg. About two hours on the
 # 2-core CI machine (docs/contributing/performance.md); one section: python3 bench/bench.py --only <section>.
