@@ -922,32 +922,48 @@ fn module_default(field: &str) -> String {
         "close_timeout" => format_duration(n.long_lived.close_timeout),
         "message_wait" => format_duration(n.long_lived.message_wait),
         other => {
-            panic!("docs/configuration.md documents {other}: say here where its default comes from")
+            panic!("docs/reference.md documents {other}: say here where its default comes from")
         }
     }
 }
 
-/// docs/configuration.md's reference table: every field's default is the module's own.
+/// docs/reference.md's settings tables (written from `config::settings::SETTINGS`): every
+/// field's default is what the module's own parsers give an empty config; and docs/
+/// configuration.md's table of the drain rules repeats the three that decide a drain.
 #[test]
 fn the_documented_defaults_are_the_modules() {
-    let page = read("docs/configuration.md");
-    let rows = table(&page, "where");
-    assert_eq!(rows[0], ["where", "field", "values", "default"]);
+    let page = read("docs/reference.md");
+    let section = page
+        .split("\n## Settings")
+        .nth(1)
+        .expect("docs/reference.md has a Settings section")
+        .split("\n## ")
+        .next()
+        .unwrap();
     let mut checked = 0;
-    for row in &rows[1..] {
-        let field = code_spans(&row[1]).pop().expect("a field in code");
-        let want = module_default(&field);
-        let have = match code_spans(&row[3]).as_slice() {
-            [] => row[3].clone(),
-            [one] => one.trim_matches('"').to_string(),
-            more => panic!("{field}: {more:?}"),
-        };
-        assert_eq!(have, want, "docs/configuration.md: the default of {field}");
-        checked += 1;
+    // Each scope's table: `| setting | type | default | ...`.
+    for part in section.split("\n### ").skip(1) {
+        let rows = table(part, "setting");
+        assert_eq!(rows[0][..3], ["setting", "type", "default"]);
+        for row in &rows[1..] {
+            let field = code_spans(&row[0]).pop().expect("a field in code");
+            let have = match code_spans(&row[2]).as_slice() {
+                [] if row[2] == "refused" => continue, // a removed field, refused at start
+                [] if row[2] == "unset" => "none".to_string(),
+                [] => row[2].clone(),
+                [one] => one.trim_matches('"').to_string(),
+                more => panic!("{field}: {more:?}"),
+            };
+            assert_eq!(
+                have,
+                module_default(&field),
+                "docs/reference.md: the default of {field}"
+            );
+            checked += 1;
+        }
     }
-    assert!(checked >= 14, "only {checked} fields");
-    // ... and the table of the drain rules repeats the three that decide a drain.
-    for row in &table(&page, "setting")[1..] {
+    assert!(checked >= 17, "only {checked} fields");
+    for row in &table(&read("docs/configuration.md"), "setting")[1..] {
         let field = code_spans(&row[0]).pop().unwrap();
         assert_eq!(cell_values(&row[1]), [module_default(&field)], "{field}");
     }
