@@ -1837,3 +1837,122 @@ fn operator_pages_name_no_tracker_issue_or_internal_tool() {
         found.join("\n")
     );
 }
+
+// ---------------------------------------------------------------------------------------------
+// Reading limits: the operator's pages are read in half an hour (issue 67).
+// ---------------------------------------------------------------------------------------------
+
+/// The most words the operator's pages hold in all (about half an hour at reading speed).
+const MAX_OPERATOR_WORDS: usize = 12_000;
+/// The most words in one table cell.
+const MAX_CELL_WORDS: usize = 25;
+/// The most words in one paragraph or list item (its own text, nested lists apart).
+const MAX_PARAGRAPH_WORDS: usize = 120;
+
+/// What a page holds for a reader, as a CommonMark parser (pulldown-cmark, with tables) renders
+/// it: its words (prose, headings, tables and inline code; code blocks and HTML comments are not
+/// read), and the words of each table cell and of each paragraph or list item, with the line it
+/// starts on.
+struct Reading {
+    words: usize,
+    cells: Vec<(usize, usize)>,
+    paragraphs: Vec<(usize, usize)>,
+}
+
+fn reading(text: &str) -> Reading {
+    use pulldown_cmark::{Event, Options, Parser, Tag, TagEnd};
+    #[derive(PartialEq)]
+    enum Block {
+        Cell,
+        Paragraph,
+    }
+    let line_of = |offset: usize| text[..offset].matches('\n').count() + 1;
+    let mut r = Reading {
+        words: 0,
+        cells: Vec::new(),
+        paragraphs: Vec::new(),
+    };
+    // The blocks open around the current text, innermost last: (kind, words, line).
+    let mut open: Vec<(Block, usize, usize)> = Vec::new();
+    let mut in_code_block = false;
+    for (event, range) in Parser::new_ext(text, Options::ENABLE_TABLES).into_offset_iter() {
+        match event {
+            Event::Start(Tag::CodeBlock(_)) => in_code_block = true,
+            Event::End(TagEnd::CodeBlock) => in_code_block = false,
+            Event::Start(Tag::TableCell) => open.push((Block::Cell, 0, line_of(range.start))),
+            Event::Start(Tag::Paragraph | Tag::Item) => {
+                open.push((Block::Paragraph, 0, line_of(range.start)))
+            }
+            Event::End(TagEnd::TableCell | TagEnd::Paragraph | TagEnd::Item) => {
+                let (kind, words, line) = open.pop().expect("a block was open");
+                match kind {
+                    Block::Cell => r.cells.push((line, words)),
+                    Block::Paragraph => r.paragraphs.push((line, words)),
+                }
+            }
+            Event::Text(t) | Event::Code(t) if !in_code_block => {
+                let n = t.split_whitespace().count();
+                r.words += n;
+                if let Some(block) = open.last_mut() {
+                    block.1 += n;
+                }
+            }
+            _ => {}
+        }
+    }
+    assert!(open.is_empty(), "unbalanced blocks");
+    r
+}
+
+/// The operator's pages stay readable: at most MAX_OPERATOR_WORDS in all, no table cell over
+/// MAX_CELL_WORDS, no paragraph or list item over MAX_PARAGRAPH_WORDS, measured as a CommonMark
+/// parser renders them. The CHANGELOG is not in the total (an upgrade reads only its own
+/// releases' entries) but keeps the cell and paragraph limits.
+#[test]
+fn operator_pages_are_read_in_half_an_hour() {
+    let mut total = 0;
+    let mut per_page = Vec::new();
+    let mut too_long = Vec::new();
+    let mut pages = operator_pages();
+    pages.push(repo_root().join("CHANGELOG.md"));
+    for page in &pages {
+        let r = reading(&std::fs::read_to_string(page).unwrap());
+        if !page.ends_with("CHANGELOG.md") {
+            total += r.words;
+            per_page.push(format!("{:6} {}", r.words, rel(page)));
+        }
+        for (line, words) in r.cells.iter().filter(|(_, w)| *w > MAX_CELL_WORDS) {
+            too_long.push(format!("{}:{line}: a table cell of {words} words", rel(page)));
+        }
+        for (line, words) in r.paragraphs.iter().filter(|(_, w)| *w > MAX_PARAGRAPH_WORDS) {
+            too_long.push(format!("{}:{line}: a paragraph of {words} words", rel(page)));
+        }
+    }
+    assert!(
+        too_long.is_empty(),
+        "over the limits ({MAX_CELL_WORDS} words a cell, {MAX_PARAGRAPH_WORDS} a paragraph):\n{}",
+        too_long.join("\n")
+    );
+    assert!(
+        total <= MAX_OPERATOR_WORDS,
+        "the operator's pages hold {total} words, over {MAX_OPERATOR_WORDS}: move design notes \
+         and measurements to docs/contributing/, or link to where a fact is already said\n{}",
+        per_page.join("\n")
+    );
+    assert!(total > 3_000, "only {total} words: is the count broken?");
+}
+
+#[test]
+fn reading_counts_what_a_reader_reads() {
+    let page = "# Title words\n\nOne two `three four` five.\n\n\
+                | a | b |\n|---|---|\n| one two three | x |\n\n\
+                - item one\n  - nested two three\n\n\
+                ```sh\nnot read at all\n```\n\n<!-- not read -->\n";
+    let r = reading(page);
+    // Title words (2), the paragraph (5), the table (a, b, one two three, x: 6), the items (5).
+    assert_eq!(r.words, 18);
+    let cells: Vec<usize> = r.cells.iter().map(|(_, w)| *w).collect();
+    assert_eq!(cells, [1, 1, 3, 1]);
+    let paragraphs: Vec<(usize, usize)> = r.paragraphs.clone();
+    assert_eq!(paragraphs, [(3, 5), (10, 3), (9, 2)]);
+}
