@@ -819,6 +819,10 @@ fn setup(name: &str) -> Setup {
             bootstrap: &["k8s/envoy-gateway/envoyproxy.yaml"],
             network_filter: &["k8s/envoy-gateway/connection-mode/envoypatchpolicy.yaml"],
         },
+        "istio" => Setup {
+            bootstrap: &["k8s/istio/bootstrap-override.yaml"],
+            network_filter: &["k8s/istio/envoyfilter.yaml"],
+        },
         other => panic!("no setup {other}"),
     }
 }
@@ -832,6 +836,8 @@ fn setup_named(label: &str) -> Option<&'static str> {
         Some("contour")
     } else if l.contains("envoy gateway") {
         Some("envoy-gateway")
+    } else if l.contains("istio") {
+        Some("istio")
     } else if l.contains("example") || l.contains("envoy-config/gateway.yaml") {
         Some("example")
     } else {
@@ -881,6 +887,8 @@ fn grace_period(setup: &str) -> u64 {
                 .as_secs()
                 + 300
         }
+        // The gateway chart's values (the kit's own).
+        "istio" => yaml_int("k8s/istio/values.yaml", "terminationGracePeriodSeconds"),
         other => panic!("{other}"),
     }
 }
@@ -983,7 +991,7 @@ fn readme_defaults_come_from_the_manifests() {
         .skip(1)
         .map(|(i, h)| (i, setup_named(h).unwrap_or_else(|| panic!("column {h:?}"))))
         .collect();
-    assert_eq!(columns.len(), 4, "{header:?}");
+    assert_eq!(columns.len(), 5, "{header:?}");
     let mut checked = 0;
     for row in &rows[1..] {
         let field = code_spans(&row[0]).pop().unwrap();
