@@ -41,7 +41,10 @@ fn md_in(dir: &str) -> Vec<PathBuf> {
 /// folder). What an on-call engineer reads: held to the reading limits and to saying nothing of
 /// how the project is developed.
 fn operator_pages() -> Vec<PathBuf> {
-    let mut pages = vec![repo_root().join("README.md"), repo_root().join("SECURITY.md")];
+    let mut pages = vec![
+        repo_root().join("README.md"),
+        repo_root().join("SECURITY.md"),
+    ];
     let docs = md_in("docs");
     assert!(docs.len() >= 8, "docs/ has {} pages", docs.len());
     pages.extend(docs);
@@ -54,7 +57,11 @@ fn pages() -> Vec<PathBuf> {
     let mut pages = operator_pages();
     pages.push(repo_root().join("CONTRIBUTING.md"));
     let notes = md_in("docs/contributing");
-    assert!(notes.len() >= 4, "docs/contributing/ has {} pages", notes.len());
+    assert!(
+        notes.len() >= 4,
+        "docs/contributing/ has {} pages",
+        notes.len()
+    );
     pages.extend(notes);
     pages
 }
@@ -606,7 +613,8 @@ fn numbers(text: &str) -> Vec<(f64, usize)> {
 /// report was committed without the page, fails here.
 #[test]
 fn performance_tables_come_from_the_committed_run() {
-    let page = std::fs::read_to_string(repo_root().join("docs/contributing/performance.md")).unwrap();
+    let page =
+        std::fs::read_to_string(repo_root().join("docs/contributing/performance.md")).unwrap();
     // The committed full run, and the focused run of connection mode with the tracker (its
     // figures and how they were taken: bench/results/tracker.md).
     let report = std::fs::read_to_string(repo_root().join("bench/results/report.md")).unwrap()
@@ -1442,10 +1450,7 @@ fn doc_references(text: &str) -> Vec<(String, Option<String>)> {
         }
         let rest = &text[i + 5..];
         // A page of a folder of docs/ (`docs/contributing/architecture.md`) too.
-        let name: String = rest
-            .chars()
-            .take_while(|c| word(*c) || *c == '/')
-            .collect();
+        let name: String = rest.chars().take_while(|c| word(*c) || *c == '/').collect();
         let Some(after) = rest[name.len()..].strip_prefix(".md") else {
             continue;
         };
@@ -1710,7 +1715,8 @@ fn reliability_names_the_suites_ci_cross_checks() {
             ".ci/run cross-checks a suite that does not exist: {suite}"
         );
     }
-    let page = std::fs::read_to_string(repo_root().join("docs/contributing/reliability.md")).unwrap();
+    let page =
+        std::fs::read_to_string(repo_root().join("docs/contributing/reliability.md")).unwrap();
     let row = page
         .lines()
         .find(|l| l.contains("| `make test TEST_MODE=cross-check`"))
@@ -1930,10 +1936,20 @@ fn operator_pages_are_read_in_half_an_hour() {
             per_page.push(format!("{:6} {}", r.words, rel(page)));
         }
         for (line, words) in r.cells.iter().filter(|(_, w)| *w > MAX_CELL_WORDS) {
-            too_long.push(format!("{}:{line}: a table cell of {words} words", rel(page)));
+            too_long.push(format!(
+                "{}:{line}: a table cell of {words} words",
+                rel(page)
+            ));
         }
-        for (line, words) in r.paragraphs.iter().filter(|(_, w)| *w > MAX_PARAGRAPH_WORDS) {
-            too_long.push(format!("{}:{line}: a paragraph of {words} words", rel(page)));
+        for (line, words) in r
+            .paragraphs
+            .iter()
+            .filter(|(_, w)| *w > MAX_PARAGRAPH_WORDS)
+        {
+            too_long.push(format!(
+                "{}:{line}: a paragraph of {words} words",
+                rel(page)
+            ));
         }
     }
     assert!(
