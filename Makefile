@@ -36,7 +36,7 @@ MODULE_FEATURES :=
 endif
 MODULE_DIR := $(MODULE_TARGET)/release
 
-.PHONY: run test test-build lint reference loom miri mutants envoy build dist check-envoy-version bench bench-smoke bench-deps \
+.PHONY: run test test-build lint reference drain-picture loom miri mutants envoy build dist check-envoy-version bench bench-smoke bench-deps \
   k8s-lab k8s-lab-test
 
 build:
@@ -104,6 +104,12 @@ test-build: build envoy
 # line); tests/reference.rs fails when the committed page differs.
 reference:
 	GRACEFUL_DRAIN_WRITE_REFERENCE=1 cargo test --locked --test reference the_reference_page_is_what_the_code_says
+
+# docs/drain.svg, the picture of a drain on the README, from a real run: the example gateway with
+# the module, stock Envoy and a fixed preStop sleep, each stopped under the same load (about a
+# minute; scripts/drain-picture.py says what it records). tests/drain_picture.rs runs it --fast.
+drain-picture: build envoy
+	python3 scripts/drain-picture.py --envoy $$(scripts/install-envoy.sh $(ENVOY_VERSION)) --module-dir $(MODULE_DIR)
 
 # Benchmarks (not tests): writes bench/out/report.md, report.json, shutdown.svg. About two hours on the
 # 2-core CI machine (docs/contributing/performance.md); one section: python3 bench/bench.py --only <section>.
