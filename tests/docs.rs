@@ -1964,6 +1964,7 @@ fn operator_pages_are_read_in_half_an_hour() {
         per_page.join("\n")
     );
     assert!(total > 3_000, "only {total} words: is the count broken?");
+    println!("operator pages: {total} words\n{}", per_page.join("\n"));
 }
 
 #[test]
