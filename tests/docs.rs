@@ -1981,3 +1981,30 @@ fn reading_counts_what_a_reader_reads() {
     let paragraphs: Vec<(usize, usize)> = r.paragraphs.clone();
     assert_eq!(paragraphs, [(3, 5), (10, 3), (9, 2)]);
 }
+
+/// The contributors' notes are out of the operator's path: the README links CONTRIBUTING.md
+/// once, and no operator page links into docs/contributing/ (design notes and measurements would
+/// read as reference).
+#[test]
+fn contributor_notes_are_linked_once_from_the_readme() {
+    let mut found = Vec::new();
+    for page in operator_pages() {
+        let text = std::fs::read_to_string(&page).unwrap();
+        for target in link_targets(&split(&text).1) {
+            if target.contains("contributing/") {
+                found.push(format!("{}: {target}", rel(&page)));
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "operator pages linking contributor notes:\n{}",
+        found.join("\n")
+    );
+    let readme = read("README.md");
+    let to_contributing = link_targets(&split(&readme).1)
+        .iter()
+        .filter(|t| t.starts_with("CONTRIBUTING.md"))
+        .count();
+    assert_eq!(to_contributing, 1, "README links CONTRIBUTING.md once");
+}
