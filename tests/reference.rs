@@ -206,9 +206,9 @@ fn placeholders(text: &str, file: &str) -> String {
             rest = &r[2..];
             continue;
         }
-        if r.starts_with('}') {
+        if let Some(after) = r.strip_prefix('}') {
             out.push('}');
-            rest = &r[1..];
+            rest = after;
             continue;
         }
         let end = r.find('}').unwrap_or(r.len() - 1);
@@ -238,7 +238,22 @@ fn bound_literal(name: &str, file: &str) -> Option<String> {
             return string_literal(&file[i + binding.len()..]);
         }
     }
-    None
+    // `let line = path::to::some_fn(...)`: the text that function formats last.
+    let call = file.split(&format!("let {name} = ")).nth(1)?;
+    let callee = call.split('(').next()?.rsplit("::").next()?.trim();
+    if callee.is_empty() || !callee.chars().all(|c| c.is_alphanumeric() || c == '_') {
+        return None;
+    }
+    let mut files = Vec::new();
+    rs_files(&repo().join("src"), &mut files);
+    files.iter().find_map(|p| {
+        let text = std::fs::read_to_string(p).ok()?;
+        let body = text.split(&format!("fn {callee}(")).nth(1)?;
+        let body = body.split("\nfn ").next()?.split("\npub fn ").next()?;
+        let at = body.rfind("format!(\n")?;
+        let literal = body[at..].split_once('"')?.1;
+        Some(placeholders(&string_literal(literal)?, &text))
+    })
 }
 
 fn log_lines() -> Vec<LogLine> {
