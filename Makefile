@@ -36,7 +36,7 @@ MODULE_FEATURES :=
 endif
 MODULE_DIR := $(MODULE_TARGET)/release
 
-.PHONY: run test test-build lint loom miri mutants envoy build dist check-envoy-version bench bench-smoke bench-deps \
+.PHONY: run test test-build lint reference drain-picture loom miri mutants envoy build dist check-envoy-version bench bench-smoke bench-deps \
   k8s-lab k8s-lab-test
 
 build:
@@ -79,7 +79,7 @@ test: build envoy
 	  GRACEFUL_DRAIN_MODULE_DIR=$(MODULE_DIR) GRACEFUL_DRAIN_TEST_MODE=$(TEST_MODE) \
 	  cargo test $(TEST_ARGS)
 
-# The real components tests/real_components.rs runs (docs/kubernetes.md, "What runs for real"): a
+# The real components tests/real_components.rs runs (docs/contributing/testing.md): a
 # real Kubernetes API server for custom resources with the platforms' CRDs, and podman + runc for
 # a real container holding the module image. `make k8s-lab` builds and sets them up, cached outside
 # the checkout (scripts/k8s-lab.sh: root; about 6 minutes and 5.5 GB the first time, nothing after).
@@ -100,8 +100,19 @@ test-build: build envoy
 	cargo build --release --locked --lib --features panic-test --target-dir target/panic-test
 	cargo test --no-run --locked $(TEST_ARGS)
 
+# docs/reference.md, written from the code (every setting, stat, /drain/status field and log
+# line); tests/reference.rs fails when the committed page differs.
+reference:
+	GRACEFUL_DRAIN_WRITE_REFERENCE=1 cargo test --locked --test reference the_reference_page_is_what_the_code_says
+
+# docs/drain.svg, the picture of a drain on the README, from a real run: the example gateway with
+# the module, stock Envoy and a fixed preStop sleep, each stopped under the same load (about a
+# minute; scripts/drain-picture.py says what it records). tests/drain_picture.rs runs it --fast.
+drain-picture: build envoy
+	python3 scripts/drain-picture.py --envoy $$(scripts/install-envoy.sh $(ENVOY_VERSION)) --module-dir $(MODULE_DIR)
+
 # Benchmarks (not tests): writes bench/out/report.md, report.json, shutdown.svg. About two hours on the
-# 2-core CI machine (docs/performance.md); one section: python3 bench/bench.py --only <section>.
+# 2-core CI machine (docs/contributing/performance.md); one section: python3 bench/bench.py --only <section>.
 bench: build envoy
 	python3 bench/bench.py
 

@@ -17,7 +17,7 @@
 //! - [`ffi`]: the only unsafe code and the only caller of Envoy; each exported hook is guard,
 //!   handle, one call.
 //!
-//! `docs/architecture.md` draws the layers and follows a SIGTERM, a request, an idle close and a
+//! `docs/contributing/architecture.md` draws the layers and follows a SIGTERM, a request, an idle close and a
 //! stats scan through them; the facts about Envoy the code relies on are in
 //! `src/ffi/ENVOY_FACTS.md`, with their evidence.
 #![deny(unsafe_code)]

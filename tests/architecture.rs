@@ -166,7 +166,7 @@ fn the_modules_of_src_import_each_other_without_a_cycle() {
 }
 
 /// The layers of `src/`, bottom first: a module may import only modules of a lower layer (never
-/// one of its own layer, never one above). `docs/architecture.md` draws the same table.
+/// one of its own layer, never one above). `docs/contributing/architecture.md` draws the same table.
 const LAYERS: &[(&str, &[&str])] = &[
     (
         "the ground: what the module runs on, and how it reaches Envoy",

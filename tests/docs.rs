@@ -26,17 +26,43 @@ use common::tools::{kubernetes_validate, temp_file};
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
-/// README.md and every page of docs/.
-fn pages() -> Vec<PathBuf> {
-    let mut pages = vec![repo_root().join("README.md")];
-    let mut docs: Vec<PathBuf> = std::fs::read_dir(repo_root().join("docs"))
-        .expect("docs/")
+/// The Markdown pages of a directory of the repository, sorted.
+fn md_in(dir: &str) -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = std::fs::read_dir(repo_root().join(dir))
+        .unwrap_or_else(|e| panic!("{dir}: {e}"))
         .map(|e| e.unwrap().path())
         .filter(|p| p.extension().is_some_and(|x| x == "md"))
         .collect();
-    docs.sort();
+    out.sort();
+    out
+}
+
+/// The operator's pages: README.md, SECURITY.md and every page of docs/ (not its contributors'
+/// folder). What an on-call engineer reads: held to the reading limits and to saying nothing of
+/// how the project is developed.
+fn operator_pages() -> Vec<PathBuf> {
+    let mut pages = vec![
+        repo_root().join("README.md"),
+        repo_root().join("SECURITY.md"),
+    ];
+    let docs = md_in("docs");
     assert!(docs.len() >= 8, "docs/ has {} pages", docs.len());
     pages.extend(docs);
+    pages
+}
+
+/// Every page whose links, paths, snippets and names are checked: the operator's pages, and the
+/// contributors' (CONTRIBUTING.md, docs/contributing/).
+fn pages() -> Vec<PathBuf> {
+    let mut pages = operator_pages();
+    pages.push(repo_root().join("CONTRIBUTING.md"));
+    let notes = md_in("docs/contributing");
+    assert!(
+        notes.len() >= 4,
+        "docs/contributing/ has {} pages",
+        notes.len()
+    );
+    pages.extend(notes);
     pages
 }
 
@@ -201,7 +227,7 @@ fn every_relative_link_resolves() {
     let page = repo_root().join("docs/example.md");
     let bad = "See [a](nowhere.md), [b](modes.md#no-such-heading), [c](#nor-here).\n\
                `[in code](nowhere.md)`\n```\n[in a block](nowhere.md)\n```\n# Real heading\n\
-               [d](#real-heading) [e](modes.md#gateways-whose-listeners-come-from-a-control-plane-bootstrap-only-mode)\n";
+               [d](#real-heading) [e](modes.md#which-mode-is-the-default)\n";
     let found = broken_links(&page, bad);
     assert_eq!(found.len(), 3, "{found:?}");
 }
@@ -582,12 +608,13 @@ fn numbers(text: &str) -> Vec<(f64, usize)> {
     out
 }
 
-/// Every figure in the tables of docs/performance.md is one of bench/results/report.md (the
+/// Every figure in the tables of docs/contributing/performance.md is one of bench/results/report.md (the
 /// committed run), up to the page's rounding: a table edited by hand, or a bench re-run whose
 /// report was committed without the page, fails here.
 #[test]
 fn performance_tables_come_from_the_committed_run() {
-    let page = std::fs::read_to_string(repo_root().join("docs/performance.md")).unwrap();
+    let page =
+        std::fs::read_to_string(repo_root().join("docs/contributing/performance.md")).unwrap();
     // The committed full run, and the focused run of connection mode with the tracker (its
     // figures and how they were taken: bench/results/tracker.md).
     let report = std::fs::read_to_string(repo_root().join("bench/results/report.md")).unwrap()
@@ -800,6 +827,10 @@ fn setup(name: &str) -> Setup {
             bootstrap: &["k8s/envoy-gateway/envoyproxy.yaml"],
             network_filter: &["k8s/envoy-gateway/connection-mode/envoypatchpolicy.yaml"],
         },
+        "istio" => Setup {
+            bootstrap: &["k8s/istio/bootstrap-override.yaml"],
+            network_filter: &["k8s/istio/envoyfilter.yaml"],
+        },
         other => panic!("no setup {other}"),
     }
 }
@@ -813,6 +844,8 @@ fn setup_named(label: &str) -> Option<&'static str> {
         Some("contour")
     } else if l.contains("envoy gateway") {
         Some("envoy-gateway")
+    } else if l.contains("istio") {
+        Some("istio")
     } else if l.contains("example") || l.contains("envoy-config/gateway.yaml") {
         Some("example")
     } else {
@@ -862,6 +895,8 @@ fn grace_period(setup: &str) -> u64 {
                 .as_secs()
                 + 300
         }
+        // The gateway chart's values (the kit's own).
+        "istio" => yaml_int("k8s/istio/values.yaml", "terminationGracePeriodSeconds"),
         other => panic!("{other}"),
     }
 }
@@ -903,64 +938,71 @@ fn module_default(field: &str) -> String {
         "close_timeout" => format_duration(n.long_lived.close_timeout),
         "message_wait" => format_duration(n.long_lived.message_wait),
         other => {
-            panic!("docs/configuration.md documents {other}: say here where its default comes from")
+            panic!("docs/reference.md documents {other}: say here where its default comes from")
         }
     }
 }
 
-/// docs/configuration.md's reference table: every field's default is the module's own.
+/// docs/reference.md's settings tables (written from `config::settings::SETTINGS`): every
+/// field's default is what the module's own parsers give an empty config; and docs/
+/// configuration.md's table of the drain rules repeats the three that decide a drain.
 #[test]
 fn the_documented_defaults_are_the_modules() {
-    let page = read("docs/configuration.md");
-    let rows = table(&page, "where");
-    assert_eq!(rows[0], ["where", "field", "values", "default"]);
+    let page = read("docs/reference.md");
+    let section = page
+        .split("\n## Settings")
+        .nth(1)
+        .expect("docs/reference.md has a Settings section")
+        .split("\n## ")
+        .next()
+        .unwrap();
     let mut checked = 0;
-    for row in &rows[1..] {
-        let field = code_spans(&row[1]).pop().expect("a field in code");
-        let want = module_default(&field);
-        let have = match code_spans(&row[3]).as_slice() {
-            [] => row[3].clone(),
-            [one] => one.trim_matches('"').to_string(),
-            more => panic!("{field}: {more:?}"),
-        };
-        assert_eq!(have, want, "docs/configuration.md: the default of {field}");
-        checked += 1;
+    // Each scope's table: `| setting | type | default | ...`.
+    for part in section.split("\n### ").skip(1) {
+        let rows = table(part, "setting");
+        assert_eq!(rows[0][..3], ["setting", "type", "default"]);
+        for row in &rows[1..] {
+            let field = code_spans(&row[0]).pop().expect("a field in code");
+            let have = match code_spans(&row[2]).as_slice() {
+                [] if row[2] == "refused" => continue, // a removed field, refused at start
+                [] if row[2] == "unset" => "none".to_string(),
+                [] => row[2].clone(),
+                [one] => one.trim_matches('"').to_string(),
+                more => panic!("{field}: {more:?}"),
+            };
+            assert_eq!(
+                have,
+                module_default(&field),
+                "docs/reference.md: the default of {field}"
+            );
+            checked += 1;
+        }
     }
-    assert!(checked >= 14, "only {checked} fields");
-    // ... and the table of the drain rules repeats the three that decide a drain.
-    for row in &table(&page, "setting")[1..] {
+    assert!(checked >= 17, "only {checked} fields");
+    for row in &table(&read("docs/configuration.md"), "setting")[1..] {
         let field = code_spans(&row[0]).pop().unwrap();
         assert_eq!(cell_values(&row[1]), [module_default(&field)], "{field}");
     }
 }
 
-/// README's defaults table: the module's column from the parsers, each setup's from the files it
-/// ships (the example and `k8s/` must agree), the grace periods from the manifests.
+/// README's defaults table: each setup's column from the files it ships (the example and `k8s/`
+/// must agree), the grace periods from the manifests. (The module's own defaults are the
+/// reference's, checked there.)
 #[test]
-fn readme_defaults_come_from_the_module_and_the_manifests() {
+fn readme_defaults_come_from_the_manifests() {
     let readme = read("README.md");
     let rows = table(&readme, "setting");
     let header = &rows[0];
-    assert_eq!(header[1], "module default");
     let columns: Vec<(usize, &str)> = header
         .iter()
         .enumerate()
-        .skip(2)
+        .skip(1)
         .map(|(i, h)| (i, setup_named(h).unwrap_or_else(|| panic!("column {h:?}"))))
         .collect();
-    assert_eq!(columns.len(), 4, "{header:?}");
+    assert_eq!(columns.len(), 5, "{header:?}");
     let mut checked = 0;
     for row in &rows[1..] {
         let field = code_spans(&row[0]).pop().unwrap();
-        // The module's column.
-        match field.as_str() {
-            "terminationGracePeriodSeconds" => {
-                // Kubernetes' own default, not the module's: named as such.
-                assert!(row[1].contains("Kubernetes"), "{row:?}");
-            }
-            "admin_address" => assert_eq!(row[1], module_default(&field), "{field}"),
-            _ => assert_eq!(cell_values(&row[1]), [module_default(&field)], "{field}"),
-        }
         for &(i, name) in &columns {
             let s = setup(name);
             let cell = &row[i];
@@ -1020,28 +1062,6 @@ fn readme_defaults_come_from_the_module_and_the_manifests() {
         }
     }
     assert!(checked >= 24, "only {checked} cells checked");
-}
-
-/// Every admin address the docs give for a shipped setup is the one its files set.
-#[test]
-fn documented_admin_addresses_are_the_shipped_ones() {
-    let page = read("docs/troubleshooting.md");
-    let rows = table(&page, "setup");
-    assert_eq!(rows[0][1], "`admin_address`");
-    let mut seen = BTreeSet::new();
-    for row in &rows[1..] {
-        let name = setup_named(&row[0]).unwrap_or_else(|| panic!("{row:?}"));
-        for f in setup(name).bootstrap {
-            assert_eq!(
-                cell_values(&row[1]),
-                admin_addresses(&bootstrap_json(f)),
-                "docs/troubleshooting.md, {}: {f}",
-                row[0]
-            );
-        }
-        seen.insert(name);
-    }
-    assert_eq!(seen.len(), 4, "every shipped setup: {seen:?}");
     // The check does tell a wrong address (Kourier's admin address before the kit moved it to
     // its socket: now the kit's read-only guard, which refuses the drain's calls).
     let kourier = admin_addresses(&bootstrap_json(setup("kourier").bootstrap[0]));
@@ -1144,13 +1164,14 @@ fn every_path_the_docs_name_exists() {
     );
 }
 
-/// Every figure the README gives for a cost (`×1.02`, `70 %`) is one of the committed bench runs
-/// (bench/results/report.md, tracker.md, and the proxy runs of #48 whose rows tracker-profile.md
-/// keeps unedited), up to its rounding; its rolling-restart figures are docs/kubernetes.md's
-/// measured table.
+/// Every figure the README and docs/modes.md (where each mode's cost is stated) give for a cost
+/// (`×1.02`, `70 %`) is one of the committed bench runs (bench/results/report.md, tracker.md,
+/// and the proxy runs of #48 whose rows tracker-profile.md keeps unedited), up to its rounding;
+/// the README's rolling-restart figures are docs/kubernetes.md's measured table.
 #[test]
 fn readme_figures_come_from_the_measurements() {
     let readme = read("README.md");
+    let costs = readme.clone() + &read("docs/modes.md");
     let report = read("bench/results/report.md")
         + &read("bench/results/tracker.md")
         + &read("bench/results/tracker-profile.md");
@@ -1160,7 +1181,7 @@ fn readme_figures_come_from_the_measurements() {
         measured.iter().any(|m| (m - v).abs() <= half)
     };
     let mut figures = Vec::new();
-    for line in readme.lines() {
+    for line in costs.lines() {
         // `×1.02-1.03`: the figures up to the next space.
         for after in line.split('×').skip(1) {
             figures.extend(numbers(after.split_whitespace().next().unwrap_or("")));
@@ -1179,7 +1200,7 @@ fn readme_figures_come_from_the_measurements() {
     let missing: Vec<_> = figures.iter().filter(|(v, d)| !in_report(*v, *d)).collect();
     assert!(
         missing.is_empty(),
-        "README figures not in the bench results: {missing:?}"
+        "README and docs/modes.md figures not in the bench results: {missing:?}"
     );
 
     // "lost 261 of 1 403 HTTP/1.1 requests": stock Envoy's row of the rolling restart, and "0
@@ -1404,16 +1425,18 @@ fn every_doc_a_source_comment_names_exists() {
     assert!(broken.is_empty(), "{}", broken.join("\n"));
     // The scan reads pages and anchors, and leaves templates alone.
     assert_eq!(
-        doc_references("see docs/alerts.md#gracefuldraintimedout, docs/modes.md; format!(\"docs/alerts.md#{}\")"),
+        doc_references("see docs/alerts.md#gracefuldraintimedout, docs/modes.md, docs/contributing/architecture.md; format!(\"docs/alerts.md#{}\")"),
         [
             ("docs/alerts.md".to_string(), Some("gracefuldraintimedout".to_string())),
             ("docs/modes.md".to_string(), None),
+            ("docs/contributing/architecture.md".to_string(), None),
             ("docs/alerts.md".to_string(), None),
         ]
     );
 }
 
-/// The `docs/<page>.md` and `docs/<page>.md#<anchor>` a text names.
+/// The `docs/<page>.md` and `docs/<page>.md#<anchor>` a text names (`<page>` may be in a folder:
+/// `contributing/architecture`).
 fn doc_references(text: &str) -> Vec<(String, Option<String>)> {
     let word = |c: char| c.is_ascii_alphanumeric() || c == '-' || c == '_';
     let mut out = Vec::new();
@@ -1426,7 +1449,8 @@ fn doc_references(text: &str) -> Vec<(String, Option<String>)> {
             continue;
         }
         let rest = &text[i + 5..];
-        let name: String = rest.chars().take_while(|c| word(*c)).collect();
+        // A page of a folder of docs/ (`docs/contributing/architecture.md`) too.
+        let name: String = rest.chars().take_while(|c| word(*c) || *c == '/').collect();
         let Some(after) = rest[name.len()..].strip_prefix(".md") else {
             continue;
         };
@@ -1678,7 +1702,7 @@ fn ci_suites(var: &str) -> BTreeSet<String> {
         .collect()
 }
 
-/// docs/reliability.md says which suites the cross-check build runs in CI: exactly the ones
+/// docs/contributing/reliability.md says which suites the cross-check build runs in CI: exactly the ones
 /// `.ci/run` gives `make test TEST_MODE=cross-check`, each named as its file, and as many as it
 /// says (it said seven while CI ran five).
 #[test]
@@ -1691,11 +1715,12 @@ fn reliability_names_the_suites_ci_cross_checks() {
             ".ci/run cross-checks a suite that does not exist: {suite}"
         );
     }
-    let page = std::fs::read_to_string(repo_root().join("docs/reliability.md")).unwrap();
+    let page =
+        std::fs::read_to_string(repo_root().join("docs/contributing/reliability.md")).unwrap();
     let row = page
         .lines()
         .find(|l| l.contains("| `make test TEST_MODE=cross-check`"))
-        .expect("docs/reliability.md's row for the cross-check");
+        .expect("docs/contributing/reliability.md's row for the cross-check");
     let named: BTreeSet<String> = row
         .split('`')
         .skip(1)
@@ -1706,7 +1731,7 @@ fn reliability_names_the_suites_ci_cross_checks() {
         .collect();
     assert_eq!(
         named, ci,
-        "docs/reliability.md's cross-check row names these suites, .ci/run runs those"
+        "docs/contributing/reliability.md's cross-check row names these suites, .ci/run runs those"
     );
     const COUNTS: [&str; 10] = [
         "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven",
@@ -1716,7 +1741,7 @@ fn reliability_names_the_suites_ci_cross_checks() {
             assert_eq!(
                 i + 2,
                 ci.len(),
-                "docs/reliability.md's cross-check row says {word} suites; .ci/run runs {ci:?}"
+                "docs/contributing/reliability.md's cross-check row says {word} suites; .ci/run runs {ci:?}"
             );
         }
     }
@@ -1729,17 +1754,8 @@ fn reliability_names_the_suites_ci_cross_checks() {
 #[test]
 fn every_page_s_code_blocks_render_as_their_source_reads() {
     use pulldown_cmark::{CodeBlockKind, Event, Parser, Tag, TagEnd};
-    let mut pages = vec![
-        repo_root().join("README.md"),
-        repo_root().join("CHANGELOG.md"),
-    ];
-    let mut docs: Vec<_> = std::fs::read_dir(repo_root().join("docs"))
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == "md"))
-        .collect();
-    docs.sort();
-    pages.extend(docs);
+    let mut pages = pages();
+    pages.push(repo_root().join("CHANGELOG.md"));
     for page in pages {
         let text = std::fs::read_to_string(&page).unwrap();
         // The source's fenced blocks: the lines between an opening fence and the next fence of
@@ -1795,21 +1811,13 @@ fn every_page_s_code_blocks_render_as_their_source_reads() {
     }
 }
 
-/// Operator pages (README.md, CHANGELOG.md, docs/*.md) say nothing of how the project is
+/// Operator pages (README.md, SECURITY.md, CHANGELOG.md, docs/*.md) say nothing of how the project is
 /// developed: no tracker issue numbers (`#46`, `issue 35`; another project's `owner/repo#123`
 /// is a public reference and stays) and no internal tool names.
 #[test]
 fn operator_pages_name_no_tracker_issue_or_internal_tool() {
-    let mut pages = vec![
-        repo_root().join("README.md"),
-        repo_root().join("CHANGELOG.md"),
-    ];
-    pages.extend(
-        std::fs::read_dir(repo_root().join("docs"))
-            .unwrap()
-            .map(|e| e.unwrap().path())
-            .filter(|p| p.extension().is_some_and(|e| e == "md")),
-    );
+    let mut pages = operator_pages();
+    pages.push(repo_root().join("CHANGELOG.md"));
     let mut found = Vec::new();
     for page in &pages {
         let text = std::fs::read_to_string(page).unwrap();
@@ -1842,4 +1850,161 @@ fn operator_pages_name_no_tracker_issue_or_internal_tool() {
         "development details on operator pages:\n{}",
         found.join("\n")
     );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Reading limits: the operator's pages are read in half an hour (issue 67).
+// ---------------------------------------------------------------------------------------------
+
+/// The most words the operator's pages hold in all (about half an hour at reading speed).
+const MAX_OPERATOR_WORDS: usize = 12_000;
+/// The most words in one table cell.
+const MAX_CELL_WORDS: usize = 25;
+/// The most words in one paragraph or list item (its own text, nested lists apart).
+const MAX_PARAGRAPH_WORDS: usize = 120;
+
+/// What a page holds for a reader, as a CommonMark parser (pulldown-cmark, with tables) renders
+/// it: its words (prose, headings, tables and inline code; code blocks and HTML comments are not
+/// read), and the words of each table cell and of each paragraph or list item, with the line it
+/// starts on.
+struct Reading {
+    words: usize,
+    cells: Vec<(usize, usize)>,
+    paragraphs: Vec<(usize, usize)>,
+}
+
+fn reading(text: &str) -> Reading {
+    use pulldown_cmark::{Event, Options, Parser, Tag, TagEnd};
+    #[derive(PartialEq)]
+    enum Block {
+        Cell,
+        Paragraph,
+    }
+    let line_of = |offset: usize| text[..offset].matches('\n').count() + 1;
+    let mut r = Reading {
+        words: 0,
+        cells: Vec::new(),
+        paragraphs: Vec::new(),
+    };
+    // The blocks open around the current text, innermost last: (kind, words, line).
+    let mut open: Vec<(Block, usize, usize)> = Vec::new();
+    let mut in_code_block = false;
+    for (event, range) in Parser::new_ext(text, Options::ENABLE_TABLES).into_offset_iter() {
+        match event {
+            Event::Start(Tag::CodeBlock(_)) => in_code_block = true,
+            Event::End(TagEnd::CodeBlock) => in_code_block = false,
+            Event::Start(Tag::TableCell) => open.push((Block::Cell, 0, line_of(range.start))),
+            Event::Start(Tag::Paragraph | Tag::Item) => {
+                open.push((Block::Paragraph, 0, line_of(range.start)))
+            }
+            Event::End(TagEnd::TableCell | TagEnd::Paragraph | TagEnd::Item) => {
+                let (kind, words, line) = open.pop().expect("a block was open");
+                match kind {
+                    Block::Cell => r.cells.push((line, words)),
+                    Block::Paragraph => r.paragraphs.push((line, words)),
+                }
+            }
+            Event::Text(t) | Event::Code(t) if !in_code_block => {
+                let n = t.split_whitespace().count();
+                r.words += n;
+                if let Some(block) = open.last_mut() {
+                    block.1 += n;
+                }
+            }
+            _ => {}
+        }
+    }
+    assert!(open.is_empty(), "unbalanced blocks");
+    r
+}
+
+/// The operator's pages stay readable: at most MAX_OPERATOR_WORDS in all, no table cell over
+/// MAX_CELL_WORDS, no paragraph or list item over MAX_PARAGRAPH_WORDS, measured as a CommonMark
+/// parser renders them. The CHANGELOG is not in the total (an upgrade reads only its own
+/// releases' entries) but keeps the cell and paragraph limits.
+#[test]
+fn operator_pages_are_read_in_half_an_hour() {
+    let mut total = 0;
+    let mut per_page = Vec::new();
+    let mut too_long = Vec::new();
+    let mut pages = operator_pages();
+    pages.push(repo_root().join("CHANGELOG.md"));
+    for page in &pages {
+        let r = reading(&std::fs::read_to_string(page).unwrap());
+        if !page.ends_with("CHANGELOG.md") {
+            total += r.words;
+            per_page.push(format!("{:6} {}", r.words, rel(page)));
+        }
+        for (line, words) in r.cells.iter().filter(|(_, w)| *w > MAX_CELL_WORDS) {
+            too_long.push(format!(
+                "{}:{line}: a table cell of {words} words",
+                rel(page)
+            ));
+        }
+        for (line, words) in r
+            .paragraphs
+            .iter()
+            .filter(|(_, w)| *w > MAX_PARAGRAPH_WORDS)
+        {
+            too_long.push(format!(
+                "{}:{line}: a paragraph of {words} words",
+                rel(page)
+            ));
+        }
+    }
+    assert!(
+        too_long.is_empty(),
+        "over the limits ({MAX_CELL_WORDS} words a cell, {MAX_PARAGRAPH_WORDS} a paragraph):\n{}",
+        too_long.join("\n")
+    );
+    assert!(
+        total <= MAX_OPERATOR_WORDS,
+        "the operator's pages hold {total} words, over {MAX_OPERATOR_WORDS}: move design notes \
+         and measurements to docs/contributing/, or link to where a fact is already said\n{}",
+        per_page.join("\n")
+    );
+    assert!(total > 3_000, "only {total} words: is the count broken?");
+    println!("operator pages: {total} words\n{}", per_page.join("\n"));
+}
+
+#[test]
+fn reading_counts_what_a_reader_reads() {
+    let page = "# Title words\n\nOne two `three four` five.\n\n\
+                | a | b |\n|---|---|\n| one two three | x |\n\n\
+                - item one\n  - nested two three\n\n\
+                ```sh\nnot read at all\n```\n\n<!-- not read -->\n";
+    let r = reading(page);
+    // Title words (2), the paragraph (5), the table (a, b, one two three, x: 6), the items (5).
+    assert_eq!(r.words, 18);
+    let cells: Vec<usize> = r.cells.iter().map(|(_, w)| *w).collect();
+    assert_eq!(cells, [1, 1, 3, 1]);
+    let paragraphs: Vec<(usize, usize)> = r.paragraphs.clone();
+    assert_eq!(paragraphs, [(3, 5), (10, 3), (9, 2)]);
+}
+
+/// The contributors' notes are out of the operator's path: the README links CONTRIBUTING.md
+/// once, and no operator page links into docs/contributing/ (design notes and measurements would
+/// read as reference).
+#[test]
+fn contributor_notes_are_linked_once_from_the_readme() {
+    let mut found = Vec::new();
+    for page in operator_pages() {
+        let text = std::fs::read_to_string(&page).unwrap();
+        for target in link_targets(&split(&text).1) {
+            if target.contains("contributing/") {
+                found.push(format!("{}: {target}", rel(&page)));
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "operator pages linking contributor notes:\n{}",
+        found.join("\n")
+    );
+    let readme = read("README.md");
+    let to_contributing = link_targets(&split(&readme).1)
+        .iter()
+        .filter(|t| t.starts_with("CONTRIBUTING.md"))
+        .count();
+    assert_eq!(to_contributing, 1, "README links CONTRIBUTING.md once");
 }

@@ -7,7 +7,7 @@
 //! `move_long_lived_streams: false` they are cut at `drain_timeout` as before; a peer that does
 //! not answer the Close is closed after `close_timeout` (and a client that does not answer
 //! makes the module tell the upstream with a masked Close injected towards it: E4 of
-//! docs/long-lived-streams.md).
+//! docs/contributing/long-lived-streams.md).
 
 mod common;
 

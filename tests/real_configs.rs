@@ -1,7 +1,7 @@
 //! Drains under the configurations real gateways run, not only our example: health checkers that
 //! never stop (a front Envoy's active health check, kubelet and cloud load-balancer probes),
 //! listeners under other names, bootstrap-only mode, hot restart, a readiness delay, and the
-//! drain start's calls to Envoy's admin. Each test is a row of docs/reliability.md's table.
+//! drain start's calls to Envoy's admin. Each test is a row of docs/contributing/reliability.md's table.
 
 mod common;
 

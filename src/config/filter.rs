@@ -128,7 +128,7 @@ pub struct NetworkFilterConfig {
     pub long_lived: LongLivedSettings,
 }
 
-/// How long-lived streams are moved to another pod at a drain (docs/long-lived-streams.md):
+/// How long-lived streams are moved to another pod at a drain (docs/contributing/long-lived-streams.md):
 /// after `min_drain_duration`, each is given a time in `window`, then a WebSocket gets a
 /// Close(1001) at a message end (at any frame end after `message_wait`), and its connection is
 /// closed `close_timeout` after that if the close handshake did not end it.

@@ -5,13 +5,15 @@
 //! Files: `token` (the filter's role and the drain token), `filter` (the HTTP and network
 //! filters' configs, with the connections' idle defaults), `bootstrap_config` (the bootstrap
 //! extension's config: drain timing, request policy), `duration` (durations as Envoy writes
-//! them), `admin_address` (where Envoy's admin listens). Bottom layer: uses no other module of
+//! them), `admin_address` (where Envoy's admin listens), `settings` (every setting as the
+//! reference lists it, held to the parsers by its tests). Bottom layer: uses no other module of
 //! the crate; the layers above take their defaults from here.
 
 mod admin_address;
 mod bootstrap_config;
 mod duration;
 mod filter;
+pub mod settings;
 mod token;
 
 pub use admin_address::{AdminAddress, AdminCheck};

@@ -1,4 +1,4 @@
-//! Long-lived streams at a drain (docs/long-lived-streams.md, "Connection mode: the design"):
+//! Long-lived streams at a drain (docs/contributing/long-lived-streams.md, "Connection mode: the design"):
 //! the process's move settings and counts, each stream's move time, and the moves thread that
 //! wakes each connection's scheduler when its move wants it. What a wake-up does to the
 //! stream is the tracker's (`crate::tracking`); this only keeps time. Uses `config` and

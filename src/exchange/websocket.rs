@@ -9,7 +9,7 @@
 //! MAY be injected in the middle of a fragmented message"; §5.5: "Control frames can be
 //! interjected in the middle of a fragmented message"), so every frame end is a place where a
 //! Close may go; a message end is a better one (§5.5.1: after a Close no more data frames, so a
-//! message cut there is lost). See docs/long-lived-streams.md for who gets which Close.
+//! message cut there is lost). See docs/contributing/long-lived-streams.md for who gets which Close.
 //!
 //! One [`Follower`] per direction: client->server frames must be masked, server->client frames
 //! must not (§5.1: a server "MUST close the connection upon receiving a frame that is not

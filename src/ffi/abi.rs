@@ -410,13 +410,13 @@ envoy_callbacks! {
         data: Buffer,
     ) -> bool;
     /// The write hook's buffer: add `data` (copied) at its end; false without one. Present in
-    /// 1.38.3, 1.39.3 and 1.40.0 (docs/long-lived-streams.md E1, E6).
+    /// 1.38.3, 1.39.3 and 1.40.0 (docs/contributing/long-lived-streams.md E1, E6).
     fn envoy_dynamic_module_callback_network_filter_append_write_buffer(
         filter: EnvoyPtr,
         data: Buffer,
     ) -> bool;
     /// Copies `data` and passes it to the read filters after this one
-    /// (`injectReadDataToFilterChain`, docs/long-lived-streams.md E2-E4).
+    /// (`injectReadDataToFilterChain`, docs/contributing/long-lived-streams.md E2-E4).
     fn envoy_dynamic_module_callback_network_filter_inject_read_data(
         filter: EnvoyPtr,
         data: Buffer,

@@ -12,6 +12,7 @@ use crate::engine::main_thread::{ShutdownRelease, ADMIN_DRAIN_PATH, ADMIN_STATUS
 use crate::engine::state::Stat;
 use crate::envoy_stats::scan::Pass;
 use crate::extension::{Env, Extension, ExtensionHost, Gauge, StatsSource, EVENT_KICK};
+use crate::host::extension::LabelledGauge::{BuildInfo, EnvoyUntested};
 use std::os::raw::c_void;
 use std::ptr;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -89,7 +90,7 @@ impl StatsSource for ExtensionStats {
 /// `graceful_drain.build_info` = 1, labelled with the module's version and the Envoy minor it
 /// found, as scrapes see it (`envoy_graceful_drain_build_info{version="...",envoy="..."} 1`).
 fn publish_build_info(envoy: &ExtensionConfig) {
-    if let Some(id) = envoy.define_labelled_gauge("build_info", &["version", "envoy"]) {
+    if let Some(id) = envoy.define_labelled_gauge(BuildInfo.name(), BuildInfo.labels()) {
         let found = super::abi::generation().minor();
         envoy.set_labelled_gauge(id, &[crate::envoy_stats::compat::MODULE_VERSION, found], 1);
     }
@@ -104,7 +105,7 @@ fn publish_standing(envoy: &ExtensionConfig) {
     let Some(standing) = super::abi::standing() else {
         return;
     };
-    if let Some(id) = envoy.define_labelled_gauge("envoy_untested", &["release", "surface"]) {
+    if let Some(id) = envoy.define_labelled_gauge(EnvoyUntested.name(), EnvoyUntested.labels()) {
         let release = standing.release_name();
         let value = u64::from(standing.untested.is_some());
         envoy.set_labelled_gauge(id, &[&release, standing.surface.as_str()], value);

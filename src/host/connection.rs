@@ -62,7 +62,7 @@ pub trait ConnectionHost {
     fn drain_write(&self, n: usize) -> bool;
 
     /// Send `bytes` towards the upstream, into the filter chain after this filter, as if the
-    /// client had sent them (docs/long-lived-streams.md, E2-E4).
+    /// client had sent them (docs/contributing/long-lived-streams.md, E2-E4).
     fn inject_read(&self, bytes: &[u8]);
 
     /// A WebSocket masking key from a strong random source (RFC 6455 §5.3; `getrandom(2)`).

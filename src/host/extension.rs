@@ -112,6 +112,113 @@ impl Stat {
     }
 }
 
+/// What the reference (docs/reference.md, written from these by `make reference`) says of a stat:
+/// one entry per stat, from an exhaustive `match`, so a new stat cannot go undocumented.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StatDoc {
+    /// What one unit is (`drains`, `connections`, `requests`, `0 or 1`).
+    pub unit: &'static str,
+    /// The modes in which it moves (docs/modes.md): `every mode`, or the ones named.
+    pub modes: &'static str,
+    /// What it counts or says, in at most 25 words.
+    pub what: &'static str,
+}
+
+const fn doc(unit: &'static str, modes: &'static str, what: &'static str) -> StatDoc {
+    StatDoc { unit, modes, what }
+}
+
+const EVERY: &str = "every mode";
+const FILTERS: &str = "filter, connection";
+const CONNECTION: &str = "connection";
+
+impl Stat {
+    /// Its line in the reference.
+    pub fn doc(self) -> StatDoc {
+        match self {
+            Stat::DrainsStarted => doc("drains", EVERY, "Drains started (at most one per process)."),
+            Stat::DrainsCompleted => doc(
+                "drains",
+                EVERY,
+                "Drains completed, on time or at `drain_timeout`.",
+            ),
+            Stat::DrainsTimedOut => doc(
+                "drains",
+                EVERY,
+                "Drains that reached `drain_timeout` with requests still in flight (those were cut).",
+            ),
+            Stat::SentAway(Protocol::Http1) => doc(
+                "connections",
+                FILTERS,
+                "HTTP/1.1 connections told `connection: close` while draining, once per connection.",
+            ),
+            Stat::SentAway(Protocol::Http2) => doc(
+                "connections",
+                FILTERS,
+                "HTTP/2 connections sent GOAWAY while draining, once per connection.",
+            ),
+            Stat::SentAway(Protocol::Other) => doc(
+                "connections",
+                FILTERS,
+                "Other (HTTP/3) connections told to go away while draining.",
+            ),
+            Stat::ServedWhileDraining => doc(
+                "requests",
+                FILTERS,
+                "Requests that started during the drain and were served.",
+            ),
+            Stat::ModuleErrors => doc(
+                "errors",
+                EVERY,
+                "Failures of the module contained on the data path or a module thread; the request \
+                 went through. Each is also logged.",
+            ),
+            Stat::IdleTold(Protocol::Http1) => doc(
+                "connections",
+                FILTERS,
+                "Idle HTTP/1.1 keep-alive connections closed by the network filter at the drain start.",
+            ),
+            Stat::IdleTold(_) => doc(
+                "connections",
+                FILTERS,
+                "Idle HTTP/2 connections sent GOAWAY by the network filter at the drain start.",
+            ),
+            Stat::ConnectionsUntracked => doc(
+                "connections",
+                CONNECTION,
+                "Connections whose bytes the tracker could not follow; their requests pass untouched \
+                 and are counted from Envoy's stats.",
+            ),
+            Stat::WebsocketsMoved => doc(
+                "streams",
+                CONNECTION,
+                "WebSockets sent Close(1001) at a drain whose connection then closed.",
+            ),
+            Stat::WebsocketsCut => doc(
+                "streams",
+                CONNECTION,
+                "WebSockets still open when the drain completed or timed out: cut by the exit.",
+            ),
+            Stat::WebsocketMessagesDropped => doc(
+                "messages",
+                CONNECTION,
+                "Whole messages an upstream sent after the module's Close(1001) to its client: \
+                 dropped, never written.",
+            ),
+            Stat::SseResponsesMoved => doc(
+                "streams",
+                CONNECTION,
+                "SSE responses ended with their last chunk at an event boundary at a drain, then closed.",
+            ),
+            Stat::SseResponsesCut => doc(
+                "streams",
+                CONNECTION,
+                "SSE responses still open when the drain completed or timed out: cut by the exit.",
+            ),
+        }
+    }
+}
+
 /// A gauge the module reports through Envoy's stats (as [`Stat`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Gauge {
@@ -135,6 +242,68 @@ impl Gauge {
             Gauge::Draining => "draining",
             Gauge::AdminAddressOk => "admin_address_ok",
             Gauge::ActiveRequests => "active_requests",
+        }
+    }
+
+    /// Its line in the reference.
+    pub fn doc(self) -> StatDoc {
+        match self {
+            Gauge::Draining => doc("0 or 1", EVERY, "1 from the drain's start."),
+            Gauge::AdminAddressOk => doc(
+                "0 or 1",
+                EVERY,
+                "1 once the start-time check recognised Envoy's admin at `admin_address`. Alert on 0.",
+            ),
+            Gauge::ActiveRequests => doc(
+                "requests",
+                FILTERS,
+                "The module's own in-flight count, set every 500 ms (0 in bootstrap-only mode).",
+            ),
+        }
+    }
+}
+
+/// A gauge with labels, set once when the bootstrap extension's config is made (`ffi::bootstrap`
+/// defines and sets them; Prometheus shows `envoy_graceful_drain_<name>{<labels>}`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LabelledGauge {
+    /// 1, labelled with the module's version and the Envoy minor it found.
+    BuildInfo,
+    /// 1 when the running Envoy is not one the module was tested with, else 0.
+    EnvoyUntested,
+}
+
+impl LabelledGauge {
+    pub const ALL: [LabelledGauge; 2] = [LabelledGauge::BuildInfo, LabelledGauge::EnvoyUntested];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            LabelledGauge::BuildInfo => "build_info",
+            LabelledGauge::EnvoyUntested => "envoy_untested",
+        }
+    }
+
+    pub fn labels(self) -> &'static [&'static str] {
+        match self {
+            LabelledGauge::BuildInfo => &["version", "envoy"],
+            LabelledGauge::EnvoyUntested => &["release", "surface"],
+        }
+    }
+
+    /// Its line in the reference.
+    pub fn doc(self) -> StatDoc {
+        match self {
+            LabelledGauge::BuildInfo => doc(
+                "always 1",
+                EVERY,
+                "The module's version and the Envoy minor it runs in, as labels.",
+            ),
+            LabelledGauge::EnvoyUntested => doc(
+                "0 or 1",
+                EVERY,
+                "1 in an Envoy the module was not tested with; labels: its release and the surface \
+                 (`full` or `reduced`).",
+            ),
         }
     }
 }

@@ -310,7 +310,7 @@ impl NetFilter {
     }
 
     /// A write on a tunnel: a switched WebSocket's server frames, passed, or with our Close put
-    /// in at a frame end, or dropped after it (docs/long-lived-streams.md, step 2-3).
+    /// in at a frame end, or dropped after it (docs/contributing/long-lived-streams.md, step 2-3).
     #[cold]
     #[inline(never)]
     fn long_lived_write<H: ConnectionHost>(

@@ -1,4 +1,4 @@
-//! A WebSocket's move at a drain, on its connection (docs/long-lived-streams.md, "Moving a
+//! A WebSocket's move at a drain, on its connection (docs/contributing/long-lived-streams.md, "Moving a
 //! WebSocket"): its frames fed to the [`crate::exchange::Moving`] that took the HTTP/1.1
 //! state's place after the 101, what each write must become, and what each wake-up of the
 //! moves thread does. Returns actions; the glue performs them. May use what `tracking` may.

@@ -26,7 +26,10 @@ mod counters;
 mod status;
 mod waiters;
 pub use counters::{Counters, NotWork};
-pub use status::{AgeBuckets, OutcomeReport, SentAway, SettingsReport, Status, TableReport};
+pub use status::{
+    AgeBuckets, FieldDoc, OutcomeReport, SentAway, SettingsReport, Status, TableReport,
+    STATUS_FIELDS,
+};
 pub use waiters::{Wait, Waiters};
 
 /// Event ids committed to a stream's waker.

@@ -129,3 +129,77 @@ impl Status {
         serde_json::to_string(self).unwrap_or_else(|_| "{}".to_string())
     }
 }
+
+/// One field of the status JSON as the reference (docs/reference.md, `make reference`) lists it:
+/// its path (`outcome.timed_out`), its JSON type, and what it means.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FieldDoc {
+    pub path: &'static str,
+    /// `string`, `integer`, `boolean`, `object`; `... or null` where it can be `null`.
+    pub kind: &'static str,
+    pub meaning: &'static str,
+}
+
+const fn field(path: &'static str, kind: &'static str, meaning: &'static str) -> FieldDoc {
+    FieldDoc {
+        path,
+        kind,
+        meaning,
+    }
+}
+
+/// Every field of [`Status`] as it serialises, objects and their members, in its order.
+/// tests/reference.rs holds it to a serialised [`Status`] path by path and type by type.
+pub const STATUS_FIELDS: &[FieldDoc] = &[
+    field("module_version", "string", "The module's version."),
+    field("envoy", "string or null", "The Envoy minor the module found itself in (`1.38`, `1.39`, `1.40`)."),
+    field("envoy_release", "string or null", "The release Envoy's binary names (`1.40.0`); `null` when it cannot be read."),
+    field("envoy_untested", "boolean", "The Envoy is newer than every tested release, or its release cannot be told."),
+    field("surface", "string", "`full`, or `reduced`: on an untested Envoy the data path's filters step back."),
+    field("state", "string", "`serving`, `draining` or `drained`."),
+    field("ready", "boolean", "What `/ready` answers now (`false`: 503)."),
+    field("trigger", "string or null", "What started the drain: `sigterm` (also SIGINT, `/quitquitquit`), `drain_endpoint`, `admin`, `drain_listeners`."),
+    field("active_requests", "integer", "Requests in flight by the module's own count (0 in bootstrap-only mode). Negative would mean broken accounting."),
+    field("accounting_error", "boolean", "The count went negative once: the drain no longer trusts it and waits for `drain_timeout`."),
+    field("envoy_active_requests", "integer or null", "Envoy's own in-flight gauges summed (not-work requests taken out), as the drain last read them; `null` before a drain."),
+    field("in_flight_by_age", "object", "The module's in-flight requests by age."),
+    field("in_flight_by_age.under_1s", "integer", "Younger than 1 s."),
+    field("in_flight_by_age.1s_to_10s", "integer", "1 s to 10 s old."),
+    field("in_flight_by_age.over_10s", "integer", "Older than 10 s."),
+    field("drain_elapsed_ms", "integer or null", "Milliseconds since the drain started; `null` while serving."),
+    field("since_last_request_start_ms", "integer or null", "Milliseconds since the last request started; `null` before any."),
+    field("oldest_request_age_ms", "integer or null", "Age of the oldest request in flight; `null` when none."),
+    field("requests_served_while_draining", "integer", "Requests that started during the drain."),
+    field("connections_sent_away", "object", "Connections told to go away while draining, by protocol."),
+    field("connections_sent_away.http1", "integer", "HTTP/1.1, told `connection: close`."),
+    field("connections_sent_away.http2", "integer", "HTTP/2, sent GOAWAY."),
+    field("connections_sent_away.other", "integer", "Other protocols (HTTP/3)."),
+    field("module_errors", "integer", "Failures contained on the data path or a module thread; each request went through."),
+    field("admin_address_check", "string", "What the start-time check of `admin_address` found: `unset`, `checking`, `recognised`, `not_answering`, `not_admin`."),
+    field("health_checks_seen", "integer", "Health checks recognised on data listeners (answered, never work)."),
+    field("not_work_requests", "integer", "Requests not counted as work: those health checks plus control-listener requests."),
+    field("request_table", "object", "The in-flight table's size; grows with peak concurrency, never shrinks."),
+    field("request_table.workers", "integer", "Worker threads with a row."),
+    field("request_table.slots", "integer", "Slots, all rows together."),
+    field("request_table.bytes", "integer", "Memory the table holds."),
+    field("request_table.own_wakers", "integer", "Requests in flight with a scheduler of their own."),
+    field("idle_connections_told", "object", "Idle keep-alive connections the network filter told at the drain start."),
+    field("idle_connections_told.http1", "integer", "HTTP/1.1, closed."),
+    field("idle_connections_told.http2", "integer", "HTTP/2, sent GOAWAY and closed after `idle_close_grace`."),
+    field("long_lived_streams", "object", "Long-lived streams at the drain; connection mode only, zeros elsewhere."),
+    field("long_lived_streams.websocket", "object", "WebSockets."),
+    field("long_lived_streams.websocket.moved", "integer", "Sent Close(1001), then their connection closed."),
+    field("long_lived_streams.websocket.cut", "integer", "Still open when the drain completed or timed out."),
+    field("long_lived_streams.sse", "object", "SSE responses."),
+    field("long_lived_streams.sse.moved", "integer", "Ended with their last chunk at an event boundary, then closed."),
+    field("long_lived_streams.sse.cut", "integer", "Still open when the drain completed or timed out."),
+    field("long_lived_streams.websocket_messages_dropped", "integer", "Whole messages an upstream sent after the module's Close(1001): dropped."),
+    field("outcome", "object or null", "How the drain ended; `null` until it has."),
+    field("outcome.timed_out", "boolean", "`drain_timeout` ended it."),
+    field("outcome.requests_cut", "integer", "Requests still in flight at the end (cut by the exit)."),
+    field("outcome.duration_ms", "integer", "How long the drain took."),
+    field("settings", "object or null", "The drain settings in force; `null` without the bootstrap extension."),
+    field("settings.min_drain_duration", "string", "`min_drain_duration`."),
+    field("settings.quiet_period", "string", "`quiet_period`."),
+    field("settings.drain_timeout", "string", "`drain_timeout`."),
+];

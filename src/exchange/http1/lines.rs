@@ -13,7 +13,7 @@ impl Half {
     /// is the byte-by-byte parse's at the start of the next line (`LineStart`).
     ///
     /// Why: the byte-by-byte parse cost about 3 600 instructions per keep-alive request and
-    /// response (callgrind, docs/performance.md); here a line costs one scan for its LF, sixteen
+    /// response (callgrind, docs/contributing/performance.md); here a line costs one scan for its LF, sixteen
     /// bytes at a time, and only the start line and the lines of the five names are looked into.
     /// `tests/properties.rs` feeds the same bytes whole and byte by byte and wants the same.
     pub(in crate::exchange) fn whole_lines(

@@ -1,6 +1,6 @@
 //! The move of one WebSocket at a drain, as a pure state machine over the two directions'
 //! followers: when to write the Close towards the client, what to do with each server write
-//! after it, and what to do when the peer does not answer (docs/long-lived-streams.md, "Moving
+//! after it, and what to do when the peer does not answer (docs/contributing/long-lived-streams.md, "Moving
 //! a WebSocket", steps 1-5). No FFI, no clock, no allocation: the caller calls it from its
 //! hooks and timers and performs the action it returns.
 

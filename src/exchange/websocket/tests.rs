@@ -417,7 +417,7 @@ proptest! {
 
 /// Rough per-frame cost: `cargo test --release --lib per_frame_cost -- --ignored --nocapture`;
 /// instructions: run that binary under `valgrind --tool=callgrind
-/// --toggle-collect='*Follower::feed_last*'` with `PER_FRAME_ROUNDS=1` and `PER_FRAME_STEP=<feed size>` (docs/long-lived-streams.md).
+/// --toggle-collect='*Follower::feed_last*'` with `PER_FRAME_ROUNDS=1` and `PER_FRAME_STEP=<feed size>` (docs/contributing/long-lived-streams.md).
 #[test]
 #[ignore = "timing, run by hand"]
 fn per_frame_cost() {

@@ -456,7 +456,7 @@ fn http1_case(seed: u64) -> Result<(), TestCaseError> {
 proptest! {
     #![proptest_config(cases(1024))]
 
-    /// Property 3 (docs/stream-edits.md edit 1 and the hold-back of pipelined requests).
+    /// Property 3 (docs/contributing/stream-edits.md edit 1 and the hold-back of pipelined requests).
     #[test]
     fn connection_close_is_inserted_once_and_nothing_behind_it_reaches_envoy(seed in any::<u64>()) {
         http1_case(seed)?;

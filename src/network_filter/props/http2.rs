@@ -197,7 +197,7 @@ fn http2_case(seed: u64) -> Result<(), TestCaseError> {
 proptest! {
     #![proptest_config(cases(512))]
 
-    /// Property 4 (docs/stream-edits.md edit 2).
+    /// Property 4 (docs/contributing/stream-edits.md edit 2).
     #[test]
     fn our_goaway_goes_between_frames_after_the_preface_and_never_after_envoys(seed in any::<u64>()) {
         http2_case(seed)?;

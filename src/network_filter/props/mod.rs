@@ -1,4 +1,4 @@
-//! Properties of the stream edits (docs/stream-edits.md), at the glue: random conversations are
+//! Properties of the stream edits (docs/contributing/stream-edits.md), at the glue: random conversations are
 //! driven through [`NetFilter`]'s read, write and scheduled hooks over [`Sim`], a host that does
 //! to its buffers what Envoy does (edits a write's slices, replaces a read buffer, writes what is
 //! injected), and what leaves is checked against a reference model: the bytes that came in, with

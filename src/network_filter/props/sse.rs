@@ -242,7 +242,7 @@ fn sse_case(seed: u64) -> Result<(), TestCaseError> {
 proptest! {
     #![proptest_config(cases(1024))]
 
-    /// Property 2 (docs/stream-edits.md edit 5).
+    /// Property 2 (docs/contributing/stream-edits.md edit 5).
     #[test]
     fn an_sse_get_ends_after_the_last_event_boundary_and_others_pass_unchanged(seed in any::<u64>()) {
         sse_case(seed)?;

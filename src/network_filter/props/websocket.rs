@@ -416,7 +416,7 @@ fn websocket_case(seed: u64) -> Result<(), TestCaseError> {
 proptest! {
     #![proptest_config(cases(1024))]
 
-    /// Property 1 (docs/stream-edits.md edits 3 and 4).
+    /// Property 1 (docs/contributing/stream-edits.md edits 3 and 4).
     #[test]
     fn websocket_close_goes_after_the_last_message_end_and_nothing_follows(seed in any::<u64>()) {
         websocket_case(seed)?;
