@@ -401,8 +401,9 @@ def run_lane(kind, args, ports, tmp):
     env = dict(os.environ, ENVOY_DYNAMIC_MODULES_SEARCH_PATH=args.module_dir)
     logf = open(os.path.join(tmp, f"{kind}.log"), "w")
     srv = stream_upstream(upstream)
-    proc = subprocess.Popen(cmd, env=env, stdout=logf, stderr=subprocess.STDOUT,
-                            start_new_session=True)
+    # In this script's process group: whoever stops the script as a group (the test's guard,
+    # Ctrl-C) stops Envoy with it.
+    proc = subprocess.Popen(cmd, env=env, stdout=logf, stderr=subprocess.STDOUT)
     try:
         wait_ready(control, proc)
         r = Run(data, control)

@@ -176,8 +176,8 @@ struct Group(Child);
 impl Drop for Group {
     fn drop(&mut self) {
         let pgid = self.0.id() as i32;
-        // SAFETY: kill(2) on the process group this test created (python is its leader). The
-        // Envoys it starts have sessions of their own and are killed by the script itself.
+        // SAFETY: kill(2) on the process group this test created (python is its leader, the
+        // Envoys it starts are in it).
         unsafe {
             libc::kill(-pgid, libc::SIGKILL);
         }
