@@ -1,19 +1,21 @@
 #!/usr/bin/env python3
 """A picture of a drain, from a real run: docs/drain.svg (`make drain-picture`).
 
-Runs the example gateway (envoy-config/gateway.yaml, plus a route /events to a small SSE upstream
-this script serves) three ways, each under the same load, and records what a client sees:
+Runs the example gateway (envoy-config/gateway.yaml, plus routes /events and /ws to a small
+upstream this script serves: SSE and WebSocket) three ways, each under the same load, and records
+what a client sees:
   1. graceful-drain: Envoy with the module, as shipped (connection mode), stopped with SIGTERM;
   2. stock Envoy: the same gateway without the module (its three entries removed), SIGTERM;
   3. a fixed preStop sleep (Knative Kourier's: POST /drain_listeners?graceful, sleep 15 s, then
      SIGTERM; Envoy run with --drain-time-s 15 --drain-strategy immediate), without the module.
 The load: 4 keep-alive HTTP/1.1 clients sending short requests from 2 s before the stop until
 2 s after it (the load balancer's propagation delay; then they go to other pods), 3 slow requests
-(x-envoy-fault-delay-request) and one SSE stream (text/event-stream, an event every 200 ms).
+(x-envoy-fault-delay-request), one SSE stream (text/event-stream, an event every 200 ms) and one
+WebSocket (a message every 200 ms).
 Recorded against the stop (SIGTERM, or the preStop's start): readiness (/ready on the control
 listener) turning 503, connections told (a response with `connection: close`), requests in
-flight, failed requests, the slow requests' and the stream's ends (moved: its last chunk came;
-cut: the connection broke), and Envoy's exit. Writes the SVG (hand-rolled, no plotting library)
+flight, failed requests, the slow requests' and the long streams' ends (moved: the SSE's last
+chunk came, the WebSocket's Close 1001; cut: the connection broke first), and Envoy's exit. Writes the SVG (hand-rolled, no plotting library)
 and, beside it with --json, the recorded data.
 
 --fast: shorter settings (min_drain_duration 1s, a 3 s sleep, slow requests of 1-4 s), for the
@@ -72,9 +74,12 @@ def render(ports, upstream, module, fast):
     route = '              - match: { prefix: "/" }\n                direct_response:'
     assert route in y, "gateway.yaml's data route moved"
     y = y.replace(route, '              - match: { prefix: "/events" }\n'
-                         '                route: { cluster: sse, timeout: 0s }\n' + route, 1)
-    y += ("  clusters:\n  - name: sse\n    connect_timeout: 1s\n    load_assignment:\n"
-          "      cluster_name: sse\n      endpoints:\n      - lb_endpoints:\n"
+                         '                route: { cluster: streams, timeout: 0s }\n'
+                         '              - match: { prefix: "/ws" }\n'
+                         '                route: { cluster: streams, timeout: 0s }\n' + route, 1)
+    assert "upgrade_type: websocket" in y, "gateway.yaml no longer passes WebSocket upgrades"
+    y += ("  clusters:\n  - name: streams\n    connect_timeout: 1s\n    load_assignment:\n"
+          "      cluster_name: streams\n      endpoints:\n      - lb_endpoints:\n"
           "        - endpoint: { address: { socket_address: { address: 127.0.0.1, "
           f"port_value: {upstream} }} }} }}\n")
     if fast:
@@ -91,15 +96,51 @@ def render(ports, upstream, module, fast):
 
 
 # ---------------------------------------------------------------------------------------------
-# The SSE upstream: an event every 200 ms, chunked, until the client goes.
+# The upstream: SSE (an event every 200 ms, chunked) and WebSocket (a text message every
+# 200 ms; a Close is answered with a Close), until the client goes.
 
-class SseHandler(http.server.BaseHTTPRequestHandler):
+WS_GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
+
+
+def ws_frame(opcode, payload, mask=False):
+    head = bytes([0x80 | opcode])
+    n = len(payload)
+    m = 0x80 if mask else 0
+    head += bytes([m | n]) if n < 126 else bytes([m | 126]) + n.to_bytes(2, "big")
+    if not mask:
+        return head + payload
+    key = os.urandom(4)
+    return head + key + bytes(b ^ key[i % 4] for i, b in enumerate(payload))
+
+
+def ws_read(f):
+    """One frame from a file-like socket: (opcode, payload), or None at the end."""
+    h = f.read(2)
+    if len(h) < 2:
+        return None
+    n = h[1] & 0x7F
+    if n == 126:
+        n = int.from_bytes(f.read(2), "big")
+    elif n == 127:
+        n = int.from_bytes(f.read(8), "big")
+    key = f.read(4) if h[1] & 0x80 else None
+    data = f.read(n)
+    if len(data) < n:
+        return None
+    if key:
+        data = bytes(b ^ key[i % 4] for i, b in enumerate(data))
+    return h[0] & 0x0F, data
+
+
+class StreamHandler(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
 
     def log_message(self, *args):
         pass
 
     def do_GET(self):
+        if self.path.startswith("/ws"):
+            return self.websocket()
         self.send_response(200)
         self.send_header("content-type", "text/event-stream")
         self.send_header("transfer-encoding", "chunked")
@@ -115,10 +156,56 @@ class SseHandler(http.server.BaseHTTPRequestHandler):
         except OSError:
             pass
 
+    def websocket(self):
+        import base64
+        import hashlib
+        key = self.headers.get("sec-websocket-key", "").encode()
+        accept = base64.b64encode(hashlib.sha1(key + WS_GUID).digest()).decode()
+        self.send_response(101)
+        self.send_header("upgrade", "websocket")
+        self.send_header("connection", "Upgrade")
+        self.send_header("sec-websocket-accept", accept)
+        self.end_headers()
+        self.wfile.flush()
+        closed = threading.Event()
+        lock = threading.Lock()
 
-def sse_upstream(port):
+        def reader():
+            while True:
+                try:
+                    fr = ws_read(self.rfile)
+                except OSError:
+                    fr = None
+                if fr is None:
+                    break
+                if fr[0] == 8:
+                    with lock:
+                        try:
+                            self.wfile.write(ws_frame(8, fr[1][:2]))
+                            self.wfile.flush()
+                        except OSError:
+                            pass
+                    break
+            closed.set()
+
+        threading.Thread(target=reader, daemon=True).start()
+        n = 0
+        while not closed.is_set() and not self.server.stopping:
+            with lock:
+                try:
+                    self.wfile.write(ws_frame(1, f"message {n}".encode()))
+                    self.wfile.flush()
+                except OSError:
+                    break
+            n += 1
+            closed.wait(0.2)
+        closed.wait(10)
+        self.close_connection = True
+
+
+def stream_upstream(port):
     http.server.ThreadingHTTPServer.allow_reuse_address = True
-    srv = http.server.ThreadingHTTPServer(("127.0.0.1", port), SseHandler)
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", port), StreamHandler)
     srv.daemon_threads = True
     srv.stopping = False
     threading.Thread(target=srv.serve_forever, daemon=True).start()
@@ -138,7 +225,7 @@ class Run:
         self.told = []             # t of each response with connection: close
         self.served = 0
         self.slow = []             # {"start", "end", "ok", "delay"}
-        self.stream = {}           # {"start", "end", "moved", "events"}
+        self.streams = {"sse": {}, "websocket": {}}   # each {"start", "end", "moved", "events"}
         self.ready_503 = None
         self.t0 = None             # the stop, in time.monotonic()
         self.send_until = None     # clients stop sending here (the load balancer moved on)
@@ -204,7 +291,7 @@ class Run:
     def sse_stream(self):
         """An SSE client on a raw socket, so that the chunked body's end is seen as it is:
         moved = its last chunk (`0\\r\\n\\r\\n`) came; cut = the connection ended first."""
-        rec = self.stream
+        rec = self.streams["sse"]
         rec.update(start=time.monotonic(), events=0)
         self.add(1)
         moved = False
@@ -220,6 +307,40 @@ class Run:
                 rec["events"] = buf.count(b"data:")
                 if b"\r\n0\r\n\r\n" in buf:
                     moved = True
+                    break
+            sock.close()
+        except OSError:
+            moved = False
+        rec["end"] = time.monotonic()
+        rec["moved"] = moved
+        self.add(-1)
+
+    def websocket(self):
+        """A WebSocket client on a raw socket: moved = a Close with 1001 (going away) came, and
+        was answered; cut = the connection ended first."""
+        rec = self.streams["websocket"]
+        rec.update(start=time.monotonic(), events=0)
+        self.add(1)
+        moved = False
+        try:
+            sock = socket.create_connection(("127.0.0.1", self.data), timeout=120)
+            sock.sendall(b"GET /ws HTTP/1.1\r\nhost: gateway\r\nupgrade: websocket\r\n"
+                         b"connection: Upgrade\r\nsec-websocket-version: 13\r\n"
+                         b"sec-websocket-key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n")
+            f = sock.makefile("rb")
+            status = f.readline()
+            assert b" 101 " in status, f"WebSocket upgrade answered {status!r}"
+            while f.readline() not in (b"\r\n", b""):
+                pass
+            while True:
+                fr = ws_read(f)
+                if fr is None:
+                    break
+                if fr[0] == 1:
+                    rec["events"] += 1
+                elif fr[0] == 8:
+                    moved = fr[1][:2] == (1001).to_bytes(2, "big")
+                    sock.sendall(ws_frame(8, fr[1][:2], mask=True))
                     break
             sock.close()
         except OSError:
@@ -279,9 +400,10 @@ def run_lane(kind, args, ports, tmp):
         cmd += ["--drain-time-s", str(sleep_s), "--drain-strategy", "immediate"]
     env = dict(os.environ, ENVOY_DYNAMIC_MODULES_SEARCH_PATH=args.module_dir)
     logf = open(os.path.join(tmp, f"{kind}.log"), "w")
-    srv = sse_upstream(upstream)
-    proc = subprocess.Popen(cmd, env=env, stdout=logf, stderr=subprocess.STDOUT,
-                            start_new_session=True)
+    srv = stream_upstream(upstream)
+    # In this script's process group: whoever stops the script as a group (the test's guard,
+    # Ctrl-C) stops Envoy with it.
+    proc = subprocess.Popen(cmd, env=env, stdout=logf, stderr=subprocess.STDOUT)
     try:
         wait_ready(control, proc)
         r = Run(data, control)
@@ -292,8 +414,10 @@ def run_lane(kind, args, ports, tmp):
         threads += [threading.Thread(target=r.short_client, daemon=True) for _ in range(4)]
         for t in threads:
             t.start()
-        st = threading.Thread(target=r.sse_stream, daemon=True)
-        st.start()
+        longs = [threading.Thread(target=r.sse_stream, daemon=True),
+                 threading.Thread(target=r.websocket, daemon=True)]
+        for t in longs:
+            t.start()
         time.sleep(lead / 2)
         slows = [threading.Thread(target=r.slow_request, args=(d,), daemon=True) for d in delays]
         for t in slows:
@@ -315,7 +439,7 @@ def run_lane(kind, args, ports, tmp):
         except subprocess.TimeoutExpired:
             raise SystemExit(f"{kind}: Envoy did not exit within 120 s of SIGTERM")
         exit_at = time.monotonic() - r.t0
-        for t in slows + [st]:
+        for t in slows + longs:
             t.join(timeout=10)
         # The clients go on sending until the load balancer moves on, whether Envoy is there or not.
         time.sleep(max(r.send_until - time.monotonic(), 0) + 0.2)
@@ -346,8 +470,9 @@ def run_lane(kind, args, ports, tmp):
         "served": r.served,
         "slow": [{"start": rel(s["start"]), "end": rel(s.get("end")), "ok": s.get("ok", False),
                   "delay": s["delay"]} for s in r.slow],
-        "stream": {"start": rel(r.stream.get("start")), "end": rel(r.stream.get("end")),
-                   "moved": r.stream.get("moved", False), "events": r.stream.get("events", 0)},
+        "streams": {k: {"start": rel(v.get("start")), "end": rel(v.get("end")),
+                        "moved": v.get("moved", False), "events": v.get("events", 0)}
+                    for k, v in r.streams.items()},
     }
 
 
@@ -368,9 +493,10 @@ GREEN, RED, BLUE, ORANGE, GREY = "#2ca02c", "#d62728", "#1f77b4", "#ff7f0e", "#8
 
 def svg(lanes, version):
     w, left, right = 980, 150, 30
-    lane_h, top = 205, 76
+    lane_h, top = 225, 76
     h = top + lane_h * len(lanes) + 40
-    tmin = min(min([s["start"] for s in l["slow"]] + [l["stream"]["start"]]) for l in lanes) - 0.3
+    tmin = min(min([s["start"] for s in l["slow"]] + [v["start"] for v in l["streams"].values()])
+               for l in lanes) - 0.3
     tmax = max(l["exit"] for l in lanes) + 2.5
     x = lambda t: left + (w - left - right) * (t - tmin) / (tmax - tmin)
     o = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" '
@@ -379,7 +505,7 @@ def svg(lanes, version):
          f'<text x="10" y="22" font-size="15" font-weight="bold">A drain, recorded: one gateway '
          f'stopped under load, three ways</text>',
          f'<text x="10" y="40" fill="#444">Load: 4 keep-alive clients sending short requests until '
-         f'the load balancer moves on, 3 slow requests, one SSE stream. Seconds from the stop.</text>',
+         f'the load balancer moves on, 3 slow requests, an SSE stream, a WebSocket. Seconds from the stop.</text>',
          f'<text x="10" y="56" fill="#444">Bars: green answered 200, red cut. Ticks: '
          f'<tspan fill="{GREEN}">green, a connection told to close</tspan>; '
          f'<tspan fill="{RED}">red, a failed request</tspan>.</text>']
@@ -388,9 +514,11 @@ def svg(lanes, version):
         title = TITLES[l["kind"]].format(s=l["sleep_s"], v=version)
         o.append(f'<line x1="10" y1="{y0}" x2="{w - 10}" y2="{y0}" stroke="#ccc"/>')
         o.append(f'<text x="10" y="{y0 + 18}" font-weight="bold">{esc(title)}</text>')
-        rows = {"slow": y0 + 80, "stream": y0 + 118, "inflight": y0 + 172, "events": y0 + 192}
+        rows = {"slow": y0 + 80, "sse": y0 + 116, "websocket": y0 + 138, "inflight": y0 + 192,
+                "events": y0 + 212}
         o.append(f'<text x="10" y="{rows["slow"] + 4}">slow requests</text>')
-        o.append(f'<text x="10" y="{rows["stream"] + 4}">SSE stream</text>')
+        o.append(f'<text x="10" y="{rows["sse"] + 4}">SSE stream</text>')
+        o.append(f'<text x="10" y="{rows["websocket"] + 4}">WebSocket</text>')
         o.append(f'<text x="10" y="{rows["inflight"] - 12}">requests in flight</text>')
         o.append(f'<text x="10" y="{rows["events"] + 4}">connections told</text>')
         # Markers across the lane: the stop, readiness, SIGTERM, the exit.
@@ -420,17 +548,20 @@ def svg(lanes, version):
                      f'height="6" fill="{c}" fill-opacity="0.75"/>')
             o.append(f'<text x="{x(end) + 3:.1f}" y="{yy + 6}" font-size="9" fill="{c}">'
                      f'{"200" if s["ok"] else "cut"} ({s["delay"]:.0f} s request)</text>')
-        # The long stream.
-        st = l["stream"]
-        end = st["end"] if st["end"] is not None else l["exit"]
-        c = GREEN if st["moved"] else RED
-        o.append(f'<rect x="{x(st["start"]):.1f}" y="{rows["stream"] - 6}" '
-                 f'width="{max(x(end) - x(st["start"]), 1):.1f}" height="10" fill="{BLUE}" fill-opacity="0.5"/>')
-        label = "moved: its last chunk, then a clean close" if st["moved"] else "cut"
-        # At the bar's end, or inside it where the text would run off the picture.
-        inside = x(end) + 7 * len(label) > w - 10
-        anchor = f'x="{x(end) - 4:.1f}" text-anchor="end"' if inside else f'x="{x(end) + 3:.1f}"'
-        o.append(f'<text {anchor} y="{rows["stream"] + 4}" fill="{c}">{label}</text>')
+        # The long streams.
+        moved_as = {"sse": "moved: its last chunk, then a clean close",
+                    "websocket": "moved: Close 1001 (going away), answered, closed"}
+        for kind, st in l["streams"].items():
+            end = st["end"] if st["end"] is not None else l["exit"]
+            c = GREEN if st["moved"] else RED
+            o.append(f'<rect x="{x(st["start"]):.1f}" y="{rows[kind] - 6}" '
+                     f'width="{max(x(end) - x(st["start"]), 1):.1f}" height="10" fill="{BLUE}" '
+                     f'fill-opacity="0.5"/>')
+            label = moved_as[kind] if st["moved"] else "cut"
+            # At the bar's end, or inside it where the text would run off the picture.
+            inside = x(end) + 7 * len(label) > w - 10
+            anchor = f'x="{x(end) - 4:.1f}" text-anchor="end"' if inside else f'x="{x(end) + 3:.1f}"'
+            o.append(f'<text {anchor} y="{rows[kind] + 4}" fill="{c}">{label}</text>')
         # Requests in flight: a step line.
         top_n = max([n for _, n in l["inflight"]] + [1])
         ih = 34
@@ -458,10 +589,11 @@ def svg(lanes, version):
                 o.append(f'<path d="{d}" stroke="{c}" fill="none"/>')
         ok = sum(1 for s in l["slow"] if s["ok"])
         failed = len(l["failed"])
+        moved = sum(1 for v in l["streams"].values() if v["moved"])
         summary = (f'{failed} short requests failed; {ok} of {len(l["slow"])} slow requests '
-                   f'answered 200; the long stream {"moved" if st["moved"] else "cut"}; '
-                   f'{len(told)} connections told')
-        c = GREEN if failed == 0 and ok == len(l["slow"]) and st["moved"] else RED
+                   f'answered 200; {moved} of {len(l["streams"])} long streams moved, '
+                   f'{len(l["streams"]) - moved} cut; {len(told)} connections told')
+        c = GREEN if failed == 0 and ok == len(l["slow"]) and moved == len(l["streams"]) else RED
         o.append(f'<text x="10" y="{y0 + 34}" fill="{c}">{esc(summary)}</text>')
     # The time axis.
     ya = top + lane_h * len(lanes) + 5
@@ -509,7 +641,8 @@ def main():
             lane = run_lane(kind, args, ports, tmp)
             log(f"{kind}: exit at {lane['exit']:.2f} s, {len(lane['failed'])} failed, "
                 f"{sum(1 for s in lane['slow'] if s['ok'])}/{len(lane['slow'])} slow ok, "
-                f"stream moved: {lane['stream']['moved']}, {len(lane['told'])} told")
+                f"streams moved: {[k for k, v in lane['streams'].items() if v['moved']]}, "
+                f"{len(lane['told'])} told")
             lanes.append(lane)
     out = subprocess.run([args.envoy, "--version"], capture_output=True, text=True).stdout
     version = (re.findall(r"/(\d+\.\d+\.\d+)/", out) or ["?"])[0]

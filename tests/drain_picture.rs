@@ -3,7 +3,7 @@
 //! still runs: here in its fast mode, against the Envoy and module under test on free ports, and
 //! what it records must be what each approach does (the module: nothing fails, nothing is cut;
 //! stock Envoy: requests fail and everything in flight is cut; a fixed sleep shorter than a
-//! request: that request is cut). The committed picture comes from a run without `--fast`.
+//! request: that request is cut, and the long streams (SSE, WebSocket) with it). The committed picture comes from a run without `--fast`.
 
 mod common;
 
@@ -109,6 +109,8 @@ fn not_well_formed(text: &str, root: &str) -> Option<String> {
 /// The words a reader of the picture looks for.
 const EVENTS: &[&str] = &[
     "SIGTERM",
+    "WebSocket",
+    "Close 1001",
     "readiness 503",
     "connections told",
     "requests in flight",
@@ -174,8 +176,8 @@ struct Group(Child);
 impl Drop for Group {
     fn drop(&mut self) {
         let pgid = self.0.id() as i32;
-        // SAFETY: kill(2) on the process group this test created (python is its leader). The
-        // Envoys it starts have sessions of their own and are killed by the script itself.
+        // SAFETY: kill(2) on the process group this test created (python is its leader, the
+        // Envoys it starts are in it).
         unsafe {
             libc::kill(-pgid, libc::SIGKILL);
         }
@@ -255,7 +257,9 @@ fn the_generator_runs_and_records_what_each_approach_does() {
     let module = lane("module");
     assert_eq!(failed(&module), 0, "with the module: {module}");
     assert_eq!(slow_ok(&module), [true, true, true], "{module}");
-    assert_eq!(module["stream"]["moved"], true, "{module}");
+    for kind in ["sse", "websocket"] {
+        assert_eq!(module["streams"][kind]["moved"], true, "{kind}: {module}");
+    }
     assert_eq!(module["exit_code"], 0, "{module}");
     let ready = module["ready_503"].as_f64().expect("readiness turned");
     assert!(ready < 1.0, "readiness turned {ready} s after SIGTERM");
@@ -264,12 +268,16 @@ fn the_generator_runs_and_records_what_each_approach_does() {
     let stock = lane("stock");
     assert!(failed(&stock) > 0, "stock Envoy: {stock}");
     assert_eq!(slow_ok(&stock), [false, false, false], "{stock}");
-    assert_eq!(stock["stream"]["moved"], false, "{stock}");
+    for kind in ["sse", "websocket"] {
+        assert_eq!(stock["streams"][kind]["moved"], false, "{kind}: {stock}");
+    }
 
     // The sleep (3 s) is shorter than the last slow request (4 s): it is cut at SIGTERM.
     let sleep = lane("sleep");
     assert_eq!(slow_ok(&sleep), [true, true, false], "{sleep}");
-    assert_eq!(sleep["stream"]["moved"], false, "{sleep}");
+    for kind in ["sse", "websocket"] {
+        assert_eq!(sleep["streams"][kind]["moved"], false, "{kind}: {sleep}");
+    }
     drop(group);
     drop(ports);
 }

@@ -1,8 +1,9 @@
 //! docs/quickstart.md is run as a newcomer pastes it: every ```` ```sh quickstart ```` block, in
 //! order, in one `bash` in an empty directory, against the real Envoy and the module under test;
 //! each block's output must match the ```` ```text expected ```` block after it (every line, in
-//! order) or ```` ```text expected-lines ```` (those lines appear, in that order). In expected
-//! text, `<n>` is a number and `<any>` any text (timings, ids).
+//! order) or ```` ```text expected-lines ```` (those lines appear, in that order); a block with
+//! neither must print nothing. In expected text, `<n>` is a number and `<any>` any text (timings,
+//! ids).
 //!
 //! The commands change only so that they run beside other tests, as the page's last section
 //! says: the gateway's ports (10000, 10001, 9901) become free ports (in a copy of
@@ -263,14 +264,10 @@ fn the_quickstart_runs_as_written() {
     for (s, part) in steps.iter().zip(&parts) {
         let expected = match &s.expected {
             Some(e) => e,
-            None => {
-                assert!(
-                    s.commands.lines().all(|l| l.starts_with("make ")),
-                    "docs/quickstart.md:{}: a step without an expected block",
-                    s.line
-                );
-                continue;
-            }
+            // `make` lines are not run here: their output is not checked.
+            None if s.commands.lines().all(|l| l.starts_with("make ")) => continue,
+            // A step without an expected block prints nothing.
+            None => &(false, String::new()),
         };
         let want = ports_in(&expected.1)
             .replace("1.40.0", &version)

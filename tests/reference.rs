@@ -357,7 +357,7 @@ fn reference() -> String {
         "\n## Stats\n\n\
          Each stat is `graceful_drain.<name>` in Envoy (the bootstrap extension's \
          `metrics_namespace`), `envoy_graceful_drain_<name>` in Prometheus. Every one exists \
-         from the start, at 0. \"Moves in\" names the [modes](modes.md#the-three-modes) in which \
+         from the start (counters at 0), in every mode. \"Moves in\" names the [modes](modes.md#the-three-modes) in which \
          it can change.\n",
     );
     page.push_str(&stats());

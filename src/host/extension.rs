@@ -145,7 +145,8 @@ impl Stat {
             Stat::DrainsTimedOut => doc(
                 "drains",
                 EVERY,
-                "Drains that reached `drain_timeout` with requests still in flight (those were cut).",
+                "Drains ended by `drain_timeout`: requests still in flight were cut, or new ones never \
+                 stopped for `quiet_period`.",
             ),
             Stat::SentAway(Protocol::Http1) => doc(
                 "connections",

@@ -195,7 +195,7 @@ pub const STATUS_FIELDS: &[FieldDoc] = &[
     field("long_lived_streams.sse.cut", "integer", "Still open when the drain completed or timed out."),
     field("long_lived_streams.websocket_messages_dropped", "integer", "Whole messages an upstream sent after the module's Close(1001): dropped."),
     field("outcome", "object or null", "How the drain ended; `null` until it has."),
-    field("outcome.timed_out", "boolean", "`drain_timeout` ended it."),
+    field("outcome.timed_out", "boolean", "`drain_timeout` ended it (requests in flight, or new ones never stopped for `quiet_period`)."),
     field("outcome.requests_cut", "integer", "Requests still in flight at the end (cut by the exit)."),
     field("outcome.duration_ms", "integer", "How long the drain took."),
     field("settings", "object or null", "The drain settings in force; `null` without the bootstrap extension."),
