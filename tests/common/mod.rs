@@ -5,6 +5,7 @@
 pub mod clients;
 pub mod envoy;
 pub mod front;
+pub mod gateway;
 pub mod image;
 pub mod json;
 pub mod netns;
