@@ -3,7 +3,7 @@
 //! the layers below it (so each layer can be read, and tested, without the ones above it; no
 //! cycle either). Comments and inline test modules do not count; a sibling `tests.rs` does.
 
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;

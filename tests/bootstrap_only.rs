@@ -4,7 +4,7 @@
 //! cluster, tracks Envoy's request gauges). Plus the example with its filters deleted, mixed
 //! mode, and the same scenario on stock Envoy (which must lose requests).
 
-mod common;
+use crate::common;
 
 use common::clients::{self, H2Conn};
 use common::envoy::{remove_list_items, render_gateway, Envoy, Options};

@@ -6,7 +6,7 @@
 //! status 1, after one error line naming the versions supported; never a crash, never a gateway
 //! that serves half-working.
 
-mod common;
+use crate::common;
 
 use common::envoy::{
     abi_version_of, install_envoy, minor_of, module_dir, render_gateway, tested_envoy_versions,

@@ -7,7 +7,7 @@
 //! for Envoy's gauges). The whole drain, idle-connection, hardening, real-config, scale and
 //! rollout suites run in this mode too (`make test TEST_MODE=connection`).
 
-mod common;
+use crate::common;
 
 use common::clients::{H1Conn, H2Conn};
 use common::envoy::{Envoy, Options, Settings};

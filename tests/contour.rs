@@ -11,7 +11,7 @@
 //! keep-alive connections left open. Contour's own shutdown sequence, reproduced from its source,
 //! never ends while such a client is connected.
 
-mod common;
+use crate::common;
 
 use common::clients::{self, status_v6, unix_request, H1Conn};
 use common::envoy::{module_dir, validate_args, TempDir};

@@ -4,7 +4,7 @@
 //! manifests describe it: the official distroless Envoy image (a glibc-only root) with the module
 //! from the release image mounted as an image volume.
 
-mod common;
+use crate::common;
 
 use common::envoy::{envoy_bin, module_dir, pinned_envoy_version, Envoy, Options, TempDir};
 use common::image::{Dist, GlibcRoot, CONFIG_IN_ROOT, ENVOY_IN_ROOT, MODULES_IN_ROOT};

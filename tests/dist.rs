@@ -7,7 +7,7 @@
 //! and checksums of Cargo.lock, and everything is reproducible: two runs give the same bytes, and
 //! the same sources built in another directory give the same `.so`.
 
-mod common;
+use crate::common;
 
 use common::envoy::{module_dir, test_mode, TempDir, TestMode};
 use common::image::{blob_path, read_json as json, Dist};

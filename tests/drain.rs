@@ -2,7 +2,7 @@
 //! preStop hook, admin triggers, GOAWAY and `connection: close` as clients see them, the timeout,
 //! and the same scenario without the module (which must lose requests).
 
-mod common;
+use crate::common;
 
 use common::clients::{self, H1Conn, H2Conn};
 use common::envoy::{test_mode, Envoy, Options, Settings, TestMode, FAST};

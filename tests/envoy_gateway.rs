@@ -18,7 +18,7 @@
 //! shows what the uncovered route gets; in connection mode (the kit's optional component) every
 //! route is counted exactly.
 
-mod common;
+use crate::common;
 
 use common::clients::{self, H1Conn, H2Conn};
 use common::envoy::{envoy_bin, expected_envoy_version, minor_of, module_dir};

@@ -1,7 +1,7 @@
 //! The module against the real Envoy: loading, ABI match, request accounting across workers,
 //! control endpoints, configuration errors, stats, and example configs.
 
-mod common;
+use crate::common;
 
 use common::clients::{self, H1Conn, H2Conn};
 use common::envoy::{

@@ -1,7 +1,7 @@
 //! Hardening against the real Envoy: contained panics, every way a stream can end, long-lived
 //! streams, control-endpoint security, hostile input, and concurrency 1/2/4.
 
-mod common;
+use crate::common;
 
 use common::clients::{self, H1Conn, H2Conn};
 use common::envoy::{test_mode, Envoy, Options, Settings, TestMode, EXIT_SLACK, FAST};

@@ -4,7 +4,7 @@
 //! busy connections keep the HTTP filter's behaviour; clients that resume after the drain started
 //! see no failure; the exit time does not wait for idle connections; counts are reported.
 
-mod common;
+use crate::common;
 
 use common::clients::{self, H1Conn, H2Conn};
 use common::envoy::{Envoy, Options, Settings};

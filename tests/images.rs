@@ -6,7 +6,7 @@
 //! libraries and a newer glibc than Debian 12; the glibc symbol versions the module needs are
 //! checked in `tests/deploy.rs`, and every other suite runs on this Debian 12 host.
 
-mod common;
+use crate::common;
 
 use common::envoy::{
     install_envoy, minor_of, module_dir, supported_envoy_versions, Envoy, Options, FAST,

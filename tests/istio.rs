@@ -16,7 +16,7 @@
 //! Not here: Istio's own proxy binary (Envoy 1.39.1-dev with Istio's filters), istiod, the
 //! injector and Helm; docs/istio.md says what that leaves untested.
 
-mod common;
+use crate::common;
 
 use common::clients::{self, H1Conn, H2Conn};
 use common::envoy::{module_dir, validate_args, Envoy};

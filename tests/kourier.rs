@@ -10,7 +10,7 @@
 //! in flight on SIGTERM (the kit's shutdown: no preStop) with 0 lost, without waiting for idle
 //! connections. Kourier's stock gateway, run the same way, loses them.
 
-mod common;
+use crate::common;
 
 use common::clients::{self, status_v6};
 use common::envoy::{module_dir, validate_args, TempDir};

@@ -9,7 +9,7 @@
 //! makes the module tell the upstream with a masked Close injected towards it: E4 of
 //! docs/long-lived-streams.md).
 
-mod common;
+use crate::common;
 
 use common::envoy::{Envoy, Options, Settings};
 use common::websocket::{self, upstream, ClientEnd, Seen, Upstream};

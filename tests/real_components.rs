@@ -17,7 +17,7 @@
 //! kubelet, the platforms' controllers. A machine without the lab fails these tests, naming the
 //! command that sets it up: they never pass without having run.
 
-mod common;
+use crate::common;
 
 use common::clients::{self, H2Conn};
 use common::envoy::{envoy_bin, module_dir, render_gateway, Options, TempDir, FAST};

@@ -3,7 +3,7 @@
 //! listeners under other names, bootstrap-only mode, hot restart, a readiness delay, and the
 //! drain start's calls to Envoy's admin. Each test is a row of docs/reliability.md's table.
 
-mod common;
+use crate::common;
 
 use common::clients::{self, H1Conn};
 use common::envoy::{remove_list_items, render_gateway, test_mode, Envoy, Options, Settings};

@@ -15,7 +15,7 @@
 //! message lost, each gateway out well before its drain_timeout. With the move off, the same
 //! rollout cuts them.
 
-mod common;
+use crate::common;
 
 use common::clients::{H1Conn, H2Conn};
 use common::envoy::{Envoy, Options, Settings, TempDir, EXIT_SLACK};

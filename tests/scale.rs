@@ -2,7 +2,7 @@
 //! Envoy's main thread because of it. Envoy's admin stays responsive while draining, the drain
 //! completes on time, and requests on a listener without the filter still hold it (issue 11).
 
-mod common;
+use crate::common;
 
 use common::clients::{self, H1Conn};
 use common::envoy::{
