@@ -501,7 +501,7 @@ impl Drop for PilotAgentStatus {
 
 impl PilotAgentStatus {
     async fn start(port: u16, admin: u16) -> PilotAgentStatus {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        use tokio::io::AsyncWriteExt;
         let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
             .await
             .expect("bind pilot-agent's status port");
@@ -514,14 +514,9 @@ impl PilotAgentStatus {
                 };
                 let cached = cached.clone();
                 tokio::spawn(async move {
-                    let mut head = Vec::new();
-                    let mut buf = [0u8; 1024];
-                    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
-                        match sock.read(&mut buf).await {
-                            Ok(0) | Err(_) => return,
-                            Ok(n) => head.extend_from_slice(&buf[..n]),
-                        }
-                    }
+                    let Some(head) = clients::read_head(&mut sock).await else {
+                        return;
+                    };
                     let answer = if head.starts_with(b"GET /healthz/ready ") {
                         pilot_agent_ready(admin, &cached).await
                     } else {
@@ -850,10 +845,9 @@ async fn stock_istio_cuts_a_request_longer_than_its_termination_drain_duration()
 /// answered and its connection closed (the idle one was told at once); then it ends Envoy.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn without_the_pre_stop_pilot_agent_s_stop_still_waits_for_the_kit_s_drain() {
+    let min_drain = duration(&values()["env"]["MINIMUM_DRAIN_DURATION"]);
     let upstream = Upstream::start().await;
     let (mut envoy, p) = start_gateway(true, upstream.port).await;
-    let v = values();
-    let min_drain = duration(&v["env"]["MINIMUM_DRAIN_DURATION"]);
     let slow_h1 = tokio::spawn(clients::get(p.gateway, SLOW));
     let mut idle_h1 = H1Conn::connect(p.gateway).await.unwrap();
     assert_eq!(idle_h1.send("GET", "/ok", &[]).await.unwrap().status, 200);
@@ -872,11 +866,7 @@ async fn without_the_pre_stop_pilot_agent_s_stop_still_waits_for_the_kit_s_drain
         "ended only after the request: {:?}",
         at - sigterm
     );
-    let log = envoy.log();
-    assert!(
-        log.contains("drain started (trigger=drain_listeners"),
-        "{log}"
-    );
+    envoy.assert_logged("drain started (trigger=drain_listeners");
 }
 
 /// The kit's readiness probe (values.yaml: `/healthz/ready` on the override's readiness
