@@ -9,7 +9,9 @@ SUPPORTED_ENVOY_VERSIONS := $(shell scripts/install-envoy.sh --supported)
 minor_of = $(word 1,$(subst ., ,$(1))).$(word 2,$(subst ., ,$(1)))
 ENVOY_MINOR := $(call minor_of,$(ENVOY_VERSION))
 SUPPORTED_MINORS := $(foreach v,$(SUPPORTED_ENVOY_VERSIONS),$(call minor_of,$(v)))
-# What `make test` runs (narrow it while developing: TEST_ARGS="--test drain").
+# What `make test` runs (narrow it while developing: TEST_ARGS="--test drain"). `--test` takes a
+# test binary (data_path, operations, kits, platform, checks, properties: Cargo.toml) or one
+# suite of one (a file in tests/: scripts/test-args.sh turns it into its binary and a filter).
 TEST_ARGS ?= --all-targets
 DIST_DIR := $(CURDIR)/target/dist
 # Reproducible builds: the checkout's path and cargo's home are not written into what is built
@@ -74,10 +76,10 @@ test: build envoy
 	@# Every test includes the real components' (tests/real_components.rs): the lab is set up
 	@# once (cached outside the checkout; nothing to do after), so `make test` works on a fresh
 	@# machine as it is.
-	@case " $(TEST_ARGS) " in *" --all-targets "*|*real_components*) scripts/k8s-lab.sh setup >/dev/null;; esac
+	@case " $(TEST_ARGS) " in *" --all-targets "*|*real_components*|*" platform "*) scripts/k8s-lab.sh setup >/dev/null;; esac
 	ENVOY_VERSION=$(ENVOY_VERSION) ENVOY_BIN=$$(scripts/install-envoy.sh $(ENVOY_VERSION)) \
 	  GRACEFUL_DRAIN_MODULE_DIR=$(MODULE_DIR) GRACEFUL_DRAIN_TEST_MODE=$(TEST_MODE) \
-	  cargo test $(TEST_ARGS)
+	  cargo test $$(scripts/test-args.sh $(TEST_ARGS))
 
 # The real components tests/real_components.rs runs (docs/contributing/testing.md): a
 # real Kubernetes API server for custom resources with the platforms' CRDs, and podman + runc for
@@ -98,7 +100,7 @@ k8s-lab-test: k8s-lab dist
 test-build: build envoy
 	@scripts/install-tools.sh >/dev/null
 	cargo build --release --locked --lib --features panic-test --target-dir target/panic-test
-	cargo test --no-run --locked $(TEST_ARGS)
+	cargo test --no-run --locked $$(scripts/test-args.sh $(TEST_ARGS))
 
 # docs/reference.md, written from the code (every setting, stat, /drain/status field and log
 # line); tests/reference.rs fails when the committed page differs.

@@ -3,7 +3,7 @@
 //! the layers below it (so each layer can be read, and tested, without the ones above it; no
 //! cycle either). Comments and inline test modules do not count; a sibling `tests.rs` does.
 
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -16,18 +16,18 @@ fn modules() -> BTreeMap<String, Vec<(String, String)>> {
 }
 
 fn modules_under(src: &Path) -> BTreeMap<String, Vec<(String, String)>> {
-    fn walk(dir: &Path, files: &mut Vec<std::path::PathBuf>) {
-        for e in std::fs::read_dir(dir).unwrap() {
-            let p = e.unwrap().path();
-            if p.is_dir() {
-                walk(&p, files);
-            } else if p.extension().is_some_and(|x| x == "rs") {
-                files.push(p);
-            }
-        }
+    // Every `.rs` file under `src`, however deep, in path order.
+    let (mut files, mut dirs) = (Vec::new(), vec![src.to_path_buf()]);
+    while let Some(dir) = dirs.pop() {
+        let entries = std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().path());
+        let (sub, rs): (Vec<_>, Vec<_>) = entries.partition(|p| p.is_dir());
+        dirs.extend(sub);
+        files.extend(
+            rs.into_iter()
+                .filter(|p| p.extension().is_some_and(|x| x == "rs")),
+        );
     }
-    let mut files = Vec::new();
-    walk(src, &mut files);
+    files.sort();
     let mut out: BTreeMap<String, Vec<(String, String)>> = BTreeMap::new();
     for p in files {
         let rel = p.strip_prefix(src).unwrap().to_string_lossy().to_string();

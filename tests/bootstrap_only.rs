@@ -4,7 +4,7 @@
 //! cluster, tracks Envoy's request gauges). Plus the example with its filters deleted, mixed
 //! mode, and the same scenario on stock Envoy (which must lose requests).
 
-mod common;
+use crate::common;
 
 use common::clients::{self, H2Conn};
 use common::envoy::{remove_list_items, render_gateway, Envoy, Options};
@@ -287,10 +287,7 @@ async fn mixed_mode_one_drain_no_double_counting() {
         "engine saw Envoy's gauges",
         Duration::from_secs(3),
         || async {
-            let r = clients::get(envoy.admin, "/graceful_drain/status")
-                .await
-                .ok()?;
-            let st: serde_json::Value = serde_json::from_slice(&r.body).ok()?;
+            let st = envoy.admin_status().await?;
             st["envoy_active_requests"].is_u64().then_some(st)
         },
     )
@@ -321,23 +318,13 @@ async fn xds_gateway_without_the_module_loses_in_flight_requests() {
             clients::request(port, "GET", "/", &slow("1500")).await
         }));
     }
-    eventually("in flight", Duration::from_secs(5), || async {
-        (envoy.stat("http.xds_data.downstream_rq_active").await == Some(3)).then_some(())
-    })
-    .await;
-    let t0 = Instant::now();
-    envoy.sigterm();
-    let (_, at) = envoy.wait_exit(Duration::from_secs(5)).await;
+    envoy
+        .wait_stat("http.xds_data.downstream_rq_active", 3)
+        .await;
     // Before the 1.5 s requests could end: it did not wait for them (all lost, below).
-    assert!(
-        at - t0 < Duration::from_millis(1500),
-        "stock Envoy held its exit: {:?}",
-        at - t0
-    );
-    for t in tasks {
-        assert!(
-            t.await.unwrap().is_err(),
-            "stock Envoy must lose the in-flight request"
-        );
-    }
+    let (t0, bound) = (Instant::now(), Duration::from_millis(1500));
+    envoy
+        .sigterm_exits_within(t0, bound, "stock Envoy held its exit")
+        .await;
+    common::scenario::assert_all_lost(tasks, "stock Envoy must lose the in-flight requests").await;
 }

@@ -6,7 +6,7 @@
 //! status 1, after one error line naming the versions supported; never a crash, never a gateway
 //! that serves half-working.
 
-mod common;
+use crate::common;
 
 use common::envoy::{
     abi_version_of, install_envoy, minor_of, module_dir, render_gateway, tested_envoy_versions,
@@ -379,9 +379,7 @@ async fn an_envoy_newer_than_tested_starts_with_the_reduced_surface_and_drains_b
         envoy_bin: Some(newer_envoy(&dir)),
         ..Options::default()
     };
-    let ports = free_ports(3);
-    let yaml = render_gateway(ports[0], ports[1], ports[2], &o);
-    let mut e = Envoy::start_yaml(&yaml, ports[0], ports[1], ports[2], &o).await;
+    let mut e = Envoy::start(o.clone()).await;
     let line = load_line(&e.log());
     assert!(line.contains("[warning]"), "{line}");
     assert!(
@@ -493,9 +491,7 @@ async fn refusing_an_untested_envoy_or_running_everything_there_is_the_operators
             env: vec![(env.0.to_string(), env.1.to_string())],
             ..Options::default()
         };
-        let ports = free_ports(3);
-        let yaml = render_gateway(ports[0], ports[1], ports[2], &o);
-        let e = Envoy::start_yaml(&yaml, ports[0], ports[1], ports[2], &o).await;
+        let e = Envoy::start(o.clone()).await;
         let line = load_line(&e.log());
         assert!(
             line.contains("[warning]")
@@ -527,9 +523,7 @@ async fn an_envoy_whose_release_cannot_be_read_is_said_untested_and_runs_reduced
         envoy_bin: Some(envoy_without_section_headers(&dir)),
         ..Options::default()
     };
-    let ports = free_ports(3);
-    let yaml = render_gateway(ports[0], ports[1], ports[2], &o);
-    let e = Envoy::start_yaml(&yaml, ports[0], ports[1], ports[2], &o).await;
+    let e = Envoy::start(o.clone()).await;
     let line = load_line(&e.log());
     assert!(line.contains("[warning]"), "{line}");
     assert!(

@@ -7,7 +7,7 @@
 //! for Envoy's gauges). The whole drain, idle-connection, hardening, real-config, scale and
 //! rollout suites run in this mode too (`make test TEST_MODE=connection`).
 
-mod common;
+use crate::common;
 
 use common::clients::{H1Conn, H2Conn};
 use common::envoy::{Envoy, Options, Settings};
@@ -25,11 +25,7 @@ fn connection_mode(settings: Settings) -> Options {
     }
 }
 
-const LONG: Settings = Settings {
-    min_drain: "300ms",
-    quiet: "200ms",
-    timeout: "20s",
-};
+const LONG: Settings = Settings::new("300ms", "200ms", "20s");
 
 const SLOW: (&str, &str) = ("x-envoy-fault-delay-request", "1500");
 
@@ -157,11 +153,7 @@ fn count(hay: &[u8], needle: &[u8]) -> usize {
 async fn health_checks_on_the_data_listener_are_recognised_by_their_configured_path() {
     let mut envoy = Envoy::start(Options {
         bootstrap_extra: Some(r#""health_check_paths": ["/healthz"]"#),
-        ..connection_mode(Settings {
-            min_drain: "1500ms",
-            quiet: "400ms",
-            timeout: "20s",
-        })
+        ..connection_mode(Settings::new("1500ms", "400ms", "20s"))
     })
     .await;
     let port = envoy.data;
@@ -216,17 +208,18 @@ async fn health_checks_on_the_data_listener_are_recognised_by_their_configured_p
 /// Without Envoy's drain-close (no `admin_address`: health checks never fail), the network
 /// filter itself puts `connection: close` on every HTTP/1.1 response written after the drain
 /// start: the one in flight and the first one of a keep-alive connection that was idle.
+/// Connection mode with no admin to call (`admin_address: ""`), a 3 s min_drain_duration.
+async fn without_the_admin() -> Envoy {
+    Envoy::start(Options {
+        bootstrap_extra: Some(r#""admin_address": """#),
+        ..connection_mode(Settings::new("3s", "200ms", "20s"))
+    })
+    .await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn responses_written_during_the_drain_carry_connection_close_without_the_admin() {
-    let envoy = Envoy::start(Options {
-        bootstrap_extra: Some(r#""admin_address": """#),
-        ..connection_mode(Settings {
-            min_drain: "3s",
-            quiet: "200ms",
-            timeout: "20s",
-        })
-    })
-    .await;
+    let envoy = without_the_admin().await;
     let mut keep = H1Conn::connect(envoy.data).await.unwrap();
     let r = keep.send("GET", "/before", &[]).await.unwrap();
     assert_eq!(r.header("connection"), None, "not while serving");
@@ -281,19 +274,15 @@ async fn the_cross_check_compares_at_every_read_and_request_start() {
         .lines()
         .find(|l| l.contains("graceful_drain: cross-check: ") && l.contains(" checks"))
         .unwrap_or_else(|| panic!("no cross-check tally in the log:\n{log}"));
-    let checks: u64 = tally
-        .split("cross-check: ")
-        .nth(1)
-        .and_then(|t| t.split(' ').next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("{tally}"));
+    // The number after `marker` in the tally.
+    let number_after = |marker: &str| -> u64 {
+        let rest = tally.split(marker).nth(1);
+        let n = rest.and_then(|t| t.split(' ').next()?.parse().ok());
+        n.unwrap_or_else(|| panic!("no number after {marker:?}: {tally}"))
+    };
+    let checks = number_after("cross-check: ");
     assert!(checks >= 20, "one check per read at least: {tally}");
-    let starts: u64 = tally
-        .split(" checks (")
-        .nth(1)
-        .and_then(|t| t.split(' ').next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("{tally}"));
+    let starts = number_after(" checks (");
     assert!(
         starts >= 21,
         "a check at every request start (21 requests): {tally}"
@@ -654,15 +643,7 @@ async fn after_envoy_s_final_goaway_the_drain_sends_none_and_the_open_stream_com
 /// counters back and hid the fault).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_connection_lost_mid_drain_and_left_idle_does_not_hold_the_drain() {
-    let envoy = Envoy::start(Options {
-        bootstrap_extra: Some(r#""admin_address": """#),
-        ..connection_mode(Settings {
-            min_drain: "3s",
-            quiet: "200ms",
-            timeout: "20s",
-        })
-    })
-    .await;
+    let envoy = without_the_admin().await;
     let r = common::clients::request(envoy.control, "POST", "/drain?wait=false", &[])
         .await
         .unwrap();

@@ -11,17 +11,18 @@
 //! keep-alive connections left open. Contour's own shutdown sequence, reproduced from its source,
 //! never ends while such a client is connected.
 
-mod common;
+use crate::common;
 
 use common::clients::{self, status_v6, unix_request, H1Conn};
-use common::envoy::{module_dir, validate_args, Envoy, Options, TempDir};
+use common::envoy::{module_dir, validate_args, TempDir};
+use common::gateway::{drain_also_from_ipv6_loopback, ms, path_source, short_drain, Launch};
 use common::json::{config_yaml, container_args, duration, hcm, items, module_settings, named};
 use common::scenario::{Drain, Idle, InFlight, Kit, Ready, Slow};
 use common::tools::{
     checked_fixture_sources, kubernetes_validate, kustomize, relative, temp_file, yaml, yaml_docs,
 };
 use common::upstream::Upstream;
-use common::{eventually, free_ports, repo_root};
+use common::{eventually, repo_root};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
@@ -596,31 +597,19 @@ fn with_settings(args: &[String], s: &Value) -> Vec<String> {
     out
 }
 
-/// A gateway started by [`start_gateway`].
-struct Gateway {
-    envoy: Envoy,
+/// The ports of a gateway started by [`start_gateway`].
+struct Contour {
     /// Contour's ingress_http listener (8080 in the pod).
     http: u16,
     /// Contour's stats-health listener (8002): the admin's /ready and /stats.
     stats: u16,
     /// The admin's unix socket (Contour's /admin/admin.sock).
     admin_socket: PathBuf,
-    /// The module's control listener, on [::1] (none for the stock pod; on 127.0.0.1 when
-    /// started unconfigured).
-    control: Option<u16>,
-    /// Started before Contour configured it: the listeners it pushes, held back (the LDS file
-    /// Envoy reads, the listeners to move over it).
-    pending: Option<(PathBuf, PathBuf)>,
 }
 
-impl Gateway {
-    /// Contour's first push: its listeners, held back at the start, move over the LDS file Envoy
-    /// watches.
-    fn configure(&mut self) {
-        let (lds, pushed) = self.pending.take().expect("started unconfigured");
-        std::fs::rename(pushed, lds).unwrap();
-    }
-}
+/// The control listener is on [::1] (none for the stock pod; on 127.0.0.1 when started
+/// unconfigured).
+type Gateway = common::gateway::Gateway<Contour>;
 
 /// The listeners, routes and clusters Contour pushes for one HTTPProxy, as files (Contour
 /// v1.33.6 internal/envoy/v3/listener.go, stats.go, internal/xdscache/v3/listener.go): listener
@@ -628,12 +617,8 @@ impl Gateway {
 /// filters before the router), stats-health (stat prefix stats: /ready, /stats and
 /// /stats/prometheus to the envoy-admin cluster, the admin's socket) and envoy-admin (127.0.0.1,
 /// the admin's read-only paths), and the service's cluster.
-fn write_contour_xds(dir: &Path, ports: [u16; 3], upstream: u16) -> (String, String) {
-    let write = |name: &str, resources: Value| {
-        let path = dir.join(name);
-        std::fs::write(&path, json!({ "resources": resources }).to_string()).unwrap();
-        path.display().to_string()
-    };
+fn write_contour_xds(run: &Launch, ports: [u16; 3], upstream: u16) -> (PathBuf, PathBuf) {
+    let write = |name: &str, resources: Value| run.xds_file(name, resources);
     let cluster = "default/echo/80/da39a3ee5e";
     let router = json!({"name": "envoy.filters.http.router", "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"}});
     let rds = write(
@@ -656,7 +641,7 @@ fn write_contour_xds(dir: &Path, ports: [u16; 3], upstream: u16) -> (String, Str
                 "@type": "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
                 "stat_prefix": "ingress_http",
                 "codec_type": "AUTO",
-                "rds": {"route_config_name": "ingress_http", "config_source": {"resource_api_version": "V3", "path_config_source": {"path": rds}}},
+                "rds": {"route_config_name": "ingress_http", "config_source": path_source(&rds)},
                 "http_filters": [
                     {"name": "envoy.filters.http.grpc_web", "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.http.grpc_web.v3.GrpcWeb"}},
                     {"name": "envoy.filters.http.cors", "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.http.cors.v3.Cors"}},
@@ -751,24 +736,19 @@ async fn start_gateway(m: &Manifests, upstream: u16) -> Gateway {
 /// listener of Contour's (the admin is a unix socket): the control listener, on 127.0.0.1 then,
 /// tells when it runs.
 async fn start_gateway_as(m: &Manifests, upstream: u16, configured: bool) -> Gateway {
-    let dir = TempDir::new("contour");
-    let p = free_ports(5);
-    let (lds, cds) = write_contour_xds(&dir.0, [p[0], p[1], p[2]], upstream);
-    let pending = (!configured).then(|| {
-        let (lds, pushed) = (PathBuf::from(&lds), dir.0.join("lds-pushed.json"));
-        std::fs::rename(&lds, &pushed).unwrap();
-        std::fs::write(&lds, json!({ "resources": [] }).to_string()).unwrap();
-        (lds, pushed)
-    });
+    let mut run = Launch::new("contour", 5);
+    let p = run.ports();
+    let (lds, cds) = write_contour_xds(&run, [p[0], p[1], p[2]], upstream);
+    run.hold_back_listeners_unless(configured, &lds);
     let control_ip = if configured { "::1" } else { "127.0.0.1" };
     let cb = contour_bootstrap(m);
-    let bootstrap = write_pod_files(&dir.0, &cb, |b| {
+    let bootstrap = write_pod_files(run.dir(), &cb, |b| {
         let grpc = json!({"api_type": "GRPC", "transport_api_version": "V3",
             "grpc_services": [{"envoy_grpc": {"cluster_name": "contour", "authority": "contour"}}]});
         let d = &mut b["dynamic_resources"];
         for (key, file) in [("lds_config", &lds), ("cds_config", &cds)] {
             assert_eq!(d[key]["api_config_source"], grpc, "{key}");
-            d[key] = json!({"resource_api_version": "V3", "path_config_source": {"path": file}});
+            d[key] = path_source(file);
         }
         let layers = b["layered_runtime"]["layers"].as_array_mut().unwrap();
         assert_eq!(
@@ -786,7 +766,7 @@ async fn start_gateway_as(m: &Manifests, upstream: u16, configured: bool) -> Gat
         c["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"]["address"] =
             json!({"socket_address": {"address": "127.0.0.1", "port_value": p[3]}});
     });
-    let admin_socket = dir.0.join("admin/admin.sock");
+    let admin_socket = run.dir().join("admin/admin.sock");
 
     let mut control = None;
     // The control listener on loopback (else where a test bound it: its checks are the test's).
@@ -813,33 +793,17 @@ async fn start_gateway_as(m: &Manifests, upstream: u16, configured: bool) -> Gat
                     kept
                 };
                 l["address"] = json!({"socket_address": {"address": at, "port_value": p[4]}});
-                // ... with the dual-stack component's rule: /drain from ::1 too.
-                let ids = &mut l["filter_chains"][0]["filters"][0]["typed_config"]["http_filters"]
-                    [0]["typed_config"]["rules"]["policies"]["drain-from-outside-the-pod"]
-                    ["principals"][0]["not_id"]["or_ids"]["ids"];
-                let v4 =
-                    json!([{"direct_remote_ip": {"address_prefix": "127.0.0.0", "prefix_len": 8}}]);
-                // As shipped; or narrowed by a test to an address its client does not have.
-                if *ids == v4 {
-                    ids.as_array_mut().unwrap().push(
-                        json!({"direct_remote_ip": {"address_prefix": "::1", "prefix_len": 128}}),
-                    );
-                } else {
-                    assert_eq!(
-                        *ids,
-                        json!([{"direct_remote_ip": {"address_prefix": "127.0.0.2", "prefix_len": 32}}])
-                    );
-                }
+                // ... with the dual-stack component's rule: /drain from ::1 too (as shipped; or
+                // narrowed by a test to an address its client does not have).
+                drain_also_from_ipv6_loopback(l, Some("127.0.0.2"));
                 control = Some(p[4]);
                 let mut s = module_settings(&extra);
                 assert_eq!(s["admin_address"], "/admin/admin.sock");
                 s["admin_address"] = json!(admin_socket.display().to_string());
-                s["min_drain_duration"] = json!(format!("{}ms", MIN_DRAIN.as_millis()));
-                s["quiet_period"] = json!(format!("{}ms", QUIET.as_millis()));
-                s["drain_timeout"] = json!("10s");
+                short_drain(&mut s, &ms(MIN_DRAIN), &ms(QUIET), "10s");
                 // The kit's readiness_failure_delay, scaled as min_drain_duration is.
                 assert!(s["readiness_failure_delay"].is_string(), "{s}");
-                s["readiness_failure_delay"] = json!(format!("{}ms", READINESS_DELAY.as_millis()));
+                s["readiness_failure_delay"] = json!(ms(READINESS_DELAY));
                 extra["bootstrap_extensions"][0]["typed_config"]["extension_config"]["value"] =
                     json!(s.to_string());
                 args.push(a);
@@ -856,42 +820,25 @@ async fn start_gateway_as(m: &Manifests, upstream: u16, configured: bool) -> Gat
             other => panic!("an argument the test does not know: {other:?}"),
         }
     }
-    let o = Options {
-        log_args: Some(Vec::new()), // Contour's own --log-level
-        ..Options::default()
-    };
-    // The stats-health listener stands in for the admin (its /ready and /stats go there).
+    // The stats-health listener stands in for the admin (its /ready and /stats go there);
+    // Contour's own --log-level.
     let ready_port = if configured { p[1] } else { p[4] };
-    let mut envoy = Envoy::start_args(&args, dir, [ready_port, p[0], p[4]], &o).await;
-    if control.is_some() {
-        if configured && control_on_loopback {
-            envoy.control_on_ipv6();
-        }
-        envoy
-            .wait_log("the admin found", "is Envoy's admin (state")
-            .await;
+    let mut run = run
+        .args(args)
+        .platform_log_level()
+        .guard_ports([ready_port, p[0], p[4]]);
+    if let Some(c) = control {
+        run = run
+            .control(c, configured && control_on_loopback)
+            .admin_found_in_log();
     }
-    if configured {
-        eventually(
-            "Contour's ingress listener serving",
-            Duration::from_secs(10),
-            || async {
-                clients::get(p[0], "/ok")
-                    .await
-                    .ok()
-                    .filter(|r| r.status == 200)
-            },
-        )
-        .await;
-    }
-    Gateway {
-        envoy,
-        http: p[0],
-        stats: p[1],
-        admin_socket,
-        control,
-        pending,
-    }
+    run.serving("Contour's ingress listener serving", p[0], "/ok", 200)
+        .start(Contour {
+            http: p[0],
+            stats: p[1],
+            admin_socket,
+        })
+        .await
 }
 
 /// What [`steady_client`] saw.
@@ -955,8 +902,7 @@ async fn the_kit_drains_contour_s_envoy_without_losing_a_request() {
     let upstream = Upstream::start().await;
     let Gateway {
         mut envoy,
-        http,
-        stats,
+        ports: Contour { http, stats, .. },
         control,
         ..
     } = start_gateway(kit(), upstream.port).await;
@@ -1214,8 +1160,9 @@ async fn stock_contour_stops_envoy_while_kubelet_still_counts_the_pod_ready() {
     let upstream = Upstream::start().await;
     let Gateway {
         mut envoy,
-        http,
-        admin_socket,
+        ports: Contour {
+            http, admin_socket, ..
+        },
         control,
         ..
     } = start_gateway(stock(), upstream.port).await;
@@ -1253,16 +1200,13 @@ async fn stock_contour_stops_envoy_while_kubelet_still_counts_the_pod_ready() {
         (contour_open_connections(&admin_socket).await == Some(0)).then(Instant::now)
     })
     .await;
-    envoy.sigterm();
-    let (_, exited) = envoy.wait_exit(Duration::from_secs(5)).await;
     // Stock Envoy exits at once on SIGTERM: its teardown only (well under a second on an idle
     // machine; the bound leaves room for a machine with both cores busy, where it took over
     // 1.2 s), against the seconds the module would hold it.
-    assert!(
-        exited - done < Duration::from_secs(3),
-        "stock Envoy held its exit: {:?}",
-        exited - done
-    );
+    let bound = Duration::from_secs(3);
+    let exited = envoy
+        .sigterm_exits_within(done, bound, "stock Envoy held its exit")
+        .await;
     // Kubelet counts the pod Ready until its readiness check has failed enough times.
     let ready_until = t0 + readiness_detection(stock().envoy());
     assert!(

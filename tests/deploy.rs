@@ -4,7 +4,7 @@
 //! manifests describe it: the official distroless Envoy image (a glibc-only root) with the module
 //! from the release image mounted as an image volume.
 
-mod common;
+use crate::common;
 
 use common::envoy::{envoy_bin, module_dir, pinned_envoy_version, Envoy, Options, TempDir};
 use common::image::{Dist, GlibcRoot, CONFIG_IN_ROOT, ENVOY_IN_ROOT, MODULES_IN_ROOT};
@@ -274,7 +274,7 @@ async fn the_gateway_pod_as_the_manifests_describe_it_drains_on_sigterm() {
         ..Options::default()
     };
     let mut e = Envoy::start_yaml(&bootstrap, p[0], p[1], p[2], &o).await;
-    assert!(e.log().contains("loaded into Envoy"), "{}", e.log());
+    e.assert_logged("loaded into Envoy");
     // The drain settings the manifest ships (its bootstrap, unchanged but for addresses).
     let s = module_settings(&yaml(&bootstrap));
     let rules = [&s["min_drain_duration"], &s["quiet_period"]].map(duration);
@@ -372,16 +372,7 @@ fn disruption_budget_and_network_policy_fit_the_gateway_pods() {
     let from = control[0]["from"]
         .as_array()
         .expect("control port has sources");
-    assert!(!from.is_empty());
-    for f in from {
-        let open_cidr = f["ipBlock"]["cidr"]
-            .as_str()
-            .is_some_and(|c| c.ends_with("/0"));
-        let all_namespaces = f["namespaceSelector"]
-            .as_object()
-            .is_some_and(|s| s.is_empty());
-        assert!(!open_cidr && !all_namespaces, "control port open: {f}");
-    }
+    common::json::assert_control_sources_listed(from);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -7,7 +7,7 @@
 //! and checksums of Cargo.lock, and everything is reproducible: two runs give the same bytes, and
 //! the same sources built in another directory give the same `.so`.
 
-mod common;
+use crate::common;
 
 use common::envoy::{module_dir, test_mode, TempDir, TestMode};
 use common::image::{blob_path, read_json as json, Dist};
@@ -82,15 +82,11 @@ fn the_image_holds_exactly_the_tested_module_and_every_digest_holds() {
         ],
         "{sums}"
     );
-    let check = Command::new("sha256sum")
-        .args(["-c", "SHA256SUMS"])
-        .current_dir(&out)
-        .output()
-        .unwrap();
-    assert!(
-        check.status.success(),
-        "{}",
-        String::from_utf8_lossy(&check.stdout)
+    common::stdout_of(
+        Command::new("sha256sum")
+            .args(["-c", "SHA256SUMS"])
+            .current_dir(&out),
+        "sha256sum -c SHA256SUMS",
     );
     assert_eq!(sha256(&out.join("libgraceful_drain.so")), so_sha);
 
@@ -134,18 +130,13 @@ fn the_image_holds_exactly_the_tested_module_and_every_digest_holds() {
     // The layer, read by GNU tar (strict about the end of the archive): the module and
     // copy-module and nothing else, owned by root, world-readable, the module's bytes the tested
     // module's.
-    let list = Command::new("tar")
-        .args(["-tvzf"])
-        .arg(&layer)
-        .args(["--numeric-owner", "--full-time"])
-        .output()
-        .unwrap();
-    assert!(
-        list.status.success(),
-        "{}",
-        String::from_utf8_lossy(&list.stderr)
+    let list = common::stdout_of(
+        Command::new("tar")
+            .args(["-tvzf"])
+            .arg(&layer)
+            .args(["--numeric-owner", "--full-time"]),
+        "tar -tvzf",
     );
-    let list = String::from_utf8_lossy(&list.stdout).to_string();
     let entries: Vec<&str> = list.lines().collect();
     assert_eq!(entries.len(), 3, "{list}");
     assert!(
@@ -188,17 +179,13 @@ fn the_image_holds_exactly_the_tested_module_and_every_digest_holds() {
     assert_eq!(config["rootfs"]["diff_ids"][0], format!("sha256:{raw}"));
 
     // Another OCI tool reads it the same way (what `skopeo copy` to a registry would push).
-    let inspect = Command::new("skopeo")
-        .arg("inspect")
-        .arg(format!("oci:{}:{VERSION}", layout.display()))
-        .output()
-        .expect("skopeo");
-    assert!(
-        inspect.status.success(),
-        "{}",
-        String::from_utf8_lossy(&inspect.stderr)
+    let inspect = common::stdout_of(
+        Command::new("skopeo")
+            .arg("inspect")
+            .arg(format!("oci:{}:{VERSION}", layout.display())),
+        "skopeo inspect",
     );
-    let inspect: serde_json::Value = serde_json::from_slice(&inspect.stdout).unwrap();
+    let inspect: serde_json::Value = serde_json::from_str(&inspect).unwrap();
     assert_eq!(inspect["Digest"], manifests[0]["digest"]);
     assert_eq!(inspect["Layers"][0], layers[0]["digest"]);
 
@@ -282,19 +269,15 @@ fn copy_sources(dest: &Path) {
 /// `make build` (the Makefile's reproducible flags) of the sources copied into `dir`.
 fn build_copy(dir: &Path) -> PathBuf {
     copy_sources(dir);
-    let out = Command::new("make")
-        .args(["--no-print-directory", "build"])
-        .current_dir(dir)
-        .env_remove("RUSTFLAGS")
-        .env_remove("CARGO_TARGET_DIR")
-        .env_remove("MAKEFLAGS")
-        .env_remove("MAKELEVEL")
-        .output()
-        .expect("make build");
-    assert!(
-        out.status.success(),
-        "make build in {dir:?}:\n{}",
-        String::from_utf8_lossy(&out.stderr)
+    common::stdout_of(
+        Command::new("make")
+            .args(["--no-print-directory", "build"])
+            .current_dir(dir)
+            .env_remove("RUSTFLAGS")
+            .env_remove("CARGO_TARGET_DIR")
+            .env_remove("MAKEFLAGS")
+            .env_remove("MAKELEVEL"),
+        &format!("make build in {dir:?}"),
     );
     dir.join("target/release/libgraceful_drain.so")
 }

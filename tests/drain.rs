@@ -2,7 +2,7 @@
 //! preStop hook, admin triggers, GOAWAY and `connection: close` as clients see them, the timeout,
 //! and the same scenario without the module (which must lose requests).
 
-mod common;
+use crate::common;
 
 use common::clients::{self, H1Conn, H2Conn};
 use common::envoy::{test_mode, Envoy, Options, Settings, TestMode, FAST};
@@ -86,11 +86,8 @@ async fn sigterm_holds_exit_until_in_flight_requests_finish() {
         "exit {:?} after it was allowed",
         exited_at - earliest
     );
+    envoy.assert_logged("drain started (trigger=sigterm, active_requests=5");
     let log = envoy.log();
-    assert!(
-        log.contains("drain started (trigger=sigterm, active_requests=5"),
-        "{log}"
-    );
     assert!(log.contains("drain completed in"), "{log}");
     assert!(log.contains("requests cut: 0"), "{log}");
 }
@@ -299,23 +296,9 @@ async fn drain_endpoint_answers_when_work_is_done_and_sigterm_then_exits_at_once
     // SIGTERM after a completed drain: Envoy is released at once, without a drain of its own:
     // its exit comes before a fresh drain with these settings could end (min_drain_duration),
     // and the log has one drain started and completed.
-    let t1 = Instant::now();
-    envoy.sigterm();
-    let (status, at) = envoy.wait_exit(Duration::from_secs(15)).await;
-    assert!(status.success());
-    assert!(
-        at - t1 < AT_ONCE_MIN_DRAIN,
-        "SIGTERM after the completed drain: exit {:?} later, no sooner than a fresh drain \
-         ({AT_ONCE_MIN_DRAIN:?})",
-        at - t1
-    );
-    let log = envoy.log();
-    assert!(log.contains("releasing Envoy's exit"), "{log}");
-    assert_eq!(
-        log.matches("graceful_drain: drain started").count(),
-        1,
-        "{log}"
-    );
+    let log = envoy
+        .sigterm_after_a_completed_drain(AT_ONCE_MIN_DRAIN, Duration::from_secs(15))
+        .await;
     assert_eq!(
         log.matches("graceful_drain: drain completed in").count(),
         1,
@@ -384,15 +367,7 @@ async fn requests_arriving_during_the_drain_hold_it_for_the_quiet_period() {
     const MIN_DRAIN: Duration = Duration::from_millis(300);
     const ARRIVING_FOR: Duration = Duration::from_secs(2);
     const EVERY: Duration = Duration::from_millis(200);
-    let mut envoy = Envoy::start(Options {
-        settings: Settings {
-            min_drain: "300ms",
-            quiet: "1s",
-            timeout: "20s",
-        },
-        ..Options::default()
-    })
-    .await;
+    let mut envoy = Envoy::start(Options::with(Settings::new("300ms", "1s", "20s"))).await;
     let t0 = Instant::now();
     envoy.sigterm();
     wait_not_ready(&envoy, t0).await;
@@ -502,10 +477,7 @@ async fn envoy_drain_listeners_starts_the_same_drain() {
         "drain started by /drain_listeners",
         Duration::from_secs(5),
         || async {
-            let r = clients::get(envoy.admin, "/graceful_drain/status")
-                .await
-                .ok()?;
-            let st: serde_json::Value = serde_json::from_slice(&r.body).ok()?;
+            let st = envoy.admin_status().await?;
             (st["state"] != "serving").then_some(st)
         },
     )
@@ -533,29 +505,16 @@ async fn without_the_module_sigterm_loses_in_flight_requests() {
     for _ in 0..2 {
         tasks.push(tokio::spawn(h2.start("/slow", &hdrs(&s)).await.unwrap()));
     }
-    eventually("requests in flight", Duration::from_secs(5), || async {
-        (envoy.stat("http.data.downstream_rq_active").await == Some(5)).then_some(())
-    })
-    .await;
-    let t0 = Instant::now();
-    envoy.sigterm();
-    let (_, at) = envoy.wait_exit(Duration::from_secs(5)).await;
+    envoy.wait_stat("http.data.downstream_rq_active", 5).await;
     // Before the requests could end (1.5 s): it did not wait for them (all five lost, below).
-    assert!(
-        at - t0 < Duration::from_millis(1500),
-        "stock Envoy exits at once: {:?}",
-        at - t0
-    );
-    let mut failed = 0;
-    for t in tasks {
-        if t.await.unwrap().is_err() {
-            failed += 1;
-        }
-    }
-    assert_eq!(
-        failed, 5,
-        "every in-flight request is lost without the module"
-    );
+    let t0 = Instant::now();
+    let bound = Duration::from_millis(1500);
+    envoy
+        .sigterm_exits_within(t0, bound, "stock Envoy exits at once")
+        .await;
+    assert_eq!(tasks.len(), 5);
+    common::scenario::assert_all_lost(tasks, "every in-flight request is lost without the module")
+        .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -764,10 +723,8 @@ async fn a_checker_s_user_agent_alone_never_lets_the_drain_cut_a_request() {
     let (r, done) = long.await.unwrap();
     let r = r.expect("served in full, not cut by the exit");
     assert_eq!(r.status, 200);
-    let (status, exited) = envoy.wait_exit(Duration::from_secs(10)).await;
-    assert!(status.success(), "{status}");
-    assert!(exited >= done, "Envoy exited before the request ended");
-    let (reported, timed_out) = envoy.reported_drain();
-    assert!(!timed_out, "{reported:?}");
-    assert!(envoy.log().contains("requests cut: 0"), "{}", envoy.log());
+    envoy
+        .wait_drained_after(done, Duration::from_secs(10), "the request")
+        .await;
+    envoy.assert_logged("requests cut: 0");
 }

@@ -18,11 +18,12 @@
 //! shows what the uncovered route gets; in connection mode (the kit's optional component) every
 //! route is counted exactly.
 
-mod common;
+use crate::common;
 
 use common::clients::{self, H1Conn, H2Conn};
-use common::envoy::{envoy_bin, expected_envoy_version, minor_of, module_dir, Envoy, Options};
+use common::envoy::{envoy_bin, expected_envoy_version, minor_of, module_dir};
 use common::envoy::{Settings, TempDir};
+use common::gateway::{drain_also_from_ipv6_loopback, path_source, short_drain, Launch};
 use common::json::{duration, hcm, items, module_settings, named};
 use common::scenario::{self, Drain, Idle, InFlight, LateHttp1, Ready, Slow};
 use common::tools::{checked_fixture_sources, temp_file, yaml, yaml_docs};
@@ -30,7 +31,7 @@ use common::tools::{
     json_schema_validate, kubernetes_validate, kustomize, kustomize_with_components, run,
 };
 use common::upstream::Upstream;
-use common::{eventually, free_ports, repo_root};
+use common::{eventually, repo_root};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -1308,17 +1309,13 @@ async fn upload_over_the_buffer_limit(http: u16) -> clients::Answer {
 /// Write LDS, RDS, CDS and EDS files shaped as EG's translator writes its resources for the
 /// Gateway `default/eg` with one HTTP listener; returns the LDS and CDS paths.
 fn write_eg_xds(
-    dir: &Path,
+    run: &Launch,
     policy: Policy,
     http: u16,
     ready: u16,
     upstream: u16,
-) -> (String, String) {
-    let write = |name: &str, resources: Value| {
-        let path = dir.join(name);
-        std::fs::write(&path, json!({ "resources": resources }).to_string()).unwrap();
-        path.display().to_string()
-    };
+) -> (PathBuf, PathBuf) {
+    let write = |name: &str, resources: Value| run.xds_file(name, resources);
     let module_filter =
         matches!(policy, Policy::Gateway | Policy::CoveredRouteOnly).then(eg_dynamic_module_filter);
     let routes: Vec<Value> = ROUTES
@@ -1388,7 +1385,7 @@ fn write_eg_xds(
                 "path_with_escaped_slashes_action": "UNESCAPE_AND_REDIRECT",
                 "server_header_transformation": "PASS_THROUGH",
                 "use_remote_address": true,
-                "rds": {"route_config_name": GATEWAY_LISTENER, "config_source": {"resource_api_version": "V3", "path_config_source": {"path": rds}}},
+                "rds": {"route_config_name": GATEWAY_LISTENER, "config_source": path_source(&rds)},
                 "http_filters": http_filters
             }
         }]},
@@ -1429,9 +1426,8 @@ fn write_eg_xds(
     (lds, cds)
 }
 
-/// A running EG proxy under test and its ports (the pod's ports moved to free loopback ones).
-struct Gateway {
-    envoy: Envoy,
+/// The ports of a running EG proxy under test (the pod's ports moved to free loopback ones).
+struct Eg {
     admin: u16,
     /// The Gateway listener `default/eg/http` (10080 in the pod).
     http: u16,
@@ -1439,21 +1435,10 @@ struct Gateway {
     ready: u16,
     /// EG's stats listener (19001 in the pod).
     stats: u16,
-    /// The kit's control listener (19010 in the pod), when the kit is applied.
-    control: Option<u16>,
-    /// Started before EG configured it: the listeners it pushes, held back (the LDS file Envoy
-    /// reads, the listeners to move over it).
-    pending: Option<(PathBuf, PathBuf)>,
 }
 
-impl Gateway {
-    /// EG's first push: its listeners, held back at the start, move over the LDS file Envoy
-    /// watches.
-    fn configure(&mut self) {
-        let (lds, pushed) = self.pending.take().expect("started unconfigured");
-        std::fs::rename(pushed, lds).unwrap();
-    }
-}
+/// The kit's control listener (19010 in the pod) is there when the kit is applied.
+type Gateway = common::gateway::Gateway<Eg>;
 
 fn relocate(listener_or_endpoint: &mut Value, pod_port: u64, port: u16) {
     let sa = &mut listener_or_endpoint["address"]["socket_address"];
@@ -1497,25 +1482,19 @@ async fn start_gateway_as(
         merged_bootstrap(release)
     };
     edit(&mut b);
-    let dir = TempDir::new("eg");
-    let p = free_ports(6);
+    let mut run = Launch::new("eg", 6);
+    let p = run.ports();
     let (admin, stats, ready, http, control, unused) = (p[0], p[1], p[2], p[3], p[4], p[5]);
-    let (lds, cds) = write_eg_xds(&dir.0, policy, http, ready, upstream);
-    let pending = (!configured).then(|| {
-        let (lds, pushed) = (PathBuf::from(&lds), dir.0.join("lds-pushed.json"));
-        std::fs::rename(&lds, &pushed).unwrap();
-        std::fs::write(&lds, json!({ "resources": [] }).to_string()).unwrap();
-        (lds, pushed)
-    });
+    let (lds, cds) = write_eg_xds(&run, policy, http, ready, upstream);
+    run.hold_back_listeners_unless(configured, &lds);
     let ads = &b["dynamic_resources"];
     assert_eq!(
         ads["ads_config"]["grpc_services"][0]["envoy_grpc"]["cluster_name"],
         "xds_cluster"
     );
     assert!(ads["lds_config"]["ads"].is_object() && ads["cds_config"]["ads"].is_object());
-    let file =
-        |path: &str| json!({"resource_api_version": "V3", "path_config_source": {"path": path}});
-    b["dynamic_resources"] = json!({"lds_config": file(&lds), "cds_config": file(&cds)});
+    b["dynamic_resources"] =
+        json!({"lds_config": path_source(&lds), "cds_config": path_source(&cds)});
     let admin_sa = &b["admin"]["address"]["socket_address"];
     assert_eq!(
         (
@@ -1525,7 +1504,7 @@ async fn start_gateway_as(
         (Some(EG_ADMIN.0), Some(EG_ADMIN.1))
     );
     b["admin"]["address"]["socket_address"]["port_value"] = json!(admin);
-    let eds = dir.0.join("eds.json");
+    let eds = run.dir().join("eds.json");
     std::fs::write(
         &eds,
         json!({"resources": [{"@type": "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment", "cluster_name": INFRA_NAME, "endpoints": []}]}).to_string(),
@@ -1554,7 +1533,7 @@ async fn start_gateway_as(
                     c["eds_config"].is_null()
                         && c["eds_cluster_config"]["eds_config"]["ads"].is_object()
                 );
-                c["eds_cluster_config"]["eds_config"] = file(&eds.display().to_string());
+                c["eds_cluster_config"]["eds_config"] = path_source(&eds);
             }
             other => panic!("unexpected cluster {other} in EG's bootstrap"),
         }
@@ -1582,16 +1561,7 @@ async fn start_gateway_as(
                 *sa = json!({"address": at, "port_value": control});
                 // ... with the dual-stack component's rule, /drain from ::1 too (unless the
                 // test narrowed the kit's rule).
-                let ids = &mut l["filter_chains"][0]["filters"][0]["typed_config"]["http_filters"]
-                    [0]["typed_config"]["rules"]["policies"]["drain-from-outside-the-pod"]
-                    ["principals"][0]["not_id"]["or_ids"]["ids"];
-                let v4 =
-                    json!([{"direct_remote_ip": {"address_prefix": "127.0.0.0", "prefix_len": 8}}]);
-                if *ids == v4 {
-                    ids.as_array_mut().unwrap().push(
-                        json!({"direct_remote_ip": {"address_prefix": "::1", "prefix_len": 128}}),
-                    );
-                }
+                drain_also_from_ipv6_loopback(l, None);
                 has_control = true;
             }
             other => panic!("unexpected static listener {other}"),
@@ -1600,9 +1570,7 @@ async fn start_gateway_as(
     if b.get("bootstrap_extensions").is_some() {
         let mut s = module_settings(&b);
         if let Some(t) = &settings {
-            s["min_drain_duration"] = json!(t.min_drain);
-            s["quiet_period"] = json!(t.quiet);
-            s["drain_timeout"] = json!(t.timeout);
+            short_drain(&mut s, t.min_drain, t.quiet, t.timeout);
             // Below the short min_drain_duration; the kit's own delay is run by
             // `readiness_waits_for_the_load_balancer_then_follows_the_drain`.
             s["readiness_failure_delay"] = json!("0s");
@@ -1623,46 +1591,25 @@ async fn start_gateway_as(
         kit_deployment()
     };
     let args = eg_envoy_args(&deployment, &b);
-    let o = Options {
-        log_args: Some(Vec::new()),
-        ..Options::default()
-    };
     let ports = [admin, http, if has_control { control } else { ready }];
-    let mut envoy = Envoy::start_args(&args, dir, ports, &o).await;
-    if has_control && control_on_loopback {
-        envoy.control_on_ipv6();
-        // The start-time check found EG's admin (its log line is info: below EG's level).
-        eventually(
-            "the drain engine found EG's admin",
-            Duration::from_secs(10),
-            || async {
-                (envoy.drain_status().await["admin_address_check"] == "recognised").then_some(())
-            },
-        )
-        .await;
+    let mut run = run.args(args).platform_log_level().guard_ports(ports);
+    if has_control {
+        run = run.control(control, control_on_loopback);
+        if control_on_loopback {
+            // The start-time check found EG's admin (its log line is info: below EG's level).
+            run = run.admin_found_in_status();
+        }
     }
-    let serving = [
-        (http, "/covered/ok", 200),
-        (http, "/uncovered/ok", 200),
-        (ready, "/ready", 200),
-    ];
-    for (port, path, want) in serving.into_iter().filter(|_| configured) {
-        eventually(
-            "EG's xDS listeners serving",
-            Duration::from_secs(10),
-            || async move { status(port, path).await.filter(|s| *s == want) },
-        )
-        .await;
-    }
-    Gateway {
-        envoy,
-        admin,
-        http,
-        ready,
-        stats,
-        control: has_control.then_some(control),
-        pending,
-    }
+    run.serving("EG's xDS listeners serving", http, "/covered/ok", 200)
+        .serving("EG's xDS listeners serving", http, "/uncovered/ok", 200)
+        .serving("EG's xDS listeners serving", ready, "/ready", 200)
+        .start(Eg {
+            admin,
+            http,
+            ready,
+            stats,
+        })
+        .await
 }
 
 async fn status(port: u16, path: &str) -> Option<u16> {
@@ -1808,11 +1755,7 @@ impl EgShutdownManager {
 // Drains
 
 /// Drain settings the run tests put in place of the kit's (everything else is the kit's).
-const FAST: Settings = Settings {
-    min_drain: "300ms",
-    quiet: "200ms",
-    timeout: "20s",
-};
+const FAST: Settings = Settings::new("300ms", "200ms", "20s");
 /// Longer than the network filter needs to close an HTTP/1.1 connection that was busy just before
 /// the drain started (idle_after, then the next check idle_close_grace later).
 const SLOW: &str = "/covered/delay/4000";
@@ -1878,8 +1821,7 @@ async fn kit_drains_an_eg_gateway(policy: Policy) {
     let upstream = Upstream::start().await;
     let Gateway {
         mut envoy,
-        http,
-        ready,
+        ports: Eg { http, ready, .. },
         control,
         ..
     } = start_gateway(policy, Some(FAST), upstream.port).await;
@@ -2035,7 +1977,7 @@ async fn readiness_waits_for_the_load_balancer_then_follows_the_drain() {
     gw.envoy.wait_active(1).await;
     let Gateway {
         mut envoy,
-        ready,
+        ports: Eg { ready, .. },
         control,
         ..
     } = gw;
@@ -2118,7 +2060,9 @@ async fn two_routes_drain(policy: Policy) {
     let connection_mode = policy == Policy::ConnectionMode;
     let upstream = Upstream::start().await;
     let Gateway {
-        mut envoy, http, ..
+        mut envoy,
+        ports: Eg { http, .. },
+        ..
     } = start_gateway(policy, Some(FAST), upstream.port).await;
     let covered = tokio::spawn(async move { clients::get(http, "/covered/delay/300").await });
     let uncovered = tokio::spawn(async move { clients::get(http, "/uncovered/delay/1500").await });
@@ -2168,16 +2112,12 @@ async fn two_routes_drain(policy: Policy) {
     let r = uncovered.await.unwrap().unwrap();
     let done = Instant::now();
     assert_eq!((r.status, r.header("connection")), (200, Some("close")));
-    let (exit, at) = envoy.wait_exit(Duration::from_secs(25)).await;
-    assert!(exit.success(), "{exit}");
     // Envoy waited for the uncovered request: counting only the HTTP filter's requests, the
     // drain would have completed at min_drain_duration or a quiet period after the covered
     // request, about a second before the uncovered one ended, cutting it.
-    assert!(
-        at >= done,
-        "exited {:?} before the uncovered request ended",
-        done - at
-    );
+    envoy
+        .wait_clean_exit_after(done, Duration::from_secs(25), "the uncovered request")
+        .await;
     let filter_only =
         (t0 + duration(&json!(FAST.min_drain))).max(covered_done + duration(&json!(FAST.quiet)));
     assert!(done > filter_only + Duration::from_millis(500));

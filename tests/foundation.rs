@@ -1,7 +1,7 @@
 //! The module against the real Envoy: loading, ABI match, request accounting across workers,
 //! control endpoints, configuration errors, stats, and example configs.
 
-mod common;
+use crate::common;
 
 use common::clients::{self, H1Conn, H2Conn};
 use common::envoy::{
@@ -289,11 +289,7 @@ async fn bad_config_makes_envoy_refuse_to_start_naming_the_field() {
     let p = free_ports(3);
     // Filter mode in every test mode: the data listener's HTTP filter config is among the ones
     // made bad.
-    let filter_mode = Options {
-        data_http_filter: true,
-        track_requests: false,
-        ..Options::default()
-    };
+    let filter_mode = Options::default().filter_mode();
     let good = render_gateway(p[0], p[1], p[2], &filter_mode);
     let cases = [
         (

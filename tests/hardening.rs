@@ -1,7 +1,7 @@
 //! Hardening against the real Envoy: contained panics, every way a stream can end, long-lived
 //! streams, control-endpoint security, hostile input, and concurrency 1/2/4.
 
-mod common;
+use crate::common;
 
 use common::clients::{self, H1Conn, H2Conn};
 use common::envoy::{test_mode, Envoy, Options, Settings, TestMode, EXIT_SLACK, FAST};
@@ -432,11 +432,7 @@ async fn long_lived_streams_hold_the_drain_until_the_timeout() {
         timed_out && (Duration::from_secs(2)..Duration::from_secs(3)).contains(&reported),
         "drain ended after {reported:?}, timed out: {timed_out} (drain_timeout 2s)"
     );
-    assert!(
-        envoy.log().contains("requests still in flight and cut: 3"),
-        "{}",
-        envoy.log()
-    );
+    envoy.assert_logged("requests still in flight and cut: 3");
     // The streams end with the process.
     let n = tokio::time::timeout(Duration::from_secs(2), ws.read(&mut buf))
         .await
@@ -945,15 +941,8 @@ async fn a_request_the_filter_does_not_see_holds_the_drain_while_the_scan_is_slo
     let done = Instant::now();
     assert_eq!(r.status, 200);
     assert_eq!(r.text(), "no filter here\n");
-    let (status, at) = envoy.wait_exit(Duration::from_secs(15)).await;
-    assert!(status.success(), "{status:?}");
-    assert!(
-        at >= done,
-        "exited {:?} before the request ended",
-        done - at
-    );
-    let (reported, timed_out) = envoy.reported_drain();
-    assert!(!timed_out, "the timeout ended the drain ({reported:?})");
+    let timeout = Duration::from_secs(15);
+    let reported = envoy.wait_drained_after(done, timeout, "the request").await;
     assert!(
         reported >= Duration::from_millis(2000),
         "the drain lasted as long as the request: {reported:?}"
@@ -983,11 +972,7 @@ async fn without_a_timer_the_drain_still_completes() {
     // The fallback thread's ticks completed it when the request ended, not the 10 s timeout.
     let (reported, timed_out) = envoy.reported_drain();
     assert!(!timed_out, "the timeout ended the drain ({reported:?})");
-    assert!(
-        envoy.log().contains("Envoy gave no timer"),
-        "{}",
-        envoy.log()
-    );
+    envoy.assert_logged("Envoy gave no timer");
 }
 
 /// A panic in the SIGTERM hook after it took Envoy's completion callback: Envoy is released at
@@ -1015,9 +1000,8 @@ async fn a_panic_in_the_sigterm_hook_never_hangs_envoy() {
         "exit {:?} after SIGTERM: no sooner than a drain ({MIN_DRAIN:?})",
         at - t0
     );
-    let log = envoy.log();
-    assert!(log.contains("panic: test fault: shutdown_panic"), "{log}");
-    assert!(log.contains("letting Envoy exit now"), "{log}");
+    envoy.assert_logged("panic: test fault: shutdown_panic");
+    envoy.assert_logged("letting Envoy exit now");
 }
 
 /// A panic on the thread that makes the drain start's admin calls is contained: it is counted in
@@ -1168,11 +1152,7 @@ async fn a_stopping_module_stops_checking_silent_admin_addresses() {
         .join(", ");
     let extra: &'static str = Box::leak(format!(r#""admin_address": [{list}]"#).into_boxed_str());
     let mut envoy = Envoy::start(Options {
-        settings: Settings {
-            min_drain: "300ms",
-            quiet: "100ms",
-            timeout: "10s",
-        },
+        settings: Settings::new("300ms", "100ms", "10s"),
         bootstrap_extra: Some(extra),
         ..Options::default()
     })
@@ -1181,11 +1161,7 @@ async fn a_stopping_module_stops_checking_silent_admin_addresses() {
     envoy.sigterm();
     let (status, exited) = envoy.wait_exit(Duration::from_secs(15)).await;
     assert!(status.success(), "{status:?}");
-    let log = envoy.log();
-    let summary = log
-        .lines()
-        .find(|l| l.contains("graceful_drain: module threads stopped"))
-        .unwrap_or_else(|| panic!("no module-threads summary at teardown:\n{log}"));
+    let summary = envoy.log_line("graceful_drain: module threads stopped");
     assert!(
         !summary.contains("still in a call and left"),
         "a thread was left detached: {summary}"

@@ -4,7 +4,7 @@
 //! busy connections keep the HTTP filter's behaviour; clients that resume after the drain started
 //! see no failure; the exit time does not wait for idle connections; counts are reported.
 
-mod common;
+use crate::common;
 
 use common::clients::{self, H1Conn, H2Conn};
 use common::envoy::{Envoy, Options, Settings};
@@ -17,11 +17,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 /// The drain lasts long enough to watch it (grace of the example config: 2s).
-const LONG: Settings = Settings {
-    min_drain: "6s",
-    quiet: "200ms",
-    timeout: "20s",
-};
+const LONG: Settings = Settings::new("6s", "200ms", "20s");
 const GRACE: Duration = Duration::from_secs(2);
 /// The example's `idle_after`: a connection counts as idle after this long without a request.
 const IDLE_AFTER: Duration = Duration::from_secs(1);
@@ -179,11 +175,7 @@ impl RawH2 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn idle_http2_gets_goaway_no_error_then_a_clean_close() {
-    let envoy = Envoy::start(Options {
-        settings: LONG,
-        ..Options::default()
-    })
-    .await;
+    let envoy = Envoy::start(Options::with(LONG)).await;
     let mut raw = RawH2::connect(envoy.data).await;
     raw.get(1, &format!("127.0.0.1:{}", envoy.data)).await;
     idle_http2_is_told_and_closed(&envoy, raw).await;
@@ -193,11 +185,7 @@ async fn idle_http2_gets_goaway_no_error_then_a_clean_close() {
 /// pre-connect leave them): told and closed after the grace like one that served a request.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn http2_that_never_carried_a_stream_gets_goaway_then_a_clean_close() {
-    let envoy = Envoy::start(Options {
-        settings: LONG,
-        ..Options::default()
-    })
-    .await;
+    let envoy = Envoy::start(Options::with(LONG)).await;
     let mut raw = RawH2::connect(envoy.data).await;
     // The server's preface (SETTINGS) has been written: the GOAWAY may follow it.
     match raw.next_frame(Duration::from_secs(5)).await {
@@ -223,10 +211,7 @@ async fn idle_http2_over_tls_gets_goaway_then_a_clean_close() {
     std::fs::write(&cert, made.cert.pem()).unwrap();
     std::fs::write(&key, made.key_pair.serialize_pem()).unwrap();
     let p = common::free_ports(3);
-    let o = Options {
-        settings: LONG,
-        ..Options::default()
-    };
+    let o = Options::with(LONG);
     let yaml = common::envoy::render_gateway(p[0], p[1], p[2], &o);
     let (head, data) = yaml.split_at(yaml.find("  - name: data\n").expect("data listener"));
     let tls = format!(
@@ -304,21 +289,18 @@ async fn idle_http2_is_told_and_closed(envoy: &Envoy, mut raw: RawH2) {
     let st = envoy.drain_status().await;
     assert_eq!(st["idle_connections_told"]["http2"], 1, "{st}");
     assert_eq!(st["idle_connections_told"]["http1"], 0, "{st}");
-    assert_eq!(
-        envoy
-            .stat("graceful_drain.idle_connections_told_http2")
-            .await,
-        Some(1)
-    );
+    assert_eq!(told(envoy, "http2").await, Some(1));
+}
+
+/// The module's count of idle connections told at the drain start, for `protocol` (its stat).
+async fn told(envoy: &Envoy, protocol: &str) -> Option<i64> {
+    let stat = format!("graceful_drain.idle_connections_told_{protocol}");
+    envoy.stat(&stat).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn idle_http1_keep_alive_is_closed_cleanly_at_drain_start() {
-    let envoy = Envoy::start(Options {
-        settings: LONG,
-        ..Options::default()
-    })
-    .await;
+    let envoy = Envoy::start(Options::with(LONG)).await;
     let mut c = H1Conn::connect(envoy.data).await.unwrap();
     let r = c.send("GET", "/before", &[]).await.unwrap();
     assert_eq!(r.status, 200);
@@ -337,12 +319,7 @@ async fn idle_http1_keep_alive_is_closed_cleanly_at_drain_start() {
     );
     let st = envoy.drain_status().await;
     assert_eq!(st["idle_connections_told"]["http1"], 1, "{st}");
-    assert_eq!(
-        envoy
-            .stat("graceful_drain.idle_connections_told_http1")
-            .await,
-        Some(1)
-    );
+    assert_eq!(told(&envoy, "http1").await, Some(1));
 }
 
 /// A request whose first bytes were read before the drain started and whose rest arrives after:
@@ -493,11 +470,7 @@ async fn try_read_http1_response(tcp: &mut TcpStream) -> Result<String, String> 
 /// Busy connections keep the HTTP filter's behaviour; only the idle ones are counted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn busy_connections_complete_their_requests_and_are_not_counted() {
-    let envoy = Envoy::start(Options {
-        settings: LONG,
-        ..Options::default()
-    })
-    .await;
+    let envoy = Envoy::start(Options::with(LONG)).await;
     // One idle connection of each kind.
     let mut h1_idle = H1Conn::connect(envoy.data).await.unwrap();
     assert_eq!(h1_idle.send("GET", "/", &[]).await.unwrap().status, 200);
@@ -546,11 +519,7 @@ async fn busy_connections_complete_their_requests_and_are_not_counted() {
 /// request that was sent must succeed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn clients_resuming_after_the_drain_start_see_no_failure() {
-    let envoy = Envoy::start(Options {
-        settings: LONG,
-        ..Options::default()
-    })
-    .await;
+    let envoy = Envoy::start(Options::with(LONG)).await;
     let mut h1s = Vec::new();
     let mut h2s = Vec::new();
     for _ in 0..4 {
@@ -637,14 +606,7 @@ async fn exit_time_does_not_wait_for_idle_connections() {
     const MIN_DRAIN: Duration = Duration::from_secs(1);
     const QUIET: Duration = Duration::from_millis(200);
     const CLOSE_GRACE: Duration = Duration::from_secs(8);
-    let o = Options {
-        settings: Settings {
-            min_drain: "1s",
-            quiet: "200ms",
-            timeout: "20s",
-        },
-        ..Options::default()
-    };
+    let o = Options::with(Settings::new("1s", "200ms", "20s"));
     let p = common::free_ports(3);
     let yaml = common::envoy::render_gateway(p[0], p[1], p[2], &o);
     let grace = r#""idle_close_grace": "2s""#;
@@ -696,11 +658,7 @@ async fn exit_time_does_not_wait_for_idle_connections() {
 /// Pooled idle upstream connections of a front Envoy (no retries) across the gateway's drain
 /// start: the pool learns (close or GOAWAY) and every later request succeeds.
 async fn front_pool_resumes_without_failures(upstream_h2: bool) {
-    let gateway = Envoy::start(Options {
-        settings: LONG,
-        ..Options::default()
-    })
-    .await;
+    let gateway = Envoy::start(Options::with(LONG)).await;
     let fp = common::free_ports(2);
     let front_opts = Options {
         with_module: false,
@@ -811,12 +769,7 @@ async fn front_envoy_http2_pool_across_the_drain_start_loses_nothing() {
 async fn network_filter_without_the_http_filter_sends_goaway_and_closes_nothing() {
     let p = common::free_ports(3);
     // The network filter alone, without following the exchanges (`track_requests` off).
-    let o = Options {
-        settings: LONG,
-        track_requests: false,
-        data_http_filter: true,
-        ..Options::default()
-    };
+    let o = Options::with(LONG).filter_mode();
     let yaml = common::envoy::render_gateway(p[0], p[1], p[2], &o);
     let yaml = common::envoy::remove_list_items(&yaml, "envoy.filters.http.dynamic_modules");
     assert!(yaml.contains("envoy.filters.network.dynamic_modules"));
@@ -886,11 +839,7 @@ async fn h2load_connections_stay_valid_across_the_injected_goaway() {
         h2load.is_ok(),
         "h2load not found: install nghttp2-client (`make bench-deps`)"
     );
-    let envoy = Envoy::start(Options {
-        settings: LONG,
-        ..Options::default()
-    })
-    .await;
+    let envoy = Envoy::start(Options::with(LONG)).await;
     let dir = common::envoy::TempDir::new("h2load");
     let script = dir.0.join("timing");
     // Per client: a request at once, one at 1.5 s, one at 3 s: idle in between.
@@ -964,15 +913,7 @@ async fn h2load_connections_stay_valid_across_the_injected_goaway() {
 /// `downstream_cx_destroy_local_active_rq` stays 0), never a failure after the retry.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn clients_pausing_about_idle_after_lose_nothing() {
-    let envoy = Envoy::start(Options {
-        settings: Settings {
-            min_drain: "8s",
-            quiet: "200ms",
-            timeout: "20s",
-        },
-        ..Options::default()
-    })
-    .await;
+    let envoy = Envoy::start(Options::with(Settings::new("8s", "200ms", "20s"))).await;
     let port = envoy.data;
     // The drain starts once every client has been answered and some of the slow ones are well
     // into a pause (idle for 1.2 s: past idle_after, with 0.4 s or more to go), so idle

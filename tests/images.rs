@@ -6,7 +6,7 @@
 //! libraries and a newer glibc than Debian 12; the glibc symbol versions the module needs are
 //! checked in `tests/deploy.rs`, and every other suite runs on this Debian 12 host.
 
-mod common;
+use crate::common;
 
 use common::envoy::{
     install_envoy, minor_of, module_dir, supported_envoy_versions, Envoy, Options, FAST,
@@ -27,14 +27,11 @@ const GLIBC_LIBRARIES: [&str; 6] = [
 ];
 
 fn needed(path: &std::path::Path) -> Vec<String> {
-    let out = Command::new("readelf")
-        .arg("-d")
-        .arg(path)
-        .output()
-        .expect("readelf");
-    assert!(out.status.success(), "readelf -d {path:?}");
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
+    let out = common::stdout_of(
+        Command::new("readelf").arg("-d").arg(path),
+        &format!("readelf -d {path:?}"),
+    );
+    out.lines()
         .filter(|l| l.contains("(NEEDED)"))
         .filter_map(|l| l.split('[').nth(1)?.split(']').next().map(str::to_string))
         .collect()
@@ -53,13 +50,8 @@ fn the_module_needs_only_the_libraries_of_glibc() {
     }
     // Every symbol it takes from outside is glibc's (or a weak one glibc may leave unset): no
     // unwinder symbol from libgcc_s, none of libstdc++.
-    let out = Command::new("nm")
-        .args(["-D", "--undefined-only"])
-        .arg(&so)
-        .output()
-        .expect("nm");
-    assert!(out.status.success());
-    let text = String::from_utf8_lossy(&out.stdout);
+    let nm = |only: &str| common::stdout_of(Command::new("nm").args(["-D", only]).arg(&so), "nm");
+    let text = nm("--undefined-only");
     let foreign: Vec<&str> = text
         .lines()
         .filter(|l| !l.contains("@GLIBC_") && !l.trim_start().starts_with("w "))
@@ -69,12 +61,7 @@ fn the_module_needs_only_the_libraries_of_glibc() {
         "symbols from outside glibc: {foreign:?}"
     );
     // It carries its own unwinder, not exported (Envoy's is never interposed).
-    let out = Command::new("nm")
-        .args(["-D", "--defined-only"])
-        .arg(&so)
-        .output()
-        .expect("nm");
-    let exported = String::from_utf8_lossy(&out.stdout);
+    let exported = nm("--defined-only");
     assert!(!exported.contains("_Unwind_"), "{exported}");
     assert!(
         exported.contains("envoy_dynamic_module_on_program_init"),

@@ -10,7 +10,7 @@
 //! (kgateway-dev/kgateway#11175). Needs `ip`, `sysctl` and root (CI runs as root); skipped with
 //! a message otherwise.
 
-mod common;
+use crate::common;
 
 use common::envoy::{envoy_bin, module_dir, TempDir};
 use common::json::{config_yaml, module_settings, named};

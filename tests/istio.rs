@@ -16,17 +16,18 @@
 //! Not here: Istio's own proxy binary (Envoy 1.39.1-dev with Istio's filters), istiod, the
 //! injector and Helm; docs/istio.md says what that leaves untested.
 
-mod common;
+use crate::common;
 
 use common::clients::{self, H1Conn, H2Conn};
-use common::envoy::{module_dir, validate_args, Envoy, Options, TempDir};
+use common::envoy::{module_dir, validate_args, Envoy};
+use common::gateway::{path_source, Gateway, Launch};
 use common::json::{duration, module_settings, named};
 use common::tools::{
     checked_fixture_sources, json_schema_validate, kubernetes_validate, kustomize, temp_file, yaml,
     yaml_docs,
 };
 use common::upstream::Upstream;
-use common::{eventually, free_ports, repo_root};
+use common::{eventually, repo_root};
 use serde_json::{json, Value};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -358,22 +359,22 @@ struct Ports {
 /// loopback ones (0.0.0.0 by 127.0.0.1), and pilot-agent's status server (15020) by a port
 /// nobody answers on. The override's control listener and admin address follow.
 async fn start_gateway(kit: bool, upstream: u16) -> (Envoy, Ports) {
-    let (envoy, ports, _) = start_gateway_as(kit, upstream, true, "127.0.0.1").await;
-    (envoy, ports)
+    let gw = start_gateway_as(kit, upstream, true, "127.0.0.1").await;
+    (gw.envoy, gw.ports)
 }
 
 /// [`start_gateway`], `configured` or not yet: before istiod's first listeners (the LDS file
 /// Envoy reads is empty, so Envoy counts no successful listener update, as before istiod's first
-/// push). Unconfigured, also the LDS file and the file of istiod's listeners to move over it.
-/// The kit's control listener on `control_on` (the pod's `0.0.0.0`, loopback by default).
+/// push; [`Gateway::configure`] pushes them). The kit's control listener on `control_on` (the
+/// pod's `0.0.0.0`, loopback by default).
 async fn start_gateway_as(
     kit: bool,
     upstream: u16,
     configured: bool,
     control_on: &str,
-) -> (Envoy, Ports, Option<(PathBuf, PathBuf)>) {
-    let dir = TempDir::new("istio");
-    let p = free_ports(7);
+) -> Gateway<Ports> {
+    let mut run = Launch::new("istio", 7);
+    let p = run.ports();
     let ports = Ports {
         admin: p[0],
         gateway: p[1],
@@ -405,11 +406,7 @@ async fn start_gateway_as(
     }
     let d = &mut b["dynamic_resources"];
     assert_eq!(d["ads_config"]["api_type"], "DELTA_GRPC");
-    let write = |name: &str, resources: Value| {
-        let path = dir.0.join(name);
-        std::fs::write(&path, json!({ "resources": resources }).to_string()).unwrap();
-        json!({"resource_api_version": "V3", "path_config_source": {"path": path}})
-    };
+    let write = |name: &str, resources: Value| run.xds_file(name, resources);
     let cluster = "outbound|80||echo.default.svc.cluster.local";
     let mut chain = json!({"filters": [{
         "name": "envoy.filters.network.http_connection_manager",
@@ -450,15 +447,11 @@ async fn start_gateway_as(
                 {"endpoint": {"address": {"socket_address": {"address": "127.0.0.1", "port_value": upstream}}}}]}]}
         }]),
     );
-    let pending = (!configured).then(|| {
-        let lds = PathBuf::from(lds["path_config_source"]["path"].as_str().unwrap());
-        let pushed = dir.0.join("lds-pushed.json");
-        std::fs::rename(&lds, &pushed).unwrap();
-        std::fs::write(&lds, "").unwrap();
-        (lds, pushed)
-    });
-    *d = json!({"lds_config": lds, "cds_config": cds});
-    let bootstrap = dir.0.join("envoy-rev.json");
+    if !configured {
+        run.hold_back_listeners(&lds, "");
+    }
+    *d = json!({"lds_config": path_source(&lds), "cds_config": path_source(&cds)});
+    let bootstrap = run.dir().join("envoy-rev.json");
     std::fs::write(&bootstrap, b.to_string()).unwrap();
 
     let over = kit.then(|| {
@@ -481,31 +474,14 @@ async fn start_gateway_as(
         o
     });
     let args = pilot_agent_args(&bootstrap.display().to_string(), over.as_ref());
-    let o = Options {
-        base_args: Some(Vec::new()), // --disable-hot-restart: no base id
-        ..Options::default()
-    };
-    let envoy = Envoy::start_args(&args, dir, [p[0], p[1], p[5]], &o).await;
+    // --disable-hot-restart: no base id.
+    let mut run = run.args(args).no_base_id().guard_ports([p[0], p[1], p[5]]);
     if kit {
-        envoy
-            .wait_log("the admin found", "is Envoy's admin (state")
-            .await;
+        run = run.control(p[5], false).admin_found_in_log();
     }
-    if configured {
-        eventually(
-            "the gateway listener serving",
-            Duration::from_secs(10),
-            || async {
-                clients::get(p[1], "/ok")
-                    .await
-                    .ok()
-                    .filter(|r| r.status == 200)
-            },
-        )
-        .await;
-    }
-    drop(p);
-    (envoy, ports, pending)
+    run.serving("the gateway listener serving", p[1], "/ok", 200)
+        .start(ports)
+        .await
 }
 
 /// pilot-agent's status server, as far as kubelet's readiness probe reads it: `GET
@@ -525,7 +501,7 @@ impl Drop for PilotAgentStatus {
 
 impl PilotAgentStatus {
     async fn start(port: u16, admin: u16) -> PilotAgentStatus {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        use tokio::io::AsyncWriteExt;
         let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
             .await
             .expect("bind pilot-agent's status port");
@@ -538,14 +514,9 @@ impl PilotAgentStatus {
                 };
                 let cached = cached.clone();
                 tokio::spawn(async move {
-                    let mut head = Vec::new();
-                    let mut buf = [0u8; 1024];
-                    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
-                        match sock.read(&mut buf).await {
-                            Ok(0) | Err(_) => return,
-                            Ok(n) => head.extend_from_slice(&buf[..n]),
-                        }
-                    }
+                    let Some(head) = clients::read_head(&mut sock).await else {
+                        return;
+                    };
                     let answer = if head.starts_with(b"GET /healthz/ready ") {
                         pilot_agent_ready(admin, &cached).await
                     } else {
@@ -874,10 +845,9 @@ async fn stock_istio_cuts_a_request_longer_than_its_termination_drain_duration()
 /// answered and its connection closed (the idle one was told at once); then it ends Envoy.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn without_the_pre_stop_pilot_agent_s_stop_still_waits_for_the_kit_s_drain() {
+    let min_drain = duration(&values()["env"]["MINIMUM_DRAIN_DURATION"]);
     let upstream = Upstream::start().await;
     let (mut envoy, p) = start_gateway(true, upstream.port).await;
-    let v = values();
-    let min_drain = duration(&v["env"]["MINIMUM_DRAIN_DURATION"]);
     let slow_h1 = tokio::spawn(clients::get(p.gateway, SLOW));
     let mut idle_h1 = H1Conn::connect(p.gateway).await.unwrap();
     assert_eq!(idle_h1.send("GET", "/ok", &[]).await.unwrap().status, 200);
@@ -896,11 +866,7 @@ async fn without_the_pre_stop_pilot_agent_s_stop_still_waits_for_the_kit_s_drain
         "ended only after the request: {:?}",
         at - sigterm
     );
-    let log = envoy.log();
-    assert!(
-        log.contains("drain started (trigger=drain_listeners"),
-        "{log}"
-    );
+    envoy.assert_logged("drain started (trigger=drain_listeners");
 }
 
 /// The kit's readiness probe (values.yaml: `/healthz/ready` on the override's readiness
@@ -920,7 +886,8 @@ async fn the_kit_s_readiness_probe_follows_istiod_and_the_drain() {
         json!({"path": "/healthz/ready", "port": listener["address"]["socket_address"]["port_value"]})
     );
     let upstream = Upstream::start().await;
-    let (envoy, p, pending) = start_gateway_as(true, upstream.port, false, "127.0.0.1").await;
+    let mut gw = start_gateway_as(true, upstream.port, false, "127.0.0.1").await;
+    let p = &gw.ports;
     let _agent = PilotAgentStatus::start(p.agent, p.admin).await;
     let status = |port: u16, path: &'static str| async move {
         clients::get(port, path).await.ok().map(|r| r.status)
@@ -940,8 +907,8 @@ async fn the_kit_s_readiness_probe_follows_istiod_and_the_drain() {
     );
     assert_eq!(status(p.status, "/healthz/ready").await, Some(503), "15021");
     // (b) istiod's first listeners.
-    let (lds, pushed) = pending.unwrap();
-    std::fs::rename(pushed, lds).unwrap();
+    gw.configure();
+    let p = &gw.ports;
     eventually("the kit's probe 200", Duration::from_secs(10), || async {
         (status(p.ready, "/healthz/ready").await == Some(200)).then_some(())
     })
@@ -949,7 +916,7 @@ async fn the_kit_s_readiness_probe_follows_istiod_and_the_drain() {
     assert_eq!(status(p.status, "/healthz/ready").await, Some(200), "15021");
     // (c) The drain start: kubelet's preStop.
     let started = Instant::now();
-    pre_stop(&p).await;
+    pre_stop(p).await;
     let after =
         clients::readiness_turns_503("Istio", started, || status(p.ready, "/healthz/ready")).await;
     eprintln!("the kit's readiness probe 503 {after:?} after the preStop started the drain");
@@ -958,7 +925,7 @@ async fn the_kit_s_readiness_probe_follows_istiod_and_the_drain() {
         Some(200),
         "Istio's 15021 during the drain (why the kit does not probe it)"
     );
-    drop(envoy);
+    drop(gw);
 }
 
 /// `/drain` on the kit's control listener, bound as shipped (`0.0.0.0`), from another host (a
@@ -973,7 +940,9 @@ async fn only_the_pod_itself_may_start_a_drain_on_istio_s_gateway() {
         return;
     };
     let upstream = Upstream::start().await;
-    let (envoy, p, _) = start_gateway_as(true, upstream.port, true, "0.0.0.0").await;
+    let Gateway {
+        envoy, ports: p, ..
+    } = start_gateway_as(true, upstream.port, true, "0.0.0.0").await;
     let control = p.control;
     common::netns::assert_drain_refused_from(
         &other,

@@ -10,17 +10,18 @@
 //! in flight on SIGTERM (the kit's shutdown: no preStop) with 0 lost, without waiting for idle
 //! connections. Kourier's stock gateway, run the same way, loses them.
 
-mod common;
+use crate::common;
 
 use common::clients::{self, status_v6};
-use common::envoy::{module_dir, validate_args, Envoy, Options, TempDir};
+use common::envoy::{module_dir, validate_args, TempDir};
+use common::gateway::{ms, path_source, short_drain, Launch};
 use common::json::{config_yaml, container_args, duration, hcm, items, module_settings, named};
 use common::scenario::{Drain, Idle, InFlight, Kit, LateHttp1, Ready, Slow};
 use common::tools::{
     checked_fixture_sources, kubernetes_validate, kustomize, relative, temp_file, yaml, yaml_docs,
 };
 use common::upstream::Upstream;
-use common::{eventually, free_ports, repo_root};
+use common::{eventually, repo_root};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
@@ -666,30 +667,17 @@ fn local_paths(args: &[String], m: &Manifests, dir: &Path, bootstrap: &str) -> V
     out
 }
 
-/// A gateway started by [`start_gateway`].
-struct Gateway {
-    envoy: Envoy,
+/// The ports of a gateway started by [`start_gateway`].
+struct Kourier {
     /// listener_8080 (external), listener_8081 (internal), listener_8090 (probe).
     external: u16,
     internal: u16,
     probe: u16,
     /// The stats listener (9000 in the pod): the admin's /ready and /stats.
     stats: u16,
-    /// The module's control listener, on [::1] (none for the stock gateway).
-    control: Option<u16>,
-    /// Started before Kourier's controller configured it: the listeners it pushes, held back
-    /// (the LDS file Envoy reads, the listeners to move over it).
-    pending: Option<(PathBuf, PathBuf)>,
 }
 
-impl Gateway {
-    /// The controller's first push: Kourier's listeners, held back at the start, move over the
-    /// LDS file Envoy watches.
-    fn configure(&mut self) {
-        let (lds, pushed) = self.pending.take().expect("started unconfigured");
-        std::fs::rename(pushed, lds).unwrap();
-    }
-}
+type Gateway = common::gateway::Gateway<Kourier>;
 
 fn hcm_over_rds(route_config: &str, rds_file: &Path) -> Value {
     json!({
@@ -714,12 +702,8 @@ fn hcm_over_rds(route_config: &str, rds_file: &Path) -> Value {
 /// over RDS), route configs external_services and internal_services (the latter with the status
 /// host internalkourier, whose /ready goes to the static cluster service_stats, the admin), and
 /// the revision's cluster.
-fn write_kourier_xds(dir: &Path, ports: [u16; 3], upstream: u16) -> (String, String) {
-    let write = |name: &str, resources: Value| {
-        let path = dir.join(name);
-        std::fs::write(&path, json!({ "resources": resources }).to_string()).unwrap();
-        path
-    };
+fn write_kourier_xds(run: &Launch, ports: [u16; 3], upstream: u16) -> (PathBuf, PathBuf) {
+    let write = |name: &str, resources: Value| run.xds_file(name, resources);
     let cluster = "default/hello-00001";
     let route_to_revision = json!({"match": {"prefix": "/"}, "route": {
         "weighted_clusters": {"clusters": [{"name": cluster, "weight": 100}]}, "timeout": "0s"
@@ -767,7 +751,7 @@ fn write_kourier_xds(dir: &Path, ports: [u16; 3], upstream: u16) -> (String, Str
             ]}]}
         }]),
     );
-    (lds.display().to_string(), cds.display().to_string())
+    (lds, cds)
 }
 
 /// Run the gateway's Envoy with the command line kubelet gives it (`m`'s container), with what
@@ -793,16 +777,11 @@ async fn start_gateway_as(
     control_ip: &str,
     configured: bool,
 ) -> Gateway {
-    let dir = TempDir::new("kourier");
-    let p = free_ports(6);
-    let (lds, cds) = write_kourier_xds(&dir.0, [p[0], p[1], p[2]], upstream);
-    let pending = (!configured).then(|| {
-        let (lds, pushed) = (PathBuf::from(&lds), dir.0.join("lds-pushed.json"));
-        std::fs::rename(&lds, &pushed).unwrap();
-        std::fs::write(&lds, json!({ "resources": [] }).to_string()).unwrap();
-        (lds, pushed)
-    });
-    let socket = dir.0.join("envoy.admin").display().to_string();
+    let mut run = Launch::new("kourier", 6);
+    let p = run.ports();
+    let (lds, cds) = write_kourier_xds(&run, [p[0], p[1], p[2]], upstream);
+    run.hold_back_listeners_unless(configured, &lds);
+    let socket = run.dir().join("envoy.admin").display().to_string();
 
     let mut b = yaml(m.bootstrap_text());
     let ads = &b["dynamic_resources"];
@@ -811,10 +790,8 @@ async fn start_gateway_as(
         "xds_cluster"
     );
     assert!(ads["lds_config"]["ads"].is_object() && ads["cds_config"]["ads"].is_object());
-    b["dynamic_resources"] = json!({
-        "lds_config": {"resource_api_version": "V3", "path_config_source": {"path": lds}},
-        "cds_config": {"resource_api_version": "V3", "path_config_source": {"path": cds}}
-    });
+    b["dynamic_resources"] =
+        json!({"lds_config": path_source(&lds), "cds_config": path_source(&cds)});
     // The admin, and the static cluster that reaches it, both where the release has it.
     let local_admin = |a: &Value| -> Value {
         if a["pipe"].is_object() {
@@ -853,7 +830,8 @@ async fn start_gateway_as(
     // The command line, argument by argument.
     let mut control = None;
     let mut args = Vec::new();
-    let mut given = local_paths(&envoy_args(m.container()), m, &dir.0, &b.to_string()).into_iter();
+    let mut given =
+        local_paths(&envoy_args(m.container()), m, run.dir(), &b.to_string()).into_iter();
     while let Some(a) = given.next() {
         match a.as_str() {
             "--base-id 1" => {} // the guard's --use-dynamic-base-id instead
@@ -887,9 +865,7 @@ async fn start_gateway_as(
                 let mut s: Value = serde_json::from_str(ext["value"].as_str().unwrap()).unwrap();
                 assert_eq!(s["admin_address"], "/tmp/envoy.admin");
                 s["admin_address"] = json!(socket);
-                s["min_drain_duration"] = json!(format!("{}ms", MIN_DRAIN.as_millis()));
-                s["quiet_period"] = json!(format!("{}ms", QUIET.as_millis()));
-                s["drain_timeout"] = json!("10s");
+                short_drain(&mut s, &ms(MIN_DRAIN), &ms(QUIET), "10s");
                 ext["value"] = json!(s.to_string());
                 args.push(a);
                 args.push(extra.to_string());
@@ -904,39 +880,25 @@ async fn start_gateway_as(
             other => panic!("an argument the test does not know: {other:?}"),
         }
     }
-    let o = Options {
-        log_args: Some(Vec::new()), // Kourier's own --log-level
-        ..Options::default()
-    };
-    // The stats listener stands in for the admin (its /ready and /stats routes go there).
-    let envoy = Envoy::start_args(&args, dir, [p[3], p[0], p[4]], &o).await;
-    if control.is_some() {
-        envoy
-            .wait_log("the admin found", "is Envoy's admin (state")
-            .await;
+    // The stats listener stands in for the admin (its /ready and /stats routes go there);
+    // Kourier's own --log-level.
+    let mut run = run
+        .args(args)
+        .platform_log_level()
+        .guard_ports([p[3], p[0], p[4]]);
+    if let Some(c) = control {
+        run = run.control(c, false).admin_found_in_log();
     }
-    for port in [p[0], p[1], p[2]].into_iter().filter(|_| configured) {
-        eventually(
-            "Kourier's listeners serving",
-            Duration::from_secs(10),
-            || async {
-                clients::get(port, "/ok")
-                    .await
-                    .ok()
-                    .filter(|r| r.status == 200)
-            },
-        )
-        .await;
+    for port in [p[0], p[1], p[2]] {
+        run = run.serving("Kourier's listeners serving", port, "/ok", 200);
     }
-    Gateway {
-        envoy,
+    run.start(Kourier {
         external: p[0],
         internal: p[1],
         probe: p[2],
         stats: p[3],
-        control,
-        pending,
-    }
+    })
+    .await
 }
 
 async fn status(port: u16, path: &str, headers: &[(&str, &str)]) -> Option<u16> {
@@ -959,10 +921,13 @@ async fn the_kit_drains_without_losing_a_request(tag: &'static str) {
     let gw = start_gateway(kit(tag), upstream.port).await;
     let Gateway {
         mut envoy,
-        external,
-        internal,
-        probe,
-        stats,
+        ports:
+            Kourier {
+                external,
+                internal,
+                probe,
+                stats,
+            },
         control,
         ..
     } = gw;
@@ -1121,8 +1086,9 @@ async fn stock_kourier_loses_in_flight_requests_on_sigterm() {
     let upstream = Upstream::start().await;
     let Gateway {
         mut envoy,
-        external,
-        internal,
+        ports: Kourier {
+            external, internal, ..
+        },
         control,
         ..
     } = start_gateway(stock(NEWEST), upstream.port).await;
@@ -1133,24 +1099,19 @@ async fn stock_kourier_loses_in_flight_requests_on_sigterm() {
             clients::request(port, "GET", SLOW, &[]).await
         }));
     }
-    eventually("3 in flight", Duration::from_secs(5), || async {
-        (envoy.stat("http.ingress_http.downstream_rq_active").await == Some(3)).then_some(())
-    })
-    .await;
-    let t0 = Instant::now();
-    envoy.sigterm();
-    let (_, at) = envoy.wait_exit(Duration::from_secs(5)).await;
-    assert!(
-        at - t0 < Duration::from_millis(1200),
-        "stock Envoy held its exit: {:?}",
-        at - t0
-    );
-    for t in tasks {
-        assert!(
-            t.await.unwrap().is_err(),
-            "stock Kourier must lose the in-flight request"
-        );
-    }
+    envoy
+        .wait_stat("http.ingress_http.downstream_rq_active", 3)
+        .await;
+    let since = Instant::now();
+    envoy
+        .sigterm_exits_within(
+            since,
+            Duration::from_millis(1200),
+            "stock Envoy held its exit",
+        )
+        .await;
+    common::scenario::assert_all_lost(tasks, "stock Kourier must lose the in-flight requests")
+        .await;
 }
 
 /// Issue 64: Kourier's stats listener (9000, open to the pod network) routes
@@ -1347,16 +1308,6 @@ fn opt_in_network_policy_keeps_kourier_open_and_restricts_the_control_port() {
     let rs = rules_for(control);
     assert!(!rs.is_empty());
     for r in rs {
-        let from = items(&r["from"], "from");
-        assert!(!from.is_empty());
-        for f in from {
-            let open_cidr = f["ipBlock"]["cidr"]
-                .as_str()
-                .is_some_and(|c| c.ends_with("/0"));
-            let any_namespace = f["namespaceSelector"]
-                .as_object()
-                .is_some_and(|s| s.is_empty());
-            assert!(!open_cidr && !any_namespace, "control port open: {f}");
-        }
+        common::json::assert_control_sources_listed(items(&r["from"], "from"));
     }
 }

@@ -9,7 +9,7 @@
 //! makes the module tell the upstream with a masked Close injected towards it: E4 of
 //! docs/contributing/long-lived-streams.md).
 
-mod common;
+use crate::common;
 
 use common::envoy::{Envoy, Options, Settings};
 use common::websocket::{self, upstream, ClientEnd, Seen, Upstream};
@@ -364,11 +364,7 @@ async fn with_the_move_off_websockets_are_cut_at_the_drain_timeout_as_before() {
     let (_, timed_out) = envoy.reported_drain();
     assert!(timed_out, "cut at drain_timeout");
     assert!(exited - t0 >= Duration::from_millis(3800));
-    assert!(
-        envoy.log().contains("cut: websocket 3, sse 2"),
-        "{}",
-        envoy.log()
-    );
+    envoy.assert_logged("cut: websocket 3, sse 2");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -681,11 +677,8 @@ async fn a_burst_spread_over_many_slices_keeps_every_whole_message_or_counts_it(
     }
     let (status, _) = envoy.wait_exit(Duration::from_secs(15)).await;
     assert!(status.success(), "{status}");
+    let line = envoy.log_line("drain completed");
     let log = envoy.log();
-    let line = log
-        .lines()
-        .find(|l| l.contains("drain completed"))
-        .unwrap_or_else(|| panic!("no completion line: {log}"));
     let dropped: u64 = line
         .split("websocket messages dropped after the Close: ")
         .nth(1)

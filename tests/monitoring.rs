@@ -5,7 +5,7 @@
 //! exports on `/stats/prometheus`. Each kit's `alerts` component: the same rules with the
 //! thresholds that follow the kit's `drain_timeout`, and its own `promtool test rules` cases.
 
-mod common;
+use crate::common;
 
 use common::clients;
 use common::envoy::{Envoy, Options, TempDir};

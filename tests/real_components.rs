@@ -17,7 +17,7 @@
 //! kubelet, the platforms' controllers. A machine without the lab fails these tests, naming the
 //! command that sets it up: they never pass without having run.
 
-mod common;
+use crate::common;
 
 use common::clients::{self, H2Conn};
 use common::envoy::{envoy_bin, module_dir, render_gateway, Options, TempDir, FAST};
@@ -33,16 +33,12 @@ use std::time::{Duration, Instant};
 /// The lab's cache directory (`scripts/k8s-lab.sh check`), or a failure that says what is missing
 /// and how to set it up.
 fn lab() -> PathBuf {
-    let out = Command::new(repo_root().join("scripts/k8s-lab.sh"))
-        .arg("check")
-        .output()
-        .expect("run scripts/k8s-lab.sh check");
-    assert!(
-        out.status.success(),
-        "these tests run real components and cannot run on this machine as it is:\n{}",
-        String::from_utf8_lossy(&out.stderr)
+    let out = common::stdout_of(
+        Command::new(repo_root().join("scripts/k8s-lab.sh")).arg("check"),
+        "scripts/k8s-lab.sh check (these tests run real components and cannot run on this \
+         machine as it is)",
     );
-    PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
+    PathBuf::from(out.trim())
 }
 
 /// The platforms' CRDs, as each project released them (`../shared/crds/`, or

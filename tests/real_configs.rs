@@ -3,7 +3,7 @@
 //! listeners under other names, bootstrap-only mode, hot restart, a readiness delay, and the
 //! drain start's calls to Envoy's admin. Each test is a row of docs/contributing/reliability.md's table.
 
-mod common;
+use crate::common;
 
 use common::clients::{self, H1Conn};
 use common::envoy::{remove_list_items, render_gateway, test_mode, Envoy, Options, Settings};
@@ -12,19 +12,12 @@ use common::{eventually, free_ports};
 use std::time::{Duration, Instant};
 
 /// Short rules: a drain may complete 1 s after it starts; it times out at 8 s.
-const RULES: Settings = Settings {
-    min_drain: "1s",
-    quiet: "500ms",
-    timeout: "8s",
-};
+const RULES: Settings = Settings::new("1s", "500ms", "8s");
 const MIN_DRAIN: Duration = Duration::from_secs(1);
 const QUIET: Duration = Duration::from_millis(500);
 
 fn options() -> Options {
-    Options {
-        settings: RULES,
-        ..Options::default()
-    }
+    Options::with(RULES)
 }
 
 /// A front Envoy whose cluster actively health-checks `127.0.0.1:<port><path>` every 100 ms (user
@@ -94,6 +87,21 @@ fn probe_loop(port: u16, path: &'static str) -> tokio::task::JoinHandle<Vec<u16>
 /// quiet period from its start is over by then, `min_drain_duration` 1 s too), far below the 8 s
 /// timeout that health checks holding the drain (each would restart the quiet period) would have
 /// it end at; the module's figure says the same. The request is answered 200.
+/// One request in flight on a keep-alive connection of `envoy`, held `delay_ms` by the fault
+/// filter: its answer, once the module counts it.
+async fn one_in_flight(
+    envoy: &Envoy,
+    delay_ms: &'static str,
+) -> tokio::task::JoinHandle<Result<clients::Resp, String>> {
+    let mut c = H1Conn::connect(envoy.data).await.unwrap();
+    let in_flight = tokio::spawn(async move {
+        c.send("GET", "/", &[("x-envoy-fault-delay-request", delay_ms)])
+            .await
+    });
+    envoy.wait_active(1).await;
+    in_flight
+}
+
 async fn sigterm_with_one_request_exits_by_the_rules(envoy: &mut Envoy, what: &str) {
     let port = envoy.data;
     let sent = Instant::now();
@@ -133,7 +141,7 @@ async fn health_checks_on_the_data_listener_never_hold_a_drain() {
         answered.len() >= 5 && answered.iter().all(|s| *s == 200),
         "{answered:?}"
     );
-    assert!(envoy.log().contains("drain completed"), "{}", envoy.log());
+    envoy.assert_logged("drain completed");
 }
 
 /// Bootstrap-only mode (no filter): a load balancer checks a path answered by Envoy's own
@@ -198,22 +206,10 @@ async fn a_control_listener_under_any_name_drains_by_the_rules() {
     assert!(took >= MIN_DRAIN - Duration::from_millis(100), "{took:?}");
     // The SIGTERM that follows is released at once, without a drain of its own: Envoy's exit
     // comes before a fresh drain with these settings could have ended.
-    let t1 = Instant::now();
-    envoy.sigterm();
-    let (status, at) = envoy.wait_exit(MIN_DRAIN + Duration::from_secs(5)).await;
-    assert!(status.success(), "{status:?}");
-    assert!(
-        at - t1 < MIN_DRAIN,
-        "SIGTERM after the completed drain took {:?}: no sooner than a fresh drain ({MIN_DRAIN:?})",
-        at - t1
-    );
-    let log = envoy.log();
-    assert!(log.contains("releasing Envoy's exit"), "{log}");
-    assert_eq!(
-        log.matches("graceful_drain: drain started").count(),
-        1,
-        "{log}"
-    );
+    let timeout = MIN_DRAIN + Duration::from_secs(5);
+    envoy
+        .sigterm_after_a_completed_drain(MIN_DRAIN, timeout)
+        .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -231,11 +227,7 @@ async fn a_control_listener_under_any_name_lets_sigterm_drain_by_the_rules() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn readiness_and_health_agree_and_readiness_can_be_delayed() {
     let envoy = Envoy::start(Options {
-        settings: Settings {
-            min_drain: "2s",
-            quiet: "200ms",
-            timeout: "8s",
-        },
+        settings: Settings::new("2s", "200ms", "8s"),
         bootstrap_extra: Some(r#""readiness_failure_delay": "800ms""#),
         ..Options::default()
     })
@@ -248,15 +240,7 @@ async fn readiness_and_health_agree_and_readiness_can_be_delayed() {
     };
     assert_eq!(view().await, (200, 200, 1), "serving");
     // A request in flight when the drain starts.
-    let mut c = H1Conn::connect(envoy.data).await.unwrap();
-    let in_flight = tokio::spawn(async move {
-        c.send("GET", "/", &[("x-envoy-fault-delay-request", "400")])
-            .await
-    });
-    eventually("in flight", Duration::from_secs(5), || async {
-        (envoy.drain_status().await["active_requests"] == 1).then_some(())
-    })
-    .await;
+    let in_flight = one_in_flight(&envoy, "400").await;
     let t0 = Instant::now();
     let r = clients::request(envoy.admin, "POST", "/graceful_drain", &[])
         .await
@@ -358,11 +342,7 @@ async fn the_drain_start_calls_the_admin_and_envoy_reports_no_bug() {
     // not by the 8 s timeout.
     let st = lost.drain_status().await;
     assert_eq!(st["outcome"]["timed_out"], false, "{st}");
-    assert!(
-        lost.log().contains("admin POST /healthcheck/fail failed"),
-        "{}",
-        lost.log()
-    );
+    lost.assert_logged("admin POST /healthcheck/fail failed");
     assert_eq!(lost.stat("server.live").await, Some(1), "health untouched");
 }
 
@@ -525,15 +505,7 @@ async fn hot_restart_drains_the_old_process_and_leaves_the_new_one_serving() {
     };
     let mut old = Envoy::start_on([p[0], p[1], p[2]], epoch(0)).await;
     // A request in flight across the restart, on a connection of the old process.
-    let mut c = H1Conn::connect(old.data).await.unwrap();
-    let in_flight = tokio::spawn(async move {
-        c.send("GET", "/", &[("x-envoy-fault-delay-request", "1500")])
-            .await
-    });
-    eventually("in flight", Duration::from_secs(5), || async {
-        (old.drain_status().await["active_requests"] == 1).then_some(())
-    })
-    .await;
+    let in_flight = one_in_flight(&old, "1500").await;
     let t0 = Instant::now();
     let new = Envoy::start_on([p[0], p[1], p[2]], epoch(1)).await;
     // The admin address now belongs to the new process: it is LIVE and its health not failed.
@@ -567,11 +539,8 @@ async fn hot_restart_drains_the_old_process_and_leaves_the_new_one_serving() {
         "old process exited after {:?}",
         at - t0
     );
+    old.assert_logged("drain started (trigger=drain_listeners");
     let old_log = old.log();
-    assert!(
-        old_log.contains("drain started (trigger=drain_listeners"),
-        "{old_log}"
-    );
     assert!(
         !old_log.contains("admin POST /healthcheck/fail"),
         "{old_log}"

@@ -15,7 +15,7 @@
 //! message lost, each gateway out well before its drain_timeout. With the move off, the same
 //! rollout cuts them.
 
-mod common;
+use crate::common;
 
 use common::clients::{H1Conn, H2Conn};
 use common::envoy::{Envoy, Options, Settings, TempDir, EXIT_SLACK};
@@ -31,11 +31,7 @@ use std::time::{Duration, Instant};
 const GATEWAYS: usize = 3;
 /// Gateway drain settings for this scenario (a health check every 200 ms needs well under 1 s
 /// to take a draining gateway out of the front's rotation).
-const SETTINGS: Settings = Settings {
-    min_drain: "1s",
-    quiet: "300ms",
-    timeout: "8s",
-};
+const SETTINGS: Settings = Settings::new("1s", "300ms", "8s");
 const MIN_DRAIN: Duration = Duration::from_secs(1);
 const QUIET: Duration = Duration::from_millis(300);
 /// kubelet's terminationGracePeriodSeconds for the scenario: above drain_timeout.

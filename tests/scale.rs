@@ -2,7 +2,7 @@
 //! Envoy's main thread because of it. Envoy's admin stays responsive while draining, the drain
 //! completes on time, and requests on a listener without the filter still hold it (issue 11).
 
-mod common;
+use crate::common;
 
 use common::clients::{self, H1Conn};
 use common::envoy::{
@@ -14,11 +14,7 @@ use std::time::{Duration, Instant};
 
 const CLUSTERS: usize = 2000;
 const MIN_DRAIN: Duration = Duration::from_millis(1500);
-const SETTINGS: Settings = Settings {
-    min_drain: "1500ms",
-    quiet: "200ms",
-    timeout: "15s",
-};
+const SETTINGS: Settings = Settings::new("1500ms", "200ms", "15s");
 
 /// The example gateway plus `CLUSTERS` static clusters; without the module's filter on the data
 /// listener when `filter_on_data` is false (bootstrap-only mode for the data path).
@@ -43,10 +39,7 @@ fn large_gateway(p: &[u16], filter_on_data: bool) -> String {
 
 async fn start(filter_on_data: bool) -> Envoy {
     let p = free_ports(3);
-    let o = Options {
-        settings: SETTINGS,
-        ..Options::default()
-    };
+    let o = Options::with(SETTINGS);
     Envoy::start_yaml(&large_gateway(&p, filter_on_data), p[0], p[1], p[2], &o).await
 }
 
@@ -85,14 +78,7 @@ fn drain_duration_ms(log: &str) -> u64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_the_filter_a_request_on_a_route_without_it_holds_a_large_gateway_s_drain() {
     let p = free_ports(3);
-    let o = Options {
-        settings: Settings {
-            min_drain: "5s",
-            quiet: "1s",
-            timeout: "25s",
-        },
-        ..Options::default()
-    };
+    let o = Options::with(Settings::new("5s", "1s", "25s"));
     let mut y = add_route_without_the_filter(&render_gateway(p[0], p[1], p[2], &o), "/no-filter/");
     push_static_clusters(&mut y, (0..8000).map(|i| (format!("scale_{i}"), p[0])));
     let mut envoy = Envoy::start_yaml(&y, p[0], p[1], p[2], &o).await;
@@ -120,15 +106,8 @@ async fn with_the_filter_a_request_on_a_route_without_it_holds_a_large_gateway_s
     let r = unseen.await.unwrap().expect("served in full, not cut");
     let done = Instant::now();
     assert_eq!(r.status, 200);
-    let (status, at) = envoy.wait_exit(Duration::from_secs(30)).await;
-    assert!(status.success(), "{status:?}");
-    assert!(
-        at >= done,
-        "exited {:?} before the request ended",
-        done - at
-    );
-    let (reported, timed_out) = envoy.reported_drain();
-    assert!(!timed_out, "{reported:?}");
+    let timeout = Duration::from_secs(30);
+    envoy.wait_drained_after(done, timeout, "the request").await;
     assert!(
         done - t0 > Duration::from_secs(5),
         "the request outlived min_drain_duration"
@@ -380,6 +359,21 @@ async fn hundreds_of_streams_grow_the_table_and_every_connection_is_sent_away() 
 /// request ends before the pass after the head began, which this run's timing does not force.
 /// `tracking`'s unit test `a_head_on_its_way_holds_the_drain_from_its_first_byte` is the
 /// deterministic one, and fails on ef5a7d9.)
+/// Wait (up to `timeout`) for the drain's confirming pass over Envoy's gauges (its figure in
+/// `/drain/status`).
+async fn confirming_pass(envoy: &Envoy, timeout: Duration) {
+    eventually(
+        "the drain's confirming pass over Envoy's gauges",
+        timeout,
+        || async {
+            envoy.drain_status().await["envoy_active_requests"]
+                .is_u64()
+                .then_some(())
+        },
+    )
+    .await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_request_head_arriving_between_paced_scans_holds_the_drain() {
     let p = free_ports(3);
@@ -406,16 +400,7 @@ async fn a_request_head_arriving_between_paced_scans_holds_the_drain() {
     envoy.wait_active(1).await;
     let t0 = Instant::now();
     envoy.sigterm();
-    eventually(
-        "the drain's confirming pass over Envoy's gauges",
-        Duration::from_secs(20),
-        || async {
-            envoy.drain_status().await["envoy_active_requests"]
-                .is_u64()
-                .then_some(())
-        },
-    )
-    .await;
+    confirming_pass(&envoy, Duration::from_secs(20)).await;
     let head = common::scenario::a_head_begun(envoy.data).await;
     let r = slow.await.unwrap().expect("the slow request is served");
     assert_eq!(r.status, 200);
@@ -476,14 +461,7 @@ fn add_listener_without_the_module(y: &str, port: u16) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_on_a_listener_without_the_module_is_never_in_flight_at_completion() {
     let p = free_ports(4);
-    let o = Options {
-        settings: Settings {
-            min_drain: "1s",
-            quiet: "200ms",
-            timeout: "25s",
-        },
-        ..Options::default()
-    };
+    let o = Options::with(Settings::new("1s", "200ms", "25s"));
     let mut y = add_listener_without_the_module(&render_gateway(p[0], p[1], p[2], &o), p[3]);
     push_static_clusters(&mut y, (0..4000).map(|i| (format!("scale_{i}"), p[0])));
     let mut envoy = Envoy::start_yaml(&y, p[0], p[1], p[2], &o).await;
@@ -495,16 +473,7 @@ async fn a_request_on_a_listener_without_the_module_is_never_in_flight_at_comple
     envoy.wait_active(1).await;
     let t0 = Instant::now();
     envoy.sigterm();
-    eventually(
-        "the drain's confirming pass over Envoy's gauges",
-        Duration::from_secs(10),
-        || async {
-            envoy.drain_status().await["envoy_active_requests"]
-                .is_u64()
-                .then_some(())
-        },
-    )
-    .await;
+    confirming_pass(&envoy, Duration::from_secs(10)).await;
     // The other listener's request: outlives the module's by 2 s.
     let bare = p[3];
     let sent = Instant::now();
@@ -531,14 +500,9 @@ async fn a_request_on_a_listener_without_the_module_is_never_in_flight_at_comple
     let (r, done) = unfollowed.await.unwrap();
     let r = r.expect("the request without the module is served in full, not cut");
     assert_eq!(r.status, 200);
-    let (status, exited) = envoy.wait_exit(Duration::from_secs(30)).await;
-    assert!(status.success(), "{status:?}");
-    assert!(exited >= done, "Envoy exited before the request ended");
-    let (reported, timed_out) = envoy.reported_drain();
-    assert!(
-        !timed_out,
-        "released by the count, not the timeout: {reported:?}"
-    );
+    let reported = envoy
+        .wait_drained_after(done, Duration::from_secs(30), "the request")
+        .await;
     let log = envoy.log();
     assert!(log.contains("requests cut: 0"), "{log}");
     let cost = log

@@ -34,6 +34,27 @@ async fn bounded<T>(what: &str, f: impl Future<Output = Result<T, String>>) -> R
         .map_err(|_| format!("{what}: timed out after {OP_TIMEOUT:?}"))?
 }
 
+/// What a test's own server reads of a request: its head, up to and with the blank line (and
+/// whatever came in the same reads after it); `None` if the connection ended first.
+pub async fn read_head(tcp: &mut TcpStream) -> Option<Vec<u8>> {
+    use tokio::io::AsyncReadExt;
+    let (mut head, mut buf) = (Vec::new(), [0u8; 1024]);
+    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+        match tcp.read(&mut buf).await {
+            Ok(0) | Err(_) => return None,
+            Ok(k) => head.extend_from_slice(&buf[..k]),
+        }
+    }
+    Some(head)
+}
+
+/// A TCP connection to 127.0.0.1:`port` (unbounded: the caller bounds it).
+async fn loopback(port: u16) -> Result<TcpStream, String> {
+    TcpStream::connect(("127.0.0.1", port))
+        .await
+        .map_err(|e| format!("connect 127.0.0.1:{port}: {e}"))
+}
+
 /// One request on a fresh HTTP/1.1 connection.
 pub async fn request(
     port: u16,
@@ -226,10 +247,7 @@ impl Drop for H1Conn {
 impl H1Conn {
     pub async fn connect(port: u16) -> Result<H1Conn, String> {
         bounded("h1 connect", async {
-            let tcp = TcpStream::connect(("127.0.0.1", port))
-                .await
-                .map_err(|e| format!("connect 127.0.0.1:{port}: {e}"))?;
-            let io = hyper_util::rt::TokioIo::new(tcp);
+            let io = hyper_util::rt::TokioIo::new(loopback(port).await?);
             let (sender, conn) = hyper::client::conn::http1::handshake(io)
                 .await
                 .map_err(|e| format!("h1 handshake: {e}"))?;
@@ -317,10 +335,7 @@ pub type H2Result = Result<Resp, String>;
 impl H2Conn {
     pub async fn connect(port: u16) -> Result<H2Conn, String> {
         bounded("h2 connect", async {
-            let tcp = TcpStream::connect(("127.0.0.1", port))
-                .await
-                .map_err(|e| format!("connect 127.0.0.1:{port}: {e}"))?;
-            let (send, conn) = h2::client::handshake(tcp)
+            let (send, conn) = h2::client::handshake(loopback(port).await?)
                 .await
                 .map_err(|e| format!("h2 handshake: {e}"))?;
             let driver = tokio::spawn(conn);

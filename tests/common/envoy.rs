@@ -140,16 +140,7 @@ pub fn validate_config(bootstrap: &str, modules: &Path) -> (bool, String) {
     let dir = TempDir::new("validate");
     let path = dir.0.join("envoy.yaml");
     std::fs::write(&path, bootstrap).unwrap();
-    let out = Command::new(envoy_bin())
-        .args(["--mode", "validate", "-c"])
-        .arg(&path)
-        .env("ENVOY_DYNAMIC_MODULES_SEARCH_PATH", modules)
-        .env_remove("LD_LIBRARY_PATH")
-        .output()
-        .expect("run envoy --mode validate");
-    let text =
-        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
-    (out.status.success(), text)
+    validate_args(&["-c".to_string(), path.display().to_string()], modules)
 }
 
 /// `envoy --mode validate` with a platform's own arguments (its `-c`, `--config-yaml`, ...).
@@ -221,6 +212,15 @@ pub struct Settings {
 }
 
 impl Settings {
+    /// `min_drain_duration`, `quiet_period` and `drain_timeout`, as the config writes them.
+    pub const fn new(min_drain: &'static str, quiet: &'static str, timeout: &'static str) -> Self {
+        Settings {
+            min_drain,
+            quiet,
+            timeout,
+        }
+    }
+
     /// `min_drain_duration` and `quiet_period`: the rules a drain's exit is bounded by
     /// ([`Envoy::wait_exit_by_the_drain_rules`]).
     pub fn rules(&self) -> [Duration; 2] {
@@ -229,11 +229,7 @@ impl Settings {
 }
 
 /// Short settings so tests stay fast.
-pub const FAST: Settings = Settings {
-    min_drain: "300ms",
-    quiet: "200ms",
-    timeout: "10s",
-};
+pub const FAST: Settings = Settings::new("300ms", "200ms", "10s");
 
 /// How to render `envoy-config/gateway.yaml` for a test, and how to run Envoy.
 #[derive(Clone, Debug)]
@@ -344,6 +340,26 @@ pub fn add_data_http_filter(text: &str) -> String {
 
 /// The comment in `envoy-config/gateway.yaml` after which filter mode's HTTP filter is.
 pub const FILTER_MODE_MARK: &str = "(uncomment it, and drop track_requests above):";
+
+impl Options {
+    /// These options in filter mode whatever the test mode: the data listener's HTTP filter
+    /// counts the requests, the network filter does not follow the exchanges.
+    pub fn filter_mode(self) -> Options {
+        Options {
+            data_http_filter: true,
+            track_requests: false,
+            ..self
+        }
+    }
+
+    /// The default options with these drain settings.
+    pub fn with(settings: Settings) -> Options {
+        Options {
+            settings,
+            ..Options::default()
+        }
+    }
+}
 
 impl Default for Options {
     fn default() -> Self {
@@ -712,6 +728,76 @@ impl Envoy {
         None
     }
 
+    /// Wait (bounded by `timeout`) for a clean exit (status 0) no earlier than `done`, when the
+    /// request the drain had to wait for ended; `what` names that request in a failure. Returns
+    /// the exit time.
+    pub async fn wait_clean_exit_after(
+        &mut self,
+        done: Instant,
+        timeout: Duration,
+        what: &str,
+    ) -> Instant {
+        let (status, at) = self.wait_exit(timeout).await;
+        assert!(status.success(), "{status:?}");
+        assert!(at >= done, "exited {:?} before {what} ended", done - at);
+        at
+    }
+
+    /// [`Envoy::wait_clean_exit_after`], and the drain was not ended by its timeout; the drain's
+    /// duration as the module reported it.
+    pub async fn wait_drained_after(
+        &mut self,
+        done: Instant,
+        timeout: Duration,
+        what: &str,
+    ) -> Duration {
+        self.wait_clean_exit_after(done, timeout, what).await;
+        let (reported, timed_out) = self.reported_drain();
+        assert!(!timed_out, "the timeout ended the drain ({reported:?})");
+        reported
+    }
+
+    /// SIGTERM after a drain that completed (`/drain`): Envoy is released at once, without a
+    /// drain of its own: a clean exit (waited for up to `timeout`) sooner than `fresh_drain` (the
+    /// least a fresh drain with these settings would take), and one drain started in the log.
+    /// Returns the log.
+    pub async fn sigterm_after_a_completed_drain(
+        &mut self,
+        fresh_drain: Duration,
+        timeout: Duration,
+    ) -> String {
+        let t1 = Instant::now();
+        self.sigterm();
+        let (status, at) = self.wait_exit(timeout).await;
+        assert!(status.success(), "{status:?}");
+        assert!(
+            at - t1 < fresh_drain,
+            "SIGTERM after the completed drain: exit {:?} later, no sooner than a fresh drain \
+             ({fresh_drain:?})",
+            at - t1
+        );
+        let log = self.log();
+        assert!(log.contains("releasing Envoy's exit"), "{log}");
+        let started = log.matches("graceful_drain: drain started").count();
+        assert_eq!(started, 1, "{log}");
+        log
+    }
+
+    /// SIGTERM to an Envoy the module does not hold (stock Envoy, or nothing to wait for): it
+    /// exits less than `bound` after `since` (a time taken before the signal), or this panics
+    /// saying `what`. Returns the exit time.
+    pub async fn sigterm_exits_within(
+        &mut self,
+        since: Instant,
+        bound: Duration,
+        what: &str,
+    ) -> Instant {
+        self.sigterm();
+        let (_, at) = self.wait_exit(Duration::from_secs(5)).await;
+        assert!(at - since < bound, "{what}: {:?}", at - since);
+        at
+    }
+
     /// Accept an Envoy bug report containing `substring` (a configuration that is not ours).
     pub fn expect_envoy_bug(&mut self, substring: &'static str) {
         self.expected_bugs.push(substring);
@@ -719,6 +805,21 @@ impl Envoy {
 
     pub fn log(&self) -> String {
         std::fs::read_to_string(&self.log_path).unwrap_or_default()
+    }
+
+    /// The first line of Envoy's log that has `text` (panics with the log if there is none).
+    pub fn log_line(&self, text: &str) -> String {
+        let log = self.log();
+        match log.lines().find(|l| l.contains(text)) {
+            Some(l) => l.to_string(),
+            None => panic!("no {text:?} line in Envoy's log:\n{log}"),
+        }
+    }
+
+    /// Assert that Envoy's log has `text` (the whole log in the failure).
+    pub fn assert_logged(&self, text: &str) {
+        let log = self.log();
+        assert!(log.contains(text), "no {text:?} in Envoy's log:\n{log}");
     }
 
     /// A stat from the admin interface (`/stats?filter=^name$`), if present.
@@ -807,6 +908,14 @@ impl Envoy {
             .and_then(|n| n.parse().ok())
             .unwrap_or_else(|| panic!("unreadable drain completion in the log:\n{log}"));
         (Duration::from_millis(ms), timed_out)
+    }
+
+    /// The module's status on Envoy's admin (`/graceful_drain/status`) as JSON, if it answers.
+    pub async fn admin_status(&self) -> Option<serde_json::Value> {
+        let r = clients::get(self.admin, "/graceful_drain/status")
+            .await
+            .ok()?;
+        serde_json::from_slice(&r.body).ok()
     }
 
     /// `/drain/status` of the control listener as JSON.

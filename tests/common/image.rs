@@ -28,20 +28,13 @@ impl GlibcRoot {
     pub fn new() -> GlibcRoot {
         let dir = TempDir::new("glibc-root");
         let root = dir.0.join("root");
-        let out = Command::new("bash")
-            .arg(repo_root().join("scripts/glibc-root.sh"))
-            .arg(&root)
-            .output()
-            .expect("run scripts/glibc-root.sh");
-        assert!(
-            out.status.success(),
-            "scripts/glibc-root.sh failed:\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        GlibcRoot {
-            dir,
-            libc6: String::from_utf8_lossy(&out.stdout).trim().to_string(),
-        }
+        let mut cmd = Command::new("bash");
+        cmd.arg(repo_root().join("scripts/glibc-root.sh"))
+            .arg(&root);
+        let libc6 = super::stdout_of(&mut cmd, "scripts/glibc-root.sh")
+            .trim()
+            .to_string();
+        GlibcRoot { dir, libc6 }
     }
 
     pub fn path(&self) -> PathBuf {

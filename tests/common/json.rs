@@ -5,6 +5,24 @@ use serde_json::Value;
 use std::time::Duration;
 
 /// The item of a JSON list whose `name` is `name`.
+/// A NetworkPolicy rule's `from` list for the control port: some sources, none of them
+/// "everywhere" (a `/0` CIDR or a namespace selector that matches every namespace).
+pub fn assert_control_sources_listed(from: &[Value]) {
+    assert!(!from.is_empty(), "the control port's rule lists no source");
+    for f in from {
+        let cidr_everywhere = f["ipBlock"]["cidr"]
+            .as_str()
+            .is_some_and(|c| c.ends_with("/0"));
+        let every_namespace = f["namespaceSelector"]
+            .as_object()
+            .is_some_and(|s| s.is_empty());
+        assert!(
+            !cidr_everywhere && !every_namespace,
+            "control port open: {f}"
+        );
+    }
+}
+
 pub fn named<'a>(list: &'a Value, name: &str) -> Option<&'a Value> {
     list.as_array()?.iter().find(|x| x["name"] == name)
 }

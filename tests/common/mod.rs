@@ -5,6 +5,7 @@
 pub mod clients;
 pub mod envoy;
 pub mod front;
+pub mod gateway;
 pub mod image;
 pub mod json;
 pub mod netns;
@@ -49,14 +50,25 @@ pub fn series_of(line: &str) -> &str {
     line.split(['{', ' ']).next().unwrap_or_default()
 }
 
+/// Run `cmd` (`what` names it in a failure) and check it succeeded; its stdout. A failure shows
+/// its status, stderr and stdout.
+pub fn stdout_of(cmd: &mut std::process::Command, what: &str) -> String {
+    let out = cmd.output().unwrap_or_else(|e| panic!("run {what}: {e}"));
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    assert!(
+        out.status.success(),
+        "{what}: {}\n{}{}",
+        out.status,
+        text(&out.stderr),
+        text(&out.stdout)
+    );
+    text(&out.stdout)
+}
+
 /// The sha256 of a file, as `sha256sum` prints it.
 pub fn sha256(path: &std::path::Path) -> String {
-    let out = std::process::Command::new("sha256sum")
-        .arg(path)
-        .output()
-        .expect("sha256sum");
-    assert!(out.status.success(), "sha256sum {path:?}");
-    String::from_utf8_lossy(&out.stdout)
+    let mut cmd = std::process::Command::new("sha256sum");
+    stdout_of(cmd.arg(path), &format!("sha256sum {path:?}"))
         .split_whitespace()
         .next()
         .unwrap_or_default()

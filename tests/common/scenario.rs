@@ -101,6 +101,17 @@ pub struct Kit {
     pub ready: Ready,
 }
 
+/// Every request of `tasks` failed (lost: stock Envoy's exit cut it), or this panics saying
+/// `what`.
+pub async fn assert_all_lost<T, E>(tasks: Vec<JoinHandle<Result<T, E>>>, what: &str) {
+    let n = tasks.len();
+    let mut lost = 0;
+    for t in tasks {
+        lost += usize::from(t.await.unwrap().is_err());
+    }
+    assert_eq!(lost, n, "{what}");
+}
+
 /// The drain scenario every gateway that hosts the module must pass (kubelet's stop: SIGTERM,
 /// no preStop), seen by clients: requests in flight on both protocols are answered 200, late
 /// requests are served and their connections told to go, idle connections hold nothing, the

@@ -3,7 +3,7 @@
 //! own dependency) to read rendered manifests as JSON.
 
 use super::envoy::TempDir;
-use super::repo_root;
+use super::{repo_root, stdout_of};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -13,16 +13,9 @@ use std::sync::OnceLock;
 pub fn tools_dir() -> &'static Path {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     DIR.get_or_init(|| {
-        let out = Command::new("bash")
-            .arg(repo_root().join("scripts/install-tools.sh"))
-            .output()
-            .expect("run scripts/install-tools.sh");
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
+        let mut cmd = Command::new("bash");
+        cmd.arg(repo_root().join("scripts/install-tools.sh"));
+        PathBuf::from(stdout_of(&mut cmd, "scripts/install-tools.sh").trim())
     })
 }
 

@@ -131,14 +131,18 @@ pub const COMPLETION_EVENTS: u64 = 30;
 /// (an LLM-style completion: `Some(false)`) or `/sse-gzip/` (`Some(true)`: the same events
 /// under `content-encoding: gzip`, as a compressing upstream labels them).
 async fn is_completion(tcp: &TcpStream) -> Option<bool> {
+    path_is(tcp, b"/completion/", b"/sse-gzip/").await
+}
+
+/// Whether the request line on `tcp` (peeked, not read) has `plain` (`Some(false)`) or `other`
+/// (`Some(true)`) in it; `None` for neither, or no request line within a second.
+async fn path_is(tcp: &TcpStream, plain: &[u8], other: &[u8]) -> Option<bool> {
     let mut buf = [0u8; 256];
     for _ in 0..100 {
         let n = tcp.peek(&mut buf).await.unwrap_or(0);
         if buf[..n].windows(2).any(|w| w == b"\r\n") {
             let has = |p: &[u8]| buf[..n].windows(p.len()).any(|w| w == p);
-            return has(b"/completion/")
-                .then_some(false)
-                .or(has(b"/sse-gzip/").then_some(true));
+            return has(plain).then_some(false).or(has(other).then_some(true));
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
@@ -151,23 +155,18 @@ async fn is_completion(tcp: &TcpStream) -> Option<bool> {
 /// and the last chunk. `gzip`: labelled `content-encoding: gzip` (the bytes are the test's:
 /// what matters is that they reach the client exactly as written).
 async fn serve_completion(mut tcp: TcpStream, gzip: bool) {
-    let mut got = Vec::new();
-    let mut buf = [0u8; 1024];
-    let body_len = loop {
-        if let Some(end) = got.windows(4).position(|w| w == b"\r\n\r\n") {
-            let head = String::from_utf8_lossy(&got[..end]).to_ascii_lowercase();
-            let len = head
-                .lines()
-                .find_map(|l| l.strip_prefix("content-length:"))
-                .and_then(|v| v.trim().parse::<usize>().ok())
-                .unwrap_or(0);
-            break end + 4 + len;
-        }
-        match tcp.read(&mut buf).await {
-            Ok(0) | Err(_) => return,
-            Ok(k) => got.extend_from_slice(&buf[..k]),
-        }
+    let Some(mut got) = super::clients::read_head(&mut tcp).await else {
+        return;
     };
+    let end = got.windows(4).position(|w| w == b"\r\n\r\n").unwrap();
+    let head = String::from_utf8_lossy(&got[..end]).to_ascii_lowercase();
+    let len = head
+        .lines()
+        .find_map(|l| l.strip_prefix("content-length:"))
+        .and_then(|v| v.trim().parse::<usize>().ok())
+        .unwrap_or(0);
+    let body_len = end + 4 + len;
+    let mut buf = [0u8; 1024];
     while got.len() < body_len {
         match tcp.read(&mut buf).await {
             Ok(0) | Err(_) => return,
@@ -186,14 +185,9 @@ async fn serve_completion(mut tcp: TcpStream, gzip: bool) {
     if tcp.write_all(resp.as_bytes()).await.is_err() {
         return;
     }
-    let chunk = |s: &str| format!("{:x}\r\n{s}\r\n", s.len()).into_bytes();
     for n in 1..=COMPLETION_EVENTS {
-        let first = chunk(&format!("data: {{\"token\": {n}, "));
-        if tcp.write_all(&first).await.is_err() {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(30)).await;
-        if tcp.write_all(&chunk("\"end\": true}\n\n")).await.is_err() {
+        let first = format!("data: {{\"token\": {n}, ");
+        if !event_in_two_chunks(&mut tcp, &first, "\"end\": true}\n\n").await {
             return;
         }
         tokio::time::sleep(Duration::from_millis(70)).await;
@@ -204,21 +198,25 @@ async fn serve_completion(mut tcp: TcpStream, gzip: bool) {
     let _ = tcp.read(&mut buf).await;
 }
 
+/// One HTTP/1.1 chunk holding `s`.
+fn chunk(s: &str) -> Vec<u8> {
+    format!("{:x}\r\n{s}\r\n", s.len()).into_bytes()
+}
+
+/// One event written as two chunks 30 ms apart (so a cut after the first would be inside the
+/// event); false once the connection is gone.
+async fn event_in_two_chunks(tcp: &mut TcpStream, first: &str, second: &str) -> bool {
+    if tcp.write_all(&chunk(first)).await.is_err() {
+        return false;
+    }
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    tcp.write_all(&chunk(second)).await.is_ok()
+}
+
 /// Whether the request on `tcp` (not read yet) asks for an event stream (`/sse/` in its path,
 /// or `/sse-quiet/`: see [`serve_sse`]).
 async fn is_sse(tcp: &TcpStream) -> Option<bool> {
-    let mut buf = [0u8; 256];
-    for _ in 0..100 {
-        let n = tcp.peek(&mut buf).await.unwrap_or(0);
-        if buf[..n].windows(2).any(|w| w == b"\r\n") {
-            let has = |p: &[u8]| buf[..n].windows(p.len()).any(|w| w == p);
-            return has(b"/sse/")
-                .then_some(false)
-                .or(has(b"/sse-quiet/").then_some(true));
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    None
+    path_is(tcp, b"/sse/", b"/sse-quiet/").await
 }
 
 /// An SSE upstream: a chunked `text/event-stream` response, an event every 100 ms, each sent
@@ -226,32 +224,22 @@ async fn is_sse(tcp: &TcpStream) -> Option<bool> {
 /// connection goes. `quiet`: two events, then nothing (a stream with rare events, as a
 /// notification feed between two notifications), until the connection goes.
 async fn serve_sse(mut tcp: TcpStream, quiet: bool) {
-    let mut head = Vec::new();
-    let mut buf = [0u8; 1024];
-    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
-        match tcp.read(&mut buf).await {
-            Ok(0) | Err(_) => return,
-            Ok(k) => head.extend_from_slice(&buf[..k]),
-        }
+    if super::clients::read_head(&mut tcp).await.is_none() {
+        return;
     }
     let resp = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream; charset=utf-8\r\n\
                  cache-control: no-cache\r\ntransfer-encoding: chunked\r\n\r\n";
     if tcp.write_all(resp).await.is_err() {
         return;
     }
-    let chunk = |s: &str| format!("{:x}\r\n{s}\r\n", s.len()).into_bytes();
     for n in 1u64.. {
-        let first = chunk(&format!("id: {n}\ndata: event {n}"));
-        if tcp.write_all(&first).await.is_err() {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(30)).await;
-        if tcp.write_all(&chunk(" ends here\n\n")).await.is_err() {
+        let first = format!("id: {n}\ndata: event {n}");
+        if !event_in_two_chunks(&mut tcp, &first, " ends here\n\n").await {
             return;
         }
         if quiet && n == 2 {
             // Held open until the connection goes.
-            let _ = tcp.read(&mut buf).await;
+            let _ = tcp.read(&mut [0u8; 1024]).await;
             return;
         }
         tokio::time::sleep(Duration::from_millis(70)).await;
@@ -289,22 +277,29 @@ async fn send_burst<S>(tx: &mut S, n: u64) -> Result<u64, ()>
 where
     S: futures_util::Sink<Message> + Unpin,
 {
-    use tokio_tungstenite::tungstenite::protocol::frame::coding::{Data, OpCode};
-    use tokio_tungstenite::tungstenite::protocol::frame::Frame;
     if n > 1 {
-        let end = format!("ends burst {}", n - 1).into_bytes();
-        let f = Frame::message(end, OpCode::Data(Data::Continue), true);
-        tx.feed(Message::Frame(f)).await.map_err(|_| ())?;
+        feed_fragment(tx, format!("ends burst {}", n - 1), true).await?;
     }
     for i in 0..BURST {
         let m = format!("burst {n} message {i:03} {}", "x".repeat(124));
         tx.feed(Message::Text(m)).await.map_err(|_| ())?;
     }
-    let start = format!("burst {n} straddling ").into_bytes();
-    let f = Frame::message(start, OpCode::Data(Data::Text), false);
-    tx.feed(Message::Frame(f)).await.map_err(|_| ())?;
+    feed_fragment(tx, format!("burst {n} straddling "), false).await?;
     tx.flush().await.map_err(|_| ())?;
     Ok(BURST + u64::from(n > 1))
+}
+
+/// Feed (not flush) one fragment of a text message: its first (`last` false: a Text frame
+/// without FIN) or its last (`last`: a Continuation frame with FIN).
+async fn feed_fragment<S>(tx: &mut S, text: String, last: bool) -> Result<(), ()>
+where
+    S: futures_util::Sink<Message> + Unpin,
+{
+    use tokio_tungstenite::tungstenite::protocol::frame::coding::{Data, OpCode};
+    use tokio_tungstenite::tungstenite::protocol::frame::Frame;
+    let op = OpCode::Data(if last { Data::Continue } else { Data::Text });
+    let f = Frame::message(text.into_bytes(), op, last);
+    tx.feed(Message::Frame(f)).await.map_err(|_| ())
 }
 
 /// One write (`feed` twice, then one flush): message `n - 1`'s last fragment (none for the first
@@ -313,16 +308,10 @@ async fn send_straddling<S>(tx: &mut S, n: u64) -> Result<(), ()>
 where
     S: futures_util::Sink<Message> + Unpin,
 {
-    use tokio_tungstenite::tungstenite::protocol::frame::coding::{Data, OpCode};
-    use tokio_tungstenite::tungstenite::protocol::frame::Frame;
     if n > 1 {
-        let end = format!("ends server {}", n - 1).into_bytes();
-        let f = Frame::message(end, OpCode::Data(Data::Continue), true);
-        tx.feed(Message::Frame(f)).await.map_err(|_| ())?;
+        feed_fragment(tx, format!("ends server {}", n - 1), true).await?;
     }
-    let start = format!("server {n} ").into_bytes();
-    let f = Frame::message(start, OpCode::Data(Data::Text), false);
-    tx.feed(Message::Frame(f)).await.map_err(|_| ())?;
+    feed_fragment(tx, format!("server {n} "), false).await?;
     tx.flush().await.map_err(|_| ())
 }
 
