@@ -7,11 +7,6 @@
 //! [[test]] targets, listed there since `autotests = false`); each suite stays a file of its own in
 //! tests/, a module here.
 
-// tests/docs.rs still declares its own `mod common;` (left as it is while another branch edits
-// that file): a second copy of common in this binary, hence the allow. Once that branch has
-// landed, its line becomes `use crate::common;` and this allow goes.
-#![allow(clippy::duplicate_mod)]
-
 #[path = "common/mod.rs"]
 mod common;
 
@@ -23,6 +18,12 @@ mod docs;
 
 #[path = "compile_fail.rs"]
 mod compile_fail;
+
+#[path = "reference.rs"]
+mod reference;
+
+#[path = "drain_picture.rs"]
+mod drain_picture;
 
 /// With `autotests = false` a file in tests/ that no test binary names would never be built nor
 /// run: each is a binary's root (a `[[test]]` of Cargo.toml) or a suite of exactly one root.

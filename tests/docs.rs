@@ -17,7 +17,7 @@
 //! the platform fixtures), the pages and anchors source comments name, and one name per mode
 //! (docs/modes.md) across the docs, the config's field docs and the log lines.
 
-mod common;
+use crate::common;
 
 use common::clients::raw_exchange;
 use common::envoy::{module_dir, validate_config, Envoy, Options};

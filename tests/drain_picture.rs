@@ -5,7 +5,7 @@
 //! stock Envoy: requests fail and everything in flight is cut; a fixed sleep shorter than a
 //! request: that request is cut, and the long streams (SSE, WebSocket) with it). The committed picture comes from a run without `--fast`.
 
-mod common;
+use crate::common;
 
 use common::envoy::{envoy_bin, module_dir, TempDir};
 use common::{free_ports, repo_root};

@@ -21,3 +21,6 @@ mod scale;
 
 #[path = "compatibility.rs"]
 mod compatibility;
+
+#[path = "quickstart.rs"]
+mod quickstart;

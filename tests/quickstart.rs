@@ -13,7 +13,7 @@
 //! The `bash` and everything it starts (Envoy, curl) are one process group, killed by the test's
 //! guard whatever happens.
 
-mod common;
+use crate::common;
 
 use common::envoy::{envoy_bin, expected_envoy_version, minor_of, module_dir, TempDir};
 use common::{free_ports, repo_root};
