@@ -569,8 +569,8 @@ fn long_lived_settings_default_parse_and_name_the_field_they_refuse() {
 
 #[test]
 fn the_admin_checks_names_are_the_documented_ones() {
-    // `/drain/status`'s `admin_address_check` values, as docs/configuration.md lists them.
-    let docs = include_str!("../../docs/configuration.md");
+    // `/drain/status`'s `admin_address_check` values, as the reference page lists them.
+    let docs = include_str!("../../docs/reference.md");
     let all = [
         (AdminCheck::Unset, "unset"),
         (AdminCheck::Checking, "checking"),

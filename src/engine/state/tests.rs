@@ -318,12 +318,12 @@ fn each_stat_has_its_own_documented_name() {
     names.extend(Gauge::ALL.iter().map(|g| g.name()));
     let docs = include_str!(concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/docs/configuration.md"
+        "/docs/reference.md"
     ));
     for n in &names {
         assert!(
             docs.contains(&format!("`{n}`")),
-            "{n} is not in docs/configuration.md"
+            "{n} is not in docs/reference.md"
         );
     }
     let all = names.len();
