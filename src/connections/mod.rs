@@ -5,8 +5,10 @@
 //! reports the streams it sees per connection id ([`Connections::stream_started`],
 //! [`stream_ended`]). The process's one [`Connections`] is owned by the module's shared state
 //! (`Shared::connections`); tests make their own. Uses only [`crate::exchange`] (the frame
-//! reader), [`crate::counting`] (lanes, reserved slots), [`crate::runtime::threads`] (the grace thread)
-//! and [`crate::config`] (the idle defaults): nothing above them.
+//! reader), [`crate::counting`] (lanes, reserved slots), [`crate::runtime`] (the grace and moves
+//! threads, the clock they read), [`crate::config`] (the idle defaults) and
+//! [`crate::host::connection`] (the schedulers the drain side commits to, passed in by the
+//! caller): nothing above them.
 //!
 //! Why: at drain start the HTTP filter reaches every connection that carries a request. An idle
 //! keep-alive connection carries none, so nobody told its client until the process exited and the

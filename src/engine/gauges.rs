@@ -3,7 +3,8 @@
 //! (about 80 instructions). The gauge is the bootstrap extension's (`crate::engine::state::Gauge`), so one
 //! thread serves every listener.
 
-use crate::engine::state::Shared;
+use crate::engine::state::{Gauge, Shared};
+use crate::host::extension::ExtensionHost;
 use crate::runtime::threads::Threads;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -25,9 +26,15 @@ impl GaugePublisher {
         }
     }
 
-    /// Start the thread unless it runs: until the module stops, it calls `set` with the in-flight
-    /// count every [`GAUGE_PERIOD`], each call through the threads' gate.
-    pub fn start(&'static self, threads: &'static Threads, shared: &'static Shared, set: fn(u64)) {
+    /// Start the thread unless it runs: until the module stops, it sets the extension's
+    /// [`Gauge::ActiveRequests`] to the in-flight count every [`GAUGE_PERIOD`], each call
+    /// through the threads' gate.
+    pub fn start(
+        &'static self,
+        threads: &'static Threads,
+        shared: &'static Shared,
+        extension: &'static dyn ExtensionHost,
+    ) {
         if self.started.swap(true, Ordering::AcqRel) {
             return;
         }
@@ -38,7 +45,9 @@ impl GaugePublisher {
         let spawned = threads.spawn("graceful_drain_gauge", on_panic, move || {
             while threads.sleep(GAUGE_PERIOD) {
                 let active = shared.requests.counts().active.max(0) as u64;
-                threads.call("active_requests_gauge", || set(active));
+                threads.call("active_requests_gauge", || {
+                    extension.set_gauge(Gauge::ActiveRequests, active)
+                });
             }
         });
         if let Err(e) = spawned {
@@ -64,9 +73,16 @@ mod tests {
     static SET_TO: AtomicU64 = AtomicU64::new(u64::MAX);
     static SETS: AtomicUsize = AtomicUsize::new(0);
 
-    fn record(v: u64) {
-        SET_TO.store(v, Ordering::SeqCst);
-        SETS.fetch_add(1, Ordering::SeqCst);
+    struct Recorder;
+    impl ExtensionHost for Recorder {
+        fn to_main_thread(&self, _: u64) {}
+        fn arm_timer(&self, _: Duration) {}
+        fn count(&self, _: crate::engine::state::Stat) {}
+        fn set_gauge(&self, gauge: Gauge, v: u64) {
+            assert_eq!(gauge, Gauge::ActiveRequests);
+            SET_TO.store(v, Ordering::SeqCst);
+            SETS.fetch_add(1, Ordering::SeqCst);
+        }
     }
 
     fn wait(what: &str, f: impl Fn() -> bool) {
@@ -83,8 +99,8 @@ mod tests {
         static P: GaugePublisher = GaugePublisher::new();
         let threads: &'static Threads = Box::leak(Box::new(Threads::default()));
         let shared: &'static Shared = Box::leak(Box::new(fixture(None).shared));
-        P.start(threads, shared, record);
-        P.start(threads, shared, record);
+        P.start(threads, shared, &Recorder);
+        P.start(threads, shared, &Recorder);
         let (t, _) = shared.requests.start(None, 0);
         wait("the gauge shows the request", || {
             SET_TO.load(Ordering::SeqCst) == 1

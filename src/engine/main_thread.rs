@@ -21,6 +21,10 @@ pub trait EngineHost {
     /// Make Envoy fail its health checks (admin `/healthcheck/fail`), which makes every listener
     /// send connections away with their next response. Called once, when a drain starts.
     fn fail_health_checks(&self);
+    /// Tell the network filters' connections that the drain started (idle ones told now, the
+    /// grace and moves threads started; `crate::connections::Connections::drain_started`).
+    /// Called once per drain, at its first evaluation.
+    fn tell_connections(&self);
 }
 
 /// Envoy's permission to exit, given exactly once: by [`ShutdownRelease::release`], or, if it is
@@ -202,6 +206,7 @@ impl Engine {
                 // process, whose health must not be failed by the old one.
                 self.health_to_fail = trigger != Trigger::DrainListeners;
                 host.set_draining_gauge(1);
+                host.tell_connections();
                 shared.counters.count(Stat::DrainsStarted);
                 let s = shared.settings().unwrap_or_default();
                 log::log!(
@@ -341,6 +346,7 @@ mod tests {
         timers: RefCell<Vec<Duration>>,
         draining: Cell<Option<u64>>,
         failed_health_checks: Cell<u32>,
+        told_connections: Cell<u32>,
         /// What Envoy's stats say; `None`: idle figures.
         envoy: Cell<Option<EnvoyView>>,
     }
@@ -364,6 +370,9 @@ mod tests {
             self.failed_health_checks
                 .set(self.failed_health_checks.get() + 1);
         }
+        fn tell_connections(&self) {
+            self.told_connections.set(self.told_connections.get() + 1);
+        }
     }
 
     fn counting_release(n: &Rc<Cell<u32>>) -> ShutdownRelease {
@@ -385,6 +394,7 @@ mod tests {
         assert!(pending.is_none(), "held until min_drain_duration");
         assert_eq!(host.draining.get(), Some(1));
         assert_eq!(host.failed_health_checks.get(), 1);
+        assert_eq!(host.told_connections.get(), 1, "connections told at once");
         let delay = *host.timers.borrow().last().expect("timer armed");
         assert!(delay <= IN_FLIGHT_RECHECK, "{delay:?}");
         // Timer ticks on the fake clock until the minimum has passed.
@@ -415,6 +425,7 @@ mod tests {
         again.expect("released at once").release();
         assert_eq!(released.get(), 2);
         assert_eq!(host.failed_health_checks.get(), 1);
+        assert_eq!(host.told_connections.get(), 1, "told once per drain");
     }
 
     #[test]

@@ -14,6 +14,7 @@ use crate::engine::main_thread::{Engine, EngineHost, ShutdownRelease};
 use crate::engine::state::{NotWork, Shared};
 use crate::envoy_stats::admin::{self, AdminAddress, AdminCheck};
 use crate::envoy_stats::scan::{DrainTiming, EnvoyView, Pass, ScanSource, Scanner, StatSums};
+use crate::host::connection::ConnectionWakers;
 use crate::runtime::threads::Threads;
 use std::cell::RefCell;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
@@ -52,6 +53,8 @@ pub struct Env {
     pub threads: &'static Threads,
     /// Envoy's side of the extension.
     pub envoy: &'static dyn ExtensionHost,
+    /// The network filters' schedulers, which the drain start commits to (any thread).
+    pub connections: &'static dyn ConnectionWakers,
 }
 
 impl Env {
@@ -152,6 +155,23 @@ impl EngineHost for Host<'_> {
 
     fn envoy_request_stats(&self) -> EnvoyView {
         self.ext.envoy_view()
+    }
+
+    fn tell_connections(&self) {
+        let env = self.ext.env;
+        let c = &env.shared.connections;
+        let on_panic = move || env.count_module_error();
+        c.drain_started(env.threads, env.connections, on_panic);
+        if let Some(s) = env.shared.settings() {
+            c.moves_started(
+                env.threads,
+                env.connections,
+                on_panic,
+                &*env.shared.clock,
+                s.min_drain_duration,
+                s.drain_timeout,
+            );
+        }
     }
 
     fn fail_health_checks(&self) {

@@ -14,6 +14,11 @@ struct FakeEnvoy {
     gauges: Mutex<Vec<(Gauge, u64)>>,
 }
 
+/// No network filter is loaded in these tests: nothing to commit to.
+impl ConnectionWakers for FakeEnvoy {
+    fn commit(&self, _: usize, _: u64) {}
+}
+
 impl FakeEnvoy {
     fn timers(&self) -> Vec<Duration> {
         lock_or_recover(&self.timers).clone()
@@ -85,6 +90,7 @@ macro_rules! env {
             shared,
             threads,
             envoy,
+            connections: envoy,
         };
         (env, &**clock, envoy)
     }};

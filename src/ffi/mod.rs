@@ -175,18 +175,11 @@ pub(crate) fn threads() -> &'static Threads {
     })
 }
 
-/// Count a panic contained on a module thread (the module_errors figure).
-pub(crate) fn count_module_error() {
-    shared().counters.module_error();
-}
-
 /// Start setting the `active_requests` gauge (a config that counts requests was loaded).
 pub(crate) fn publish_active_requests() {
     static PUBLISHER: crate::engine::gauges::GaugePublisher =
         crate::engine::gauges::GaugePublisher::new();
-    PUBLISHER.start(threads(), shared(), |v| {
-        stats::set(crate::engine::state::Gauge::ActiveRequests, v)
-    });
+    PUBLISHER.start(threads(), shared(), &bootstrap::EnvoyExtension);
 }
 
 /// The process-wide drain state, wired to Envoy. The logic layers receive it as a parameter
@@ -202,26 +195,6 @@ pub(crate) fn shared() -> &'static Shared {
             Hosts {
                 wakers: &http::Schedulers,
                 extension: &bootstrap::EnvoyExtension,
-                connections_drain_started: || {
-                    let drained = || {
-                        matches!(
-                            shared().phase(),
-                            crate::engine::drain::Phase::Drained { .. }
-                        )
-                    };
-                    let c = &shared().connections;
-                    c.drain_started(threads(), count_module_error, drained);
-                    if let Some(s) = shared().settings() {
-                        c.moves_started(
-                            threads(),
-                            count_module_error,
-                            || shared().clock.nanos(),
-                            s.min_drain_duration,
-                            s.drain_timeout,
-                            drained,
-                        );
-                    }
-                },
             },
         )
     })

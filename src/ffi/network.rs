@@ -8,7 +8,7 @@ use super::envoy::{self, Hook, NetConnection, SliceIter};
 use super::{envoy_bytes, guard};
 use crate::config::NetworkFilterConfig;
 use crate::engine::state::EVENT_GO_AWAY;
-use crate::host::connection::ConnectionHost;
+use crate::host::connection::{ConnectionHost, ConnectionWakers};
 use crate::network_filter::{NetConfig, NetFilter};
 use std::os::raw::c_void;
 use std::ptr;
@@ -17,6 +17,16 @@ const STATUS_CONTINUE: u32 = 0;
 /// `envoy_dynamic_module_type_network_connection_event`: RemoteClose, LocalClose.
 const EVENT_REMOTE_CLOSE: u32 = 0;
 const EVENT_LOCAL_CLOSE: u32 = 1;
+
+/// The network filters' schedulers from any thread: what the drain side commits to (the
+/// extension is given it at load, `extension::Env`).
+pub(crate) struct Schedulers;
+
+impl ConnectionWakers for Schedulers {
+    fn commit(&self, scheduler: usize, event: u64) {
+        <NetConnection<'_> as ConnectionHost>::commit_scheduler(scheduler, event)
+    }
+}
 
 impl ConnectionHost for NetConnection<'_> {
     type Slices<'b> = SliceIter<'b>;

@@ -34,8 +34,8 @@ pub struct NetConfig {
 }
 
 impl NetConfig {
-    /// A listener's config was loaded: the drain side learns how to wake connections (`H`'s
-    /// scheduler commit) and this listener's grace; `publish_active_requests` starts the
+    /// A listener's config was loaded: the drain side learns that connections are followed, and
+    /// this listener's grace; `publish_active_requests` starts the
     /// in-flight gauge when this listener counts requests itself.
     pub fn load<H: ConnectionHost>(
         config: NetworkFilterConfig,
@@ -80,7 +80,7 @@ impl NetConfig {
                 );
             }
         }
-        c.install_commit(H::commit_scheduler);
+        c.note_loaded();
         c.note_config(settings);
         if track_requests {
             c.note_tracking();
@@ -297,7 +297,7 @@ impl NetFilter {
         }
         let edit = host.with_write_slices(|chunks| t.on_write_bytes(chunks, conn, shared, now));
         if t.tracker().tunnel() || t.sse_unnoticed() {
-            self.switched(conn, &mut t, shared);
+            self.switched::<H>(conn, &mut t, shared);
         }
         drop(t);
         // After the slices are released: the rewrite changes the buffer they described.
@@ -348,12 +348,12 @@ impl NetFilter {
     /// response that began after the drain started (no wake-up counted it) is woken now.
     #[cold]
     #[inline(never)]
-    fn switched(&self, conn: &Conn, t: &mut Tracking, shared: &Shared) {
+    fn switched<H: ConnectionHost>(&self, conn: &Conn, t: &mut Tracking, shared: &Shared) {
         let ll = &shared.connections.long_lived;
         // `note_switch` first: it counts a switch whatever the drain.
         let websocket = t.note_switch(shared) && ll.plan(conn.id).is_some();
         if websocket || (t.sse_unnoticed() && ll.drain_started()) {
-            self.wake_at(shared, 1);
+            self.wake_at::<H>(shared, 1);
         }
     }
 
@@ -389,16 +389,20 @@ impl NetFilter {
             log::debug!("graceful_drain: {what} {how} on connection {}", conn.id);
         }
         if let Some(at) = wake {
-            self.wake_at(shared, at);
+            self.wake_at::<H>(shared, at);
         }
     }
 
     /// Ask the moves thread to wake this connection at `at` (`Shared` clock nanos).
-    /// `at` 1: now, committed to the connection's own scheduler.
-    fn wake_at(&self, shared: &Shared, at: u64) {
+    /// `at` 1: now, committed to the connection's own scheduler (from its worker: its end was
+    /// written).
+    fn wake_at<H: ConnectionHost>(&self, shared: &Shared, at: u64) {
         if let Some(slot) = self.slot.get() {
             if at <= 1 {
-                shared.connections.wake_long_lived_now(slot);
+                // Committed without the table's lock held (`get` released it).
+                if let Some(w) = shared.connections.wakers.get(slot) {
+                    H::commit_scheduler(w.word(), crate::connections::EVENT_LONG_LIVED);
+                }
             } else {
                 shared.connections.wakers.wake_at(slot, at);
             }
@@ -482,7 +486,7 @@ impl NetFilter {
             }
         }
         if let Some(at) = wake {
-            self.wake_at(shared, at);
+            self.wake_at::<H>(shared, at);
         }
     }
 

@@ -44,7 +44,19 @@ struct FakeConnection {
     bytes: &'static [u8],
 }
 
+/// The fake connections' schedulers as the drain side reaches them: recorded as the hooks'
+/// own commits are.
+struct FakeSchedulers;
+
+impl crate::host::connection::ConnectionWakers for FakeSchedulers {
+    fn commit(&self, scheduler: usize, event: u64) {
+        FakeConnection::commit_scheduler(scheduler, event)
+    }
+}
+
 impl FakeConnection {
+    const WAKERS: FakeSchedulers = FakeSchedulers;
+
     /// In a hook that runs at `now`.
     fn new(bytes: &'static [u8], now: u64) -> FakeConnection {
         CLOCK.with(|c| c.set(now));
@@ -175,7 +187,10 @@ fn a_new_connection_gets_a_waker_which_its_destroy_deletes() {
     let f = open(&config, shared);
     assert_eq!(take_calls(), [Call::NewScheduler]);
     assert_eq!(shared.connections.wakers.len(), 1);
-    assert_eq!(shared.connections.wake_all(EVENT_DRAIN_STARTED), 1);
+    assert_eq!(
+        shared.connections.wake_all(&FakeConnection::WAKERS, EVENT_DRAIN_STARTED),
+        1
+    );
     assert_eq!(take_calls(), [Call::Commit(0x5c, EVENT_DRAIN_STARTED)]);
     f.on_destroy(shared);
     assert_eq!(take_calls(), [Call::DeleteScheduler(0x5c)]);

@@ -46,10 +46,6 @@ pub struct Hosts {
     pub wakers: &'static dyn Wakers,
     /// The bootstrap extension: the engine's kick and the module's stats (any thread).
     pub extension: &'static dyn ExtensionHost,
-    /// The drain started: tell idle connections (the network filter, through
-    /// [`Connections::drain_started`] on this state's `connections`; any thread). The seam the
-    /// connection host (`host::connection`, issue #45) takes over.
-    pub connections_drain_started: fn(),
 }
 
 /// Result of asking for a drain to start.
@@ -321,9 +317,9 @@ impl Shared {
             |w| self.commit(w, EVENT_GO_AWAY),
             |w| self.hosts.wakers.delete(w),
         );
-        // Tell idle keep-alive connections (network filter); after the wake-ups above, so on each
-        // worker the busy connections' HTTP filters act first.
-        (self.hosts.connections_drain_started)();
+        // Idle keep-alive connections are told by the engine's first evaluation of the drain
+        // (`EngineHost::tell_connections`, on Envoy's main thread), after the wake-ups above, so
+        // on each worker the busy connections' HTTP filters act first.
         self.hosts.extension.kick_engine();
         StartResult::Started
     }
@@ -375,6 +371,7 @@ impl Shared {
             Some(d) => d.poll(now, obs),
         };
         if let Decision::Completed(_) = decision {
+            self.connections.note_drained();
             self.waiters.complete(
                 |w| self.commit(w, EVENT_DRAIN_DONE),
                 |w| self.hosts.wakers.delete(w),

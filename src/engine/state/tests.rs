@@ -32,7 +32,6 @@ impl FakeEnvoy {
     pub(crate) const HOSTS: Hosts = Hosts {
         wakers: &FakeEnvoy,
         extension: &FakeEnvoy,
-        connections_drain_started: || {},
     };
 }
 
