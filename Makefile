@@ -3,7 +3,7 @@ SHELL := /bin/bash
 
 # The Envoy to run and test against: `make test ENVOY_VERSION=1.39.3` (also `run`). Default: the
 # version pinned in scripts/install-envoy.sh. The module is one build for every supported Envoy
-# (src/envoy_stats/compat.rs): the version only picks the Envoy binary.
+# (src/host/envoy_release.rs): the version only picks the Envoy binary.
 ENVOY_VERSION ?= $(shell sed -n 's/^ENVOY_VERSION=//p' scripts/install-envoy.sh)
 SUPPORTED_ENVOY_VERSIONS := $(shell scripts/install-envoy.sh --supported)
 minor_of = $(word 1,$(subst ., ,$(1))).$(word 2,$(subst ., ,$(1)))

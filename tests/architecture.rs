@@ -240,7 +240,7 @@ fn a_planted_upward_import_is_found() {
     std::fs::write(dir.join("engine/mod.rs"), "use crate::counting::Ticket;\n").unwrap();
     std::fs::write(
         dir.join("counting/table.rs"),
-        "use crate::engine::state::Shared;\n",
+        "use crate::engine::shared::Shared;\n",
     )
     .unwrap();
     let modules = modules_under(&dir);

@@ -39,13 +39,15 @@
 //!
 //! Files: [`machine`] the per-connection state machine ([`Conn`]); [`first_stream`] the HTTP/2
 //! client's frames until its first stream; [`index`] the worker's map by connection id and the
-//! HTTP filter's [`StreamMark`]; [`wakers`] the scheduler table; [`grace`] the process's
-//! [`Connections`] and the grace thread; `cross_check` the test-only cross-check.
+//! HTTP filter's [`StreamMark`]; [`wakers`] the scheduler table; [`connections`](self::connections)
+//! the process's [`Connections`] and the grace thread; `cross_check` the test-only cross-check.
 
 #[cfg(feature = "cross-check")]
 mod cross_check;
 pub mod first_stream;
-pub mod grace;
+// Named after the type it holds (`connections::connections::Connections`).
+#[allow(clippy::module_inception)]
+pub mod connections;
 pub mod index;
 pub mod long_lived;
 pub mod machine;
@@ -55,7 +57,7 @@ pub use crate::exchange::GoAwayGate;
 #[cfg(feature = "cross-check")]
 pub use cross_check::{cross_check_tallies, CROSS_CHECKS};
 pub use first_stream::FirstStream;
-pub use grace::Connections;
+pub use self::connections::Connections;
 pub use index::{register, stream_ended, unregister, StreamMark};
 pub use long_lived::{LongLived, LongLivedReport, MovePlan};
 pub use machine::Conn;

@@ -1,9 +1,9 @@
 //! The `active_requests` gauge, set from the in-flight table by a module thread every
 //! [`GAUGE_PERIOD`] rather than moved by each request: two calls into Envoy per request saved
-//! (about 80 instructions). The gauge is the bootstrap extension's (`crate::engine::state::Gauge`), so one
+//! (about 80 instructions). The gauge is the bootstrap extension's (`crate::engine::shared::Gauge`), so one
 //! thread serves every listener.
 
-use crate::engine::state::{Gauge, Shared};
+use crate::engine::shared::{Gauge, Shared};
 use crate::host::extension::ExtensionHost;
 use crate::runtime::threads::Threads;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -66,7 +66,7 @@ impl Default for GaugePublisher {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::state::tests::fixture;
+    use crate::engine::shared::tests::fixture;
     use std::sync::atomic::{AtomicU64, AtomicUsize};
     use std::time::Instant;
 
@@ -77,7 +77,7 @@ mod tests {
     impl ExtensionHost for Recorder {
         fn to_main_thread(&self, _: u64) {}
         fn arm_timer(&self, _: Duration) {}
-        fn count(&self, _: crate::engine::state::Stat) {}
+        fn count(&self, _: crate::engine::shared::Stat) {}
         fn set_gauge(&self, gauge: Gauge, v: u64) {
             assert_eq!(gauge, Gauge::ActiveRequests);
             SET_TO.store(v, Ordering::SeqCst);

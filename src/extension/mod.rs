@@ -10,8 +10,8 @@
 use crate::config::BootstrapConfig;
 use crate::counting::Counts;
 use crate::engine::drain::{Phase, IN_FLIGHT_RECHECK};
-use crate::engine::main_thread::{Engine, EngineHost, ShutdownRelease};
-use crate::engine::state::{NotWork, Shared};
+use crate::engine::engine::{Engine, EngineHost, ShutdownRelease};
+use crate::engine::shared::{NotWork, Shared};
 use crate::envoy_stats::admin::{self, AdminAddress, AdminCheck};
 use crate::envoy_stats::scan::{DrainTiming, EnvoyView, Pass, ScanSource, Scanner, StatSums};
 use crate::host::connection::ConnectionWakers;
@@ -36,7 +36,7 @@ const ADMIN_CALL_TIMEOUT: Duration = Duration::from_secs(2);
 /// warns (the admin may still be coming up when the server is initialized).
 const ADMIN_CHECK_ATTEMPTS: u32 = 3;
 
-pub use crate::engine::state::Gauge;
+pub use crate::engine::shared::Gauge;
 
 /// Envoy's stats store, read on the scanner thread.
 pub trait StatsSource: Send + Sync + 'static {
@@ -255,7 +255,7 @@ impl Extension {
             cfg.lifecycle_log_level,
             "graceful_drain: drain engine loaded (graceful_drain {}, Envoy {}; \
              min_drain_duration={:?}, quiet_period={:?}, drain_timeout={:?})",
-            crate::envoy_stats::compat::MODULE_VERSION,
+            crate::host::envoy_release::MODULE_VERSION,
             env.shared.envoy_minor().unwrap_or("unknown"),
             cfg.drain.min_drain_duration,
             cfg.drain.quiet_period,

@@ -6,7 +6,7 @@
 use super::abi::{self, Buffer, EnvoyPtr, HttpHeader};
 use super::envoy::{self, Hook, HttpStream};
 use super::{envoy_bytes, guard, with_object};
-use crate::engine::state::{Protocol, Shared};
+use crate::engine::shared::{Protocol, Shared};
 use crate::host::stream::Wakers;
 use crate::http_filter::lifecycle::{self, Filter, Hooked, StreamConfig};
 use crate::http_filter::{HeadersAction, StreamHost, StreamSink, INTERNAL_ERROR};
@@ -501,7 +501,7 @@ mod tests {
         );
         // In flight: a wake reaches it (it asks Envoy about its connection and protocol).
         take_calls();
-        wake_stream(fm as usize, crate::engine::state::EVENT_GO_AWAY);
+        wake_stream(fm as usize, crate::engine::shared::EVENT_GO_AWAY);
         let awake = take_calls();
         assert!(!awake.is_empty(), "a live stream is woken: {awake:?}");
         // Done: the same wake makes no call at all.
@@ -509,7 +509,7 @@ mod tests {
         envoy_dynamic_module_on_http_filter_request_headers(fe, fm2, true);
         envoy_dynamic_module_on_http_filter_stream_complete(fe, fm2);
         take_calls();
-        wake_stream(fm2 as usize, crate::engine::state::EVENT_GO_AWAY);
+        wake_stream(fm2 as usize, crate::engine::shared::EVENT_GO_AWAY);
         assert_eq!(
             take_calls(),
             Vec::<&str>::new(),

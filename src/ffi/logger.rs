@@ -87,7 +87,7 @@ pub(super) fn install() {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::envoy_stats::compat::EnvoyGeneration;
+    use crate::host::envoy_release::EnvoyGeneration;
     use crate::ffi::abi::{
         pretend_generation, reset_fake, script, take_calls, take_calls_with_args, Arg, Call,
     };

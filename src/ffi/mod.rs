@@ -42,7 +42,7 @@ mod logger;
 pub mod network;
 mod stats;
 
-use crate::engine::state::{Hosts, Shared};
+use crate::engine::shared::{Hosts, Shared};
 use crate::runtime::clock::Clock;
 use crate::runtime::threads::{GateFaults, Threads};
 use abi::Buffer;
@@ -214,7 +214,7 @@ pub extern "C" fn envoy_dynamic_module_on_program_init() -> *const c_char {
         let Some(standing) = abi::standing() else {
             return std::ptr::null();
         };
-        let line = crate::envoy_stats::compat::loaded_line(abi::generation(), standing);
+        let line = crate::host::envoy_release::loaded_line(abi::generation(), standing);
         // The one line that says an untested Envoy (with its release and the surface); the
         // status, the stat `envoy_untested` and an alert say it too.
         if standing.untested.is_some() {

@@ -7,7 +7,7 @@ use super::abi::{Buffer, EnvoyPtr};
 use super::envoy::{self, Hook, NetConnection, SliceIter};
 use super::{envoy_bytes, guard};
 use crate::config::NetworkFilterConfig;
-use crate::engine::state::EVENT_GO_AWAY;
+use crate::engine::shared::EVENT_GO_AWAY;
 use crate::host::connection::{ConnectionHost, ConnectionWakers};
 use crate::network_filter::{NetConfig, NetFilter};
 use std::os::raw::c_void;

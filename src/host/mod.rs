@@ -1,6 +1,6 @@
 //! How the module reaches Envoy: one host trait per Envoy object, written in Envoy's terms and
 //! nothing else. The policy code ([`crate::http_filter`], [`crate::network_filter`],
-//! [`crate::extension`], [`crate::engine::state`]) is written against these traits; the FFI seam
+//! [`crate::extension`], [`crate::engine::shared`]) is written against these traits; the FFI seam
 //! implements them over Envoy's callbacks, and the unit tests implement them with fakes. May use:
 //! nothing of the crate but plain types (a host trait never names the state it serves, so every
 //! layer can use it).
@@ -14,5 +14,6 @@
 //! keeps is a `&'static dyn` host, one indirect call as the fn pointers it replaced.
 
 pub mod connection;
+pub mod envoy_release;
 pub mod extension;
 pub mod stream;

@@ -7,7 +7,7 @@
 
 use super::{HeadersAction, Stream, StreamHost, StreamSink};
 use crate::config::{DrainToken, FilterConfig, Role};
-use crate::engine::state::Shared;
+use crate::engine::shared::Shared;
 use std::cell::{Cell, RefCell};
 use std::mem::ManuallyDrop;
 use std::panic::{catch_unwind, AssertUnwindSafe};

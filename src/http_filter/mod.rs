@@ -13,7 +13,7 @@
 use crate::config::{DrainToken, Role};
 use crate::counting::Ticket;
 use crate::engine::drain::Trigger;
-use crate::engine::state::{Shared, StartResult, Wait, Waker, EVENT_DRAIN_DONE, EVENT_GO_AWAY};
+use crate::engine::shared::{Shared, StartResult, Wait, Waker, EVENT_DRAIN_DONE, EVENT_GO_AWAY};
 use crate::http_filter::control::{route, Route};
 use std::sync::Arc;
 
@@ -452,7 +452,7 @@ impl ControlStream {
     /// Answer the request: its count as not work ends first, so it always ends inside Envoy's
     /// own count of the stream (which Envoy ends when the stream completes, before the filters
     /// hear of it: a stats pass must never take off a request Envoy no longer counts;
-    /// `crate::engine::state::NotWork::within`).
+    /// `crate::engine::shared::NotWork::within`).
     fn respond(
         &mut self,
         host: &impl StreamHost,

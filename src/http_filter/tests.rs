@@ -1,8 +1,8 @@
 //! The per-request glue against a fake stream host.
 
 use super::*;
-use crate::engine::state::tests::{commits, counted, fast, fixture, Fixture};
-use crate::engine::state::Protocol;
+use crate::engine::shared::tests::{commits, counted, fast, fixture, Fixture};
+use crate::engine::shared::Protocol;
 use std::cell::{Cell, RefCell};
 use std::time::Duration;
 
@@ -407,7 +407,7 @@ fn a_waiting_drain_is_answered_at_completion() {
     assert!(host.responses.borrow().is_empty(), "waits");
     assert!(shared.is_draining());
     clock.advance(Duration::from_secs(1));
-    shared.poll(crate::engine::state::EnvoyObservation::Unused);
+    shared.poll(crate::engine::shared::EnvoyObservation::Unused);
     assert!(commits().contains(&(0x1010, EVENT_DRAIN_DONE)));
     s.on_scheduled(&host, &shared, EVENT_DRAIN_DONE);
     assert_eq!(host.status(), Some(200));
@@ -432,7 +432,7 @@ fn a_client_giving_up_on_drain_unregisters_before_its_waker_is_destroyed() {
     s.on_request_headers(&host, &shared, true);
     s.finish(&host, &shared);
     clock.advance(Duration::from_secs(1));
-    shared.poll(crate::engine::state::EnvoyObservation::Unused);
+    shared.poll(crate::engine::shared::EnvoyObservation::Unused);
     assert!(
         commits().iter().all(|(_, e)| *e != EVENT_DRAIN_DONE),
         "a destroyed waker was woken: {:?}",
@@ -649,7 +649,7 @@ fn readiness_keeps_answering_ready_during_the_configured_delay() {
 /// pause. The control endpoints still answer. The same steps on the full surface do act.
 #[test]
 fn stepped_back_data_streams_ask_nothing_of_envoy_and_the_control_endpoints_still_answer() {
-    use crate::envoy_stats::compat::{release_verdict, OnUntested};
+    use crate::host::envoy_release::{release_verdict, OnUntested};
     use crate::http_filter::lifecycle::{release, Filter, FreeList, StreamConfig};
     for (policy, stepped_back) in [(OnUntested::Reduced, true), (OnUntested::Full, false)] {
         let Fixture { shared, .. } = fixture(Some(fast()));
@@ -686,8 +686,8 @@ fn stepped_back_data_streams_ask_nothing_of_envoy_and_the_control_endpoints_stil
             assert!(
                 counted().iter().all(|s| !matches!(
                     s,
-                    crate::engine::state::Stat::SentAway(_)
-                        | crate::engine::state::Stat::ServedWhileDraining
+                    crate::engine::shared::Stat::SentAway(_)
+                        | crate::engine::shared::Stat::ServedWhileDraining
                 )),
                 "nothing counted: {:?}",
                 counted()

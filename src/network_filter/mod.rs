@@ -5,7 +5,7 @@
 //! destroy releases. The FFI seam (`src/ffi/network.rs`) only converts and calls these, one call per hook.
 //!
 //! Uses [`crate::connections`] (the state machine that decides), [`crate::tracking`] (the
-//! exchange tracker, connection mode), [`crate::engine::state`] (the shared drain state, passed in) and
+//! exchange tracker, connection mode), [`crate::engine::shared`] (the shared drain state, passed in) and
 //! [`crate::host::connection`]. The decisions stay returned values ([`Action`], tested on their
 //! own in `connections`); this file applies them through the host.
 
@@ -13,7 +13,7 @@ use crate::config::NetworkFilterConfig;
 use crate::connections::{
     Action, Conn, ConnSettings, FirstStream, GoAwayGate, Waker, WakerSlot, GOAWAY_NO_ERROR,
 };
-use crate::engine::state::{Protocol, Shared, Stat};
+use crate::engine::shared::{Protocol, Shared, Stat};
 use crate::host::connection::ConnectionHost;
 use crate::tracking::{Tracking, WsWake, WsWrite};
 use std::cell::{Cell, OnceCell, RefCell};

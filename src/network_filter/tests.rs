@@ -3,7 +3,7 @@
 
 use super::*;
 use crate::connections::{EVENT_CONFIRM_CLOSE, EVENT_DRAIN_STARTED};
-use crate::engine::state::tests::{counted, fixture};
+use crate::engine::shared::tests::{counted, fixture};
 use std::time::Duration;
 
 std::thread_local! {
@@ -290,7 +290,7 @@ fn nothing_is_done_to_a_connection_no_longer_open_or_closed() {
 /// scheduler, no GOAWAY, no close, no edit of a write. The same steps on the full surface do.
 #[test]
 fn a_stepped_back_filter_passes_every_byte_and_asks_nothing_of_its_connection() {
-    use crate::envoy_stats::compat::{release_verdict, EnvoyRelease, OnUntested};
+    use crate::host::envoy_release::{release_verdict, EnvoyRelease, OnUntested};
     let newer = Some(EnvoyRelease {
         minor: 41,
         patch: 0,

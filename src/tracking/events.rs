@@ -5,7 +5,7 @@
 use super::*;
 use crate::connections::Conn;
 use crate::counting::Ticket;
-use crate::engine::state::Shared;
+use crate::engine::shared::Shared;
 use crate::exchange::Event;
 
 impl Tracking {
@@ -46,7 +46,7 @@ impl Tracking {
             .give_back(counted, || self.end_all(conn, shared));
         shared
             .counters
-            .count(crate::engine::state::Stat::ConnectionsUntracked);
+            .count(crate::engine::shared::Stat::ConnectionsUntracked);
         if self.shadow {
             conn.cross_check_event(None);
             log::info!(
@@ -135,7 +135,7 @@ pub(super) fn on_event(
                 // did it, with the response that just ended.
                 if t.protocol() == Protocol::Http1 && t.will_close() && shared.is_draining() {
                     fed.sent_away_http1 |= shared
-                        .send_away_once(Some(conn.id), || crate::engine::state::Protocol::Http1)
+                        .send_away_once(Some(conn.id), || crate::engine::shared::Protocol::Http1)
                         .is_some();
                 }
             }

@@ -4,9 +4,9 @@
 use super::*;
 use crate::connections::Conn;
 use crate::engine::drain::Trigger;
-use crate::engine::state::tests::{counted, fast, fixture};
-use crate::engine::state::Shared;
-use crate::engine::state::Stat;
+use crate::engine::shared::tests::{counted, fast, fixture};
+use crate::engine::shared::Shared;
+use crate::engine::shared::Stat;
 
 const GET: &[u8] = b"GET /a HTTP/1.1\r\nhost: x\r\n\r\n";
 const PROBE: &[u8] = b"GET /healthz HTTP/1.1\r\nhost: x\r\nuser-agent: kube-probe/1.31\r\n\r\n";
@@ -31,7 +31,7 @@ fn write(t: &mut Tracking, bytes: &[u8], conn: &Conn, shared: &Shared) -> Fed {
 #[test]
 fn a_head_on_its_way_holds_the_drain_from_its_first_byte() {
     use crate::engine::drain::Decision;
-    use crate::engine::state::EnvoyObservation;
+    use crate::engine::shared::EnvoyObservation;
     let f = fixture(Some(fast()));
     let conn = Conn::new(1);
     let mut t = Tracking::new();

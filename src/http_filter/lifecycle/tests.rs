@@ -2,8 +2,8 @@
 //! standing for Envoy re-entering the filter from inside one of its hooks.
 
 use super::*;
-use crate::engine::state::tests::{counted, fast, fixture, Fixture};
-use crate::engine::state::{Stat, EVENT_GO_AWAY};
+use crate::engine::shared::tests::{counted, fast, fixture, Fixture};
+use crate::engine::shared::{Stat, EVENT_GO_AWAY};
 use crate::http_filter::tests::FakeHost;
 
 fn config(json: &[u8]) -> StreamConfig {

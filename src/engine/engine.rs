@@ -4,7 +4,7 @@
 //! when the drain completes. Thin: every decision comes from [`crate::engine::drain`].
 
 use crate::engine::drain::{Decision, Observation, Phase, Trigger, IN_FLIGHT_RECHECK};
-use crate::engine::state::{EnvoyObservation, Shared, StartResult, Stat};
+use crate::engine::shared::{EnvoyObservation, Shared, StartResult, Stat};
 use crate::envoy_stats::scan::EnvoyView;
 use std::time::{Duration, Instant};
 
@@ -335,7 +335,7 @@ pub const ADMIN_STATUS_PATH: &[u8] = b"/graceful_drain/status";
 mod tests {
     use super::*;
     use crate::config::DrainSettings;
-    use crate::engine::state::tests::{counted, fixture};
+    use crate::engine::shared::tests::{counted, fixture};
     use crate::envoy_stats::scan::EnvoyRequestStats;
     use crate::runtime::clock::Clock;
     use std::cell::{Cell, RefCell};

@@ -389,7 +389,7 @@ fn status_json_has_the_documented_fields() {
     assert_eq!(v["module_version"], env!("CARGO_PKG_VERSION"));
     assert!(v["envoy"].is_null(), "no Envoy here: {v}");
     f.shared
-        .set_envoy(crate::envoy_stats::compat::EnvoyGeneration::V1_38);
+        .set_envoy(crate::host::envoy_release::EnvoyGeneration::V1_38);
     let v: serde_json::Value = serde_json::from_str(&f.shared.status().to_json()).unwrap();
     assert_eq!(v["envoy"], "1.38");
     assert_eq!(
@@ -404,7 +404,7 @@ fn status_json_has_the_documented_fields() {
 /// the surface.
 #[test]
 fn the_status_says_the_release_whether_it_is_untested_and_the_surface() {
-    use crate::envoy_stats::compat::{release_verdict, EnvoyRelease, OnUntested};
+    use crate::host::envoy_release::{release_verdict, EnvoyRelease, OnUntested};
     let release = |minor| {
         Some(EnvoyRelease {
             minor,

@@ -12,7 +12,7 @@ use crate::config::{DrainSettings, RequestPolicy};
 use crate::connections::{Connections, StreamMark};
 use crate::counting::{Lane, Registry, ReservedSlot, Ticket};
 use crate::engine::drain::{Decision, Drain, Observation, Phase, Trigger};
-use crate::envoy_stats::compat::{Standing, Surface};
+use crate::host::envoy_release::{Standing, Surface};
 use crate::host::extension::ExtensionHost;
 pub use crate::host::extension::{Gauge, Stat};
 use crate::host::stream::Wakers;
@@ -83,7 +83,7 @@ pub struct Shared {
     /// itself, exactly, and Envoy's stats are only a cross-check for other listeners.
     data_filter_loaded: AtomicBool,
     /// The Envoy the module was loaded into (set once, at program init).
-    envoy: OnceLock<crate::envoy_stats::compat::EnvoyGeneration>,
+    envoy: OnceLock<crate::host::envoy_release::EnvoyGeneration>,
     /// Where the module stands there: release, tested or not, surface (set once, at program
     /// init; unset in unit tests and outside Envoy: the full surface).
     standing: OnceLock<Standing>,
@@ -118,7 +118,7 @@ impl Shared {
     }
 
     /// The Envoy generation the module was loaded into (program init; once).
-    pub fn set_envoy(&self, found: crate::envoy_stats::compat::EnvoyGeneration) {
+    pub fn set_envoy(&self, found: crate::host::envoy_release::EnvoyGeneration) {
         let _ = self.envoy.set(found);
     }
 
@@ -416,7 +416,7 @@ impl Shared {
         let table = self.requests.footprint();
         let (not_work_started, _) = c.not_work();
         Status {
-            module_version: crate::envoy_stats::compat::MODULE_VERSION,
+            module_version: crate::host::envoy_release::MODULE_VERSION,
             envoy: self.envoy_minor(),
             envoy_release: self
                 .standing
