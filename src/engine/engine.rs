@@ -4,7 +4,7 @@
 //! when the drain completes. Thin: every decision comes from [`crate::engine::drain`].
 
 use crate::engine::drain::{Decision, Observation, Phase, Trigger, IN_FLIGHT_RECHECK};
-use crate::engine::shared::{EnvoyObservation, Shared, StartResult, Stat};
+use crate::engine::shared::{EnvoyObservation, Hosts, Shared, StartResult, Stat};
 use crate::envoy_stats::scan::EnvoyView;
 use std::time::{Duration, Instant};
 
@@ -25,6 +25,9 @@ pub trait EngineHost {
     /// grace and moves threads started; `crate::connections::Connections::drain_started`).
     /// Called once per drain, at its first evaluation.
     fn tell_connections(&self);
+    /// The Envoy objects the drain's start and completion reach (streams' wakers, the
+    /// extension's kick).
+    fn hosts(&self) -> Hosts<'_>;
 }
 
 /// Envoy's permission to exit, given exactly once: by [`ShutdownRelease::release`], or, if it is
@@ -135,7 +138,7 @@ impl Engine {
         if crate::runtime::faults::active("shutdown_panic") {
             panic!("test fault: shutdown_panic");
         }
-        shared.start_drain(Trigger::Sigterm);
+        shared.start_drain(host.hosts(), Trigger::Sigterm);
         self.evaluate(host, shared)
     }
 
@@ -151,7 +154,7 @@ impl Engine {
         host: &impl EngineHost,
         shared: &Shared,
     ) -> Option<ShutdownRelease> {
-        shared.start_drain(Trigger::DrainListeners);
+        shared.start_drain(host.hosts(), Trigger::DrainListeners);
         self.evaluate(host, shared)
     }
 
@@ -168,7 +171,7 @@ impl Engine {
         match (method, path) {
             (b"POST", ADMIN_DRAIN_PATH) => {
                 // Idempotent: a second call reports the drain already under way.
-                if shared.start_drain(Trigger::Admin) == StartResult::NoEngine {
+                if shared.start_drain(host.hosts(), Trigger::Admin) == StartResult::NoEngine {
                     return (503, "graceful_drain engine not installed\n".into(), None);
                 }
                 let release = self.evaluate(host, shared);
@@ -196,7 +199,7 @@ impl Engine {
         } else {
             EnvoyObservation::Unused
         };
-        let decision = shared.poll(envoy);
+        let decision = shared.poll(host.hosts(), envoy);
         let phase = shared.phase();
         if !self.start_reported {
             if let Phase::Draining { trigger, .. } | Phase::Drained { trigger, .. } = phase {
@@ -372,6 +375,9 @@ mod tests {
         }
         fn tell_connections(&self) {
             self.told_connections.set(self.told_connections.get() + 1);
+        }
+        fn hosts(&self) -> Hosts<'_> {
+            crate::engine::shared::tests::FakeEnvoy::HOSTS
         }
     }
 

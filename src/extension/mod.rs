@@ -15,6 +15,8 @@ use crate::engine::shared::{NotWork, Shared};
 use crate::envoy_stats::admin::{self, AdminAddress, AdminCheck};
 use crate::envoy_stats::scan::{DrainTiming, EnvoyView, Pass, ScanSource, Scanner, StatSums};
 use crate::host::connection::ConnectionWakers;
+use crate::host::stream::Wakers;
+use crate::host::Hosts;
 use crate::runtime::threads::Threads;
 use std::cell::RefCell;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
@@ -55,6 +57,9 @@ pub struct Env {
     pub envoy: &'static dyn ExtensionHost,
     /// The network filters' schedulers, which the drain start commits to (any thread).
     pub connections: &'static dyn ConnectionWakers,
+    /// The HTTP filters' schedulers (streams' wakers), which the drain start and completion
+    /// commit to (any thread).
+    pub streams: &'static dyn Wakers,
 }
 
 impl Env {
@@ -155,6 +160,13 @@ impl EngineHost for Host<'_> {
 
     fn envoy_request_stats(&self) -> EnvoyView {
         self.ext.envoy_view()
+    }
+
+    fn hosts(&self) -> Hosts<'_> {
+        Hosts {
+            streams: self.ext.env.streams,
+            extension: self.envoy,
+        }
     }
 
     fn tell_connections(&self) {

@@ -91,6 +91,7 @@ macro_rules! env {
             threads,
             envoy,
             connections: envoy,
+            streams: &crate::engine::shared::tests::FakeEnvoy,
         };
         (env, &**clock, envoy)
     }};

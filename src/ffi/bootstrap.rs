@@ -169,6 +169,7 @@ pub extern "C" fn envoy_dynamic_module_on_bootstrap_extension_config_new(
             threads: super::threads(),
             envoy: &EnvoyExtension,
             connections: &super::network::Schedulers,
+            streams: &super::http::Schedulers,
         };
         // SAFETY: Envoy's config bytes are valid for this call.
         let ext = Extension::load(unsafe { envoy_bytes(config) }, env, timer.is_some())?;

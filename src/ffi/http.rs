@@ -8,6 +8,7 @@ use super::envoy::{self, Hook, HttpStream};
 use super::{envoy_bytes, guard, with_object};
 use crate::engine::shared::{Protocol, Shared};
 use crate::host::stream::Wakers;
+use crate::host::Hosts;
 use crate::http_filter::lifecycle::{self, Filter, Hooked, StreamConfig};
 use crate::http_filter::{HeadersAction, StreamHost, StreamSink, INTERNAL_ERROR};
 use std::os::raw::c_void;
@@ -118,6 +119,13 @@ impl StreamHost for EnvoyStream<'_> {
 
     fn wake(&self, waker: usize, event: u64) -> bool {
         commit_scheduler(waker, event)
+    }
+
+    fn hosts(&self) -> Hosts<'_> {
+        Hosts {
+            streams: &Schedulers,
+            extension: &super::bootstrap::EnvoyExtension,
+        }
     }
 }
 

@@ -42,7 +42,7 @@ mod logger;
 pub mod network;
 mod stats;
 
-use crate::engine::shared::{Hosts, Shared};
+use crate::engine::shared::Shared;
 use crate::runtime::clock::Clock;
 use crate::runtime::threads::{GateFaults, Threads};
 use abi::Buffer;
@@ -192,10 +192,7 @@ pub(crate) fn shared() -> &'static Shared {
                 epoch: Instant::now(),
                 coarse_epoch: coarse_monotonic_nanos(),
             }),
-            Hosts {
-                wakers: &http::Schedulers,
-                extension: &bootstrap::EnvoyExtension,
-            },
+            &bootstrap::EnvoyExtension,
         )
     })
 }

@@ -10,10 +10,29 @@
 //! - [`extension`]: the bootstrap extension (its timer, the hop to the main thread, the module's
 //!   stats) and the stats store behind it.
 //!
-//! Cost: the request path calls a host through a generic (static dispatch); what the shared state
-//! keeps is a `&'static dyn` host, one indirect call as the fn pointers it replaced.
+//! Each is passed into the call that needs it, the way Envoy's own Rust SDK hands a filter its
+//! `&mut impl EnvoyHttpFilter`: a hook's host is a parameter of the policy code's method; what a
+//! drain's start and completion reach on other threads' objects ([`Hosts`]) is a parameter of
+//! `Shared::start_drain` and `Shared::poll`. The shared state keeps none, but the module's own
+//! stats (`Counters`, through [`extension::ExtensionHost::count`]).
+//!
+//! Cost: the request path calls a host through a generic (static dispatch); a drain's start and
+//! completion make one indirect call per waker through [`Hosts`].
+//!
+//! Beside them, [`envoy_release`]: which Envoy hosts the module (its ABI generation and
+//! release) and what the module gives there.
 
 pub mod connection;
 pub mod envoy_release;
 pub mod extension;
 pub mod stream;
+
+/// The Envoy objects a drain's start and its completion reach beyond the caller's own hook: the
+/// streams' wakers (every in-flight request's HTTP filter scheduler, any thread) and the
+/// bootstrap extension (the engine's kick). Passed into the call, never kept: the engine's host
+/// and an HTTP stream's host each give it ([`stream::StreamHost::hosts`]).
+#[derive(Clone, Copy)]
+pub struct Hosts<'a> {
+    pub streams: &'a dyn stream::Wakers,
+    pub extension: &'a dyn extension::ExtensionHost,
+}

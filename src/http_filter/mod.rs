@@ -359,7 +359,7 @@ impl ControlStream {
             }
             Route::Status => self.respond(host, shared, 200, &[JSON], &status_body(shared)),
             Route::Drain { .. } if !self.authorized(host, shared) => {}
-            Route::Drain { wait } => match shared.start_drain(Trigger::ControlEndpoint) {
+            Route::Drain { wait } => match shared.start_drain(host.hosts(), Trigger::ControlEndpoint) {
                 StartResult::NoEngine => self.respond(
                     host,
                     shared,

@@ -4,7 +4,7 @@
 use super::*;
 use crate::connections::Conn;
 use crate::engine::drain::Trigger;
-use crate::engine::shared::tests::{counted, fast, fixture};
+use crate::engine::shared::tests::{counted, fast, fixture, HOSTS};
 use crate::engine::shared::Shared;
 use crate::engine::shared::Stat;
 
@@ -35,7 +35,7 @@ fn a_head_on_its_way_holds_the_drain_from_its_first_byte() {
     let f = fixture(Some(fast()));
     let conn = Conn::new(1);
     let mut t = Tracking::new();
-    f.shared.start_drain(Trigger::Admin);
+    f.shared.start_drain(HOSTS, Trigger::Admin);
     f.clock.advance(std::time::Duration::from_millis(100));
     read(&mut t, &[b"GET /a HT"], &conn, &f.shared);
     assert_eq!(f.shared.connections.partial_heads(), 1);
@@ -45,7 +45,7 @@ fn a_head_on_its_way_holds_the_drain_from_its_first_byte() {
         "no ticket before the head ends"
     );
     assert!(
-        matches!(f.shared.poll(EnvoyObservation::Unused), Decision::PollAt(_)),
+        matches!(f.shared.poll(HOSTS, EnvoyObservation::Unused), Decision::PollAt(_)),
         "the drain holds"
     );
     read(&mut t, &[b"TP/1.1\r\nhost: x\r\n\r\n"], &conn, &f.shared);
@@ -59,7 +59,7 @@ fn a_head_on_its_way_holds_the_drain_from_its_first_byte() {
     assert_eq!(f.shared.connections.partial_heads(), 0);
     f.clock.advance(std::time::Duration::from_millis(100));
     assert!(matches!(
-        f.shared.poll(EnvoyObservation::Unused),
+        f.shared.poll(HOSTS, EnvoyObservation::Unused),
         Decision::Completed(_)
     ));
     // A lost connection keeps its head counted until it closes. (The head begins after the
@@ -261,7 +261,7 @@ fn during_a_drain_health_checks_keep_the_connection_busy_but_are_not_work() {
         health_check_paths: vec!["/healthz".into()],
         ..Default::default()
     });
-    f.shared.start_drain(Trigger::Admin);
+    f.shared.start_drain(HOSTS, Trigger::Admin);
     let conn = Conn::new(1);
     let mut t = Tracking::new();
     let fed = read(&mut t, &[PROBE], &conn, &f.shared);
@@ -288,7 +288,7 @@ fn a_checker_s_user_agent_alone_never_makes_a_health_check() {
             health_check_paths: paths.clone(),
             ..Default::default()
         });
-        f.shared.start_drain(Trigger::Admin);
+        f.shared.start_drain(HOSTS, Trigger::Admin);
         let conn = Conn::new(1);
         let mut t = Tracking::new();
         let fed = read(&mut t, &[LONG_PROBE], &conn, &f.shared);
@@ -432,7 +432,7 @@ const CLOSING: &[u8] = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: clo
 #[test]
 fn requests_pipelined_at_a_drain_are_held_back_behind_the_close() {
     let f = fixture(Some(fast()));
-    f.shared.start_drain(Trigger::Admin);
+    f.shared.start_drain(HOSTS, Trigger::Admin);
     let conn = Conn::new(1);
     let mut t = Tracking::new();
     let three = [GET, GET, GET].concat();
@@ -473,7 +473,7 @@ fn requests_pipelined_at_a_drain_are_held_back_behind_the_close() {
 #[test]
 fn more_pipelined_requests_than_ends_remembered_are_held_back_too() {
     let f = fixture(Some(fast()));
-    f.shared.start_drain(Trigger::Admin);
+    f.shared.start_drain(HOSTS, Trigger::Admin);
     for n in [2, 4, 5, 9] {
         let conn = Conn::new(n as u64);
         let mut t = Tracking::new();
@@ -496,7 +496,7 @@ fn more_pipelined_requests_than_ends_remembered_are_held_back_too() {
 #[test]
 fn envoys_close_in_a_later_slice_of_the_head_is_not_doubled() {
     let f = fixture(Some(fast()));
-    f.shared.start_drain(Trigger::Admin);
+    f.shared.start_drain(HOSTS, Trigger::Admin);
     let conn = Conn::new(1);
     let mut t = Tracking::new();
     read(&mut t, &[GET], &conn, &f.shared);
@@ -528,7 +528,7 @@ connection: upgrade\r\nsec-websocket-key: dGhlIHNhbXBsZSBub25jZQ==\r\n\
 sec-websocket-version: 13\r\n\r\n";
     for behind in [connect, upgrade] {
         let f = fixture(Some(fast()));
-        f.shared.start_drain(Trigger::Admin);
+        f.shared.start_drain(HOSTS, Trigger::Admin);
         let conn = Conn::new(1);
         let mut t = Tracking::new();
         let fed = read(&mut t, &[&[GET, behind].concat()], &conn, &f.shared);
@@ -563,7 +563,7 @@ fn the_close_goes_on_the_first_response_not_begun() {
         fed.hold_from, None,
         "not draining: Envoy serves them in turn"
     );
-    f.shared.start_drain(Trigger::Admin);
+    f.shared.start_drain(HOSTS, Trigger::Admin);
     let fed = read(&mut t, &[&[GET, GET].concat()], &conn, &f.shared);
     assert_eq!(fed.hold_from, Some(GET.len()), "behind the second request");
     assert_eq!(f.shared.requests.counts().active, 4);
@@ -585,7 +585,7 @@ fn envoy_s_own_close_is_kept_and_what_was_read_behind_it_is_held_back() {
     let three = [GET, GET, GET].concat();
     read(&mut t, &[&three], &conn, &f.shared);
     assert_eq!(f.shared.requests.counts().active, 3);
-    f.shared.start_drain(Trigger::Admin);
+    f.shared.start_drain(HOSTS, Trigger::Admin);
     assert_eq!(
         t.close_to_insert(Some(CLOSING), &conn, &f.shared),
         Told {
@@ -637,7 +637,7 @@ fn envoy_s_own_close_is_kept_and_what_was_read_behind_it_is_held_back() {
 #[test]
 fn nothing_is_inserted_into_a_tunnel_s_head() {
     let f = fixture(Some(fast()));
-    f.shared.start_drain(Trigger::Admin);
+    f.shared.start_drain(HOSTS, Trigger::Admin);
     let connect = b"CONNECT up:443 HTTP/1.1\r\nhost: up:443\r\n\r\n";
     let conn = Conn::new(1);
     let mut t = Tracking::new();
@@ -672,7 +672,7 @@ fn nothing_is_inserted_into_a_tunnel_s_head() {
 #[test]
 fn a_response_that_cannot_carry_the_close_owed_is_counted() {
     let f = fixture(Some(fast()));
-    f.shared.start_drain(Trigger::Admin);
+    f.shared.start_drain(HOSTS, Trigger::Admin);
     let conn = Conn::new(1);
     let mut t = Tracking::new();
     read(&mut t, &[&[GET, GET].concat()], &conn, &f.shared);
@@ -712,7 +712,7 @@ fn during_a_drain_a_response_head_gets_connection_close_once() {
         "serving"
     );
     write(&mut t, OK, &conn, &f.shared);
-    f.shared.start_drain(Trigger::Admin);
+    f.shared.start_drain(HOSTS, Trigger::Admin);
     read(&mut t, &[GET], &conn, &f.shared);
     let interim = b"HTTP/1.1 100 Continue\r\n\r\n";
     assert_eq!(

@@ -15,7 +15,7 @@ use crate::engine::drain::{Decision, Drain, Observation, Phase, Trigger};
 use crate::host::envoy_release::{Standing, Surface};
 use crate::host::extension::ExtensionHost;
 pub use crate::host::extension::{Gauge, Stat};
-use crate::host::stream::Wakers;
+pub use crate::host::Hosts;
 pub use crate::host::stream::{Protocol, Waker};
 use crate::runtime::clock::Clock;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -36,17 +36,6 @@ pub use waiters::{Wait, Waiters};
 pub const EVENT_GO_AWAY: u64 = 1;
 pub const EVENT_DRAIN_DONE: u64 = 2;
 
-/// How the state reaches Envoy: one host per Envoy object ([`crate::host`]), passed in at
-/// construction; the FFI layer passes the real ones, tests fakes. Each is a `&'static dyn`: one
-/// indirect call, as the fn pointers it replaced.
-#[derive(Clone, Copy)]
-pub struct Hosts {
-    /// Streams' wakers (Envoy's HTTP filter schedulers): the drain start commits to them, the
-    /// `/drain` completion commits to and deletes them (any thread).
-    pub wakers: &'static dyn Wakers,
-    /// The bootstrap extension: the engine's kick and the module's stats (any thread).
-    pub extension: &'static dyn ExtensionHost,
-}
 
 /// Result of asking for a drain to start.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -87,20 +76,24 @@ pub struct Shared {
     /// Where the module stands there: release, tested or not, surface (set once, at program
     /// init; unset in unit tests and outside Envoy: the full surface).
     standing: OnceLock<Standing>,
-    hosts: Hosts,
 }
 
 impl Shared {
-    pub fn new(clock: Box<dyn Clock>, hosts: Hosts) -> Self {
-        Self::with_registry(clock, hosts, Registry::new())
+    /// `stats`: where the module's own Envoy stats move ([`Counters::count`]; any thread).
+    pub fn new(clock: Box<dyn Clock>, stats: &'static dyn ExtensionHost) -> Self {
+        Self::with_registry(clock, stats, Registry::new())
     }
 
-    pub fn with_registry(clock: Box<dyn Clock>, hosts: Hosts, requests: Registry) -> Self {
+    pub fn with_registry(
+        clock: Box<dyn Clock>,
+        stats: &'static dyn ExtensionHost,
+        requests: Registry,
+    ) -> Self {
         Shared {
             clock,
             requests,
             waiters: Waiters::default(),
-            counters: Counters::new(hosts.extension),
+            counters: Counters::new(stats),
             connections: Connections::default(),
             drain: Mutex::new(None),
             policy: OnceLock::new(),
@@ -108,7 +101,6 @@ impl Shared {
             data_filter_loaded: AtomicBool::new(false),
             envoy: OnceLock::new(),
             standing: OnceLock::new(),
-            hosts,
         }
     }
 
@@ -155,10 +147,6 @@ impl Shared {
     /// filter follows the exchanges and has lost none (connection mode).
     pub fn count_is_exact(&self) -> bool {
         self.data_filter_loaded() || self.connections.tracking_is_exact()
-    }
-
-    pub fn commit(&self, waker: Waker, event: u64) {
-        self.hosts.wakers.commit(waker, event);
     }
 
     /// Install the drain clock with its settings (bootstrap extension config). The first install
@@ -286,9 +274,9 @@ impl Shared {
 
     // ---- drain lifecycle ----------------------------------------------------------------
 
-    /// Start the drain (idempotent), wake every in-flight request so its connection is sent away
-    /// now, and kick the engine.
-    pub fn start_drain(&self, trigger: Trigger) -> StartResult {
+    /// Start the drain (idempotent), wake every in-flight request through `envoy`'s streams so
+    /// its connection is sent away now, and kick the engine.
+    pub fn start_drain(&self, envoy: Hosts<'_>, trigger: Trigger) -> StartResult {
         {
             let mut d = lock(&self.drain);
             match d.as_mut() {
@@ -309,27 +297,30 @@ impl Shared {
         if crate::runtime::faults::active("skip_wakeup") {
             // Test-only: prove the race test catches a lost wake-up.
             self.requests
-                .begin_drain(|_| {}, |w| self.hosts.wakers.delete(w));
-            self.hosts.extension.kick_engine();
+                .begin_drain(|_| {}, |w| envoy.streams.delete(w));
+            envoy.extension.kick_engine();
             return StartResult::Started;
         }
         self.requests.begin_drain(
-            |w| self.commit(w, EVENT_GO_AWAY),
-            |w| self.hosts.wakers.delete(w),
+            |w| {
+                envoy.streams.commit(w, EVENT_GO_AWAY);
+            },
+            |w| envoy.streams.delete(w),
         );
         // Idle keep-alive connections are told by the engine's first evaluation of the drain
         // (`EngineHost::tell_connections`, on Envoy's main thread), after the wake-ups above, so
         // on each worker the busy connections' HTTP filters act first.
-        self.hosts.extension.kick_engine();
+        envoy.extension.kick_engine();
         StartResult::Started
     }
 
-    /// Evaluate the drain now. On completion, answers every waiting `/drain` request.
+    /// Evaluate the drain now. On completion, answers every waiting `/drain` request (through
+    /// `envoy`'s streams).
     ///
     /// `envoy` is what Envoy's own stats show (listeners without the filter); it is merged by
     /// taking the larger count and the later start, never added, so requests that both the filter
     /// and Envoy's gauges see are not counted twice.
-    pub fn poll(&self, envoy: EnvoyObservation) -> Decision {
+    pub fn poll(&self, hosts: Hosts<'_>, envoy: EnvoyObservation) -> Decision {
         let now = self.clock.now();
         let counts = self.requests.counts();
         let active = if counts.active < 0 {
@@ -373,8 +364,10 @@ impl Shared {
         if let Decision::Completed(_) = decision {
             self.connections.note_drained();
             self.waiters.complete(
-                |w| self.commit(w, EVENT_DRAIN_DONE),
-                |w| self.hosts.wakers.delete(w),
+                |w| {
+                    hosts.streams.commit(w, EVENT_DRAIN_DONE);
+                },
+                |w| hosts.streams.delete(w),
             );
         }
         decision

@@ -2,7 +2,7 @@
 //! standing for Envoy re-entering the filter from inside one of its hooks.
 
 use super::*;
-use crate::engine::shared::tests::{counted, fast, fixture, Fixture};
+use crate::engine::shared::tests::{counted, fast, fixture, Fixture, HOSTS};
 use crate::engine::shared::{Stat, EVENT_GO_AWAY};
 use crate::http_filter::tests::FakeHost;
 
@@ -87,7 +87,7 @@ fn a_panic_poisons_the_filter_and_fails_open() {
         Hooked::keep(Ran::Skipped),
         "poisoned: nothing more"
     );
-    shared.start_drain(crate::engine::drain::Trigger::Admin);
+    shared.start_drain(HOSTS, crate::engine::drain::Trigger::Admin);
     assert_eq!(
         f.scheduled("scheduled", &host, &shared, EVENT_GO_AWAY),
         Hooked::keep(())

@@ -16,7 +16,7 @@ use super::*;
 use crate::config::LongLivedSettings;
 use crate::connections::{EVENT_DRAIN_STARTED, EVENT_GRACE_OVER, EVENT_LONG_LIVED};
 use crate::engine::drain::Trigger;
-use crate::engine::shared::tests::{fast, fixture, Fixture};
+use crate::engine::shared::tests::{fast, fixture, Fixture, HOSTS};
 use crate::exchange::websocket::{close_frame, GOING_AWAY};
 use crate::tracking::{CONNECTION_CLOSE, GOING_AWAY_REASON};
 use proptest::prelude::*;
