@@ -170,6 +170,11 @@ impl EngineHost for Host<'_> {
     }
 
     fn tell_connections(&self) {
+        #[cfg(feature = "panic-test")]
+        if crate::runtime::faults::active("skip_wakeup") {
+            // Test-only: the lost wake-up `Shared::start_drain` plants loses this one too.
+            return;
+        }
         let env = self.ext.env;
         let c = &env.shared.connections;
         let on_panic = move || env.count_module_error();
