@@ -141,7 +141,9 @@ lint:
 	cargo clippy --all-targets -- -D warnings
 	cargo clippy --locked --manifest-path k8s/copy-module/Cargo.toml --target-dir target/copier -- -D warnings
 	cargo clippy --locked --manifest-path bench/tracker-loop/Cargo.toml --target-dir target/tracker-loop -- -D warnings
-	RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --quiet
+	@# Private items too: most modules are crate-private (src/lib.rs), and their docs are the
+	@# contributors' map.
+	RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --document-private-items --quiet
 
 # The in-flight table's drain protocol under the loom model checker (its own target dir: the cfg
 # changes every dependency's build).

@@ -231,8 +231,7 @@ impl Connections {
         let spawned = threads.spawn("graceful_drain_idle_grace", on_panic, move || {
             for round in 0..=rounds {
                 if round > 0 {
-                    if !threads.sleep(grace.saturating_sub(CONFIRM_DELAY)) || self.is_drained()
-                    {
+                    if !threads.sleep(grace.saturating_sub(CONFIRM_DELAY)) || self.is_drained() {
                         return;
                     }
                     self.wake_all(to, EVENT_GRACE_OVER);

@@ -186,7 +186,6 @@ impl LongLived {
 }
 
 impl Connections {
-
     /// The drain started at `now` (`Shared` clock nanos, read by `clock`): the moves begin at
     /// `now + min_drain`, over the window shortened to fit `drain_timeout` (logged). A thread
     /// owned by `threads` then sleeps until the next wake-up a connection asked for
@@ -223,7 +222,10 @@ impl Connections {
         };
         ll.window_in_use_ns
             .store(window.as_nanos() as u64, Ordering::Relaxed);
-        let from = clock.nanos().saturating_add(min_drain.as_nanos() as u64).max(1);
+        let from = clock
+            .nanos()
+            .saturating_add(min_drain.as_nanos() as u64)
+            .max(1);
         ll.from.store(from, Ordering::Relaxed);
         let mut begun = false;
         let spawned = threads.spawn("graceful_drain_moves", on_panic, move || loop {

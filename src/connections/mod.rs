@@ -39,7 +39,7 @@
 //!
 //! Files: [`machine`] the per-connection state machine ([`Conn`]); [`first_stream`] the HTTP/2
 //! client's frames until its first stream; [`index`] the worker's map by connection id and the
-//! HTTP filter's [`StreamMark`]; [`wakers`] the scheduler table; [`connections`](self::connections)
+//! HTTP filter's [`StreamMark`]; [`wakers`] the scheduler table; [`connections`]
 //! the process's [`Connections`] and the grace thread; `cross_check` the test-only cross-check.
 
 #[cfg(feature = "cross-check")]
@@ -53,11 +53,11 @@ pub mod long_lived;
 pub mod machine;
 pub mod wakers;
 
+pub use self::connections::Connections;
 pub use crate::exchange::GoAwayGate;
 #[cfg(feature = "cross-check")]
 pub use cross_check::{cross_check_tallies, CROSS_CHECKS};
 pub use first_stream::FirstStream;
-pub use self::connections::Connections;
 pub use index::{register, stream_ended, unregister, StreamMark};
 pub use long_lived::{LongLived, LongLivedReport, MovePlan};
 pub use machine::Conn;

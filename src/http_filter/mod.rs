@@ -359,40 +359,42 @@ impl ControlStream {
             }
             Route::Status => self.respond(host, shared, 200, &[JSON], &status_body(shared)),
             Route::Drain { .. } if !self.authorized(host, shared) => {}
-            Route::Drain { wait } => match shared.start_drain(host.hosts(), Trigger::ControlEndpoint) {
-                StartResult::NoEngine => self.respond(
-                    host,
-                    shared,
-                    503,
-                    &[JSON],
-                    &error_body(
-                        "the graceful_drain bootstrap extension is not loaded: add it to \
+            Route::Drain { wait } => {
+                match shared.start_drain(host.hosts(), Trigger::ControlEndpoint) {
+                    StartResult::NoEngine => self.respond(
+                        host,
+                        shared,
+                        503,
+                        &[JSON],
+                        &error_body(
+                            "the graceful_drain bootstrap extension is not loaded: add it to \
                          bootstrap_extensions to enable draining",
+                        ),
                     ),
-                ),
-                StartResult::Started | StartResult::AlreadyStarted if !wait => {
-                    self.respond(host, shared, 202, &[JSON], &status_body(shared))
-                }
-                StartResult::Started | StartResult::AlreadyStarted => {
-                    let Some(waker) = host.new_waker() else {
-                        self.respond(
-                            host,
-                            shared,
-                            500,
-                            &[JSON],
-                            &error_body("cannot wait: no scheduler"),
-                        );
-                        return HeadersAction::Stop;
-                    };
-                    self.waker = Some(waker);
-                    match shared.waiters.register(waker) {
-                        Wait::AlreadyDone => {
-                            self.respond(host, shared, 200, &[JSON], &status_body(shared))
+                    StartResult::Started | StartResult::AlreadyStarted if !wait => {
+                        self.respond(host, shared, 202, &[JSON], &status_body(shared))
+                    }
+                    StartResult::Started | StartResult::AlreadyStarted => {
+                        let Some(waker) = host.new_waker() else {
+                            self.respond(
+                                host,
+                                shared,
+                                500,
+                                &[JSON],
+                                &error_body("cannot wait: no scheduler"),
+                            );
+                            return HeadersAction::Stop;
+                        };
+                        self.waker = Some(waker);
+                        match shared.waiters.register(waker) {
+                            Wait::AlreadyDone => {
+                                self.respond(host, shared, 200, &[JSON], &status_body(shared))
+                            }
+                            Wait::Waiting(id) => self.waiter = Some(id),
                         }
-                        Wait::Waiting(id) => self.waiter = Some(id),
                     }
                 }
-            },
+            }
             Route::MethodNotAllowed { allow } => self.respond(
                 host,
                 shared,

@@ -37,7 +37,7 @@ impl NetConfig {
     /// A listener's config was loaded: the drain side learns that connections are followed, and
     /// this listener's grace; `publish_active_requests` starts the
     /// in-flight gauge when this listener counts requests itself.
-    pub fn load<H: ConnectionHost>(
+    pub fn load(
         config: NetworkFilterConfig,
         shared: &Shared,
         publish_active_requests: fn(),

@@ -145,7 +145,7 @@ impl ConnectionHost for FakeConnection {
 fn load(track_requests: bool) -> (&'static Shared, NetConfig) {
     let shared = &Box::leak(Box::new(fixture(None))).shared;
     take_calls();
-    let config = NetConfig::load::<FakeConnection>(
+    let config = NetConfig::load(
         NetworkFilterConfig {
             idle_close_grace: Duration::from_secs(2),
             idle_after: Duration::ZERO,
@@ -188,7 +188,9 @@ fn a_new_connection_gets_a_waker_which_its_destroy_deletes() {
     assert_eq!(take_calls(), [Call::NewScheduler]);
     assert_eq!(shared.connections.wakers.len(), 1);
     assert_eq!(
-        shared.connections.wake_all(&FakeConnection::WAKERS, EVENT_DRAIN_STARTED),
+        shared
+            .connections
+            .wake_all(&FakeConnection::WAKERS, EVENT_DRAIN_STARTED),
         1
     );
     assert_eq!(take_calls(), [Call::Commit(0x5c, EVENT_DRAIN_STARTED)]);
@@ -303,7 +305,7 @@ fn a_stepped_back_filter_passes_every_byte_and_asks_nothing_of_its_connection() 
         assert_eq!(shared.data_path_stepped_back(), stepped_back);
         take_calls();
         static PUBLISHED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-        let config = NetConfig::load::<FakeConnection>(
+        let config = NetConfig::load(
             NetworkFilterConfig {
                 idle_close_grace: Duration::from_secs(2),
                 idle_after: Duration::ZERO,

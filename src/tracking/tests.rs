@@ -45,7 +45,10 @@ fn a_head_on_its_way_holds_the_drain_from_its_first_byte() {
         "no ticket before the head ends"
     );
     assert!(
-        matches!(f.shared.poll(HOSTS, EnvoyObservation::Unused), Decision::PollAt(_)),
+        matches!(
+            f.shared.poll(HOSTS, EnvoyObservation::Unused),
+            Decision::PollAt(_)
+        ),
         "the drain holds"
     );
     read(&mut t, &[b"TP/1.1\r\nhost: x\r\n\r\n"], &conn, &f.shared);

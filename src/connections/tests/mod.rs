@@ -2,9 +2,9 @@
 
 use super::index::{LOCAL, LOCAL_SWEEP_MIN};
 use super::*;
+use crate::host::connection::ConnectionWakers;
 use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
-use crate::host::connection::ConnectionWakers;
 
 const T0: u64 = 10_000_000_000;
 const IDLE: Duration = Duration::from_secs(1);

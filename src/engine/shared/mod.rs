@@ -15,8 +15,8 @@ use crate::engine::drain::{Decision, Drain, Observation, Phase, Trigger};
 use crate::host::envoy_release::{Standing, Surface};
 use crate::host::extension::ExtensionHost;
 pub use crate::host::extension::{Gauge, Stat};
-pub use crate::host::Hosts;
 pub use crate::host::stream::{Protocol, Waker};
+pub use crate::host::Hosts;
 use crate::runtime::clock::Clock;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, OnceLock};
@@ -35,7 +35,6 @@ pub use waiters::{Wait, Waiters};
 /// Event ids committed to a stream's waker.
 pub const EVENT_GO_AWAY: u64 = 1;
 pub const EVENT_DRAIN_DONE: u64 = 2;
-
 
 /// Result of asking for a drain to start.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

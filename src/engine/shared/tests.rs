@@ -2,8 +2,8 @@
 //! modules' tests build on.
 
 use super::*;
-use crate::runtime::clock::FakeClock;
 use crate::host::stream::Wakers;
+use crate::runtime::clock::FakeClock;
 use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
 
@@ -120,7 +120,10 @@ pub(crate) fn fast() -> DrainSettings {
 #[test]
 fn no_engine_no_drain() {
     let f = fixture(None);
-    assert_eq!(f.shared.start_drain(HOSTS, Trigger::Admin), StartResult::NoEngine);
+    assert_eq!(
+        f.shared.start_drain(HOSTS, Trigger::Admin),
+        StartResult::NoEngine
+    );
     assert!(!f.shared.is_draining());
     let st = f.shared.status();
     assert_eq!(st.state, "serving");
@@ -138,7 +141,10 @@ fn drain_wakes_registered_requests_and_completes_by_the_rules() {
     let (t, draining) = s.request_started(Some(0x80));
     assert!(!draining);
     assert_eq!(s.start_drain(HOSTS, Trigger::Sigterm), StartResult::Started);
-    assert_eq!(s.start_drain(HOSTS, Trigger::Admin), StartResult::AlreadyStarted);
+    assert_eq!(
+        s.start_drain(HOSTS, Trigger::Admin),
+        StartResult::AlreadyStarted
+    );
     assert!(s.is_draining());
     assert_eq!(commits(), vec![(0x80, EVENT_GO_AWAY)]);
     assert_eq!(KICKS.with(|k| k.get()), 1);
@@ -178,7 +184,9 @@ fn a_negative_count_holds_the_drain_until_the_timeout() {
     assert_eq!(st.active_requests, -1);
     assert!(st.accounting_error);
     f.clock.advance(Duration::from_millis(400));
-    assert!(matches!(s.poll(HOSTS, EnvoyObservation::Unused), Decision::Completed(o) if o.timed_out));
+    assert!(
+        matches!(s.poll(HOSTS, EnvoyObservation::Unused), Decision::Completed(o) if o.timed_out)
+    );
 }
 
 #[test]
@@ -319,10 +327,7 @@ fn protocol_labels_are_the_same_in_stats_and_status() {
 fn each_stat_has_its_own_documented_name() {
     let mut names: Vec<&str> = Stat::ALL.iter().map(|s| s.name()).collect();
     names.extend(Gauge::ALL.iter().map(|g| g.name()));
-    let docs = include_str!(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/docs/reference.md"
-    ));
+    let docs = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/reference.md"));
     for n in &names {
         assert!(
             docs.contains(&format!("`{n}`")),

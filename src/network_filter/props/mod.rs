@@ -224,7 +224,7 @@ static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new
 impl World {
     fn new(long_lived: LongLivedSettings, sim: &Sim) -> World {
         let fx: &'static Fixture = Box::leak(Box::new(fixture(Some(fast()))));
-        let config = NetConfig::load::<Sim>(
+        let config = NetConfig::load(
             NetworkFilterConfig {
                 idle_close_grace: Duration::from_millis(20),
                 idle_after: Duration::ZERO,
