@@ -193,7 +193,7 @@ impl Engine {
     /// the caller must call it after dropping its borrow of the engine.
     #[must_use]
     pub fn evaluate(&mut self, host: &impl EngineHost, shared: &Shared) -> Option<ShutdownRelease> {
-        let now = shared.clock.now();
+        let now = shared.clock().now();
         let envoy = if shared.is_draining() {
             self.observe_envoy(host, now)
         } else {
@@ -218,7 +218,7 @@ impl Engine {
                      envoy_active_requests={}, min_drain_duration={:?}, quiet_period={:?}, \
                      drain_timeout={:?})",
                     trigger.as_str(),
-                    shared.requests.counts().active,
+                    shared.counts().active,
                     match envoy {
                         EnvoyObservation::Seen(e) => e.active_requests.to_string(),
                         _ => "unknown".to_string(),
@@ -414,7 +414,7 @@ mod tests {
             assert!(ticks < 10, "drain never completed");
         };
         assert_eq!(
-            f.shared.clock.now() - f.clock.epoch(),
+            f.shared.clock().now() - f.clock.epoch(),
             Duration::from_millis(50)
         );
         assert_eq!(

@@ -44,7 +44,7 @@ impl GaugePublisher {
         };
         let spawned = threads.spawn("graceful_drain_gauge", on_panic, move || {
             while threads.sleep(GAUGE_PERIOD) {
-                let active = shared.requests.counts().active.max(0) as u64;
+                let active = shared.counts().active.max(0) as u64;
                 threads.call("active_requests_gauge", || {
                     extension.set_gauge(Gauge::ActiveRequests, active)
                 });
@@ -101,11 +101,11 @@ mod tests {
         let shared: &'static Shared = Box::leak(Box::new(fixture(None).shared));
         P.start(threads, shared, &Recorder);
         P.start(threads, shared, &Recorder);
-        let (t, _) = shared.requests.start(None, 0);
+        let (t, _) = shared.request_started(None);
         wait("the gauge shows the request", || {
             SET_TO.load(Ordering::SeqCst) == 1
         });
-        shared.requests.end(t);
+        shared.request_ended(t);
         wait("the gauge shows it ended", || {
             SET_TO.load(Ordering::SeqCst) == 0
         });

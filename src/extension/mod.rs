@@ -127,7 +127,7 @@ impl ScanSource for Arc<StatsStore> {
     }
 
     fn own_counts(&self) -> Counts {
-        self.env.shared.requests.counts()
+        self.env.shared.counts()
     }
 
     fn last_pass_hidden(&self) -> bool {
@@ -184,7 +184,7 @@ impl EngineHost for Host<'_> {
                 env.threads,
                 env.connections,
                 on_panic,
-                &*env.shared.clock,
+                env.shared.clock(),
                 s.min_drain_duration,
                 s.drain_timeout,
             );
@@ -453,7 +453,7 @@ impl Extension {
             shared.count_is_exact(),
         );
         match self.scanner() {
-            Some(s) => s.view(d, shared.requests.counts()),
+            Some(s) => s.view(d, shared.counts()),
             // No thread to read them: nothing shows what the filter does not see; hold until
             // drain_timeout (logged when the thread could not be made).
             None => EnvoyView::Pending,

@@ -221,7 +221,7 @@ impl DataStream {
                 // Paused only on a wake-up that will come: a refused one (the exit released, the
                 // workers about to stop) would hold the request until the process ends.
                 // (The wake is made with or without a body: `end_of_stream` is read after it.)
-                if !shared.requests.is_sent_away(host.connection_id())
+                if !shared.is_sent_away(host.connection_id())
                     && host.wake(w, EVENT_GO_AWAY)
                     && end_of_stream
                 {
@@ -386,7 +386,7 @@ impl ControlStream {
                             return HeadersAction::Stop;
                         };
                         self.waker = Some(waker);
-                        match shared.waiters.register(waker) {
+                        match shared.wait_for_completion(waker) {
                             Wait::AlreadyDone => {
                                 self.respond(host, shared, 200, &[JSON], &status_body(shared))
                             }
@@ -479,7 +479,7 @@ impl ControlStream {
         if let Some(id) = self.waiter.take() {
             // After this the completion never commits to our waker (safe to destroy it), unless
             // it is committing to it right now: then it destroys it after.
-            ours = shared.waiters.unregister(id);
+            ours = shared.stop_waiting(id);
         }
         if let Some(w) = self.waker.take().filter(|_| ours) {
             sink.drop_waker(w);

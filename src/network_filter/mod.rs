@@ -175,10 +175,9 @@ impl NetFilter {
             // No state, no scheduler: the other hooks find no connection and return at once.
             return;
         }
-        let requests = &shared.requests;
-        let lane = requests.lane();
+        let lane = shared.lane();
         let conn = Arc::new(
-            Conn::on_lane(host.id(), lane, lane.and_then(|l| requests.reserve(l)))
+            Conn::on_lane(host.id(), lane, lane.and_then(|l| shared.reserve(l)))
                 .with_settings(self.settings),
         );
         if self.tracking.as_ref().is_some_and(|t| t.borrow().counts()) {
@@ -337,7 +336,7 @@ impl NetFilter {
             .settings()
             .close_timeout
             .as_nanos() as u64;
-        let now = shared.clock.nanos();
+        let now = shared.clock().nanos();
         let (w, wake) =
             host.with_write_slices(|chunks| t.websocket_write(chunks(), close_timeout, now));
         self.apply_write(host, conn, shared, w, wake, "WebSocket Close(1001)")
@@ -418,7 +417,7 @@ impl NetFilter {
             return in_use();
         };
         let plan = shared.connections.long_lived.plan(conn.id);
-        let now = shared.clock.nanos();
+        let now = shared.clock().nanos();
         let open = host.is_open();
         let (act, wake) = if !open && !t.is_websocket() {
             (WsWake::Nothing, None)

@@ -41,9 +41,7 @@ impl Tracking {
         // Envoy may still be serving them: given back, so that the drain counts them from
         // Envoy's gauges instead, and until a gauge pass shows them (`Registry::give_back`).
         let counted = self.tickets.iter().filter(|(_, t)| t.is_some()).count() as u64;
-        shared
-            .requests
-            .give_back(counted, || self.end_all(conn, shared));
+        shared.give_back(counted, || self.end_all(conn, shared));
         shared
             .counters
             .count(crate::engine::shared::Stat::ConnectionsUntracked);

@@ -40,7 +40,7 @@ fn a_head_on_its_way_holds_the_drain_from_its_first_byte() {
     read(&mut t, &[b"GET /a HT"], &conn, &f.shared);
     assert_eq!(f.shared.connections.partial_heads(), 1);
     assert_eq!(
-        f.shared.requests.counts().active,
+        f.shared.counts().active,
         0,
         "no ticket before the head ends"
     );
@@ -53,7 +53,7 @@ fn a_head_on_its_way_holds_the_drain_from_its_first_byte() {
     );
     read(&mut t, &[b"TP/1.1\r\nhost: x\r\n\r\n"], &conn, &f.shared);
     assert_eq!(f.shared.connections.partial_heads(), 0);
-    assert_eq!(f.shared.requests.counts().active, 1, "the ticket took over");
+    assert_eq!(f.shared.counts().active, 1, "the ticket took over");
     write(&mut t, OK, &conn, &f.shared);
     // Begun again, then the connection closes: nothing left counted.
     read(&mut t, &[b"GE"], &conn, &f.shared);
@@ -87,11 +87,11 @@ fn a_request_is_in_the_table_from_its_head_to_its_response() {
     let mut t = Tracking::new();
     let fed = read(&mut t, &[GET], &conn, &f.shared);
     assert_eq!(fed.started, 1);
-    assert_eq!(f.shared.requests.counts().active, 1);
+    assert_eq!(f.shared.counts().active, 1);
     assert_eq!(conn.streams(), 1, "counted against its connection");
     let fed = write(&mut t, OK, &conn, &f.shared);
     assert_eq!(fed.ended, 1);
-    assert_eq!(f.shared.requests.counts().active, 0);
+    assert_eq!(f.shared.counts().active, 0);
     assert_eq!(conn.streams(), 0);
 }
 
@@ -111,11 +111,11 @@ fn bytes_envoy_left_in_its_read_buffer_are_not_fed_again() {
     let left = &buffer[GET.len()..];
     let again = read(&mut t, &[left], &conn, &f.shared);
     assert_eq!(again.started, 1, "only the new request starts");
-    assert_eq!(f.shared.requests.counts().active, 3);
+    assert_eq!(f.shared.counts().active, 3);
     for _ in 0..3 {
         write(&mut t, OK, &conn, &f.shared);
     }
-    assert_eq!(f.shared.requests.counts().active, 0);
+    assert_eq!(f.shared.counts().active, 0);
     assert!(t.is_followed());
 }
 
@@ -139,7 +139,7 @@ fn a_buffer_that_does_not_start_inside_the_last_one_is_all_new() {
     let reused = &buffer[GET.len()..];
     assert_eq!(read(&mut t, &[reused], &conn, &f.shared).started, 1);
     write(&mut t, OK, &conn, &f.shared);
-    assert_eq!(f.shared.requests.counts().active, 0);
+    assert_eq!(f.shared.counts().active, 0);
     assert_eq!(t.tracker().totals(), (3, 3));
 }
 
@@ -160,7 +160,7 @@ fn after_a_read_that_ends_at_a_request_s_end_every_byte_is_new_wherever_it_lies(
     assert_eq!((fed.started, fed.lost), (1, false));
     write(&mut t, OK, &conn, &f.shared);
     assert_eq!(t.tracker().totals(), (2, 2));
-    assert_eq!(f.shared.requests.counts().active, 0);
+    assert_eq!(f.shared.counts().active, 0);
 }
 
 /// Memory inside the last buffer, reused for new bytes while that buffer held pipelined
@@ -227,7 +227,7 @@ fn a_buffer_starting_inside_the_last_where_no_request_ended_is_lost() {
     write(&mut u, OK, &other, &f.shared);
     let fed = read(&mut u, &[&three[GET.len()..]], &other, &f.shared);
     assert!(!fed.lost, "{fed:?}");
-    assert_eq!((fed.started, f.shared.requests.counts().active), (0, 2));
+    assert_eq!((fed.started, f.shared.counts().active), (0, 2));
     u.on_close(&other, &f.shared);
 }
 
@@ -269,13 +269,13 @@ fn during_a_drain_health_checks_keep_the_connection_busy_but_are_not_work() {
     let mut t = Tracking::new();
     let fed = read(&mut t, &[PROBE], &conn, &f.shared);
     assert_eq!((fed.started, fed.health_checks), (1, 1));
-    assert_eq!(f.shared.requests.counts().active, 0, "not work");
+    assert_eq!(f.shared.counts().active, 0, "not work");
     assert_eq!(conn.streams(), 1, "but the connection is busy");
     write(&mut t, OK, &conn, &f.shared);
     assert_eq!(conn.streams(), 0);
     let fed = read(&mut t, &[GET], &conn, &f.shared);
     assert_eq!((fed.health_checks, fed.served_while_draining), (0, 1));
-    assert_eq!(f.shared.requests.counts().active, 1);
+    assert_eq!(f.shared.counts().active, 1);
 }
 
 /// #63 item 5 (c): a checker's `User-Agent` on a path nobody configured is work (counted, so it
@@ -296,7 +296,7 @@ fn a_checker_s_user_agent_alone_never_makes_a_health_check() {
         let mut t = Tracking::new();
         let fed = read(&mut t, &[LONG_PROBE], &conn, &f.shared);
         assert_eq!((fed.started, fed.health_checks), (1, 0), "{paths:?}");
-        assert_eq!(f.shared.requests.counts().active, 1, "work: {paths:?}");
+        assert_eq!(f.shared.counts().active, 1, "work: {paths:?}");
         let mut u = Tracking::new();
         let fed = read(&mut u, &[PROBE], &Conn::new(2), &f.shared);
         assert_eq!(
@@ -317,15 +317,11 @@ fn a_connection_the_tracker_loses_is_untracked_until_it_closes() {
     let conn = Conn::new(1);
     let mut t = Tracking::new();
     read(&mut t, &[GET], &conn, &f.shared);
-    assert_eq!(f.shared.requests.counts().active, 1);
+    assert_eq!(f.shared.counts().active, 1);
     let fed = write(&mut t, b"HTTP/1.1 2x0 what\r\n\r\n", &conn, &f.shared);
     assert!(fed.lost);
     assert!(!t.is_followed());
-    assert_eq!(
-        f.shared.requests.counts().active,
-        0,
-        "its ticket is given back"
-    );
+    assert_eq!(f.shared.counts().active, 0, "its ticket is given back");
     assert!(
         !f.shared.count_is_exact(),
         "the drain also waits for Envoy's gauges"
@@ -364,8 +360,8 @@ fn a_lost_connection_s_requests_stay_counted_until_a_gauge_pass_sees_them() {
     let mut cache = EnvoyStatsCache::default();
     // Envoy's gauge shows the two requests: the module's own, no excess.
     let pass = |cache: &mut EnvoyStatsCache, pass: Pass, value: u64, ms: u64| {
-        let own_before = f.shared.requests.counts();
-        let own_after = f.shared.requests.counts();
+        let own_before = f.shared.counts();
+        let own_after = f.shared.counts();
         let at = t0 + Duration::from_millis(ms);
         let r = PassReading {
             hidden: false,
@@ -379,11 +375,11 @@ fn a_lost_connection_s_requests_stay_counted_until_a_gauge_pass_sees_them() {
     };
     pass(&mut cache, Pass::Counters, 2, 0);
     pass(&mut cache, Pass::Gauges, 2, 1);
-    let view = |cache: &EnvoyStatsCache| cache.view(f.shared.requests.counts(), false).unwrap();
+    let view = |cache: &EnvoyStatsCache| cache.view(f.shared.counts(), false).unwrap();
     assert_eq!(view(&cache).active, 2);
     let fed = write(&mut t, b"HTTP/1.1 2x0 what\r\n\r\n", &conn, &f.shared);
     assert!(fed.lost);
-    assert_eq!(f.shared.requests.counts().active, 0, "tickets given back");
+    assert_eq!(f.shared.counts().active, 0, "tickets given back");
     assert_eq!(
         view(&cache).active,
         2,
@@ -406,9 +402,9 @@ fn a_close_gives_back_what_is_still_in_flight() {
     let conn = Conn::new(1);
     let mut t = Tracking::new();
     read(&mut t, &[GET, GET], &conn, &f.shared);
-    assert_eq!(f.shared.requests.counts().active, 2);
+    assert_eq!(f.shared.counts().active, 2);
     t.on_close(&conn, &f.shared);
-    assert_eq!(f.shared.requests.counts().active, 0);
+    assert_eq!(f.shared.counts().active, 0);
 }
 
 #[test]
@@ -445,19 +441,19 @@ fn requests_pipelined_at_a_drain_are_held_back_behind_the_close() {
         Some(GET.len()),
         "the bytes after the first request"
     );
-    assert_eq!((fed.started, f.shared.requests.counts().active), (1, 1));
+    assert_eq!((fed.started, f.shared.counts().active), (1, 1));
     let edit = write_head(&mut t, OK, &conn, &f.shared).expect("an edit");
     assert_eq!(
         (edit.replaced(), edit.pieces().concat()),
         (17, b"HTTP/1.1 200 OK\r\nconnection: close\r\n".to_vec()),
         "the response to the last request given to Envoy says close"
     );
-    assert_eq!(f.shared.requests.counts().active, 0);
+    assert_eq!(f.shared.counts().active, 0);
     assert_eq!(conn.streams(), 0, "idle: nothing else will be answered");
     // Whatever comes after (Envoy hands back nothing: the bytes were taken out) is held too.
     let fed = read(&mut t, &[GET], &conn, &f.shared);
     assert_eq!((fed.hold_from, fed.started), (Some(0), 0));
-    assert_eq!(f.shared.requests.counts().active, 0);
+    assert_eq!(f.shared.counts().active, 0);
     // A head only begun behind is held back too, and is no head on its way.
     let other = Conn::new(2);
     let mut u = Tracking::new();
@@ -466,7 +462,7 @@ fn requests_pipelined_at_a_drain_are_held_back_behind_the_close() {
     assert_eq!(f.shared.connections.partial_heads(), 0);
     u.on_close(&other, &f.shared);
     t.on_close(&conn, &f.shared);
-    assert_eq!(f.shared.requests.counts().active, 0);
+    assert_eq!(f.shared.counts().active, 0);
 }
 
 /// More requests in one read during a drain than request ends are remembered
@@ -569,10 +565,10 @@ fn the_close_goes_on_the_first_response_not_begun() {
     f.shared.start_drain(HOSTS, Trigger::Admin);
     let fed = read(&mut t, &[&[GET, GET].concat()], &conn, &f.shared);
     assert_eq!(fed.hold_from, Some(GET.len()), "behind the second request");
-    assert_eq!(f.shared.requests.counts().active, 4);
+    assert_eq!(f.shared.counts().active, 4);
     write(&mut t, b"hi", &conn, &f.shared);
     assert!(write_head(&mut t, OK, &conn, &f.shared).is_some());
-    assert_eq!(f.shared.requests.counts().active, 2, "u's two");
+    assert_eq!(f.shared.counts().active, 2, "u's two");
 }
 
 /// Requests read before the drain behind a slow one (Envoy's codec left them in its read
@@ -587,7 +583,7 @@ fn envoy_s_own_close_is_kept_and_what_was_read_behind_it_is_held_back() {
     let mut t = Tracking::new();
     let three = [GET, GET, GET].concat();
     read(&mut t, &[&three], &conn, &f.shared);
-    assert_eq!(f.shared.requests.counts().active, 3);
+    assert_eq!(f.shared.counts().active, 3);
     f.shared.start_drain(HOSTS, Trigger::Admin);
     assert_eq!(
         t.close_to_insert(Some(CLOSING), &conn, &f.shared),
@@ -605,7 +601,7 @@ fn envoy_s_own_close_is_kept_and_what_was_read_behind_it_is_held_back() {
         None,
         "no edit"
     );
-    assert_eq!(f.shared.requests.counts().active, 3, "t's three");
+    assert_eq!(f.shared.counts().active, 3, "t's three");
     assert_eq!(other.streams(), 0);
     // Envoy hands the two back (the same memory, where the first ended).
     let len = three.len() - GET.len();
@@ -625,7 +621,7 @@ fn envoy_s_own_close_is_kept_and_what_was_read_behind_it_is_held_back() {
     let mut v = Tracking::new();
     read(&mut v, &[&[GET, GET].concat()], &third, &g.shared);
     assert_eq!(write_head(&mut v, CLOSING, &third, &g.shared), None);
-    assert_eq!(g.shared.requests.counts().active, 0);
+    assert_eq!(g.shared.counts().active, 0);
     assert_eq!(read(&mut v, &[GET], &third, &g.shared).hold_from, Some(0));
     assert!(
         !counted().contains(&Stat::ModuleErrors),
@@ -769,7 +765,7 @@ fn a_shadow_tracker_counts_nothing() {
     let conn = Conn::new(1);
     let mut t = Tracking::shadow();
     read(&mut t, &[GET], &conn, &f.shared);
-    assert_eq!(f.shared.requests.counts().active, 0);
+    assert_eq!(f.shared.counts().active, 0);
     assert_eq!(conn.streams(), 0);
     assert_eq!(t.tracker().in_flight(), 1);
 }

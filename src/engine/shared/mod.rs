@@ -10,7 +10,7 @@
 
 use crate::config::{DrainSettings, RequestPolicy};
 use crate::connections::{Connections, StreamMark};
-use crate::counting::{Lane, Registry, ReservedSlot, Ticket};
+use crate::counting::{Counts, Lane, Registry, ReservedSlot, Ticket};
 use crate::engine::drain::{Decision, Drain, Observation, Phase, Trigger};
 use crate::host::envoy_release::{Standing, Surface};
 use crate::host::extension::ExtensionHost;
@@ -57,9 +57,9 @@ pub use crate::envoy_stats::scan::EnvoyReading;
 pub type EnvoyObservation = EnvoyReading<Observation>;
 
 pub struct Shared {
-    pub clock: Box<dyn Clock>,
-    pub requests: Registry,
-    pub waiters: Waiters,
+    clock: Box<dyn Clock>,
+    requests: Registry,
+    waiters: Waiters,
     pub counters: Counters,
     /// Downstream connections as the network filter sees them (its wakers, counts and settings).
     pub connections: Connections,
@@ -101,6 +101,47 @@ impl Shared {
             envoy: OnceLock::new(),
             standing: OnceLock::new(),
         }
+    }
+
+    /// The drain's clock (`Instant`s, and the request path's coarse nanos).
+    pub fn clock(&self) -> &dyn Clock {
+        &*self.clock
+    }
+
+    /// The module's count of requests in flight, and when the last one started.
+    pub fn counts(&self) -> Counts {
+        self.requests.counts()
+    }
+
+    /// This worker's lane of the request table (`None` off a worker, or when the table is full).
+    pub fn lane(&self) -> Option<Lane> {
+        self.requests.lane()
+    }
+
+    /// A connection's own slot in its worker's lane (see `Registry::reserve`).
+    pub fn reserve(&'static self, lane: Lane) -> Option<ReservedSlot> {
+        self.requests.reserve(lane)
+    }
+
+    /// `n` requests a lost connection's tracker can no longer end go back to Envoy's figures;
+    /// `end` ends their tickets (see `Registry::give_back`).
+    pub fn give_back(&self, n: u64, end: impl FnOnce()) {
+        self.requests.give_back(n, end)
+    }
+
+    /// Whether this worker already sent `connection` away.
+    pub fn is_sent_away(&self, connection: Option<u64>) -> bool {
+        self.requests.is_sent_away(connection)
+    }
+
+    /// A `/drain` request waits for the completion: `waker` gets [`EVENT_DRAIN_DONE`] then.
+    pub fn wait_for_completion(&self, waker: Waker) -> Wait {
+        self.waiters.register(waker)
+    }
+
+    /// A waiting `/drain` request's stream ended (see [`Waiters::unregister`]).
+    pub fn stop_waiting(&self, id: u64) -> bool {
+        self.waiters.unregister(id)
     }
 
     /// The Envoy minor the module was loaded into (`None` before program init, in unit tests).

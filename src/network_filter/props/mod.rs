@@ -253,7 +253,7 @@ impl World {
     }
 
     fn sync_clock(&self) {
-        NOW.with(|n| n.set(self.fx.shared.clock.nanos()));
+        NOW.with(|n| n.set(self.fx.shared.clock().nanos()));
     }
 
     fn advance(&self, nanos: u64) {
@@ -262,7 +262,7 @@ impl World {
     }
 
     fn now(&self) -> u64 {
-        self.fx.shared.clock.nanos()
+        self.fx.shared.clock().nanos()
     }
 
     /// A write of `bytes` in `slices` (their concatenation): what of it reached the client.
