@@ -176,8 +176,13 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_config_new(
     guard("http_filter_config_new", ptr::null(), || {
         // SAFETY: Envoy's config bytes are valid for the duration of this call.
         let raw = unsafe { envoy_bytes(config) };
-        match StreamConfig::load(raw, super::shared(), super::publish_active_requests) {
-            Some(c) => Box::into_raw(Box::new(c)) as *const c_void,
+        match StreamConfig::load(raw, super::shared()) {
+            Some(c) => {
+                if c.counts_requests() {
+                    super::publish_active_requests();
+                }
+                Box::into_raw(Box::new(c)) as *const c_void
+            }
             None => ptr::null(),
         }
     })

@@ -11,6 +11,16 @@
 //! - `stats`: the module's Envoy stats, all defined by the bootstrap extension's config;
 //! - here: the panic guard, buffer helpers, the clock, and the process-wide instances.
 //!
+//! Process globals live here only, each because Envoy's ABI leaves no other place: a hook gets
+//! its own object's pointer and nothing else (an HTTP or network filter's hook cannot reach the
+//! bootstrap extension, nor another listener's config), and the module's objects outlive any
+//! one of them. So [`shared`] (the drain state every hook of every Envoy object meets),
+//! [`threads`] (the module's threads and their gate, which must outlive the extension's
+//! destroy), the active-requests gauge's thread, the bootstrap extension's scheduler, timer and
+//! stats handles (`bootstrap.rs`, `stats.rs`: workers count the module's stats, whose handles
+//! Envoy gives the extension alone) and the callbacks found at load (`abi.rs`). Below `ffi/`,
+//! each is handed in as a parameter: `&Shared`, `&Threads`, a host of [`crate::host`].
+//!
 //! What Envoy's side does (which thread may call what, what a call may run re-entrantly, who
 //! owns which buffer) is recorded with its evidence in `ENVOY_FACTS.md` beside this file. Every
 //! call a module thread makes into Envoy passes the gate of [`crate::runtime::threads::Threads`].

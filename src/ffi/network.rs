@@ -137,11 +137,13 @@ pub extern "C" fn envoy_dynamic_module_on_network_filter_config_new(
         // SAFETY: Envoy's config bytes are valid for the duration of this call.
         let raw = unsafe { envoy_bytes(config) };
         match NetworkFilterConfig::parse(raw) {
-            Ok(c) => Box::into_raw(Box::new(NetConfig::load(
-                c,
-                super::shared(),
-                super::publish_active_requests,
-            ))) as *const c_void,
+            Ok(c) => {
+                let config = NetConfig::load(c, super::shared());
+                if config.counts_requests() {
+                    super::publish_active_requests();
+                }
+                Box::into_raw(Box::new(config)) as *const c_void
+            }
             Err(e) => {
                 log::error!("{e}");
                 ptr::null()

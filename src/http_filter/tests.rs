@@ -657,11 +657,9 @@ fn stepped_back_data_streams_ask_nothing_of_envoy_and_the_control_endpoints_stil
     for (policy, stepped_back) in [(OnUntested::Reduced, true), (OnUntested::Full, false)] {
         let Fixture { shared, .. } = fixture(Some(fast()));
         shared.set_standing(release_verdict(None, policy, "unreadable").unwrap());
-        let mut counts = false;
-        let config = StreamConfig::load(br#"{"role": "data"}"#, &shared, || counts = true)
-            .expect("accepted");
+        let config = StreamConfig::load(br#"{"role": "data"}"#, &shared).expect("accepted");
         assert_eq!(
-            (counts, shared.data_filter_loaded()),
+            (config.counts_requests(), shared.data_filter_loaded()),
             (!stepped_back, !stepped_back),
             "{policy:?}"
         );

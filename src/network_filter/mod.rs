@@ -35,13 +35,8 @@ pub struct NetConfig {
 
 impl NetConfig {
     /// A listener's config was loaded: the drain side learns that connections are followed, and
-    /// this listener's grace; `publish_active_requests` starts the
-    /// in-flight gauge when this listener counts requests itself.
-    pub fn load(
-        config: NetworkFilterConfig,
-        shared: &Shared,
-        publish_active_requests: fn(),
-    ) -> NetConfig {
+    /// this listener's grace.
+    pub fn load(config: NetworkFilterConfig, shared: &Shared) -> NetConfig {
         let NetworkFilterConfig {
             idle_close_grace: grace,
             idle_after,
@@ -95,14 +90,17 @@ impl NetConfig {
             long_lived.close_timeout,
             long_lived.message_wait,
         );
-        if track_requests {
-            publish_active_requests();
-        }
         NetConfig {
             settings,
             track_requests,
             stepped_back: false,
         }
+    }
+
+    /// Whether this listener's connections count requests (`track_requests`, not stepped back):
+    /// the FFI then starts the `active_requests` gauge.
+    pub fn counts_requests(&self) -> bool {
+        self.track_requests
     }
 
     /// Envoy destroys a listener's config, after its filters (`None`: a config it refused).

@@ -8,17 +8,16 @@ use crate::http_filter::tests::FakeHost;
 
 fn config(json: &[u8]) -> StreamConfig {
     let Fixture { shared, .. } = fixture(None);
-    StreamConfig::load(json, &shared, || {}).expect("config accepted")
+    StreamConfig::load(json, &shared).expect("config accepted")
 }
 
 #[test]
 fn a_bad_config_is_refused_and_a_data_config_counts_requests() {
     let Fixture { shared, .. } = fixture(None);
-    assert!(StreamConfig::load(br#"{"role": "nope"}"#, &shared, || panic!("not data")).is_none());
-    let mut started = false;
-    let c = StreamConfig::load(br#"{"role": "data"}"#, &shared, || started = true).unwrap();
+    assert!(StreamConfig::load(br#"{"role": "nope"}"#, &shared).is_none());
+    let c = StreamConfig::load(br#"{"role": "data"}"#, &shared).unwrap();
     assert_eq!(c.role(), Role::Data);
-    assert!(started && shared.data_filter_loaded());
+    assert!(c.counts_requests() && shared.data_filter_loaded());
 }
 
 /// Envoy destroys the filter inside one of its own hooks: the destroy waits for that hook, which

@@ -235,7 +235,6 @@ impl World {
                 },
             },
             &fx.shared,
-            || {},
         );
         let f = NetFilter::new(Some(&config), &fx.shared);
         let w = World {
