@@ -3,7 +3,7 @@ SHELL := /bin/bash
 
 # The Envoy to run and test against: `make test ENVOY_VERSION=1.39.3` (also `run`). Default: the
 # version pinned in scripts/install-envoy.sh. The module is one build for every supported Envoy
-# (src/envoy_stats/compat.rs): the version only picks the Envoy binary.
+# (src/host/envoy_release.rs): the version only picks the Envoy binary.
 ENVOY_VERSION ?= $(shell sed -n 's/^ENVOY_VERSION=//p' scripts/install-envoy.sh)
 SUPPORTED_ENVOY_VERSIONS := $(shell scripts/install-envoy.sh --supported)
 minor_of = $(word 1,$(subst ., ,$(1))).$(word 2,$(subst ., ,$(1)))
@@ -143,7 +143,9 @@ lint:
 	cargo clippy --all-targets -- -D warnings
 	cargo clippy --locked --manifest-path k8s/copy-module/Cargo.toml --target-dir target/copier -- -D warnings
 	cargo clippy --locked --manifest-path bench/tracker-loop/Cargo.toml --target-dir target/tracker-loop -- -D warnings
-	RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --quiet
+	@# Private items too: most modules are crate-private (src/lib.rs), and their docs are the
+	@# contributors' map.
+	RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --document-private-items --quiet
 
 # The in-flight table's drain protocol under the loom model checker (its own target dir: the cfg
 # changes every dependency's build).

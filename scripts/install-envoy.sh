@@ -9,7 +9,7 @@
 # CI and docs read them here.
 set -euo pipefail
 ENVOY_VERSION=1.40.0
-# The newest patch of each Envoy minor the module runs in (src/envoy_stats/compat.rs); CI tests each.
+# The newest patch of each Envoy minor the module runs in (src/host/envoy_release.rs); CI tests each.
 SUPPORTED_ENVOY_VERSIONS="1.38.3 1.39.3 1.40.0"
 # Older patches of those minors that platforms ship, on PyPI: Envoy Gateway 1.9.0 runs 1.39.0
 # (its api/v1alpha1/shared_types.go); 1.38.2 stands for EG 1.8.0-1.8.2's 1.38.x (1.38.0 and 1.38.1

@@ -21,17 +21,23 @@
 //! stats scan through them; the facts about Envoy the code relies on are in
 //! `src/ffi/ENVOY_FACTS.md`, with their evidence.
 #![deny(unsafe_code)]
+// The modules' docs link to crate-private modules: they are the contributors' map, built with
+// the private items (`make lint`: `cargo doc --document-private-items`).
+#![allow(rustdoc::private_intra_doc_links)]
 
+// Public: what the integration tests (`tests/`) and `bench/tracker-loop` use. The rest is
+// crate-private, so the compiler refuses any use of it from outside; `tests/architecture.rs`
+// keeps this list and the layering inside the crate.
 pub mod config;
 pub mod connections;
-pub mod counting;
+pub(crate) mod counting;
 pub mod engine;
 pub mod envoy_stats;
 pub mod exchange;
-pub mod extension;
+pub(crate) mod extension;
 pub mod ffi;
 pub mod host;
 pub mod http_filter;
-pub mod network_filter;
+pub(crate) mod network_filter;
 pub mod runtime;
 pub mod tracking;

@@ -14,7 +14,7 @@ use common::envoy::{
 };
 use common::scenario::{sigterm_drains_in_flight_work, Drain, InFlight, Kit, Ready, Slow};
 use common::{clients, free_ports, sha256};
-use graceful_drain::envoy_stats::compat::{
+use graceful_drain::host::envoy_release::{
     read_rodata, release_in, ALLOW_UNTESTED_ENV, ON_UNTESTED_ENV, TESTED,
 };
 use std::path::{Path, PathBuf};
@@ -210,7 +210,7 @@ async fn one_module_file_loads_into_every_tested_envoy_and_drains_there() {
             )),
             "{v}: {loaded}"
         );
-        // What it gives, per generation (src/envoy_stats/compat.rs): only the log's source location differs.
+        // What it gives, per generation (src/host/envoy_release.rs): only the log's source location differs.
         assert_eq!(
             loaded.contains(": everything (supported"),
             minor == "1.40",

@@ -9,7 +9,7 @@
 
 use graceful_drain::config::settings::{Scope, SETTINGS};
 use graceful_drain::connections::{IdleTold, LongLivedReport};
-use graceful_drain::engine::state::{
+use graceful_drain::engine::shared::{
     AgeBuckets, OutcomeReport, SentAway, SettingsReport, Status, TableReport, STATUS_FIELDS,
 };
 use graceful_drain::host::extension::{Gauge, LabelledGauge, Stat, StatDoc};

@@ -6,6 +6,8 @@
 
 use super::{Connections, EVENT_LONG_LIVED};
 use crate::config::LongLivedSettings;
+use crate::host::connection::ConnectionWakers;
+use crate::runtime::clock::Clock;
 use crate::runtime::threads::Threads;
 use serde::Serialize;
 use std::hash::BuildHasher;
@@ -184,35 +186,25 @@ impl LongLived {
 }
 
 impl Connections {
-    /// Wake the connection at `slot` with [`EVENT_LONG_LIVED`] now, from its own worker (a
-    /// long-lived stream's move wants its next step at once: its end was written).
-    pub fn wake_long_lived_now(&self, slot: super::WakerSlot) {
-        let (Some(commit), Some(w)) = (self.commit.get(), self.wakers.get(slot)) else {
-            return;
-        };
-        // Committed without the table's lock held (`get` released it).
-        commit(w.word(), EVENT_LONG_LIVED);
-    }
-
     /// The drain started at `now` (`Shared` clock nanos, read by `clock`): the moves begin at
     /// `now + min_drain`, over the window shortened to fit `drain_timeout` (logged). A thread
     /// owned by `threads` then sleeps until the next wake-up a connection asked for
     /// ([`super::Waker::wake_at`], at most [`MOVES_TICK`]) and commits it to that connection's
-    /// scheduler. Ends once `drained()`, or when the module stops. Nothing when the moves are
-    /// off or no network filter is loaded.
+    /// scheduler through `to`. Ends once the drain completed ([`Connections::note_drained`]), or
+    /// when the module stops. Nothing when no network filter is loaded.
     pub fn moves_started(
         &'static self,
         threads: &'static Threads,
-        on_panic: fn(),
-        clock: fn() -> u64,
+        to: &'static dyn ConnectionWakers,
+        on_panic: impl FnOnce() + Send + 'static,
+        clock: &'static dyn Clock,
         min_drain: Duration,
         drain_timeout: Duration,
-        drained: impl Fn() -> bool + Send + 'static,
     ) {
         let ll = &self.long_lived;
-        let Some(commit) = self.commit.get().copied() else {
+        if !self.loaded() {
             return;
-        };
+        }
         // Off, the thread still runs: its first wake-up counts the streams that will be cut.
         let s = ll.settings();
         let window = match s.window_within(min_drain, drain_timeout) {
@@ -230,21 +222,24 @@ impl Connections {
         };
         ll.window_in_use_ns
             .store(window.as_nanos() as u64, Ordering::Relaxed);
-        let from = clock().saturating_add(min_drain.as_nanos() as u64).max(1);
+        let from = clock
+            .nanos()
+            .saturating_add(min_drain.as_nanos() as u64)
+            .max(1);
         ll.from.store(from, Ordering::Relaxed);
         let mut begun = false;
         let spawned = threads.spawn("graceful_drain_moves", on_panic, move || loop {
-            let now = clock();
+            let now = clock.nanos();
             let mut next = u64::MAX;
             if now >= from && !begun {
                 // Every connection once: the switched ones ask for their move time.
                 begun = true;
-                self.wake_all(EVENT_LONG_LIVED);
+                self.wake_all(to, EVENT_LONG_LIVED);
             } else if now >= from {
                 // Commit without holding a lock (see `wake_all`).
                 for w in self.wakers.snapshot() {
                     match w.take_due(now) {
-                        Ok(()) => commit(w.word(), EVENT_LONG_LIVED),
+                        Ok(()) => to.commit(w.word(), EVENT_LONG_LIVED),
                         Err(0) => {}
                         Err(at) => next = next.min(at),
                     }
@@ -252,7 +247,7 @@ impl Connections {
             } else {
                 next = from;
             }
-            if drained() {
+            if self.is_drained() {
                 return;
             }
             let wait = Duration::from_nanos(next.saturating_sub(now)).min(MOVES_TICK);

@@ -41,7 +41,7 @@ pub struct Conn {
     /// Marked idle by a check; closed by the confirmation if still idle with the same
     /// `idle_since` (0 = not marked).
     candidate_since: AtomicU64,
-    /// Its network filter was destroyed ([`unregister`]).
+    /// Its network filter was destroyed ([`super::unregister`]).
     pub(super) gone: AtomicBool,
     /// Its exchange tracker lost the thread of the bytes (`crate::tracking`): how many requests
     /// are in flight on it is no longer known, so it is never idle (never closed early).

@@ -5,8 +5,10 @@
 //! reports the streams it sees per connection id ([`Connections::stream_started`],
 //! [`stream_ended`]). The process's one [`Connections`] is owned by the module's shared state
 //! (`Shared::connections`); tests make their own. Uses only [`crate::exchange`] (the frame
-//! reader), [`crate::counting`] (lanes, reserved slots), [`crate::runtime::threads`] (the grace thread)
-//! and [`crate::config`] (the idle defaults): nothing above them.
+//! reader), [`crate::counting`] (lanes, reserved slots), [`crate::runtime`] (the grace and moves
+//! threads, the clock they read), [`crate::config`] (the idle defaults) and
+//! [`crate::host::connection`] (the schedulers the drain side commits to, passed in by the
+//! caller): nothing above them.
 //!
 //! Why: at drain start the HTTP filter reaches every connection that carries a request. An idle
 //! keep-alive connection carries none, so nobody told its client until the process exited and the
@@ -37,23 +39,25 @@
 //!
 //! Files: [`machine`] the per-connection state machine ([`Conn`]); [`first_stream`] the HTTP/2
 //! client's frames until its first stream; [`index`] the worker's map by connection id and the
-//! HTTP filter's [`StreamMark`]; [`wakers`] the scheduler table; [`grace`] the process's
-//! [`Connections`] and the grace thread; `cross_check` the test-only cross-check.
+//! HTTP filter's [`StreamMark`]; [`wakers`] the scheduler table; [`connections`]
+//! the process's [`Connections`] and the grace thread; `cross_check` the test-only cross-check.
 
 #[cfg(feature = "cross-check")]
 mod cross_check;
 pub mod first_stream;
-pub mod grace;
+// Named after the type it holds (`connections::connections::Connections`).
+#[allow(clippy::module_inception)]
+pub mod connections;
 pub mod index;
 pub mod long_lived;
 pub mod machine;
 pub mod wakers;
 
+pub use self::connections::Connections;
 pub use crate::exchange::GoAwayGate;
 #[cfg(feature = "cross-check")]
 pub use cross_check::{cross_check_tallies, CROSS_CHECKS};
 pub use first_stream::FirstStream;
-pub use grace::Connections;
 pub use index::{register, stream_ended, unregister, StreamMark};
 pub use long_lived::{LongLived, LongLivedReport, MovePlan};
 pub use machine::Conn;

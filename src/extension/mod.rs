@@ -10,10 +10,13 @@
 use crate::config::BootstrapConfig;
 use crate::counting::Counts;
 use crate::engine::drain::{Phase, IN_FLIGHT_RECHECK};
-use crate::engine::main_thread::{Engine, EngineHost, ShutdownRelease};
-use crate::engine::state::{NotWork, Shared};
+use crate::engine::engine::{Engine, EngineHost, ShutdownRelease};
+use crate::engine::shared::{NotWork, Shared};
 use crate::envoy_stats::admin::{self, AdminAddress, AdminCheck};
 use crate::envoy_stats::scan::{DrainTiming, EnvoyView, Pass, ScanSource, Scanner, StatSums};
+use crate::host::connection::ConnectionWakers;
+use crate::host::stream::Wakers;
+use crate::host::Hosts;
 use crate::runtime::threads::Threads;
 use std::cell::RefCell;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
@@ -35,7 +38,7 @@ const ADMIN_CALL_TIMEOUT: Duration = Duration::from_secs(2);
 /// warns (the admin may still be coming up when the server is initialized).
 const ADMIN_CHECK_ATTEMPTS: u32 = 3;
 
-pub use crate::engine::state::Gauge;
+pub use crate::engine::shared::Gauge;
 
 /// Envoy's stats store, read on the scanner thread.
 pub trait StatsSource: Send + Sync + 'static {
@@ -52,6 +55,11 @@ pub struct Env {
     pub threads: &'static Threads,
     /// Envoy's side of the extension.
     pub envoy: &'static dyn ExtensionHost,
+    /// The network filters' schedulers, which the drain start commits to (any thread).
+    pub connections: &'static dyn ConnectionWakers,
+    /// The HTTP filters' schedulers (streams' wakers), which the drain start and completion
+    /// commit to (any thread).
+    pub streams: &'static dyn Wakers,
 }
 
 impl Env {
@@ -119,7 +127,7 @@ impl ScanSource for Arc<StatsStore> {
     }
 
     fn own_counts(&self) -> Counts {
-        self.env.shared.requests.counts()
+        self.env.shared.counts()
     }
 
     fn last_pass_hidden(&self) -> bool {
@@ -152,6 +160,35 @@ impl EngineHost for Host<'_> {
 
     fn envoy_request_stats(&self) -> EnvoyView {
         self.ext.envoy_view()
+    }
+
+    fn hosts(&self) -> Hosts<'_> {
+        Hosts {
+            streams: self.ext.env.streams,
+            extension: self.envoy,
+        }
+    }
+
+    fn tell_connections(&self) {
+        #[cfg(feature = "panic-test")]
+        if crate::runtime::faults::active("skip_wakeup") {
+            // Test-only: the lost wake-up `Shared::start_drain` plants loses this one too.
+            return;
+        }
+        let env = self.ext.env;
+        let c = &env.shared.connections;
+        let on_panic = move || env.count_module_error();
+        c.drain_started(env.threads, env.connections, on_panic);
+        if let Some(s) = env.shared.settings() {
+            c.moves_started(
+                env.threads,
+                env.connections,
+                on_panic,
+                env.shared.clock(),
+                s.min_drain_duration,
+                s.drain_timeout,
+            );
+        }
     }
 
     fn fail_health_checks(&self) {
@@ -235,7 +272,7 @@ impl Extension {
             cfg.lifecycle_log_level,
             "graceful_drain: drain engine loaded (graceful_drain {}, Envoy {}; \
              min_drain_duration={:?}, quiet_period={:?}, drain_timeout={:?})",
-            crate::envoy_stats::compat::MODULE_VERSION,
+            crate::host::envoy_release::MODULE_VERSION,
             env.shared.envoy_minor().unwrap_or("unknown"),
             cfg.drain.min_drain_duration,
             cfg.drain.quiet_period,
@@ -416,7 +453,7 @@ impl Extension {
             shared.count_is_exact(),
         );
         match self.scanner() {
-            Some(s) => s.view(d, shared.requests.counts()),
+            Some(s) => s.view(d, shared.counts()),
             // No thread to read them: nothing shows what the filter does not see; hold until
             // drain_timeout (logged when the thread could not be made).
             None => EnvoyView::Pending,

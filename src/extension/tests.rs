@@ -1,8 +1,8 @@
 //! The extension's life against a fake Envoy side, a fake stats store and the state's fixture.
 
 use super::*;
-use crate::engine::state::tests::fixture;
-use crate::engine::state::{Counters, Stat};
+use crate::engine::shared::tests::fixture;
+use crate::engine::shared::{Counters, Stat};
 use std::cell::Cell;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -12,6 +12,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 struct FakeEnvoy {
     timers: Mutex<Vec<Duration>>,
     gauges: Mutex<Vec<(Gauge, u64)>>,
+}
+
+/// No network filter is loaded in these tests: nothing to commit to.
+impl ConnectionWakers for FakeEnvoy {
+    fn commit(&self, _: usize, _: u64) {}
 }
 
 impl FakeEnvoy {
@@ -85,6 +90,8 @@ macro_rules! env {
             shared,
             threads,
             envoy,
+            connections: envoy,
+            streams: &crate::engine::shared::tests::FakeEnvoy,
         };
         (env, &**clock, envoy)
     }};
@@ -200,7 +207,7 @@ fn sigterm_is_held_until_the_drain_completes_then_released_once() {
     assert_eq!(released.get(), 1);
     assert!(ext.on_event(EVENT_KICK).is_none(), "given once");
     assert_eq!(
-        crate::engine::state::tests::counted(),
+        crate::engine::shared::tests::counted(),
         [Stat::DrainsStarted, Stat::DrainsCompleted]
     );
     ext.destroy();

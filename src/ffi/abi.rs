@@ -3,7 +3,7 @@
 //! `source/extensions/dynamic_modules/abi/abi.h` and checked against the symbols (and, where the
 //! header changed, the disassembly) of the official 1.38.3, 1.39.3 and 1.40.0 binaries.
 //!
-//! Every difference between Envoy versions lives here and in `crate::envoy_stats::compat`; the rest of the
+//! Every difference between Envoy versions lives here and in `crate::host::envoy_release`; the rest of the
 //! module calls the same Rust functions whatever Envoy it runs in.
 //!
 //! Callbacks are not linked as imports: `init` looks each one up in the running Envoy (`dlsym`)
@@ -18,7 +18,7 @@
 // Each wrapper below has the contract of the C callback of the same name (see the ABI header).
 #![allow(clippy::missing_safety_doc)]
 
-use crate::envoy_stats::compat;
+use crate::host::envoy_release as compat;
 use std::ffi::CString;
 use std::os::raw::{c_char, c_void};
 use std::sync::atomic::{AtomicU8, Ordering};

@@ -8,8 +8,8 @@
 use super::abi::{Buffer, EnvoyPtr, HttpHeader};
 use super::envoy::{self, ExtensionConfig, ExtensionStats, Scheduler, Timer};
 use super::{envoy_bytes, guard, with_object};
-use crate::engine::main_thread::{ShutdownRelease, ADMIN_DRAIN_PATH, ADMIN_STATUS_PATH};
-use crate::engine::state::Stat;
+use crate::engine::engine::{ShutdownRelease, ADMIN_DRAIN_PATH, ADMIN_STATUS_PATH};
+use crate::engine::shared::Stat;
 use crate::envoy_stats::scan::Pass;
 use crate::extension::{Env, Extension, ExtensionHost, Gauge, StatsSource, EVENT_KICK};
 use crate::host::extension::LabelledGauge::{BuildInfo, EnvoyUntested};
@@ -92,7 +92,7 @@ impl StatsSource for ExtensionStats {
 fn publish_build_info(envoy: &ExtensionConfig) {
     if let Some(id) = envoy.define_labelled_gauge(BuildInfo.name(), BuildInfo.labels()) {
         let found = super::abi::generation().minor();
-        envoy.set_labelled_gauge(id, &[crate::envoy_stats::compat::MODULE_VERSION, found], 1);
+        envoy.set_labelled_gauge(id, &[crate::host::envoy_release::MODULE_VERSION, found], 1);
     }
 }
 
@@ -168,6 +168,8 @@ pub extern "C" fn envoy_dynamic_module_on_bootstrap_extension_config_new(
             shared: super::shared(),
             threads: super::threads(),
             envoy: &EnvoyExtension,
+            connections: &super::network::Schedulers,
+            streams: &super::http::Schedulers,
         };
         // SAFETY: Envoy's config bytes are valid for this call.
         let ext = Extension::load(unsafe { envoy_bytes(config) }, env, timer.is_some())?;

@@ -131,7 +131,7 @@ std::thread_local! {
     static FAKE_SCRIPT: std::cell::RefCell<Vec<(&'static str, Script)>> =
         std::cell::RefCell::new(Vec::new());
     /// The Envoy generation this test thread pretends to run in (`None`: the table's, 1.40).
-    static PRETEND: std::cell::Cell<Option<crate::envoy_stats::compat::EnvoyGeneration>> =
+    static PRETEND: std::cell::Cell<Option<crate::host::envoy_release::EnvoyGeneration>> =
         const { std::cell::Cell::new(None) };
 }
 
@@ -141,7 +141,7 @@ std::thread_local! {
 /// (`abi::callback_call`): Envoy is never called.
 pub(crate) fn called(
     name: &'static str,
-    since: crate::envoy_stats::compat::EnvoyGeneration,
+    since: crate::host::envoy_release::EnvoyGeneration,
     args: Vec<Arg>,
 ) -> u64 {
     if pretended_generation().is_some_and(|g| g < since) {
@@ -187,12 +187,12 @@ pub(crate) fn take_calls_with_args() -> Vec<Call> {
 
 /// Make this thread's module code see Envoy `g` (`abi::generation`, `abi::gives`) and its
 /// callbacks as that generation has them, until [`clear`].
-pub(crate) fn pretend_generation(g: crate::envoy_stats::compat::EnvoyGeneration) {
+pub(crate) fn pretend_generation(g: crate::host::envoy_release::EnvoyGeneration) {
     PRETEND.with(|p| p.set(Some(g)));
 }
 
 /// The generation this thread pretends to run in, if told ([`pretend_generation`]).
-pub(crate) fn pretended_generation() -> Option<crate::envoy_stats::compat::EnvoyGeneration> {
+pub(crate) fn pretended_generation() -> Option<crate::host::envoy_release::EnvoyGeneration> {
     PRETEND.with(|p| p.get())
 }
 

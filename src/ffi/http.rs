@@ -6,8 +6,9 @@
 use super::abi::{self, Buffer, EnvoyPtr, HttpHeader};
 use super::envoy::{self, Hook, HttpStream};
 use super::{envoy_bytes, guard, with_object};
-use crate::engine::state::{Protocol, Shared};
+use crate::engine::shared::{Protocol, Shared};
 use crate::host::stream::Wakers;
+use crate::host::Hosts;
 use crate::http_filter::lifecycle::{self, Filter, Hooked, StreamConfig};
 use crate::http_filter::{HeadersAction, StreamHost, StreamSink, INTERNAL_ERROR};
 use std::os::raw::c_void;
@@ -119,6 +120,13 @@ impl StreamHost for EnvoyStream<'_> {
     fn wake(&self, waker: usize, event: u64) -> bool {
         commit_scheduler(waker, event)
     }
+
+    fn hosts(&self) -> Hosts<'_> {
+        Hosts {
+            streams: &Schedulers,
+            extension: &super::bootstrap::EnvoyExtension,
+        }
+    }
 }
 
 /// One hook of the filter `fm`: the filter lent for the hook, a host over Envoy's stream (`fe`
@@ -168,8 +176,13 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_config_new(
     guard("http_filter_config_new", ptr::null(), || {
         // SAFETY: Envoy's config bytes are valid for the duration of this call.
         let raw = unsafe { envoy_bytes(config) };
-        match StreamConfig::load(raw, super::shared(), super::publish_active_requests) {
-            Some(c) => Box::into_raw(Box::new(c)) as *const c_void,
+        match StreamConfig::load(raw, super::shared()) {
+            Some(c) => {
+                if c.counts_requests() {
+                    super::publish_active_requests();
+                }
+                Box::into_raw(Box::new(c)) as *const c_void
+            }
             None => ptr::null(),
         }
     })
@@ -501,7 +514,7 @@ mod tests {
         );
         // In flight: a wake reaches it (it asks Envoy about its connection and protocol).
         take_calls();
-        wake_stream(fm as usize, crate::engine::state::EVENT_GO_AWAY);
+        wake_stream(fm as usize, crate::engine::shared::EVENT_GO_AWAY);
         let awake = take_calls();
         assert!(!awake.is_empty(), "a live stream is woken: {awake:?}");
         // Done: the same wake makes no call at all.
@@ -509,7 +522,7 @@ mod tests {
         envoy_dynamic_module_on_http_filter_request_headers(fe, fm2, true);
         envoy_dynamic_module_on_http_filter_stream_complete(fe, fm2);
         take_calls();
-        wake_stream(fm2 as usize, crate::engine::state::EVENT_GO_AWAY);
+        wake_stream(fm2 as usize, crate::engine::shared::EVENT_GO_AWAY);
         assert_eq!(
             take_calls(),
             Vec::<&str>::new(),

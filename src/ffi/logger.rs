@@ -87,10 +87,10 @@ pub(super) fn install() {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::envoy_stats::compat::EnvoyGeneration;
     use crate::ffi::abi::{
         pretend_generation, reset_fake, script, take_calls, take_calls_with_args, Arg, Call,
     };
+    use crate::host::envoy_release::EnvoyGeneration;
 
     fn record_and_emit(threads: &Threads) -> Vec<&'static str> {
         script("envoy_dynamic_module_callback_log_enabled", || 1);

@@ -11,6 +11,16 @@
 //! - `stats`: the module's Envoy stats, all defined by the bootstrap extension's config;
 //! - here: the panic guard, buffer helpers, the clock, and the process-wide instances.
 //!
+//! Process globals live here only, each because Envoy's ABI leaves no other place: a hook gets
+//! its own object's pointer and nothing else (an HTTP or network filter's hook cannot reach the
+//! bootstrap extension, nor another listener's config), and the module's objects outlive any
+//! one of them. So [`shared`] (the drain state every hook of every Envoy object meets),
+//! [`threads`] (the module's threads and their gate, which must outlive the extension's
+//! destroy), the active-requests gauge's thread, the bootstrap extension's scheduler, timer and
+//! stats handles (`bootstrap.rs`, `stats.rs`: workers count the module's stats, whose handles
+//! Envoy gives the extension alone) and the callbacks found at load (`abi.rs`). Below `ffi/`,
+//! each is handed in as a parameter: `&Shared`, `&Threads`, a host of [`crate::host`].
+//!
 //! What Envoy's side does (which thread may call what, what a call may run re-entrantly, who
 //! owns which buffer) is recorded with its evidence in `ENVOY_FACTS.md` beside this file. Every
 //! call a module thread makes into Envoy passes the gate of [`crate::runtime::threads::Threads`].
@@ -42,7 +52,7 @@ mod logger;
 pub mod network;
 mod stats;
 
-use crate::engine::state::{Hosts, Shared};
+use crate::engine::shared::Shared;
 use crate::runtime::clock::Clock;
 use crate::runtime::threads::{GateFaults, Threads};
 use abi::Buffer;
@@ -175,18 +185,11 @@ pub(crate) fn threads() -> &'static Threads {
     })
 }
 
-/// Count a panic contained on a module thread (the module_errors figure).
-pub(crate) fn count_module_error() {
-    shared().counters.module_error();
-}
-
 /// Start setting the `active_requests` gauge (a config that counts requests was loaded).
 pub(crate) fn publish_active_requests() {
     static PUBLISHER: crate::engine::gauges::GaugePublisher =
         crate::engine::gauges::GaugePublisher::new();
-    PUBLISHER.start(threads(), shared(), |v| {
-        stats::set(crate::engine::state::Gauge::ActiveRequests, v)
-    });
+    PUBLISHER.start(threads(), shared(), &bootstrap::EnvoyExtension);
 }
 
 /// The process-wide drain state, wired to Envoy. The logic layers receive it as a parameter
@@ -199,30 +202,7 @@ pub(crate) fn shared() -> &'static Shared {
                 epoch: Instant::now(),
                 coarse_epoch: coarse_monotonic_nanos(),
             }),
-            Hosts {
-                wakers: &http::Schedulers,
-                extension: &bootstrap::EnvoyExtension,
-                connections_drain_started: || {
-                    let drained = || {
-                        matches!(
-                            shared().phase(),
-                            crate::engine::drain::Phase::Drained { .. }
-                        )
-                    };
-                    let c = &shared().connections;
-                    c.drain_started(threads(), count_module_error, drained);
-                    if let Some(s) = shared().settings() {
-                        c.moves_started(
-                            threads(),
-                            count_module_error,
-                            || shared().clock.nanos(),
-                            s.min_drain_duration,
-                            s.drain_timeout,
-                            drained,
-                        );
-                    }
-                },
-            },
+            &bootstrap::EnvoyExtension,
         )
     })
 }
@@ -241,7 +221,7 @@ pub extern "C" fn envoy_dynamic_module_on_program_init() -> *const c_char {
         let Some(standing) = abi::standing() else {
             return std::ptr::null();
         };
-        let line = crate::envoy_stats::compat::loaded_line(abi::generation(), standing);
+        let line = crate::host::envoy_release::loaded_line(abi::generation(), standing);
         // The one line that says an untested Envoy (with its release and the surface); the
         // status, the stat `envoy_untested` and an alert say it too.
         if standing.untested.is_some() {

@@ -7,8 +7,8 @@ use super::abi::{Buffer, EnvoyPtr};
 use super::envoy::{self, Hook, NetConnection, SliceIter};
 use super::{envoy_bytes, guard};
 use crate::config::NetworkFilterConfig;
-use crate::engine::state::EVENT_GO_AWAY;
-use crate::host::connection::ConnectionHost;
+use crate::engine::shared::EVENT_GO_AWAY;
+use crate::host::connection::{ConnectionHost, ConnectionWakers};
 use crate::network_filter::{NetConfig, NetFilter};
 use std::os::raw::c_void;
 use std::ptr;
@@ -17,6 +17,16 @@ const STATUS_CONTINUE: u32 = 0;
 /// `envoy_dynamic_module_type_network_connection_event`: RemoteClose, LocalClose.
 const EVENT_REMOTE_CLOSE: u32 = 0;
 const EVENT_LOCAL_CLOSE: u32 = 1;
+
+/// The network filters' schedulers from any thread: what the drain side commits to (the
+/// extension is given it at load, `extension::Env`).
+pub(crate) struct Schedulers;
+
+impl ConnectionWakers for Schedulers {
+    fn commit(&self, scheduler: usize, event: u64) {
+        <NetConnection<'_> as ConnectionHost>::commit_scheduler(scheduler, event)
+    }
+}
 
 impl ConnectionHost for NetConnection<'_> {
     type Slices<'b> = SliceIter<'b>;
@@ -127,11 +137,13 @@ pub extern "C" fn envoy_dynamic_module_on_network_filter_config_new(
         // SAFETY: Envoy's config bytes are valid for the duration of this call.
         let raw = unsafe { envoy_bytes(config) };
         match NetworkFilterConfig::parse(raw) {
-            Ok(c) => Box::into_raw(Box::new(NetConfig::load::<NetConnection>(
-                c,
-                super::shared(),
-                super::publish_active_requests,
-            ))) as *const c_void,
+            Ok(c) => {
+                let config = NetConfig::load(c, super::shared());
+                if config.counts_requests() {
+                    super::publish_active_requests();
+                }
+                Box::into_raw(Box::new(config)) as *const c_void
+            }
             Err(e) => {
                 log::error!("{e}");
                 ptr::null()

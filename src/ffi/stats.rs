@@ -16,7 +16,7 @@
 //! an update does nothing.
 
 use super::envoy::{ExtensionConfig, ExtensionMetrics};
-use crate::engine::state::{Gauge, Stat};
+use crate::engine::shared::{Gauge, Stat};
 use crate::runtime::threads::Threads;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::OnceLock;

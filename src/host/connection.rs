@@ -88,3 +88,13 @@ pub trait ConnectionHost {
     /// `H::now_nanos` is a zero-sized function the tracker takes by value at no cost.
     fn now_nanos() -> u64;
 }
+
+/// The network filter's schedulers as the drain side reaches them from any thread (the drain
+/// start on Envoy's main thread, the grace and moves threads): commit an event to one, by the word
+/// [`ConnectionHost::new_scheduler`] gave, while a counted reference keeps it alive
+/// (`crate::connections::Waker`). Passed to the calls that commit, never kept in shared state.
+pub trait ConnectionWakers: Sync {
+    /// As [`ConnectionHost::commit_scheduler`]; the filter's scheduled hook then runs with
+    /// `event` on the connection's worker.
+    fn commit(&self, scheduler: usize, event: u64);
+}

@@ -33,7 +33,7 @@ pub trait ExtensionHost: Sync {
 
 /// A counter the module reports through Envoy's stats, `<metrics_namespace>.<name>` (every one
 /// defined by the bootstrap extension's config, so by one namespace whichever filters are
-/// loaded). The status report's figures of the same names are counted by [`crate::engine::state::Counters::count`] at
+/// loaded). The status report's figures of the same names are counted by [`crate::engine::shared::Counters::count`] at
 /// the same moment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Stat {

@@ -1,6 +1,6 @@
 //! How the module reaches Envoy: one host trait per Envoy object, written in Envoy's terms and
 //! nothing else. The policy code ([`crate::http_filter`], [`crate::network_filter`],
-//! [`crate::extension`], [`crate::engine::state`]) is written against these traits; the FFI seam
+//! [`crate::extension`], [`crate::engine::shared`]) is written against these traits; the FFI seam
 //! implements them over Envoy's callbacks, and the unit tests implement them with fakes. May use:
 //! nothing of the crate but plain types (a host trait never names the state it serves, so every
 //! layer can use it).
@@ -10,9 +10,29 @@
 //! - [`extension`]: the bootstrap extension (its timer, the hop to the main thread, the module's
 //!   stats) and the stats store behind it.
 //!
-//! Cost: the request path calls a host through a generic (static dispatch); what the shared state
-//! keeps is a `&'static dyn` host, one indirect call as the fn pointers it replaced.
+//! Each is passed into the call that needs it, the way Envoy's own Rust SDK hands a filter its
+//! `&mut impl EnvoyHttpFilter`: a hook's host is a parameter of the policy code's method; what a
+//! drain's start and completion reach on other threads' objects ([`Hosts`]) is a parameter of
+//! `Shared::start_drain` and `Shared::poll`. The shared state keeps none, but the module's own
+//! stats (`Counters`, through [`extension::ExtensionHost::count`]).
+//!
+//! Cost: the request path calls a host through a generic (static dispatch); a drain's start and
+//! completion make one indirect call per waker through [`Hosts`].
+//!
+//! Beside them, [`envoy_release`]: which Envoy hosts the module (its ABI generation and
+//! release) and what the module gives there.
 
 pub mod connection;
+pub mod envoy_release;
 pub mod extension;
 pub mod stream;
+
+/// The Envoy objects a drain's start and its completion reach beyond the caller's own hook: the
+/// streams' wakers (every in-flight request's HTTP filter scheduler, any thread) and the
+/// bootstrap extension (the engine's kick). Passed into the call, never kept: the engine's host
+/// and an HTTP stream's host each give it ([`stream::StreamHost::hosts`]).
+#[derive(Clone, Copy)]
+pub struct Hosts<'a> {
+    pub streams: &'a dyn stream::Wakers,
+    pub extension: &'a dyn extension::ExtensionHost,
+}

@@ -79,4 +79,7 @@ pub trait StreamHost: StreamSink {
     /// Commit an event to a waker (any thread). `false` if it was refused (the module's calls
     /// into Envoy are closed once the exit was released): the event will never be delivered.
     fn wake(&self, waker: Waker, event: u64) -> bool;
+    /// The Envoy objects a drain started from this stream (`/drain`) reaches: every stream's
+    /// waker, the extension's kick.
+    fn hosts(&self) -> super::Hosts<'_>;
 }

@@ -7,7 +7,7 @@
 
 use super::{HeadersAction, Stream, StreamHost, StreamSink};
 use crate::config::{DrainToken, FilterConfig, Role};
-use crate::engine::state::Shared;
+use crate::engine::shared::Shared;
 use std::cell::{Cell, RefCell};
 use std::mem::ManuallyDrop;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -26,7 +26,7 @@ pub struct StreamConfig {
 impl StreamConfig {
     /// Parse a filter config; `None` (logged, naming the field) when Envoy must refuse it.
     /// `counts_requests` runs for a data-role config (the module then counts requests itself).
-    pub fn load(raw: &[u8], shared: &Shared, counts_requests: impl FnOnce()) -> Option<Self> {
+    pub fn load(raw: &[u8], shared: &Shared) -> Option<Self> {
         let c = match FilterConfig::parse(raw) {
             Ok(c) => c,
             Err(e) => {
@@ -38,7 +38,6 @@ impl StreamConfig {
         let stepped_back = c.role == Role::Data && shared.data_path_stepped_back();
         if c.role == Role::Data && !stepped_back {
             shared.note_data_filter_loaded();
-            counts_requests();
         }
         log::info!(
             "graceful_drain: filter config loaded (role={:?}{}{})",
@@ -59,6 +58,12 @@ impl StreamConfig {
             token: c.drain_token.map(Arc::new),
             stepped_back,
         })
+    }
+
+    /// Whether this config's streams count requests (a data role, not stepped back): the FFI
+    /// then starts the `active_requests` gauge.
+    pub fn counts_requests(&self) -> bool {
+        self.role == Role::Data && !self.stepped_back
     }
 
     pub fn role(&self) -> Role {

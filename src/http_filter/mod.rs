@@ -13,7 +13,7 @@
 use crate::config::{DrainToken, Role};
 use crate::counting::Ticket;
 use crate::engine::drain::Trigger;
-use crate::engine::state::{Shared, StartResult, Wait, Waker, EVENT_DRAIN_DONE, EVENT_GO_AWAY};
+use crate::engine::shared::{Shared, StartResult, Wait, Waker, EVENT_DRAIN_DONE, EVENT_GO_AWAY};
 use crate::http_filter::control::{route, Route};
 use std::sync::Arc;
 
@@ -221,7 +221,7 @@ impl DataStream {
                 // Paused only on a wake-up that will come: a refused one (the exit released, the
                 // workers about to stop) would hold the request until the process ends.
                 // (The wake is made with or without a body: `end_of_stream` is read after it.)
-                if !shared.requests.is_sent_away(host.connection_id())
+                if !shared.is_sent_away(host.connection_id())
                     && host.wake(w, EVENT_GO_AWAY)
                     && end_of_stream
                 {
@@ -359,40 +359,42 @@ impl ControlStream {
             }
             Route::Status => self.respond(host, shared, 200, &[JSON], &status_body(shared)),
             Route::Drain { .. } if !self.authorized(host, shared) => {}
-            Route::Drain { wait } => match shared.start_drain(Trigger::ControlEndpoint) {
-                StartResult::NoEngine => self.respond(
-                    host,
-                    shared,
-                    503,
-                    &[JSON],
-                    &error_body(
-                        "the graceful_drain bootstrap extension is not loaded: add it to \
+            Route::Drain { wait } => {
+                match shared.start_drain(host.hosts(), Trigger::ControlEndpoint) {
+                    StartResult::NoEngine => self.respond(
+                        host,
+                        shared,
+                        503,
+                        &[JSON],
+                        &error_body(
+                            "the graceful_drain bootstrap extension is not loaded: add it to \
                          bootstrap_extensions to enable draining",
+                        ),
                     ),
-                ),
-                StartResult::Started | StartResult::AlreadyStarted if !wait => {
-                    self.respond(host, shared, 202, &[JSON], &status_body(shared))
-                }
-                StartResult::Started | StartResult::AlreadyStarted => {
-                    let Some(waker) = host.new_waker() else {
-                        self.respond(
-                            host,
-                            shared,
-                            500,
-                            &[JSON],
-                            &error_body("cannot wait: no scheduler"),
-                        );
-                        return HeadersAction::Stop;
-                    };
-                    self.waker = Some(waker);
-                    match shared.waiters.register(waker) {
-                        Wait::AlreadyDone => {
-                            self.respond(host, shared, 200, &[JSON], &status_body(shared))
+                    StartResult::Started | StartResult::AlreadyStarted if !wait => {
+                        self.respond(host, shared, 202, &[JSON], &status_body(shared))
+                    }
+                    StartResult::Started | StartResult::AlreadyStarted => {
+                        let Some(waker) = host.new_waker() else {
+                            self.respond(
+                                host,
+                                shared,
+                                500,
+                                &[JSON],
+                                &error_body("cannot wait: no scheduler"),
+                            );
+                            return HeadersAction::Stop;
+                        };
+                        self.waker = Some(waker);
+                        match shared.wait_for_completion(waker) {
+                            Wait::AlreadyDone => {
+                                self.respond(host, shared, 200, &[JSON], &status_body(shared))
+                            }
+                            Wait::Waiting(id) => self.waiter = Some(id),
                         }
-                        Wait::Waiting(id) => self.waiter = Some(id),
                     }
                 }
-            },
+            }
             Route::MethodNotAllowed { allow } => self.respond(
                 host,
                 shared,
@@ -452,7 +454,7 @@ impl ControlStream {
     /// Answer the request: its count as not work ends first, so it always ends inside Envoy's
     /// own count of the stream (which Envoy ends when the stream completes, before the filters
     /// hear of it: a stats pass must never take off a request Envoy no longer counts;
-    /// `crate::engine::state::NotWork::within`).
+    /// `crate::engine::shared::NotWork::within`).
     fn respond(
         &mut self,
         host: &impl StreamHost,
@@ -477,7 +479,7 @@ impl ControlStream {
         if let Some(id) = self.waiter.take() {
             // After this the completion never commits to our waker (safe to destroy it), unless
             // it is committing to it right now: then it destroys it after.
-            ours = shared.waiters.unregister(id);
+            ours = shared.stop_waiting(id);
         }
         if let Some(w) = self.waker.take().filter(|_| ours) {
             sink.drop_waker(w);

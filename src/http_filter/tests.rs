@@ -1,8 +1,8 @@
 //! The per-request glue against a fake stream host.
 
 use super::*;
-use crate::engine::state::tests::{commits, counted, fast, fixture, Fixture};
-use crate::engine::state::Protocol;
+use crate::engine::shared::tests::{commits, counted, fast, fixture, Fixture, HOSTS};
+use crate::engine::shared::Protocol;
 use std::cell::{Cell, RefCell};
 use std::time::Duration;
 
@@ -112,6 +112,9 @@ impl StreamHost for FakeHost {
         self.wakes.borrow_mut().push((waker, event));
         true
     }
+    fn hosts(&self) -> crate::host::Hosts<'_> {
+        HOSTS
+    }
 }
 
 fn data() -> Stream {
@@ -159,7 +162,7 @@ fn an_in_flight_request_is_woken_at_drain_start_and_sends_its_connection_away_on
     let (mut a, mut b) = (data(), data());
     a.on_request_headers(&host, &shared, true);
     b.on_request_headers(&host, &shared, true);
-    shared.start_drain(Trigger::Sigterm);
+    shared.start_drain(HOSTS, Trigger::Sigterm);
     let woken: Vec<_> = commits();
     assert_eq!(woken.len(), 2, "both in-flight requests woken: {woken:?}");
     // Envoy delivers the events on the worker: both streams share connection 7.
@@ -180,7 +183,7 @@ fn an_in_flight_request_is_woken_at_drain_start_and_sends_its_connection_away_on
 #[test]
 fn a_request_during_the_drain_is_paused_until_its_connection_is_sent_away() {
     let Fixture { shared, .. } = fixture(Some(fast()));
-    shared.start_drain(Trigger::Admin);
+    shared.start_drain(HOSTS, Trigger::Admin);
     let mut host = FakeHost::get("/").on_connection(3);
     host.protocol = Some(Protocol::Http1);
     let mut s = data();
@@ -212,7 +215,7 @@ fn a_request_during_the_drain_is_paused_until_its_connection_is_sent_away() {
 #[test]
 fn a_request_with_a_body_during_the_drain_is_not_held_but_still_sends_its_connection_away() {
     let Fixture { shared, .. } = fixture(Some(fast()));
-    shared.start_drain(Trigger::Admin);
+    shared.start_drain(HOSTS, Trigger::Admin);
     let mut host = FakeHost::get("/").on_connection(3);
     host.protocol = Some(Protocol::Http1);
     let mut s = data();
@@ -232,7 +235,7 @@ fn a_request_with_a_body_during_the_drain_is_not_held_but_still_sends_its_connec
 fn behind_the_network_filter_a_request_is_reached_through_its_connection() {
     use crate::connections::{self, Action, Conn};
     let Fixture { shared, .. } = fixture(Some(fast()));
-    shared.connections.install_commit(|_, _| {});
+    shared.connections.note_loaded();
     let conn = Arc::new(Conn::new(41));
     conn.set_wakeable();
     connections::register(&conn);
@@ -249,7 +252,7 @@ fn behind_the_network_filter_a_request_is_reached_through_its_connection() {
         "no scheduler of its own"
     );
     assert_eq!(shared.status().active_requests, 1);
-    shared.start_drain(Trigger::Sigterm);
+    shared.start_drain(HOSTS, Trigger::Sigterm);
     assert!(commits().is_empty(), "nothing for the table's scan to wake");
     // The connection's wake-up hands the stream back; the glue runs its scheduled logic.
     let counts = connections::Counts::default();
@@ -299,7 +302,7 @@ fn an_event_after_the_stream_ended_touches_nothing() {
 #[test]
 fn a_request_whose_wake_is_refused_goes_on_unpaused() {
     let Fixture { shared, .. } = fixture(Some(fast()));
-    shared.start_drain(Trigger::Admin);
+    shared.start_drain(HOSTS, Trigger::Admin);
     let mut host = FakeHost::get("/").on_connection(3);
     host.protocol = Some(Protocol::Http1);
     host.refuse_wakes = true;
@@ -317,7 +320,7 @@ fn a_request_whose_wake_is_refused_goes_on_unpaused() {
 #[test]
 fn without_a_waker_a_request_is_still_counted_and_never_paused() {
     let Fixture { shared, .. } = fixture(Some(fast()));
-    shared.start_drain(Trigger::Admin);
+    shared.start_drain(HOSTS, Trigger::Admin);
     let mut host = FakeHost::get("/");
     host.no_wakers = true;
     let mut s = data();
@@ -359,7 +362,7 @@ fn drain_start_racing_requests_wakes_every_one() {
                 })
                 .collect();
             go.store(true, std::sync::atomic::Ordering::Release);
-            shared.start_drain(Trigger::Sigterm);
+            shared.start_drain(HOSTS, Trigger::Sigterm);
             let woken: std::collections::HashSet<usize> =
                 commits().into_iter().map(|(w, _)| w).collect();
             let mut all = vec![];
@@ -384,7 +387,7 @@ fn ready_flips_to_503_when_the_drain_starts() {
     let host = FakeHost::get("/ready");
     control(None).on_request_headers(&host, &shared, true);
     assert_eq!(host.status(), Some(200));
-    shared.start_drain(Trigger::Sigterm);
+    shared.start_drain(HOSTS, Trigger::Sigterm);
     let host = FakeHost::get("/ready");
     assert_eq!(
         control(None).on_request_headers(&host, &shared, true),
@@ -407,7 +410,7 @@ fn a_waiting_drain_is_answered_at_completion() {
     assert!(host.responses.borrow().is_empty(), "waits");
     assert!(shared.is_draining());
     clock.advance(Duration::from_secs(1));
-    shared.poll(crate::engine::state::EnvoyObservation::Unused);
+    shared.poll(HOSTS, crate::engine::shared::EnvoyObservation::Unused);
     assert!(commits().contains(&(0x1010, EVENT_DRAIN_DONE)));
     s.on_scheduled(&host, &shared, EVENT_DRAIN_DONE);
     assert_eq!(host.status(), Some(200));
@@ -432,7 +435,7 @@ fn a_client_giving_up_on_drain_unregisters_before_its_waker_is_destroyed() {
     s.on_request_headers(&host, &shared, true);
     s.finish(&host, &shared);
     clock.advance(Duration::from_secs(1));
-    shared.poll(crate::engine::state::EnvoyObservation::Unused);
+    shared.poll(HOSTS, crate::engine::shared::EnvoyObservation::Unused);
     assert!(
         commits().iter().all(|(_, e)| *e != EVENT_DRAIN_DONE),
         "a destroyed waker was woken: {:?}",
@@ -498,7 +501,7 @@ fn health_checks_are_answered_but_never_work() {
         ..Default::default()
     });
     // Told apart during a drain (while serving they count like any request, see below).
-    shared.start_drain(Trigger::Admin);
+    shared.start_drain(HOSTS, Trigger::Admin);
     for host in [
         FakeHost::get("/healthz").with_header("user-agent", "kube-probe/1.31"),
         FakeHost::get("/healthz"),
@@ -535,7 +538,7 @@ fn health_checks_are_answered_but_never_work() {
 #[test]
 fn a_checker_s_user_agent_alone_is_work() {
     let Fixture { shared, .. } = fixture(Some(fast()));
-    shared.start_drain(Trigger::Admin);
+    shared.start_drain(HOSTS, Trigger::Admin);
     let host = FakeHost::get("/upload").with_header("user-agent", "kube-probe/1.31");
     let mut s = data();
     s.on_request_headers(&host, &shared, true);
@@ -552,7 +555,7 @@ fn a_checker_s_user_agent_alone_is_work() {
         health_check_user_agents: vec!["grpc-health-probe/".into()],
         ..Default::default()
     });
-    shared.start_drain(Trigger::Admin);
+    shared.start_drain(HOSTS, Trigger::Admin);
     for (path, ua, check) in [
         (
             "/grpc.health.v1.Health/Check",
@@ -631,7 +634,7 @@ fn readiness_keeps_answering_ready_during_the_configured_delay() {
     let h = FakeHost::get("/");
     let mut s = data();
     s.on_request_headers(&h, &shared, true);
-    shared.start_drain(Trigger::Sigterm);
+    shared.start_drain(HOSTS, Trigger::Sigterm);
     assert_eq!(commits().len(), 1, "connections are sent away at once");
     let ready = FakeHost::get("/ready");
     control(None).on_request_headers(&ready, &shared, true);
@@ -649,16 +652,14 @@ fn readiness_keeps_answering_ready_during_the_configured_delay() {
 /// pause. The control endpoints still answer. The same steps on the full surface do act.
 #[test]
 fn stepped_back_data_streams_ask_nothing_of_envoy_and_the_control_endpoints_still_answer() {
-    use crate::envoy_stats::compat::{release_verdict, OnUntested};
+    use crate::host::envoy_release::{release_verdict, OnUntested};
     use crate::http_filter::lifecycle::{release, Filter, FreeList, StreamConfig};
     for (policy, stepped_back) in [(OnUntested::Reduced, true), (OnUntested::Full, false)] {
         let Fixture { shared, .. } = fixture(Some(fast()));
         shared.set_standing(release_verdict(None, policy, "unreadable").unwrap());
-        let mut counts = false;
-        let config = StreamConfig::load(br#"{"role": "data"}"#, &shared, || counts = true)
-            .expect("accepted");
+        let config = StreamConfig::load(br#"{"role": "data"}"#, &shared).expect("accepted");
         assert_eq!(
-            (counts, shared.data_filter_loaded()),
+            (config.counts_requests(), shared.data_filter_loaded()),
             (!stepped_back, !stepped_back),
             "{policy:?}"
         );
@@ -669,7 +670,7 @@ fn stepped_back_data_streams_ask_nothing_of_envoy_and_the_control_endpoints_stil
             HeadersAction::Continue
         );
         assert_eq!(shared.status().active_requests, i64::from(!stepped_back));
-        shared.start_drain(Trigger::Sigterm);
+        shared.start_drain(HOSTS, Trigger::Sigterm);
         let late = FakeHost::get("/").on_connection(6);
         let g = Filter::new(&config, 0x20);
         let action = g.request_headers(&late, &shared, true).value;
@@ -686,8 +687,8 @@ fn stepped_back_data_streams_ask_nothing_of_envoy_and_the_control_endpoints_stil
             assert!(
                 counted().iter().all(|s| !matches!(
                     s,
-                    crate::engine::state::Stat::SentAway(_)
-                        | crate::engine::state::Stat::ServedWhileDraining
+                    crate::engine::shared::Stat::SentAway(_)
+                        | crate::engine::shared::Stat::ServedWhileDraining
                 )),
                 "nothing counted: {:?}",
                 counted()

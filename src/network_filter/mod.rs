@@ -5,7 +5,7 @@
 //! destroy releases. The FFI seam (`src/ffi/network.rs`) only converts and calls these, one call per hook.
 //!
 //! Uses [`crate::connections`] (the state machine that decides), [`crate::tracking`] (the
-//! exchange tracker, connection mode), [`crate::engine::state`] (the shared drain state, passed in) and
+//! exchange tracker, connection mode), [`crate::engine::shared`] (the shared drain state, passed in) and
 //! [`crate::host::connection`]. The decisions stay returned values ([`Action`], tested on their
 //! own in `connections`); this file applies them through the host.
 
@@ -13,7 +13,7 @@ use crate::config::NetworkFilterConfig;
 use crate::connections::{
     Action, Conn, ConnSettings, FirstStream, GoAwayGate, Waker, WakerSlot, GOAWAY_NO_ERROR,
 };
-use crate::engine::state::{Protocol, Shared, Stat};
+use crate::engine::shared::{Protocol, Shared, Stat};
 use crate::host::connection::ConnectionHost;
 use crate::tracking::{Tracking, WsWake, WsWrite};
 use std::cell::{Cell, OnceCell, RefCell};
@@ -34,14 +34,9 @@ pub struct NetConfig {
 }
 
 impl NetConfig {
-    /// A listener's config was loaded: the drain side learns how to wake connections (`H`'s
-    /// scheduler commit) and this listener's grace; `publish_active_requests` starts the
-    /// in-flight gauge when this listener counts requests itself.
-    pub fn load<H: ConnectionHost>(
-        config: NetworkFilterConfig,
-        shared: &Shared,
-        publish_active_requests: fn(),
-    ) -> NetConfig {
+    /// A listener's config was loaded: the drain side learns that connections are followed, and
+    /// this listener's grace.
+    pub fn load(config: NetworkFilterConfig, shared: &Shared) -> NetConfig {
         let NetworkFilterConfig {
             idle_close_grace: grace,
             idle_after,
@@ -80,7 +75,7 @@ impl NetConfig {
                 );
             }
         }
-        c.install_commit(H::commit_scheduler);
+        c.note_loaded();
         c.note_config(settings);
         if track_requests {
             c.note_tracking();
@@ -95,14 +90,17 @@ impl NetConfig {
             long_lived.close_timeout,
             long_lived.message_wait,
         );
-        if track_requests {
-            publish_active_requests();
-        }
         NetConfig {
             settings,
             track_requests,
             stepped_back: false,
         }
+    }
+
+    /// Whether this listener's connections count requests (`track_requests`, not stepped back):
+    /// the FFI then starts the `active_requests` gauge.
+    pub fn counts_requests(&self) -> bool {
+        self.track_requests
     }
 
     /// Envoy destroys a listener's config, after its filters (`None`: a config it refused).
@@ -175,10 +173,9 @@ impl NetFilter {
             // No state, no scheduler: the other hooks find no connection and return at once.
             return;
         }
-        let requests = &shared.requests;
-        let lane = requests.lane();
+        let lane = shared.lane();
         let conn = Arc::new(
-            Conn::on_lane(host.id(), lane, lane.and_then(|l| requests.reserve(l)))
+            Conn::on_lane(host.id(), lane, lane.and_then(|l| shared.reserve(l)))
                 .with_settings(self.settings),
         );
         if self.tracking.as_ref().is_some_and(|t| t.borrow().counts()) {
@@ -297,7 +294,7 @@ impl NetFilter {
         }
         let edit = host.with_write_slices(|chunks| t.on_write_bytes(chunks, conn, shared, now));
         if t.tracker().tunnel() || t.sse_unnoticed() {
-            self.switched(conn, &mut t, shared);
+            self.switched::<H>(conn, &mut t, shared);
         }
         drop(t);
         // After the slices are released: the rewrite changes the buffer they described.
@@ -337,7 +334,7 @@ impl NetFilter {
             .settings()
             .close_timeout
             .as_nanos() as u64;
-        let now = shared.clock.nanos();
+        let now = shared.clock().nanos();
         let (w, wake) =
             host.with_write_slices(|chunks| t.websocket_write(chunks(), close_timeout, now));
         self.apply_write(host, conn, shared, w, wake, "WebSocket Close(1001)")
@@ -348,12 +345,12 @@ impl NetFilter {
     /// response that began after the drain started (no wake-up counted it) is woken now.
     #[cold]
     #[inline(never)]
-    fn switched(&self, conn: &Conn, t: &mut Tracking, shared: &Shared) {
+    fn switched<H: ConnectionHost>(&self, conn: &Conn, t: &mut Tracking, shared: &Shared) {
         let ll = &shared.connections.long_lived;
         // `note_switch` first: it counts a switch whatever the drain.
         let websocket = t.note_switch(shared) && ll.plan(conn.id).is_some();
         if websocket || (t.sse_unnoticed() && ll.drain_started()) {
-            self.wake_at(shared, 1);
+            self.wake_at::<H>(shared, 1);
         }
     }
 
@@ -389,16 +386,20 @@ impl NetFilter {
             log::debug!("graceful_drain: {what} {how} on connection {}", conn.id);
         }
         if let Some(at) = wake {
-            self.wake_at(shared, at);
+            self.wake_at::<H>(shared, at);
         }
     }
 
     /// Ask the moves thread to wake this connection at `at` (`Shared` clock nanos).
-    /// `at` 1: now, committed to the connection's own scheduler.
-    fn wake_at(&self, shared: &Shared, at: u64) {
+    /// `at` 1: now, committed to the connection's own scheduler (from its worker: its end was
+    /// written).
+    fn wake_at<H: ConnectionHost>(&self, shared: &Shared, at: u64) {
         if let Some(slot) = self.slot.get() {
             if at <= 1 {
-                shared.connections.wake_long_lived_now(slot);
+                // Committed without the table's lock held (`get` released it).
+                if let Some(w) = shared.connections.wakers.get(slot) {
+                    H::commit_scheduler(w.word(), crate::connections::EVENT_LONG_LIVED);
+                }
             } else {
                 shared.connections.wakers.wake_at(slot, at);
             }
@@ -414,7 +415,7 @@ impl NetFilter {
             return in_use();
         };
         let plan = shared.connections.long_lived.plan(conn.id);
-        let now = shared.clock.nanos();
+        let now = shared.clock().nanos();
         let open = host.is_open();
         let (act, wake) = if !open && !t.is_websocket() {
             (WsWake::Nothing, None)
@@ -482,7 +483,7 @@ impl NetFilter {
             }
         }
         if let Some(at) = wake {
-            self.wake_at(shared, at);
+            self.wake_at::<H>(shared, at);
         }
     }
 

@@ -5,7 +5,7 @@
 use super::*;
 use crate::connections::Conn;
 use crate::counting::Ticket;
-use crate::engine::state::Shared;
+use crate::engine::shared::Shared;
 use crate::exchange::Event;
 
 impl Tracking {
@@ -41,12 +41,10 @@ impl Tracking {
         // Envoy may still be serving them: given back, so that the drain counts them from
         // Envoy's gauges instead, and until a gauge pass shows them (`Registry::give_back`).
         let counted = self.tickets.iter().filter(|(_, t)| t.is_some()).count() as u64;
-        shared
-            .requests
-            .give_back(counted, || self.end_all(conn, shared));
+        shared.give_back(counted, || self.end_all(conn, shared));
         shared
             .counters
-            .count(crate::engine::state::Stat::ConnectionsUntracked);
+            .count(crate::engine::shared::Stat::ConnectionsUntracked);
         if self.shadow {
             conn.cross_check_event(None);
             log::info!(
@@ -135,7 +133,7 @@ pub(super) fn on_event(
                 // did it, with the response that just ended.
                 if t.protocol() == Protocol::Http1 && t.will_close() && shared.is_draining() {
                     fed.sent_away_http1 |= shared
-                        .send_away_once(Some(conn.id), || crate::engine::state::Protocol::Http1)
+                        .send_away_once(Some(conn.id), || crate::engine::shared::Protocol::Http1)
                         .is_some();
                 }
             }

@@ -5,7 +5,7 @@
 
 use super::*;
 use crate::connections::MovePlan;
-use crate::engine::state::{Shared, Stat};
+use crate::engine::shared::{Shared, Stat};
 use crate::exchange::websocket::mover::{Wake, Write};
 use crate::exchange::websocket::{close_frame, GOING_AWAY};
 use std::sync::atomic::Ordering;

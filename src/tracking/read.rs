@@ -30,7 +30,7 @@
 use super::events::on_event;
 use super::*;
 use crate::connections::{Conn, FirstStream};
-use crate::engine::state::Shared;
+use crate::engine::shared::Shared;
 
 /// Where a read buffer's first byte lies in the last read buffer (see the module doc).
 pub(super) enum Behind {

@@ -4,9 +4,9 @@
 use super::*;
 use crate::connections::Conn;
 use crate::engine::drain::Trigger;
-use crate::engine::state::tests::{counted, fast, fixture};
-use crate::engine::state::Shared;
-use crate::engine::state::Stat;
+use crate::engine::shared::tests::{counted, fast, fixture, HOSTS};
+use crate::engine::shared::Shared;
+use crate::engine::shared::Stat;
 
 const GET: &[u8] = b"GET /a HTTP/1.1\r\nhost: x\r\n\r\n";
 const PROBE: &[u8] = b"GET /healthz HTTP/1.1\r\nhost: x\r\nuser-agent: kube-probe/1.31\r\n\r\n";
@@ -31,26 +31,29 @@ fn write(t: &mut Tracking, bytes: &[u8], conn: &Conn, shared: &Shared) -> Fed {
 #[test]
 fn a_head_on_its_way_holds_the_drain_from_its_first_byte() {
     use crate::engine::drain::Decision;
-    use crate::engine::state::EnvoyObservation;
+    use crate::engine::shared::EnvoyObservation;
     let f = fixture(Some(fast()));
     let conn = Conn::new(1);
     let mut t = Tracking::new();
-    f.shared.start_drain(Trigger::Admin);
+    f.shared.start_drain(HOSTS, Trigger::Admin);
     f.clock.advance(std::time::Duration::from_millis(100));
     read(&mut t, &[b"GET /a HT"], &conn, &f.shared);
     assert_eq!(f.shared.connections.partial_heads(), 1);
     assert_eq!(
-        f.shared.requests.counts().active,
+        f.shared.counts().active,
         0,
         "no ticket before the head ends"
     );
     assert!(
-        matches!(f.shared.poll(EnvoyObservation::Unused), Decision::PollAt(_)),
+        matches!(
+            f.shared.poll(HOSTS, EnvoyObservation::Unused),
+            Decision::PollAt(_)
+        ),
         "the drain holds"
     );
     read(&mut t, &[b"TP/1.1\r\nhost: x\r\n\r\n"], &conn, &f.shared);
     assert_eq!(f.shared.connections.partial_heads(), 0);
-    assert_eq!(f.shared.requests.counts().active, 1, "the ticket took over");
+    assert_eq!(f.shared.counts().active, 1, "the ticket took over");
     write(&mut t, OK, &conn, &f.shared);
     // Begun again, then the connection closes: nothing left counted.
     read(&mut t, &[b"GE"], &conn, &f.shared);
@@ -59,7 +62,7 @@ fn a_head_on_its_way_holds_the_drain_from_its_first_byte() {
     assert_eq!(f.shared.connections.partial_heads(), 0);
     f.clock.advance(std::time::Duration::from_millis(100));
     assert!(matches!(
-        f.shared.poll(EnvoyObservation::Unused),
+        f.shared.poll(HOSTS, EnvoyObservation::Unused),
         Decision::Completed(_)
     ));
     // A lost connection keeps its head counted until it closes. (The head begins after the
@@ -84,11 +87,11 @@ fn a_request_is_in_the_table_from_its_head_to_its_response() {
     let mut t = Tracking::new();
     let fed = read(&mut t, &[GET], &conn, &f.shared);
     assert_eq!(fed.started, 1);
-    assert_eq!(f.shared.requests.counts().active, 1);
+    assert_eq!(f.shared.counts().active, 1);
     assert_eq!(conn.streams(), 1, "counted against its connection");
     let fed = write(&mut t, OK, &conn, &f.shared);
     assert_eq!(fed.ended, 1);
-    assert_eq!(f.shared.requests.counts().active, 0);
+    assert_eq!(f.shared.counts().active, 0);
     assert_eq!(conn.streams(), 0);
 }
 
@@ -108,11 +111,11 @@ fn bytes_envoy_left_in_its_read_buffer_are_not_fed_again() {
     let left = &buffer[GET.len()..];
     let again = read(&mut t, &[left], &conn, &f.shared);
     assert_eq!(again.started, 1, "only the new request starts");
-    assert_eq!(f.shared.requests.counts().active, 3);
+    assert_eq!(f.shared.counts().active, 3);
     for _ in 0..3 {
         write(&mut t, OK, &conn, &f.shared);
     }
-    assert_eq!(f.shared.requests.counts().active, 0);
+    assert_eq!(f.shared.counts().active, 0);
     assert!(t.is_followed());
 }
 
@@ -136,7 +139,7 @@ fn a_buffer_that_does_not_start_inside_the_last_one_is_all_new() {
     let reused = &buffer[GET.len()..];
     assert_eq!(read(&mut t, &[reused], &conn, &f.shared).started, 1);
     write(&mut t, OK, &conn, &f.shared);
-    assert_eq!(f.shared.requests.counts().active, 0);
+    assert_eq!(f.shared.counts().active, 0);
     assert_eq!(t.tracker().totals(), (3, 3));
 }
 
@@ -157,7 +160,7 @@ fn after_a_read_that_ends_at_a_request_s_end_every_byte_is_new_wherever_it_lies(
     assert_eq!((fed.started, fed.lost), (1, false));
     write(&mut t, OK, &conn, &f.shared);
     assert_eq!(t.tracker().totals(), (2, 2));
-    assert_eq!(f.shared.requests.counts().active, 0);
+    assert_eq!(f.shared.counts().active, 0);
 }
 
 /// Memory inside the last buffer, reused for new bytes while that buffer held pipelined
@@ -224,7 +227,7 @@ fn a_buffer_starting_inside_the_last_where_no_request_ended_is_lost() {
     write(&mut u, OK, &other, &f.shared);
     let fed = read(&mut u, &[&three[GET.len()..]], &other, &f.shared);
     assert!(!fed.lost, "{fed:?}");
-    assert_eq!((fed.started, f.shared.requests.counts().active), (0, 2));
+    assert_eq!((fed.started, f.shared.counts().active), (0, 2));
     u.on_close(&other, &f.shared);
 }
 
@@ -261,18 +264,18 @@ fn during_a_drain_health_checks_keep_the_connection_busy_but_are_not_work() {
         health_check_paths: vec!["/healthz".into()],
         ..Default::default()
     });
-    f.shared.start_drain(Trigger::Admin);
+    f.shared.start_drain(HOSTS, Trigger::Admin);
     let conn = Conn::new(1);
     let mut t = Tracking::new();
     let fed = read(&mut t, &[PROBE], &conn, &f.shared);
     assert_eq!((fed.started, fed.health_checks), (1, 1));
-    assert_eq!(f.shared.requests.counts().active, 0, "not work");
+    assert_eq!(f.shared.counts().active, 0, "not work");
     assert_eq!(conn.streams(), 1, "but the connection is busy");
     write(&mut t, OK, &conn, &f.shared);
     assert_eq!(conn.streams(), 0);
     let fed = read(&mut t, &[GET], &conn, &f.shared);
     assert_eq!((fed.health_checks, fed.served_while_draining), (0, 1));
-    assert_eq!(f.shared.requests.counts().active, 1);
+    assert_eq!(f.shared.counts().active, 1);
 }
 
 /// #63 item 5 (c): a checker's `User-Agent` on a path nobody configured is work (counted, so it
@@ -288,12 +291,12 @@ fn a_checker_s_user_agent_alone_never_makes_a_health_check() {
             health_check_paths: paths.clone(),
             ..Default::default()
         });
-        f.shared.start_drain(Trigger::Admin);
+        f.shared.start_drain(HOSTS, Trigger::Admin);
         let conn = Conn::new(1);
         let mut t = Tracking::new();
         let fed = read(&mut t, &[LONG_PROBE], &conn, &f.shared);
         assert_eq!((fed.started, fed.health_checks), (1, 0), "{paths:?}");
-        assert_eq!(f.shared.requests.counts().active, 1, "work: {paths:?}");
+        assert_eq!(f.shared.counts().active, 1, "work: {paths:?}");
         let mut u = Tracking::new();
         let fed = read(&mut u, &[PROBE], &Conn::new(2), &f.shared);
         assert_eq!(
@@ -314,15 +317,11 @@ fn a_connection_the_tracker_loses_is_untracked_until_it_closes() {
     let conn = Conn::new(1);
     let mut t = Tracking::new();
     read(&mut t, &[GET], &conn, &f.shared);
-    assert_eq!(f.shared.requests.counts().active, 1);
+    assert_eq!(f.shared.counts().active, 1);
     let fed = write(&mut t, b"HTTP/1.1 2x0 what\r\n\r\n", &conn, &f.shared);
     assert!(fed.lost);
     assert!(!t.is_followed());
-    assert_eq!(
-        f.shared.requests.counts().active,
-        0,
-        "its ticket is given back"
-    );
+    assert_eq!(f.shared.counts().active, 0, "its ticket is given back");
     assert!(
         !f.shared.count_is_exact(),
         "the drain also waits for Envoy's gauges"
@@ -361,8 +360,8 @@ fn a_lost_connection_s_requests_stay_counted_until_a_gauge_pass_sees_them() {
     let mut cache = EnvoyStatsCache::default();
     // Envoy's gauge shows the two requests: the module's own, no excess.
     let pass = |cache: &mut EnvoyStatsCache, pass: Pass, value: u64, ms: u64| {
-        let own_before = f.shared.requests.counts();
-        let own_after = f.shared.requests.counts();
+        let own_before = f.shared.counts();
+        let own_after = f.shared.counts();
         let at = t0 + Duration::from_millis(ms);
         let r = PassReading {
             hidden: false,
@@ -376,11 +375,11 @@ fn a_lost_connection_s_requests_stay_counted_until_a_gauge_pass_sees_them() {
     };
     pass(&mut cache, Pass::Counters, 2, 0);
     pass(&mut cache, Pass::Gauges, 2, 1);
-    let view = |cache: &EnvoyStatsCache| cache.view(f.shared.requests.counts(), false).unwrap();
+    let view = |cache: &EnvoyStatsCache| cache.view(f.shared.counts(), false).unwrap();
     assert_eq!(view(&cache).active, 2);
     let fed = write(&mut t, b"HTTP/1.1 2x0 what\r\n\r\n", &conn, &f.shared);
     assert!(fed.lost);
-    assert_eq!(f.shared.requests.counts().active, 0, "tickets given back");
+    assert_eq!(f.shared.counts().active, 0, "tickets given back");
     assert_eq!(
         view(&cache).active,
         2,
@@ -403,9 +402,9 @@ fn a_close_gives_back_what_is_still_in_flight() {
     let conn = Conn::new(1);
     let mut t = Tracking::new();
     read(&mut t, &[GET, GET], &conn, &f.shared);
-    assert_eq!(f.shared.requests.counts().active, 2);
+    assert_eq!(f.shared.counts().active, 2);
     t.on_close(&conn, &f.shared);
-    assert_eq!(f.shared.requests.counts().active, 0);
+    assert_eq!(f.shared.counts().active, 0);
 }
 
 #[test]
@@ -432,7 +431,7 @@ const CLOSING: &[u8] = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: clo
 #[test]
 fn requests_pipelined_at_a_drain_are_held_back_behind_the_close() {
     let f = fixture(Some(fast()));
-    f.shared.start_drain(Trigger::Admin);
+    f.shared.start_drain(HOSTS, Trigger::Admin);
     let conn = Conn::new(1);
     let mut t = Tracking::new();
     let three = [GET, GET, GET].concat();
@@ -442,19 +441,19 @@ fn requests_pipelined_at_a_drain_are_held_back_behind_the_close() {
         Some(GET.len()),
         "the bytes after the first request"
     );
-    assert_eq!((fed.started, f.shared.requests.counts().active), (1, 1));
+    assert_eq!((fed.started, f.shared.counts().active), (1, 1));
     let edit = write_head(&mut t, OK, &conn, &f.shared).expect("an edit");
     assert_eq!(
         (edit.replaced(), edit.pieces().concat()),
         (17, b"HTTP/1.1 200 OK\r\nconnection: close\r\n".to_vec()),
         "the response to the last request given to Envoy says close"
     );
-    assert_eq!(f.shared.requests.counts().active, 0);
+    assert_eq!(f.shared.counts().active, 0);
     assert_eq!(conn.streams(), 0, "idle: nothing else will be answered");
     // Whatever comes after (Envoy hands back nothing: the bytes were taken out) is held too.
     let fed = read(&mut t, &[GET], &conn, &f.shared);
     assert_eq!((fed.hold_from, fed.started), (Some(0), 0));
-    assert_eq!(f.shared.requests.counts().active, 0);
+    assert_eq!(f.shared.counts().active, 0);
     // A head only begun behind is held back too, and is no head on its way.
     let other = Conn::new(2);
     let mut u = Tracking::new();
@@ -463,7 +462,7 @@ fn requests_pipelined_at_a_drain_are_held_back_behind_the_close() {
     assert_eq!(f.shared.connections.partial_heads(), 0);
     u.on_close(&other, &f.shared);
     t.on_close(&conn, &f.shared);
-    assert_eq!(f.shared.requests.counts().active, 0);
+    assert_eq!(f.shared.counts().active, 0);
 }
 
 /// More requests in one read during a drain than request ends are remembered
@@ -473,7 +472,7 @@ fn requests_pipelined_at_a_drain_are_held_back_behind_the_close() {
 #[test]
 fn more_pipelined_requests_than_ends_remembered_are_held_back_too() {
     let f = fixture(Some(fast()));
-    f.shared.start_drain(Trigger::Admin);
+    f.shared.start_drain(HOSTS, Trigger::Admin);
     for n in [2, 4, 5, 9] {
         let conn = Conn::new(n as u64);
         let mut t = Tracking::new();
@@ -496,7 +495,7 @@ fn more_pipelined_requests_than_ends_remembered_are_held_back_too() {
 #[test]
 fn envoys_close_in_a_later_slice_of_the_head_is_not_doubled() {
     let f = fixture(Some(fast()));
-    f.shared.start_drain(Trigger::Admin);
+    f.shared.start_drain(HOSTS, Trigger::Admin);
     let conn = Conn::new(1);
     let mut t = Tracking::new();
     read(&mut t, &[GET], &conn, &f.shared);
@@ -528,7 +527,7 @@ connection: upgrade\r\nsec-websocket-key: dGhlIHNhbXBsZSBub25jZQ==\r\n\
 sec-websocket-version: 13\r\n\r\n";
     for behind in [connect, upgrade] {
         let f = fixture(Some(fast()));
-        f.shared.start_drain(Trigger::Admin);
+        f.shared.start_drain(HOSTS, Trigger::Admin);
         let conn = Conn::new(1);
         let mut t = Tracking::new();
         let fed = read(&mut t, &[&[GET, behind].concat()], &conn, &f.shared);
@@ -563,13 +562,13 @@ fn the_close_goes_on_the_first_response_not_begun() {
         fed.hold_from, None,
         "not draining: Envoy serves them in turn"
     );
-    f.shared.start_drain(Trigger::Admin);
+    f.shared.start_drain(HOSTS, Trigger::Admin);
     let fed = read(&mut t, &[&[GET, GET].concat()], &conn, &f.shared);
     assert_eq!(fed.hold_from, Some(GET.len()), "behind the second request");
-    assert_eq!(f.shared.requests.counts().active, 4);
+    assert_eq!(f.shared.counts().active, 4);
     write(&mut t, b"hi", &conn, &f.shared);
     assert!(write_head(&mut t, OK, &conn, &f.shared).is_some());
-    assert_eq!(f.shared.requests.counts().active, 2, "u's two");
+    assert_eq!(f.shared.counts().active, 2, "u's two");
 }
 
 /// Requests read before the drain behind a slow one (Envoy's codec left them in its read
@@ -584,8 +583,8 @@ fn envoy_s_own_close_is_kept_and_what_was_read_behind_it_is_held_back() {
     let mut t = Tracking::new();
     let three = [GET, GET, GET].concat();
     read(&mut t, &[&three], &conn, &f.shared);
-    assert_eq!(f.shared.requests.counts().active, 3);
-    f.shared.start_drain(Trigger::Admin);
+    assert_eq!(f.shared.counts().active, 3);
+    f.shared.start_drain(HOSTS, Trigger::Admin);
     assert_eq!(
         t.close_to_insert(Some(CLOSING), &conn, &f.shared),
         Told {
@@ -602,7 +601,7 @@ fn envoy_s_own_close_is_kept_and_what_was_read_behind_it_is_held_back() {
         None,
         "no edit"
     );
-    assert_eq!(f.shared.requests.counts().active, 3, "t's three");
+    assert_eq!(f.shared.counts().active, 3, "t's three");
     assert_eq!(other.streams(), 0);
     // Envoy hands the two back (the same memory, where the first ended).
     let len = three.len() - GET.len();
@@ -622,7 +621,7 @@ fn envoy_s_own_close_is_kept_and_what_was_read_behind_it_is_held_back() {
     let mut v = Tracking::new();
     read(&mut v, &[&[GET, GET].concat()], &third, &g.shared);
     assert_eq!(write_head(&mut v, CLOSING, &third, &g.shared), None);
-    assert_eq!(g.shared.requests.counts().active, 0);
+    assert_eq!(g.shared.counts().active, 0);
     assert_eq!(read(&mut v, &[GET], &third, &g.shared).hold_from, Some(0));
     assert!(
         !counted().contains(&Stat::ModuleErrors),
@@ -637,7 +636,7 @@ fn envoy_s_own_close_is_kept_and_what_was_read_behind_it_is_held_back() {
 #[test]
 fn nothing_is_inserted_into_a_tunnel_s_head() {
     let f = fixture(Some(fast()));
-    f.shared.start_drain(Trigger::Admin);
+    f.shared.start_drain(HOSTS, Trigger::Admin);
     let connect = b"CONNECT up:443 HTTP/1.1\r\nhost: up:443\r\n\r\n";
     let conn = Conn::new(1);
     let mut t = Tracking::new();
@@ -672,7 +671,7 @@ fn nothing_is_inserted_into_a_tunnel_s_head() {
 #[test]
 fn a_response_that_cannot_carry_the_close_owed_is_counted() {
     let f = fixture(Some(fast()));
-    f.shared.start_drain(Trigger::Admin);
+    f.shared.start_drain(HOSTS, Trigger::Admin);
     let conn = Conn::new(1);
     let mut t = Tracking::new();
     read(&mut t, &[&[GET, GET].concat()], &conn, &f.shared);
@@ -712,7 +711,7 @@ fn during_a_drain_a_response_head_gets_connection_close_once() {
         "serving"
     );
     write(&mut t, OK, &conn, &f.shared);
-    f.shared.start_drain(Trigger::Admin);
+    f.shared.start_drain(HOSTS, Trigger::Admin);
     read(&mut t, &[GET], &conn, &f.shared);
     let interim = b"HTTP/1.1 100 Continue\r\n\r\n";
     assert_eq!(
@@ -766,7 +765,7 @@ fn a_shadow_tracker_counts_nothing() {
     let conn = Conn::new(1);
     let mut t = Tracking::shadow();
     read(&mut t, &[GET], &conn, &f.shared);
-    assert_eq!(f.shared.requests.counts().active, 0);
+    assert_eq!(f.shared.counts().active, 0);
     assert_eq!(conn.streams(), 0);
     assert_eq!(t.tracker().in_flight(), 1);
 }

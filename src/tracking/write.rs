@@ -6,7 +6,7 @@
 use super::events::on_event;
 use super::*;
 use crate::connections::Conn;
-use crate::engine::state::Shared;
+use crate::engine::shared::Shared;
 
 /// What [`Tracking::close_to_insert`] decided for a write.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -259,7 +259,7 @@ impl Tracking {
         Told {
             insert: if close_line.is_some() { 0 } else { lf + 1 },
             counted: shared
-                .send_away_once(Some(conn.id), || crate::engine::state::Protocol::Http1)
+                .send_away_once(Some(conn.id), || crate::engine::shared::Protocol::Http1)
                 .is_some(),
         }
     }
@@ -271,7 +271,7 @@ impl Tracking {
         if self.held() {
             shared
                 .counters
-                .count(crate::engine::state::Stat::ModuleErrors);
+                .count(crate::engine::shared::Stat::ModuleErrors);
             log::warn!(
                 "graceful_drain: requests pipelined on connection {} were held back, but its \
                  response cannot be told connection: close ({why}): the client may wait for them",

@@ -51,7 +51,7 @@ fn without_the_network_filter_no_stream_is_counted() {
     assert!(!asked.get(), "the connection id is not even asked for");
     assert_eq!(c.streams(), 0);
     // Once a network filter installs its commit, the same connection is found.
-    conns.install_commit(|_, _| {});
+    conns.note_loaded();
     let m = conns.stream_started(|| Some(79));
     assert!(m.is_set());
     assert_eq!(c.streams(), 1);
@@ -144,16 +144,24 @@ fn wakers_insert_remove_snapshot_and_destroy_by_the_last_holder() {
 #[test]
 fn wake_all_commits_each_live_waker_and_drain_is_marked_once() {
     static SUM: AtomicUsize = AtomicUsize::new(0);
+    struct Summing;
+    impl ConnectionWakers for Summing {
+        fn commit(&self, w: usize, e: u64) {
+            assert_eq!(e, EVENT_DRAIN_STARTED);
+            SUM.fetch_add(w, Ordering::SeqCst);
+        }
+    }
     let c = Connections::default();
-    assert_eq!(c.wake_all(EVENT_DRAIN_STARTED), 0, "no commit installed");
-    c.install_commit(|w, e| {
-        assert_eq!(e, EVENT_DRAIN_STARTED);
-        SUM.fetch_add(w, Ordering::SeqCst);
-    });
+    assert_eq!(
+        c.wake_all(&Summing, EVENT_DRAIN_STARTED),
+        0,
+        "no network filter loaded"
+    );
+    c.note_loaded();
     let a = c.wakers.insert(Waker::new(0x1000, |_| {}));
     let _b = c.wakers.insert(Waker::new(0x2000, |_| {}));
     drop(c.wakers.remove(a));
-    assert_eq!(c.wake_all(EVENT_DRAIN_STARTED), 1);
+    assert_eq!(c.wake_all(&Summing, EVENT_DRAIN_STARTED), 1);
     assert_eq!(SUM.load(Ordering::SeqCst), 0x2000);
     assert!(c.mark_draining());
     assert!(!c.mark_draining());

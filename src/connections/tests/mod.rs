@@ -2,6 +2,7 @@
 
 use super::index::{LOCAL, LOCAL_SWEEP_MIN};
 use super::*;
+use crate::host::connection::ConnectionWakers;
 use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
 
@@ -26,7 +27,7 @@ const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 /// This test's own connection state, as with the network filter loaded (a commit installed).
 fn with_network_filter() -> Connections {
     let c = Connections::default();
-    c.install_commit(|_, _| {});
+    c.note_loaded();
     c
 }
 

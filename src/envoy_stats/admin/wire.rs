@@ -39,7 +39,7 @@ pub(super) fn call(
     answer.map_err(|e| format!("{addr}: {e}"))
 }
 
-/// The most of an answer's body [`check`] reads (Envoy's `/ready` body is one word).
+/// The most of an answer's body [`check`](super::check) reads (Envoy's `/ready` body is one word).
 pub(super) const MAX_BODY: usize = 256;
 
 /// An I/O error in words an operator reads: a timeout says so.

@@ -101,7 +101,7 @@ pub struct EnvoyRequestStats {
 
 /// What Envoy's own stats add to the module's exact counts: the scanner's raw figures
 /// ([`EnvoyView`]) and the drain's observation made of them
-/// (`crate::engine::state::EnvoyObservation`).
+/// (`crate::engine::shared::EnvoyObservation`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum EnvoyReading<T> {
     /// Not used: no drain, or the filter counts every request that matters.
@@ -169,7 +169,7 @@ impl PassReading {
 /// How many of the module's requests were in flight through a whole pass whose readings of the
 /// module's counts are `before` and `after`: the ones a gauge pass surely saw in Envoy's
 /// `downstream_rq_active`, so the only ones it may take off Envoy's figure as the module's own.
-/// The same rule as [`crate::engine::state::NotWork::within`], for the same reason: Envoy takes a
+/// The same rule as [`crate::engine::shared::NotWork::within`], for the same reason: Envoy takes a
 /// request off its gauge before the module hears it end (`src/ffi/ENVOY_FACTS.md` §6), so a
 /// request that ended during the pass may be missing from what the walk read while still in
 /// `before`; one that started during it may or may not be in it. Neither is taken off: the

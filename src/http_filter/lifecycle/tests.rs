@@ -2,23 +2,22 @@
 //! standing for Envoy re-entering the filter from inside one of its hooks.
 
 use super::*;
-use crate::engine::state::tests::{counted, fast, fixture, Fixture};
-use crate::engine::state::{Stat, EVENT_GO_AWAY};
+use crate::engine::shared::tests::{counted, fast, fixture, Fixture, HOSTS};
+use crate::engine::shared::{Stat, EVENT_GO_AWAY};
 use crate::http_filter::tests::FakeHost;
 
 fn config(json: &[u8]) -> StreamConfig {
     let Fixture { shared, .. } = fixture(None);
-    StreamConfig::load(json, &shared, || {}).expect("config accepted")
+    StreamConfig::load(json, &shared).expect("config accepted")
 }
 
 #[test]
 fn a_bad_config_is_refused_and_a_data_config_counts_requests() {
     let Fixture { shared, .. } = fixture(None);
-    assert!(StreamConfig::load(br#"{"role": "nope"}"#, &shared, || panic!("not data")).is_none());
-    let mut started = false;
-    let c = StreamConfig::load(br#"{"role": "data"}"#, &shared, || started = true).unwrap();
+    assert!(StreamConfig::load(br#"{"role": "nope"}"#, &shared).is_none());
+    let c = StreamConfig::load(br#"{"role": "data"}"#, &shared).unwrap();
     assert_eq!(c.role(), Role::Data);
-    assert!(started && shared.data_filter_loaded());
+    assert!(c.counts_requests() && shared.data_filter_loaded());
 }
 
 /// Envoy destroys the filter inside one of its own hooks: the destroy waits for that hook, which
@@ -87,7 +86,7 @@ fn a_panic_poisons_the_filter_and_fails_open() {
         Hooked::keep(Ran::Skipped),
         "poisoned: nothing more"
     );
-    shared.start_drain(crate::engine::drain::Trigger::Admin);
+    shared.start_drain(HOSTS, crate::engine::drain::Trigger::Admin);
     assert_eq!(
         f.scheduled("scheduled", &host, &shared, EVENT_GO_AWAY),
         Hooked::keep(())

@@ -368,7 +368,7 @@ fn http1_case(seed: u64) -> Result<(), TestCaseError> {
             }
             5 if !draining => {
                 draining = true;
-                w.shared().start_drain(Trigger::Admin);
+                w.shared().start_drain(HOSTS, Trigger::Admin);
                 w.scheduled(&sim, EVENT_DRAIN_STARTED);
             }
             _ => {}

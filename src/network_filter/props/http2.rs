@@ -133,7 +133,7 @@ fn http2_case(seed: u64) -> Result<(), TestCaseError> {
             }
             4 if !draining => {
                 draining = true;
-                w.shared().start_drain(Trigger::Admin);
+                w.shared().start_drain(HOSTS, Trigger::Admin);
                 wake(&w, &sim, EVENT_DRAIN_STARTED, written, &mut injected);
             }
             5 if draining => {
@@ -145,7 +145,7 @@ fn http2_case(seed: u64) -> Result<(), TestCaseError> {
     }
     // Liveness: every stream answered, the connection idle, a check well after the drain.
     if !draining {
-        w.shared().start_drain(Trigger::Admin);
+        w.shared().start_drain(HOSTS, Trigger::Admin);
         wake(&w, &sim, EVENT_DRAIN_STARTED, written, &mut injected);
     }
     for _ in 0..2 {

@@ -16,7 +16,7 @@ use super::*;
 use crate::config::LongLivedSettings;
 use crate::connections::{EVENT_DRAIN_STARTED, EVENT_GRACE_OVER, EVENT_LONG_LIVED};
 use crate::engine::drain::Trigger;
-use crate::engine::state::tests::{fast, fixture, Fixture};
+use crate::engine::shared::tests::{fast, fixture, Fixture, HOSTS};
 use crate::exchange::websocket::{close_frame, GOING_AWAY};
 use crate::tracking::{CONNECTION_CLOSE, GOING_AWAY_REASON};
 use proptest::prelude::*;
@@ -224,7 +224,7 @@ static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new
 impl World {
     fn new(long_lived: LongLivedSettings, sim: &Sim) -> World {
         let fx: &'static Fixture = Box::leak(Box::new(fixture(Some(fast()))));
-        let config = NetConfig::load::<Sim>(
+        let config = NetConfig::load(
             NetworkFilterConfig {
                 idle_close_grace: Duration::from_millis(20),
                 idle_after: Duration::ZERO,
@@ -235,7 +235,6 @@ impl World {
                 },
             },
             &fx.shared,
-            || {},
         );
         let f = NetFilter::new(Some(&config), &fx.shared);
         let w = World {
@@ -253,7 +252,7 @@ impl World {
     }
 
     fn sync_clock(&self) {
-        NOW.with(|n| n.set(self.fx.shared.clock.nanos()));
+        NOW.with(|n| n.set(self.fx.shared.clock().nanos()));
     }
 
     fn advance(&self, nanos: u64) {
@@ -262,7 +261,7 @@ impl World {
     }
 
     fn now(&self) -> u64 {
-        self.fx.shared.clock.nanos()
+        self.fx.shared.clock().nanos()
     }
 
     /// A write of `bytes` in `slices` (their concatenation): what of it reached the client.

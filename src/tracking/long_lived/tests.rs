@@ -3,7 +3,7 @@
 
 use super::*;
 use crate::connections::Conn;
-use crate::engine::state::tests::{fast, fixture};
+use crate::engine::shared::tests::{fast, fixture};
 use crate::exchange::sse::LAST_CHUNK;
 
 const UPGRADE: &[u8] =
@@ -23,7 +23,7 @@ fn text(payload: &[u8], fin: bool) -> Vec<u8> {
     f
 }
 
-fn switched(head: &[u8]) -> (Tracking, Conn, crate::engine::state::tests::Fixture) {
+fn switched(head: &[u8]) -> (Tracking, Conn, crate::engine::shared::tests::Fixture) {
     let f = fixture(Some(fast()));
     let conn = Conn::new(1);
     let mut t = Tracking::new();
@@ -197,14 +197,14 @@ const SSE_GET: &[u8] = b"GET /events HTTP/1.1\r\nhost: x\r\naccept: text/event-s
 const SSE_HEAD: &[u8] = b"HTTP/1.1 200 OK\r\nContent-Type: TEXT/event-stream;charset=utf-8\r\n\
 transfer-encoding: chunked\r\n\r\n";
 
-fn sse_started(head: &[u8]) -> (Tracking, Conn, crate::engine::state::tests::Fixture) {
+fn sse_started(head: &[u8]) -> (Tracking, Conn, crate::engine::shared::tests::Fixture) {
     sse_started_by(SSE_GET, head)
 }
 
 fn sse_started_by(
     get: &[u8],
     head: &[u8],
-) -> (Tracking, Conn, crate::engine::state::tests::Fixture) {
+) -> (Tracking, Conn, crate::engine::shared::tests::Fixture) {
     let f = fixture(Some(fast()));
     let conn = Conn::new(1);
     let mut t = Tracking::new();

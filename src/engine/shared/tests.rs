@@ -2,6 +2,7 @@
 //! modules' tests build on.
 
 use super::*;
+use crate::host::stream::Wakers;
 use crate::runtime::clock::FakeClock;
 use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
@@ -29,12 +30,14 @@ std::thread_local! {
 pub(crate) struct FakeEnvoy;
 
 impl FakeEnvoy {
-    pub(crate) const HOSTS: Hosts = Hosts {
-        wakers: &FakeEnvoy,
+    pub(crate) const HOSTS: Hosts<'static> = Hosts {
+        streams: &FakeEnvoy,
         extension: &FakeEnvoy,
-        connections_drain_started: || {},
     };
 }
+
+/// The fake hosts, as a drain's start and completion take them.
+pub(crate) const HOSTS: Hosts<'static> = FakeEnvoy::HOSTS;
 
 impl Wakers for FakeEnvoy {
     fn commit(&self, waker: Waker, event: u64) -> bool {
@@ -97,7 +100,7 @@ fn fixture_ticking(settings: Option<DrainSettings>, tick: u64) -> Fixture {
     let clock = Arc::new(FakeClock::new());
     let shared = Shared::with_registry(
         Box::new(ArcClock(clock.clone(), tick)),
-        FakeEnvoy::HOSTS,
+        &FakeEnvoy,
         Registry::with_limits(4, 8),
     );
     if let Some(s) = settings {
@@ -117,7 +120,10 @@ pub(crate) fn fast() -> DrainSettings {
 #[test]
 fn no_engine_no_drain() {
     let f = fixture(None);
-    assert_eq!(f.shared.start_drain(Trigger::Admin), StartResult::NoEngine);
+    assert_eq!(
+        f.shared.start_drain(HOSTS, Trigger::Admin),
+        StartResult::NoEngine
+    );
     assert!(!f.shared.is_draining());
     let st = f.shared.status();
     assert_eq!(st.state, "serving");
@@ -134,21 +140,24 @@ fn drain_wakes_registered_requests_and_completes_by_the_rules() {
     );
     let (t, draining) = s.request_started(Some(0x80));
     assert!(!draining);
-    assert_eq!(s.start_drain(Trigger::Sigterm), StartResult::Started);
-    assert_eq!(s.start_drain(Trigger::Admin), StartResult::AlreadyStarted);
+    assert_eq!(s.start_drain(HOSTS, Trigger::Sigterm), StartResult::Started);
+    assert_eq!(
+        s.start_drain(HOSTS, Trigger::Admin),
+        StartResult::AlreadyStarted
+    );
     assert!(s.is_draining());
     assert_eq!(commits(), vec![(0x80, EVENT_GO_AWAY)]);
     assert_eq!(KICKS.with(|k| k.get()), 1);
     // In flight: not complete even after the minimum.
     f.clock.advance(Duration::from_millis(100));
     assert!(matches!(
-        s.poll(EnvoyObservation::Unused),
+        s.poll(HOSTS, EnvoyObservation::Unused),
         Decision::PollAt(_)
     ));
     assert_eq!(s.request_ended(t), Some(0x80));
     // The request started before the drain: the quiet period runs from the drain start, and
     // both it and the minimum are over, so the drain completes at this poll.
-    let d = s.poll(EnvoyObservation::Unused);
+    let d = s.poll(HOSTS, EnvoyObservation::Unused);
     assert!(matches!(d, Decision::Completed(o) if !o.timed_out), "{d:?}");
     let st = s.status();
     assert_eq!(st.state, "drained");
@@ -165,24 +174,26 @@ fn a_negative_count_holds_the_drain_until_the_timeout() {
     s.request_ended(t);
     // A forged second end of the same request (the ticket type forbids it in real code).
     s.requests.end(Ticket::forged_for_tests());
-    s.start_drain(Trigger::Admin);
+    s.start_drain(HOSTS, Trigger::Admin);
     f.clock.advance(Duration::from_millis(100));
     assert!(
-        matches!(s.poll(EnvoyObservation::Unused), Decision::PollAt(_)),
+        matches!(s.poll(HOSTS, EnvoyObservation::Unused), Decision::PollAt(_)),
         "not completed on a broken count"
     );
     let st = s.status();
     assert_eq!(st.active_requests, -1);
     assert!(st.accounting_error);
     f.clock.advance(Duration::from_millis(400));
-    assert!(matches!(s.poll(EnvoyObservation::Unused), Decision::Completed(o) if o.timed_out));
+    assert!(
+        matches!(s.poll(HOSTS, EnvoyObservation::Unused), Decision::Completed(o) if o.timed_out)
+    );
 }
 
 #[test]
 fn waiters_are_answered_once_on_completion() {
     let f = fixture(Some(fast()));
     let s = &f.shared;
-    s.start_drain(Trigger::ControlEndpoint);
+    s.start_drain(HOSTS, Trigger::ControlEndpoint);
     let a = s.waiters.register(0x10);
     let b = s.waiters.register(0x100);
     assert!(matches!(a, Wait::Waiting(_)));
@@ -194,7 +205,7 @@ fn waiters_are_answered_once_on_completion() {
     }
     f.clock.advance(Duration::from_secs(1));
     assert!(matches!(
-        s.poll(EnvoyObservation::Unused),
+        s.poll(HOSTS, EnvoyObservation::Unused),
         Decision::Completed(_)
     ));
     let done: Vec<_> = commits()
@@ -261,7 +272,7 @@ fn envoy_observations_merge_by_maximum() {
     let f = fixture(Some(fast()));
     let s = &f.shared;
     let (t, _) = s.request_started(None);
-    s.start_drain(Trigger::Admin);
+    s.start_drain(HOSTS, Trigger::Admin);
     f.clock.advance(Duration::from_millis(100));
     let envoy = Observation {
         active_requests: 1,
@@ -269,7 +280,7 @@ fn envoy_observations_merge_by_maximum() {
     };
     s.request_ended(t);
     assert!(matches!(
-        s.poll(EnvoyObservation::Seen(envoy)),
+        s.poll(HOSTS, EnvoyObservation::Seen(envoy)),
         Decision::PollAt(_)
     ));
     assert_eq!(s.status().envoy_active_requests, Some(1));
@@ -278,7 +289,7 @@ fn envoy_observations_merge_by_maximum() {
         last_request_start: None,
     };
     assert!(matches!(
-        s.poll(EnvoyObservation::Seen(idle)),
+        s.poll(HOSTS, EnvoyObservation::Seen(idle)),
         Decision::Completed(_)
     ));
 }
@@ -316,10 +327,7 @@ fn protocol_labels_are_the_same_in_stats_and_status() {
 fn each_stat_has_its_own_documented_name() {
     let mut names: Vec<&str> = Stat::ALL.iter().map(|s| s.name()).collect();
     names.extend(Gauge::ALL.iter().map(|g| g.name()));
-    let docs = include_str!(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/docs/reference.md"
-    ));
+    let docs = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/reference.md"));
     for n in &names {
         assert!(
             docs.contains(&format!("`{n}`")),
@@ -390,7 +398,7 @@ fn status_json_has_the_documented_fields() {
     assert_eq!(v["module_version"], env!("CARGO_PKG_VERSION"));
     assert!(v["envoy"].is_null(), "no Envoy here: {v}");
     f.shared
-        .set_envoy(crate::envoy_stats::compat::EnvoyGeneration::V1_38);
+        .set_envoy(crate::host::envoy_release::EnvoyGeneration::V1_38);
     let v: serde_json::Value = serde_json::from_str(&f.shared.status().to_json()).unwrap();
     assert_eq!(v["envoy"], "1.38");
     assert_eq!(
@@ -405,7 +413,7 @@ fn status_json_has_the_documented_fields() {
 /// the surface.
 #[test]
 fn the_status_says_the_release_whether_it_is_untested_and_the_surface() {
-    use crate::envoy_stats::compat::{release_verdict, EnvoyRelease, OnUntested};
+    use crate::host::envoy_release::{release_verdict, EnvoyRelease, OnUntested};
     let release = |minor| {
         Some(EnvoyRelease {
             minor,
@@ -458,7 +466,7 @@ fn readiness_never_fails_early_on_a_coarse_tick() {
     });
     // The drain starts just before a tick; 16.6 ms later the coarse clock has moved 20 ms.
     f.clock.advance(Duration::from_micros(3_900));
-    f.shared.start_drain(Trigger::Sigterm);
+    f.shared.start_drain(HOSTS, Trigger::Sigterm);
     f.clock.advance(Duration::from_micros(16_600));
     assert!(f.shared.is_ready(), "failed 3.4 ms early");
     f.clock.advance(Duration::from_micros(3_400));
@@ -473,7 +481,7 @@ fn readiness_fails_after_the_configured_delay() {
         ..RequestPolicy::default()
     });
     assert!(f.shared.is_ready());
-    f.shared.start_drain(Trigger::Sigterm);
+    f.shared.start_drain(HOSTS, Trigger::Sigterm);
     assert!(f.shared.is_ready(), "still ready during the delay");
     assert!(f.shared.is_draining());
     f.clock.advance(Duration::from_millis(19));
@@ -482,7 +490,7 @@ fn readiness_fails_after_the_configured_delay() {
     assert!(!f.shared.is_ready());
     assert!(!f.shared.status().ready);
     let g = fixture(Some(fast()));
-    g.shared.start_drain(Trigger::Sigterm);
+    g.shared.start_drain(HOSTS, Trigger::Sigterm);
     assert!(!g.shared.is_ready(), "no delay: fails at once");
 }
 

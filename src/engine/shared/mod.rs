@@ -10,13 +10,13 @@
 
 use crate::config::{DrainSettings, RequestPolicy};
 use crate::connections::{Connections, StreamMark};
-use crate::counting::{Lane, Registry, ReservedSlot, Ticket};
+use crate::counting::{Counts, Lane, Registry, ReservedSlot, Ticket};
 use crate::engine::drain::{Decision, Drain, Observation, Phase, Trigger};
-use crate::envoy_stats::compat::{Standing, Surface};
+use crate::host::envoy_release::{Standing, Surface};
 use crate::host::extension::ExtensionHost;
 pub use crate::host::extension::{Gauge, Stat};
-use crate::host::stream::Wakers;
 pub use crate::host::stream::{Protocol, Waker};
+pub use crate::host::Hosts;
 use crate::runtime::clock::Clock;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, OnceLock};
@@ -35,22 +35,6 @@ pub use waiters::{Wait, Waiters};
 /// Event ids committed to a stream's waker.
 pub const EVENT_GO_AWAY: u64 = 1;
 pub const EVENT_DRAIN_DONE: u64 = 2;
-
-/// How the state reaches Envoy: one host per Envoy object ([`crate::host`]), passed in at
-/// construction; the FFI layer passes the real ones, tests fakes. Each is a `&'static dyn`: one
-/// indirect call, as the fn pointers it replaced.
-#[derive(Clone, Copy)]
-pub struct Hosts {
-    /// Streams' wakers (Envoy's HTTP filter schedulers): the drain start commits to them, the
-    /// `/drain` completion commits to and deletes them (any thread).
-    pub wakers: &'static dyn Wakers,
-    /// The bootstrap extension: the engine's kick and the module's stats (any thread).
-    pub extension: &'static dyn ExtensionHost,
-    /// The drain started: tell idle connections (the network filter, through
-    /// [`Connections::drain_started`] on this state's `connections`; any thread). The seam the
-    /// connection host (`host::connection`, issue #45) takes over.
-    pub connections_drain_started: fn(),
-}
 
 /// Result of asking for a drain to start.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -73,9 +57,9 @@ pub use crate::envoy_stats::scan::EnvoyReading;
 pub type EnvoyObservation = EnvoyReading<Observation>;
 
 pub struct Shared {
-    pub clock: Box<dyn Clock>,
-    pub requests: Registry,
-    pub waiters: Waiters,
+    clock: Box<dyn Clock>,
+    requests: Registry,
+    waiters: Waiters,
     pub counters: Counters,
     /// Downstream connections as the network filter sees them (its wakers, counts and settings).
     pub connections: Connections,
@@ -87,24 +71,28 @@ pub struct Shared {
     /// itself, exactly, and Envoy's stats are only a cross-check for other listeners.
     data_filter_loaded: AtomicBool,
     /// The Envoy the module was loaded into (set once, at program init).
-    envoy: OnceLock<crate::envoy_stats::compat::EnvoyGeneration>,
+    envoy: OnceLock<crate::host::envoy_release::EnvoyGeneration>,
     /// Where the module stands there: release, tested or not, surface (set once, at program
     /// init; unset in unit tests and outside Envoy: the full surface).
     standing: OnceLock<Standing>,
-    hosts: Hosts,
 }
 
 impl Shared {
-    pub fn new(clock: Box<dyn Clock>, hosts: Hosts) -> Self {
-        Self::with_registry(clock, hosts, Registry::new())
+    /// `stats`: where the module's own Envoy stats move ([`Counters::count`]; any thread).
+    pub fn new(clock: Box<dyn Clock>, stats: &'static dyn ExtensionHost) -> Self {
+        Self::with_registry(clock, stats, Registry::new())
     }
 
-    pub fn with_registry(clock: Box<dyn Clock>, hosts: Hosts, requests: Registry) -> Self {
+    pub fn with_registry(
+        clock: Box<dyn Clock>,
+        stats: &'static dyn ExtensionHost,
+        requests: Registry,
+    ) -> Self {
         Shared {
             clock,
             requests,
             waiters: Waiters::default(),
-            counters: Counters::new(hosts.extension),
+            counters: Counters::new(stats),
             connections: Connections::default(),
             drain: Mutex::new(None),
             policy: OnceLock::new(),
@@ -112,8 +100,48 @@ impl Shared {
             data_filter_loaded: AtomicBool::new(false),
             envoy: OnceLock::new(),
             standing: OnceLock::new(),
-            hosts,
         }
+    }
+
+    /// The drain's clock (`Instant`s, and the request path's coarse nanos).
+    pub fn clock(&self) -> &dyn Clock {
+        &*self.clock
+    }
+
+    /// The module's count of requests in flight, and when the last one started.
+    pub fn counts(&self) -> Counts {
+        self.requests.counts()
+    }
+
+    /// This worker's lane of the request table (`None` off a worker, or when the table is full).
+    pub fn lane(&self) -> Option<Lane> {
+        self.requests.lane()
+    }
+
+    /// A connection's own slot in its worker's lane (see `Registry::reserve`).
+    pub fn reserve(&'static self, lane: Lane) -> Option<ReservedSlot> {
+        self.requests.reserve(lane)
+    }
+
+    /// `n` requests a lost connection's tracker can no longer end go back to Envoy's figures;
+    /// `end` ends their tickets (see `Registry::give_back`).
+    pub fn give_back(&self, n: u64, end: impl FnOnce()) {
+        self.requests.give_back(n, end)
+    }
+
+    /// Whether this worker already sent `connection` away.
+    pub fn is_sent_away(&self, connection: Option<u64>) -> bool {
+        self.requests.is_sent_away(connection)
+    }
+
+    /// A `/drain` request waits for the completion: `waker` gets [`EVENT_DRAIN_DONE`] then.
+    pub fn wait_for_completion(&self, waker: Waker) -> Wait {
+        self.waiters.register(waker)
+    }
+
+    /// A waiting `/drain` request's stream ended (see [`Waiters::unregister`]).
+    pub fn stop_waiting(&self, id: u64) -> bool {
+        self.waiters.unregister(id)
     }
 
     /// The Envoy minor the module was loaded into (`None` before program init, in unit tests).
@@ -122,7 +150,7 @@ impl Shared {
     }
 
     /// The Envoy generation the module was loaded into (program init; once).
-    pub fn set_envoy(&self, found: crate::envoy_stats::compat::EnvoyGeneration) {
+    pub fn set_envoy(&self, found: crate::host::envoy_release::EnvoyGeneration) {
         let _ = self.envoy.set(found);
     }
 
@@ -159,10 +187,6 @@ impl Shared {
     /// filter follows the exchanges and has lost none (connection mode).
     pub fn count_is_exact(&self) -> bool {
         self.data_filter_loaded() || self.connections.tracking_is_exact()
-    }
-
-    pub fn commit(&self, waker: Waker, event: u64) {
-        self.hosts.wakers.commit(waker, event);
     }
 
     /// Install the drain clock with its settings (bootstrap extension config). The first install
@@ -290,9 +314,9 @@ impl Shared {
 
     // ---- drain lifecycle ----------------------------------------------------------------
 
-    /// Start the drain (idempotent), wake every in-flight request so its connection is sent away
-    /// now, and kick the engine.
-    pub fn start_drain(&self, trigger: Trigger) -> StartResult {
+    /// Start the drain (idempotent), wake every in-flight request through `envoy`'s streams so
+    /// its connection is sent away now, and kick the engine.
+    pub fn start_drain(&self, envoy: Hosts<'_>, trigger: Trigger) -> StartResult {
         {
             let mut d = lock(&self.drain);
             match d.as_mut() {
@@ -313,27 +337,30 @@ impl Shared {
         if crate::runtime::faults::active("skip_wakeup") {
             // Test-only: prove the race test catches a lost wake-up.
             self.requests
-                .begin_drain(|_| {}, |w| self.hosts.wakers.delete(w));
-            self.hosts.extension.kick_engine();
+                .begin_drain(|_| {}, |w| envoy.streams.delete(w));
+            envoy.extension.kick_engine();
             return StartResult::Started;
         }
         self.requests.begin_drain(
-            |w| self.commit(w, EVENT_GO_AWAY),
-            |w| self.hosts.wakers.delete(w),
+            |w| {
+                envoy.streams.commit(w, EVENT_GO_AWAY);
+            },
+            |w| envoy.streams.delete(w),
         );
-        // Tell idle keep-alive connections (network filter); after the wake-ups above, so on each
-        // worker the busy connections' HTTP filters act first.
-        (self.hosts.connections_drain_started)();
-        self.hosts.extension.kick_engine();
+        // Idle keep-alive connections are told by the engine's first evaluation of the drain
+        // (`EngineHost::tell_connections`, on Envoy's main thread), after the wake-ups above, so
+        // on each worker the busy connections' HTTP filters act first.
+        envoy.extension.kick_engine();
         StartResult::Started
     }
 
-    /// Evaluate the drain now. On completion, answers every waiting `/drain` request.
+    /// Evaluate the drain now. On completion, answers every waiting `/drain` request (through
+    /// `envoy`'s streams).
     ///
     /// `envoy` is what Envoy's own stats show (listeners without the filter); it is merged by
     /// taking the larger count and the later start, never added, so requests that both the filter
     /// and Envoy's gauges see are not counted twice.
-    pub fn poll(&self, envoy: EnvoyObservation) -> Decision {
+    pub fn poll(&self, hosts: Hosts<'_>, envoy: EnvoyObservation) -> Decision {
         let now = self.clock.now();
         let counts = self.requests.counts();
         let active = if counts.active < 0 {
@@ -375,9 +402,12 @@ impl Shared {
             Some(d) => d.poll(now, obs),
         };
         if let Decision::Completed(_) = decision {
+            self.connections.note_drained();
             self.waiters.complete(
-                |w| self.commit(w, EVENT_DRAIN_DONE),
-                |w| self.hosts.wakers.delete(w),
+                |w| {
+                    hosts.streams.commit(w, EVENT_DRAIN_DONE);
+                },
+                |w| hosts.streams.delete(w),
             );
         }
         decision
@@ -419,7 +449,7 @@ impl Shared {
         let table = self.requests.footprint();
         let (not_work_started, _) = c.not_work();
         Status {
-            module_version: crate::envoy_stats::compat::MODULE_VERSION,
+            module_version: crate::host::envoy_release::MODULE_VERSION,
             envoy: self.envoy_minor(),
             envoy_release: self
                 .standing

@@ -7,9 +7,9 @@ use super::{
     get, ConnSettings, Counts, IdleTold, StreamMark, Wakers, CONFIRM_DELAY,
     DEFAULT_IDLE_CLOSE_GRACE, EVENT_CONFIRM_CLOSE, EVENT_DRAIN_STARTED, EVENT_GRACE_OVER, RECHECKS,
 };
+use crate::host::connection::ConnectionWakers;
 use crate::runtime::threads::Threads;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::OnceLock;
 use std::time::Duration;
 
 /// The waker table, the counts, the drain flag and the grace. One per process, owned by the
@@ -24,7 +24,10 @@ pub struct Connections {
     /// 0 for none): the re-checks run at the shortest, for as long as the longest needs.
     grace_min_ms: AtomicU64,
     grace_max_ms: AtomicU64,
-    pub(super) commit: OnceLock<fn(usize, u64)>,
+    /// A network filter config was loaded: connections exist to count and tell.
+    loaded: AtomicBool,
+    /// The drain completed (`Shared::poll`): the grace and moves threads end.
+    drained: AtomicBool,
     /// A network filter that follows exchanges (`track_requests`) is loaded: its connections'
     /// requests are in the in-flight table (connection mode).
     tracking: AtomicBool,
@@ -44,7 +47,8 @@ impl Default for Connections {
             draining: AtomicBool::new(false),
             grace_min_ms: AtomicU64::new(0),
             grace_max_ms: AtomicU64::new(0),
-            commit: OnceLock::new(),
+            loaded: AtomicBool::new(false),
+            drained: AtomicBool::new(false),
             tracking: AtomicBool::new(false),
             untracked_open: AtomicUsize::new(0),
             partial_heads: AtomicUsize::new(0),
@@ -53,9 +57,23 @@ impl Default for Connections {
 }
 
 impl Connections {
-    /// How the drain side wakes a connection (installed once by the network-filter glue).
-    pub fn install_commit(&self, commit: fn(usize, u64)) {
-        let _ = self.commit.set(commit);
+    /// A network filter config was loaded (the network-filter glue, at its config's load).
+    pub fn note_loaded(&self) {
+        self.loaded.store(true, Ordering::Release);
+    }
+
+    /// Whether a network filter config was loaded in this process.
+    pub fn loaded(&self) -> bool {
+        self.loaded.load(Ordering::Acquire)
+    }
+
+    /// The drain completed: the grace and moves threads end at their next look.
+    pub fn note_drained(&self) {
+        self.drained.store(true, Ordering::SeqCst);
+    }
+
+    pub(super) fn is_drained(&self) -> bool {
+        self.drained.load(Ordering::SeqCst)
     }
 
     /// A network filter config with these settings was loaded (any listener).
@@ -128,16 +146,17 @@ impl Connections {
         self.untracked_open.load(Ordering::Relaxed)
     }
 
-    /// Wake every connection with `event`. Returns how many were woken.
-    pub fn wake_all(&self, event: u64) -> usize {
-        let Some(commit) = self.commit.get() else {
+    /// Wake every connection with `event`, through Envoy's schedulers `to`. Returns how many
+    /// were woken.
+    pub fn wake_all(&self, to: &dyn ConnectionWakers, event: u64) -> usize {
+        if !self.loaded() {
             return 0;
-        };
+        }
         // Commit without holding any lock: a commit may run a connection's destroy hook on
         // this thread (module doc), which takes the table's lock to leave it.
         let all = self.wakers.snapshot();
         for w in &all {
-            commit(w.word(), event);
+            to.commit(w.word(), event);
         }
         all.len()
     }
@@ -151,7 +170,7 @@ impl Connections {
     /// attribute, only asked for when a network filter is loaded). Returns the mark to pass to
     /// [`stream_ended`](super::stream_ended); none if the connection has no network filter.
     pub fn stream_started(&self, id: impl FnOnce() -> Option<u64>) -> StreamMark {
-        if self.commit.get().is_none() {
+        if !self.loaded() {
             return StreamMark::default(); // no network filter in this process: nothing to count
         }
         let Some(id) = id() else {
@@ -177,20 +196,22 @@ impl Connections {
         self.counts.snapshot()
     }
 
-    /// Integration point for the drain start (`Shared::start_drain`): wake every connection now
-    /// so idle ones are told, and once more after the grace so they are closed. Any thread;
-    /// idempotent. The re-checks run on a thread owned by `threads`, whose gate keeps their
-    /// commits out of Envoy once the exit is released; `drained` only ends them early.
+    /// The drain started (the engine's first evaluation of it, on Envoy's main thread): wake
+    /// every connection now through Envoy's schedulers `to` so idle ones are told, and once more
+    /// after the grace so they are closed. Idempotent. The re-checks run on a thread owned by
+    /// `threads`, whose gate keeps their commits out of Envoy once the exit is released; the
+    /// drain's completion ([`Connections::note_drained`]) ends them early; `on_panic` runs if
+    /// the thread panics.
     pub fn drain_started(
         &'static self,
         threads: &'static Threads,
-        on_panic: fn(),
-        drained: impl Fn() -> bool + Send + 'static,
+        to: &'static dyn ConnectionWakers,
+        on_panic: impl FnOnce() + Send + 'static,
     ) {
-        if !self.mark_draining() || self.commit.get().is_none() {
+        if !self.mark_draining() || !self.loaded() {
             return; // already started, or no network filter loaded
         }
-        let n = self.wake_all(EVENT_DRAIN_STARTED);
+        let n = self.wake_all(to, EVENT_DRAIN_STARTED);
         let (shortest, longest) = self.graces();
         log::info!(
             "graceful_drain: telling idle connections about the drain ({n} open connections; idle \
@@ -210,15 +231,15 @@ impl Connections {
         let spawned = threads.spawn("graceful_drain_idle_grace", on_panic, move || {
             for round in 0..=rounds {
                 if round > 0 {
-                    if !threads.sleep(grace.saturating_sub(CONFIRM_DELAY)) || drained() {
+                    if !threads.sleep(grace.saturating_sub(CONFIRM_DELAY)) || self.is_drained() {
                         return;
                     }
-                    self.wake_all(EVENT_GRACE_OVER);
+                    self.wake_all(to, EVENT_GRACE_OVER);
                 }
-                if !threads.sleep(CONFIRM_DELAY) || drained() {
+                if !threads.sleep(CONFIRM_DELAY) || self.is_drained() {
                     return;
                 }
-                self.wake_all(EVENT_CONFIRM_CLOSE);
+                self.wake_all(to, EVENT_CONFIRM_CLOSE);
             }
         });
         if let Err(e) = spawned {

@@ -4,7 +4,7 @@
 //! when the drain completes. Thin: every decision comes from [`crate::engine::drain`].
 
 use crate::engine::drain::{Decision, Observation, Phase, Trigger, IN_FLIGHT_RECHECK};
-use crate::engine::state::{EnvoyObservation, Shared, StartResult, Stat};
+use crate::engine::shared::{EnvoyObservation, Hosts, Shared, StartResult, Stat};
 use crate::envoy_stats::scan::EnvoyView;
 use std::time::{Duration, Instant};
 
@@ -21,6 +21,13 @@ pub trait EngineHost {
     /// Make Envoy fail its health checks (admin `/healthcheck/fail`), which makes every listener
     /// send connections away with their next response. Called once, when a drain starts.
     fn fail_health_checks(&self);
+    /// Tell the network filters' connections that the drain started (idle ones told now, the
+    /// grace and moves threads started; `crate::connections::Connections::drain_started`).
+    /// Called once per drain, at its first evaluation.
+    fn tell_connections(&self);
+    /// The Envoy objects the drain's start and completion reach (streams' wakers, the
+    /// extension's kick).
+    fn hosts(&self) -> Hosts<'_>;
 }
 
 /// Envoy's permission to exit, given exactly once: by [`ShutdownRelease::release`], or, if it is
@@ -131,7 +138,7 @@ impl Engine {
         if crate::runtime::faults::active("shutdown_panic") {
             panic!("test fault: shutdown_panic");
         }
-        shared.start_drain(Trigger::Sigterm);
+        shared.start_drain(host.hosts(), Trigger::Sigterm);
         self.evaluate(host, shared)
     }
 
@@ -147,7 +154,7 @@ impl Engine {
         host: &impl EngineHost,
         shared: &Shared,
     ) -> Option<ShutdownRelease> {
-        shared.start_drain(Trigger::DrainListeners);
+        shared.start_drain(host.hosts(), Trigger::DrainListeners);
         self.evaluate(host, shared)
     }
 
@@ -164,7 +171,7 @@ impl Engine {
         match (method, path) {
             (b"POST", ADMIN_DRAIN_PATH) => {
                 // Idempotent: a second call reports the drain already under way.
-                if shared.start_drain(Trigger::Admin) == StartResult::NoEngine {
+                if shared.start_drain(host.hosts(), Trigger::Admin) == StartResult::NoEngine {
                     return (503, "graceful_drain engine not installed\n".into(), None);
                 }
                 let release = self.evaluate(host, shared);
@@ -186,13 +193,13 @@ impl Engine {
     /// the caller must call it after dropping its borrow of the engine.
     #[must_use]
     pub fn evaluate(&mut self, host: &impl EngineHost, shared: &Shared) -> Option<ShutdownRelease> {
-        let now = shared.clock.now();
+        let now = shared.clock().now();
         let envoy = if shared.is_draining() {
             self.observe_envoy(host, now)
         } else {
             EnvoyObservation::Unused
         };
-        let decision = shared.poll(envoy);
+        let decision = shared.poll(host.hosts(), envoy);
         let phase = shared.phase();
         if !self.start_reported {
             if let Phase::Draining { trigger, .. } | Phase::Drained { trigger, .. } = phase {
@@ -202,6 +209,7 @@ impl Engine {
                 // process, whose health must not be failed by the old one.
                 self.health_to_fail = trigger != Trigger::DrainListeners;
                 host.set_draining_gauge(1);
+                host.tell_connections();
                 shared.counters.count(Stat::DrainsStarted);
                 let s = shared.settings().unwrap_or_default();
                 log::log!(
@@ -210,7 +218,7 @@ impl Engine {
                      envoy_active_requests={}, min_drain_duration={:?}, quiet_period={:?}, \
                      drain_timeout={:?})",
                     trigger.as_str(),
-                    shared.requests.counts().active,
+                    shared.counts().active,
                     match envoy {
                         EnvoyObservation::Seen(e) => e.active_requests.to_string(),
                         _ => "unknown".to_string(),
@@ -330,7 +338,7 @@ pub const ADMIN_STATUS_PATH: &[u8] = b"/graceful_drain/status";
 mod tests {
     use super::*;
     use crate::config::DrainSettings;
-    use crate::engine::state::tests::{counted, fixture};
+    use crate::engine::shared::tests::{counted, fixture};
     use crate::envoy_stats::scan::EnvoyRequestStats;
     use crate::runtime::clock::Clock;
     use std::cell::{Cell, RefCell};
@@ -341,6 +349,7 @@ mod tests {
         timers: RefCell<Vec<Duration>>,
         draining: Cell<Option<u64>>,
         failed_health_checks: Cell<u32>,
+        told_connections: Cell<u32>,
         /// What Envoy's stats say; `None`: idle figures.
         envoy: Cell<Option<EnvoyView>>,
     }
@@ -364,6 +373,12 @@ mod tests {
             self.failed_health_checks
                 .set(self.failed_health_checks.get() + 1);
         }
+        fn tell_connections(&self) {
+            self.told_connections.set(self.told_connections.get() + 1);
+        }
+        fn hosts(&self) -> Hosts<'_> {
+            crate::engine::shared::tests::FakeEnvoy::HOSTS
+        }
     }
 
     fn counting_release(n: &Rc<Cell<u32>>) -> ShutdownRelease {
@@ -385,6 +400,7 @@ mod tests {
         assert!(pending.is_none(), "held until min_drain_duration");
         assert_eq!(host.draining.get(), Some(1));
         assert_eq!(host.failed_health_checks.get(), 1);
+        assert_eq!(host.told_connections.get(), 1, "connections told at once");
         let delay = *host.timers.borrow().last().expect("timer armed");
         assert!(delay <= IN_FLIGHT_RECHECK, "{delay:?}");
         // Timer ticks on the fake clock until the minimum has passed.
@@ -398,7 +414,7 @@ mod tests {
             assert!(ticks < 10, "drain never completed");
         };
         assert_eq!(
-            f.shared.clock.now() - f.clock.epoch(),
+            f.shared.clock().now() - f.clock.epoch(),
             Duration::from_millis(50)
         );
         assert_eq!(
@@ -415,6 +431,7 @@ mod tests {
         again.expect("released at once").release();
         assert_eq!(released.get(), 2);
         assert_eq!(host.failed_health_checks.get(), 1);
+        assert_eq!(host.told_connections.get(), 1, "told once per drain");
     }
 
     #[test]
