@@ -2,6 +2,9 @@
 
 use super::*;
 
+pub(super) mod blocks;
+use blocks::Blocks;
+
 pub(super) const DATA: u8 = 0;
 pub(super) const HEADERS: u8 = 1;
 pub(super) const RST_STREAM: u8 = 3;
@@ -148,10 +151,13 @@ pub(super) struct H2 {
     pub(super) last_client: u32,
     /// Open streams, by increasing id (new ids only increase, so pushes keep the order).
     pub(super) streams: Vec<Stream>,
+    /// The header blocks decoded (HPACK), when asked for ([`blocks`]).
+    pub(super) blocks: Option<Box<Blocks>>,
 }
 
 impl H2 {
-    pub(super) fn new() -> H2 {
+    /// `decode`: the directions whose header blocks are decoded ([`blocks::REQUESTS`]).
+    pub(super) fn new(decode: u8) -> H2 {
         H2 {
             preface: H2_PREFIX.len() as u8,
             c: Frames::default(),
@@ -160,6 +166,7 @@ impl H2 {
             server_goaway: false,
             last_client: 0,
             streams: Vec::new(),
+            blocks: (decode != 0).then(|| Box::new(Blocks::new(decode))),
         }
     }
 
@@ -185,13 +192,22 @@ impl H2 {
         loop {
             let d = if client { &mut self.c } else { &mut self.s };
             let rest = bytes.get(i..).unwrap_or_default();
+            let in_payload = d.reader.payload_left().is_some();
             let (n, read) = d.reader.read(rest);
+            if let (true, Some(b)) = (in_payload, &mut self.blocks) {
+                let payload = rest.get(..n).unwrap_or_default();
+                b.payload(client, d.ty, d.flags, d.block != 0, payload);
+            }
             i += n;
             let ev = match read {
                 None => return (i, None),
                 Some(Read::Head(h)) => {
                     (d.ty, d.flags, d.id) = (h.ty, h.flags, h.id);
-                    self.frame_start(client, ctx)
+                    let ev = self.frame_start(client, ctx);
+                    if let (None, Some(b)) = (ev, &mut self.blocks) {
+                        b.frame_start(client);
+                    }
+                    ev
                 }
                 Some(Read::End) => self.frame_done(client, ctx),
             };
@@ -267,6 +283,12 @@ impl H2 {
         let d = if client { &mut self.c } else { &mut self.s };
         let (ty, flags, id) = (d.ty, d.flags, d.id);
         let half = if client { C_CLIENT } else { C_SERVER };
+        if let (HEADERS | CONTINUATION | PUSH_PROMISE, Some(b)) = (ty, &mut self.blocks) {
+            if d.block != 0 {
+                // Decoded before the stream's event: a health check is told at its `Started`.
+                b.frame_end(client, ty, flags);
+            }
+        }
         match ty {
             HEADERS | CONTINUATION | PUSH_PROMISE if d.block != 0 && flags & END_HEADERS != 0 => {
                 let (sid, new, end) = (d.block, d.block_new, d.block_end);

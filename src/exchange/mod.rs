@@ -43,6 +43,7 @@
 //! with the HTTP/2 state. Nothing grows for HTTP/1.1. HTTP/2 adds a `Vec` of 8 bytes per open
 //! stream, which only grows (capacity is kept) and is bounded by [`MAX_STREAMS`] (8 KiB).
 
+pub mod hpack;
 mod http1;
 mod http2;
 pub mod sse;
@@ -51,6 +52,7 @@ mod tests;
 pub mod websocket;
 
 use http1::*;
+pub use http2::blocks::MAX_BLOCK;
 use http2::*;
 pub use http2::{FrameHead, FrameReader, Read};
 pub use websocket::mover::Moving;
@@ -134,6 +136,8 @@ struct Ctx {
     requests_done: u8,
     /// The hints of HTTP/1.1 heads begun from now on are not wanted ([`Tracker::want_hints`]).
     hints_off: bool,
+    /// HTTP/2: the directions whose header blocks are decoded ([`Tracker::decode_request_headers`]).
+    decode: u8,
 }
 
 /// The client offsets just after the last [`REQUEST_ENDS`] complete requests (HTTP/1.1), low
@@ -230,7 +234,7 @@ impl Tracker {
             if same == want.len() {
                 // Only the prefix decides, as in Envoy; the rest of the preface is checked by the
                 // HTTP/2 follower.
-                self.wire = Wire::Http2(H2::new());
+                self.wire = Wire::Http2(H2::new(self.ctx.decode));
                 self.run(true, bytes.get(same..).unwrap_or_default(), on);
             } else if same == bytes.len() {
                 self.wire = Wire::Undecided((m + same) as u8);
@@ -462,14 +466,20 @@ impl Tracker {
     /// HTTP/1.1: User-Agent value and request-target of the request whose head completed last (valid inside `on` for Started, and after). At most HINT_LEN bytes each, `truncated` set if either was cut.
     ///
     /// "After" lasts until the first byte of the next request head arrives (the buffers are
-    /// reused; keeping two sets would double them): while a head is partial, and for HTTP/2
-    /// (no HPACK here), the hints are empty. Empty too for a head begun while they were not
-    /// wanted ([`Tracker::want_hints`]).
+    /// reused; keeping two sets would double them): while a head is partial, the hints are
+    /// empty. Empty too for a head begun while they were not wanted ([`Tracker::want_hints`]).
+    ///
+    /// HTTP/2: `user-agent` and `:path` of the client header block decoded last (valid inside
+    /// `on` for a stream's `Started`), when request blocks are decoded
+    /// ([`Tracker::decode_request_headers`]) and their decoding has not stopped; else empty.
     pub fn hints(&self) -> Hints<'_> {
         match &self.wire {
             // Not once a tunnel opened: a 101 to WebSocket replaces the HTTP/1.1 state, and a
             // tunnel reads the same whether its head came whole or split.
             Wire::Http1(h) if h.hints.valid && !self.ctx.tunnel => h.hints.get(),
+            Wire::Http2(H2 {
+                blocks: Some(b), ..
+            }) => b.hints(),
             _ => Hints::default(),
         }
     }
@@ -482,6 +492,28 @@ impl Tracker {
     #[inline]
     pub fn want_hints(&mut self, wanted: bool) {
         self.ctx.hints_off = !wanted;
+    }
+
+    /// HTTP/2: decode the client's header blocks (HPACK), for the `:path` and `user-agent` of
+    /// each stream ([`Tracker::hints`]). Only before the connection's first byte (a decoder must
+    /// see every block from the start: later, this does nothing). Costs a copy of every
+    /// request header block and its decoding, so it is asked for only when something reads
+    /// the result (`health_check_paths` configured).
+    pub fn decode_request_headers(&mut self) {
+        if self.fed == 0 && matches!(self.wire, Wire::Undecided(0)) {
+            self.ctx.decode |= http2::blocks::REQUESTS;
+        }
+    }
+
+    /// HTTP/2: why the decoding of a direction's header blocks stopped, once (the connection is
+    /// still followed; its streams are counted, none is told a health check).
+    pub fn hpack_failure(&mut self) -> Option<hpack::Error> {
+        match &mut self.wire {
+            Wire::Http2(H2 {
+                blocks: Some(b), ..
+            }) => b.take_failure(),
+            _ => None,
+        }
     }
 
     /// HTTP/1.1: the next server byte starts the response head of a request in flight (no
@@ -586,6 +618,11 @@ impl Tracker {
             {
                 h.resp.num
             }
+            // Not a payload read here: SETTINGS (the table size a decoder may use) or a header
+            // block, when header blocks are decoded.
+            Wire::Http2(H2 {
+                blocks: Some(b), s, ..
+            }) if b.reads(false, s.ty, s.block != 0) => 0,
             Wire::Http2(h) => u64::from(h.s.reader.payload_left().unwrap_or(0)),
             _ => 0,
         }

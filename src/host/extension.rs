@@ -63,11 +63,14 @@ pub enum Stat {
     SseResponsesMoved,
     /// An SSE response still open when the drain completed or timed out (cut by the exit).
     SseResponsesCut,
+    /// A connection whose HTTP/2 header blocks the module stopped decoding (HPACK: a decode
+    /// error or a size limit); still followed, its streams counted, none told a health check.
+    HpackDecodingStopped,
 }
 
 impl Stat {
     /// Every counter, in the order they are defined.
-    pub const ALL: [Stat; 16] = [
+    pub const ALL: [Stat; 17] = [
         Stat::DrainsStarted,
         Stat::DrainsCompleted,
         Stat::DrainsTimedOut,
@@ -84,6 +87,7 @@ impl Stat {
         Stat::WebsocketMessagesDropped,
         Stat::SseResponsesMoved,
         Stat::SseResponsesCut,
+        Stat::HpackDecodingStopped,
     ];
 
     /// Its name under the namespace (documented in docs/configuration.md; dashboards and alerts
@@ -108,6 +112,7 @@ impl Stat {
             Stat::WebsocketMessagesDropped => "websocket_messages_dropped",
             Stat::SseResponsesMoved => "sse_responses_moved",
             Stat::SseResponsesCut => "sse_responses_cut",
+            Stat::HpackDecodingStopped => "hpack_decoding_stopped",
         }
     }
 }

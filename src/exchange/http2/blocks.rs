@@ -1,0 +1,238 @@
+//! The header blocks of an HTTP/2 connection, gathered from their frames and decoded (HPACK,
+//! [`crate::exchange::hpack`]) in the directions the tracker's user asked for
+//! ([`crate::exchange::Tracker::decode_request_headers`]): nothing of this exists otherwise.
+//!
+//! A block is the payload of a HEADERS (or PUSH_PROMISE) frame without its padding, priority
+//! (or promised stream id) fields, then the payloads of its CONTINUATION frames (RFC 9113
+//! §4.3, §6.2, §6.6, §6.10), buffered up to [`MAX_BLOCK`] bytes and decoded at END_HEADERS.
+//! `SETTINGS_HEADER_TABLE_SIZE` in one direction's SETTINGS bounds the other direction's
+//! decoder (the peer's encoder may use up to what this side advertised).
+//!
+//! Any error stops the decoding of that direction for good (its table would be out of step
+//! with the encoder's): the connection is still followed, its streams counted as they are
+//! without decoding (no health check recognised), and the error is reported once
+//! ([`crate::exchange::Tracker::hpack_failure`]).
+
+use super::*;
+use crate::exchange::hpack::{Decoder, Error};
+
+/// A header block (with its CONTINUATIONs) longer than this stops the decoding of its
+/// direction. Envoy's own limit on a request's headers is `max_request_headers_kb` (60 KiB by
+/// default, at most 8 MiB), counted decoded; an encoded block is rarely larger than what it
+/// decodes to, so the default's blocks fit with room.
+pub const MAX_BLOCK: usize = 256 * 1024;
+
+/// Decode the client's (request) header blocks.
+pub(in crate::exchange) const REQUESTS: u8 = 1;
+
+const PADDED: u8 = 0x8;
+const PRIORITY: u8 = 0x20;
+const ACK: u8 = 0x1;
+const SETTINGS_HEADER_TABLE_SIZE: u16 = 0x1;
+
+/// One direction's blocks.
+#[derive(Debug, Clone, Default)]
+pub(in crate::exchange) struct Side {
+    /// `None`: this direction is not decoded (not asked for, or stopped by an error).
+    dec: Option<Decoder>,
+    block: Vec<u8>,
+    /// Where the current frame's payload starts in `block`.
+    frame_at: usize,
+    /// A SETTINGS entry of this direction's split across reads, and its bytes so far.
+    setting: [u8; 6],
+    setting_have: u8,
+}
+
+/// The fields of the client block decoded last, kept for health-check recognition (cut at
+/// [`HINT_LEN`], as HTTP/1.1's).
+#[derive(Debug, Clone, Default)]
+struct Fields {
+    path: Vec<u8>,
+    has_path: bool,
+    ua: Vec<u8>,
+    has_ua: bool,
+    cut: bool,
+    valid: bool,
+}
+
+#[derive(Debug, Clone, Default)]
+pub(in crate::exchange) struct Blocks {
+    c: Side,
+    s: Side,
+    fields: Fields,
+    /// The first error that stopped a direction, until it is taken.
+    failed: Option<Error>,
+}
+
+impl Blocks {
+    pub(in crate::exchange) fn new(decode: u8) -> Blocks {
+        let mut b = Blocks::default();
+        if decode & REQUESTS != 0 {
+            b.c.dec = Some(Decoder::new());
+        }
+        b
+    }
+
+    /// Whether `client`'s frames of this type have payloads read here (the server's: fetched,
+    /// not fed as stand-ins, `Tracker::server_unread_ahead`).
+    pub(in crate::exchange) fn reads(&self, client: bool, ty: u8, in_block: bool) -> bool {
+        let (own, other) = if client {
+            (&self.c, &self.s)
+        } else {
+            (&self.s, &self.c)
+        };
+        (in_block && own.dec.is_some()) || (ty == SETTINGS && other.dec.is_some())
+    }
+
+    /// A frame header was read (and accepted by the follower).
+    pub(in crate::exchange) fn frame_start(&mut self, client: bool) {
+        let side = if client { &mut self.c } else { &mut self.s };
+        side.frame_at = side.block.len();
+        side.setting_have = 0;
+    }
+
+    /// Payload bytes of the current frame (`in_block`: a frame of an open header block).
+    pub(in crate::exchange) fn payload(
+        &mut self,
+        client: bool,
+        ty: u8,
+        flags: u8,
+        in_block: bool,
+        bytes: &[u8],
+    ) {
+        let (own, other) = if client {
+            (&mut self.c, &mut self.s)
+        } else {
+            (&mut self.s, &mut self.c)
+        };
+        if in_block && own.dec.is_some() {
+            if own.block.len() + bytes.len() > MAX_BLOCK {
+                self.fail(client, Error::Block);
+                return;
+            }
+            own.block.extend_from_slice(bytes);
+        } else if ty == SETTINGS && flags & ACK == 0 {
+            if let Some(dec) = &mut other.dec {
+                settings(&mut own.setting, &mut own.setting_have, dec, bytes);
+            }
+        }
+    }
+
+    /// The last byte of a frame of an open header block was read: its padding and priority
+    /// fields are taken out, and at END_HEADERS the block is decoded.
+    pub(in crate::exchange) fn frame_end(&mut self, client: bool, ty: u8, flags: u8) {
+        let side = if client { &mut self.c } else { &mut self.s };
+        if side.dec.is_none() {
+            return;
+        }
+        if ty != CONTINUATION {
+            let payload = side.block.get(side.frame_at..).unwrap_or_default();
+            let (mut skip, mut pad) = (0, 0);
+            if flags & PADDED != 0 {
+                pad = usize::from(payload.first().copied().unwrap_or(0));
+                skip = 1;
+            }
+            if ty == HEADERS && flags & PRIORITY != 0 {
+                skip += 5;
+            }
+            if ty == PUSH_PROMISE {
+                skip += 4;
+            }
+            if skip + pad > payload.len() {
+                self.fail(client, Error::Block);
+                return;
+            }
+            let end = side.block.len() - pad;
+            side.block.truncate(end);
+            side.block.drain(side.frame_at..side.frame_at + skip);
+        }
+        if flags & END_HEADERS == 0 {
+            return;
+        }
+        let block = std::mem::take(&mut side.block);
+        let Some(dec) = &mut side.dec else { return };
+        let result = if client {
+            let f = &mut self.fields;
+            (f.has_path, f.has_ua, f.cut, f.valid) = (false, false, false, false);
+            dec.decode(&block, wanted_in_requests, |name, value| {
+                let (buf, has) = if name == b":path" {
+                    (&mut f.path, &mut f.has_path)
+                } else {
+                    (&mut f.ua, &mut f.has_ua)
+                };
+                buf.clear();
+                buf.extend_from_slice(value.get(..HINT_LEN).unwrap_or(value));
+                f.cut |= value.len() > HINT_LEN;
+                *has = true;
+            })
+        } else {
+            dec.decode(&block, |_| false, |_, _| {})
+        };
+        match result {
+            Ok(()) => {
+                self.fields.valid = client;
+                // The buffer back for the next block, unless one large block grew it.
+                let side = if client { &mut self.c } else { &mut self.s };
+                if block.capacity() <= 16 * 1024 {
+                    side.block = block;
+                    side.block.clear();
+                }
+            }
+            Err(e) => self.fail(client, e),
+        }
+    }
+
+    /// Stops decoding `client`'s direction.
+    fn fail(&mut self, client: bool, e: Error) {
+        let side = if client { &mut self.c } else { &mut self.s };
+        side.dec = None;
+        side.block = Vec::new();
+        if client {
+            self.fields.valid = false;
+        }
+        self.failed.get_or_insert(e);
+    }
+
+    /// The error that stopped a direction, once.
+    pub(in crate::exchange) fn take_failure(&mut self) -> Option<Error> {
+        self.failed.take()
+    }
+
+    /// The `user-agent` and `:path` of the client block decoded last, if it was.
+    pub(in crate::exchange) fn hints(&self) -> Hints<'_> {
+        let f = &self.fields;
+        if !f.valid {
+            return Hints::default();
+        }
+        Hints {
+            user_agent: f.has_ua.then_some(&f.ua[..]),
+            path: f.has_path.then_some(&f.path[..]),
+            truncated: f.cut,
+        }
+    }
+}
+
+/// The fields read of request blocks.
+fn wanted_in_requests(name: &[u8]) -> bool {
+    name == b":path" || name == b"user-agent"
+}
+
+/// SETTINGS entries (RFC 9113 §6.5.1: 16-bit identifier, 32-bit value) across reads.
+fn settings(entry: &mut [u8; 6], have: &mut u8, dec: &mut Decoder, mut bytes: &[u8]) {
+    while !bytes.is_empty() {
+        let at = usize::from(*have);
+        let n = (6 - at).min(bytes.len());
+        if let (Some(dst), Some(src)) = (entry.get_mut(at..at + n), bytes.get(..n)) {
+            dst.copy_from_slice(src);
+        }
+        bytes = bytes.get(n..).unwrap_or_default();
+        *have += n as u8;
+        if *have == 6 {
+            *have = 0;
+            let [i0, i1, v0, v1, v2, v3] = *entry;
+            if u16::from_be_bytes([i0, i1]) == SETTINGS_HEADER_TABLE_SIZE {
+                dec.advertised(u32::from_be_bytes([v0, v1, v2, v3]));
+            }
+        }
+    }
+}
