@@ -135,6 +135,8 @@ pub(super) struct Frames {
 pub(super) struct Stream {
     pub(super) id: u32,
     pub(super) closed: u8,
+    /// What its decoded header blocks said (`blocks::K_*` bits; 0 when not decoded).
+    pub(super) kind: u8,
 }
 pub(super) const C_CLIENT: u8 = 1;
 pub(super) const C_SERVER: u8 = 2;
@@ -156,8 +158,9 @@ pub(super) struct H2 {
 }
 
 impl H2 {
-    /// `decode`: the directions whose header blocks are decoded ([`blocks::REQUESTS`]).
-    pub(super) fn new(decode: u8) -> H2 {
+    /// `decode`: the directions whose header blocks are decoded ([`blocks::REQUESTS`],
+    /// [`blocks::RESPONSES`]); `resumable`: the gRPC path prefixes that mark a stream resumable.
+    pub(super) fn new(decode: u8, resumable: std::sync::Arc<[String]>) -> H2 {
         H2 {
             preface: H2_PREFIX.len() as u8,
             c: Frames::default(),
@@ -166,7 +169,7 @@ impl H2 {
             server_goaway: false,
             last_client: 0,
             streams: Vec::new(),
-            blocks: (decode != 0).then(|| Box::new(Blocks::new(decode))),
+            blocks: (decode != 0).then(|| Box::new(Blocks::new(decode, resumable))),
         }
     }
 
@@ -283,12 +286,23 @@ impl H2 {
         let d = if client { &mut self.c } else { &mut self.s };
         let (ty, flags, id) = (d.ty, d.flags, d.id);
         let half = if client { C_CLIENT } else { C_SERVER };
+        let mut kind = 0;
         if let (HEADERS | CONTINUATION | PUSH_PROMISE, Some(b)) = (ty, &mut self.blocks) {
             if d.block != 0 {
                 // Decoded before the stream's event: a health check is told at its `Started`.
                 b.frame_end(client, ty, flags);
+                kind = b.kind;
+                if !client && kind != 0 && ty != PUSH_PROMISE {
+                    let sid = d.block;
+                    if let Ok(at) = self.streams.binary_search_by_key(&sid, |s| s.id) {
+                        if let Some(s) = self.streams.get_mut(at) {
+                            s.kind |= kind;
+                        }
+                    }
+                }
             }
         }
+        let d = if client { &mut self.c } else { &mut self.s };
         match ty {
             HEADERS | CONTINUATION | PUSH_PROMISE if d.block != 0 && flags & END_HEADERS != 0 => {
                 let (sid, new, end) = (d.block, d.block_new, d.block_end);
@@ -298,7 +312,11 @@ impl H2 {
                         return lose(ctx);
                     }
                     let closed = if end { C_CLIENT } else { 0 };
-                    self.streams.push(Stream { id: sid, closed });
+                    self.streams.push(Stream {
+                        id: sid,
+                        closed,
+                        kind,
+                    });
                     return Some(Event::Started(sid));
                 }
                 if end {

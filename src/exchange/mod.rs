@@ -101,6 +101,21 @@ pub enum Event {
     Lost,
 }
 
+/// HTTP/2: what a stream is, from its decoded header blocks ([`Tracker::h2_stream_kind`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum H2Kind {
+    /// No final response header block yet.
+    NoResponse,
+    /// A gRPC response (`content-type: application/grpc...`); `resumable`: its `:path` starts
+    /// with a configured resumable prefix.
+    Grpc { resumable: bool },
+    /// A `text/event-stream` response; `movable`: 200 to a `GET`, no `content-encoding` (the
+    /// HTTP/1.1 rule, docs/stream-edits.md).
+    Sse { movable: bool },
+    /// Any other response.
+    Other,
+}
+
 /// HTTP/1.1 only: what identifies the request whose head completed last.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Hints<'a> {
@@ -184,8 +199,10 @@ pub enum GoAwayGate {
 
 #[derive(Debug, Clone)]
 enum Wire {
-    /// How many bytes of [`H2_PREFIX`] the client sent so far (all it sent).
-    Undecided(u8),
+    /// How many bytes of [`H2_PREFIX`] the client sent so far (all it sent), and the resumable
+    /// gRPC path prefixes for the HTTP/2 state ([`Tracker::decode_response_headers`]; here, not
+    /// in the tracker, so that they cost no room once the protocol is decided).
+    Undecided(u8, Option<std::sync::Arc<[String]>>),
     Http1(H1),
     Http2(H2),
     /// After a 101 to WebSocket: the frame followers in the HTTP/1.1 state's place (no larger).
@@ -196,7 +213,7 @@ enum Wire {
 
 impl Default for Wire {
     fn default() -> Self {
-        Wire::Undecided(0)
+        Wire::Undecided(0, None)
     }
 }
 
@@ -227,17 +244,18 @@ impl Tracker {
         if self.ctx.lost || self.ctx.tunnel {
             return;
         }
-        if let Wire::Undecided(m) = self.wire {
-            let m = usize::from(m);
+        if let Wire::Undecided(held, resumable) = &mut self.wire {
+            let m = usize::from(*held);
             let want = H2_PREFIX.get(m..).unwrap_or_default();
             let same = bytes.iter().zip(want).take_while(|(a, b)| a == b).count();
             if same == want.len() {
                 // Only the prefix decides, as in Envoy; the rest of the preface is checked by the
                 // HTTP/2 follower.
-                self.wire = Wire::Http2(H2::new(self.ctx.decode));
+                let resumable = resumable.take().unwrap_or_default();
+                self.wire = Wire::Http2(H2::new(self.ctx.decode, resumable));
                 self.run(true, bytes.get(same..).unwrap_or_default(), on);
             } else if same == bytes.len() {
-                self.wire = Wire::Undecided((m + same) as u8);
+                *held = (m + same) as u8;
             } else {
                 // HTTP/1.1: the bytes held back as a possible preface are `H2_PREFIX[..m]`
                 // (they matched it), so they are fed from there, not buffered.
@@ -258,7 +276,7 @@ impl Tracker {
         if self.ctx.lost || self.ctx.tunnel {
             return;
         }
-        if let Wire::Undecided(_) = self.wire {
+        if let Wire::Undecided(..) = self.wire {
             if !bytes.is_empty() {
                 // The connection manager writes nothing before it picked a codec.
                 lose(&mut self.ctx);
@@ -284,7 +302,7 @@ impl Tracker {
                 }
                 Wire::Http1(h) => h.server(rest, ctx),
                 Wire::Http2(h) => h.step(client, rest, ctx),
-                Wire::Undecided(_) | Wire::WebSocket(_) | Wire::Sse(_) => (rest.len(), None),
+                Wire::Undecided(..) | Wire::WebSocket(_) | Wire::Sse(_) => (rest.len(), None),
             };
             rest = rest.get(n..).unwrap_or_default();
             let Some(ev) = ev else {
@@ -423,7 +441,7 @@ impl Tracker {
             return Protocol::Unknown;
         }
         match self.wire {
-            Wire::Undecided(_) => Protocol::Undecided,
+            Wire::Undecided(..) => Protocol::Undecided,
             Wire::Http1(_) | Wire::WebSocket(_) | Wire::Sse(_) => Protocol::Http1,
             Wire::Http2(_) => Protocol::Http2,
         }
@@ -445,7 +463,7 @@ impl Tracker {
             // state: the same whether the 101 came whole or split).
             Wire::Http1(h) => h.req.st.in_head() && !self.ctx.tunnel,
             Wire::Http2(h) => h.c.block != 0,
-            Wire::Undecided(_) | Wire::WebSocket(_) | Wire::Sse(_) => false,
+            Wire::Undecided(..) | Wire::WebSocket(_) | Wire::Sse(_) => false,
         }
     }
 
@@ -500,9 +518,48 @@ impl Tracker {
     /// request header block and its decoding, so it is asked for only when something reads
     /// the result (`health_check_paths` configured).
     pub fn decode_request_headers(&mut self) {
-        if self.fed == 0 && matches!(self.wire, Wire::Undecided(0)) {
+        if self.fed == 0 && matches!(self.wire, Wire::Undecided(0, _)) {
             self.ctx.decode |= http2::blocks::REQUESTS;
         }
+    }
+
+    /// HTTP/2: decode the server's header blocks too (and the client's), for each stream's
+    /// kind ([`Tracker::h2_stream_kind`]): a gRPC response, an SSE response to a `GET`;
+    /// `resumable`: the `:path` prefixes of the gRPC methods whose streams may be moved. As
+    /// [`Tracker::decode_request_headers`], only before the connection's first byte.
+    pub fn decode_response_headers(&mut self, resumable: std::sync::Arc<[String]>) {
+        if let (0, Wire::Undecided(0, r)) = (self.fed, &mut self.wire) {
+            *r = Some(resumable);
+            self.ctx.decode |= http2::blocks::REQUESTS | http2::blocks::RESPONSES;
+        }
+    }
+
+    /// HTTP/2: what the decoded header blocks of open stream `id` say it is (`None`: not open,
+    /// or its blocks were not decoded).
+    pub fn h2_stream_kind(&self, id: u32) -> Option<H2Kind> {
+        let Wire::Http2(h) = &self.wire else {
+            return None;
+        };
+        let b = h.blocks.as_deref()?;
+        if !b.decodes(false) || !b.decodes(true) {
+            return None;
+        }
+        let at = h.streams.binary_search_by_key(&id, |s| s.id).ok()?;
+        let k = h.streams.get(at)?.kind;
+        use http2::blocks::*;
+        Some(if k & K_RESPONSE == 0 {
+            H2Kind::NoResponse
+        } else if k & K_GRPC != 0 {
+            H2Kind::Grpc {
+                resumable: k & K_RESUMABLE != 0,
+            }
+        } else if k & K_SSE != 0 {
+            H2Kind::Sse {
+                movable: k & K_GET != 0 && k & K_OK != 0 && k & K_ENCODED == 0,
+            }
+        } else {
+            H2Kind::Other
+        })
     }
 
     /// HTTP/2: why the decoding of a direction's header blocks stopped, once (the connection is

@@ -24,6 +24,24 @@ pub const MAX_BLOCK: usize = 256 * 1024;
 
 /// Decode the client's (request) header blocks.
 pub(in crate::exchange) const REQUESTS: u8 = 1;
+/// Decode the server's (response) header blocks too.
+pub(in crate::exchange) const RESPONSES: u8 = 2;
+
+// What a stream's decoded blocks said (`Stream::kind` bits).
+/// The request's `:method` is `GET`.
+pub(in crate::exchange) const K_GET: u8 = 1;
+/// The request's `:path` starts with one of the resumable gRPC prefixes.
+pub(in crate::exchange) const K_RESUMABLE: u8 = 2;
+/// A final response (`:status` 2xx-5xx) was written; the bits below are its.
+pub(in crate::exchange) const K_RESPONSE: u8 = 4;
+/// Its `content-type` is `application/grpc` (or `application/grpc+proto`, `;...`).
+pub(in crate::exchange) const K_GRPC: u8 = 8;
+/// Its `content-type` is `text/event-stream`.
+pub(in crate::exchange) const K_SSE: u8 = 16;
+/// It has a `content-encoding` (any: event boundaries cannot be seen in encoded bytes).
+pub(in crate::exchange) const K_ENCODED: u8 = 32;
+/// Its `:status` is 200.
+pub(in crate::exchange) const K_OK: u8 = 64;
 
 const PADDED: u8 = 0x8;
 const PRIORITY: u8 = 0x20;
@@ -62,15 +80,34 @@ pub(in crate::exchange) struct Blocks {
     fields: Fields,
     /// The first error that stopped a direction, until it is taken.
     failed: Option<Error>,
+    /// The `:path` prefixes of resumable gRPC methods ([`K_RESUMABLE`]).
+    resumable: std::sync::Arc<[String]>,
+    /// The `K_*` bits of the block decoded last (its stream's).
+    pub(in crate::exchange) kind: u8,
 }
 
 impl Blocks {
-    pub(in crate::exchange) fn new(decode: u8) -> Blocks {
-        let mut b = Blocks::default();
-        if decode & REQUESTS != 0 {
+    pub(in crate::exchange) fn new(decode: u8, resumable: std::sync::Arc<[String]>) -> Blocks {
+        let mut b = Blocks {
+            resumable,
+            ..Blocks::default()
+        };
+        if decode & (REQUESTS | RESPONSES) != 0 {
             b.c.dec = Some(Decoder::new());
         }
+        if decode & RESPONSES != 0 {
+            b.s.dec = Some(Decoder::new());
+        }
         b
+    }
+
+    /// Whether `client`'s blocks are decoded (not stopped).
+    pub(in crate::exchange) fn decodes(&self, client: bool) -> bool {
+        if client {
+            self.c.dec.is_some()
+        } else {
+            self.s.dec.is_some()
+        }
     }
 
     /// Whether `client`'s frames of this type have payloads read here (the server's: fetched,
@@ -119,8 +156,10 @@ impl Blocks {
     }
 
     /// The last byte of a frame of an open header block was read: its padding and priority
-    /// fields are taken out, and at END_HEADERS the block is decoded.
+    /// fields are taken out, and at END_HEADERS the block is decoded ([`Blocks::kind`] its
+    /// facts, 0 when it was not decoded).
     pub(in crate::exchange) fn frame_end(&mut self, client: bool, ty: u8, flags: u8) {
+        self.kind = 0;
         let side = if client { &mut self.c } else { &mut self.s };
         if side.dec.is_none() {
             return;
@@ -151,10 +190,21 @@ impl Blocks {
         }
         let block = std::mem::take(&mut side.block);
         let Some(dec) = &mut side.dec else { return };
+        let mut kind = 0;
         let result = if client {
             let f = &mut self.fields;
+            let resumable = &self.resumable;
             (f.has_path, f.has_ua, f.cut, f.valid) = (false, false, false, false);
             dec.decode(&block, wanted_in_requests, |name, value| {
+                if name == b":method" {
+                    if value == b"GET" {
+                        kind |= K_GET;
+                    }
+                    return;
+                }
+                if name == b":path" && resumable.iter().any(|p| value.starts_with(p.as_bytes())) {
+                    kind |= K_RESUMABLE;
+                }
                 let (buf, has) = if name == b":path" {
                     (&mut f.path, &mut f.has_path)
                 } else {
@@ -166,10 +216,18 @@ impl Blocks {
                 *has = true;
             })
         } else {
-            dec.decode(&block, |_| false, |_, _| {})
+            dec.decode(&block, wanted_in_responses, |name, value| {
+                kind |= response_fact(name, value);
+            })
         };
+        // A response block without a final `:status` (1xx, trailers) says nothing of the
+        // response's kind.
+        if !client && kind & K_RESPONSE == 0 {
+            kind = 0;
+        }
         match result {
             Ok(()) => {
+                self.kind = kind;
                 self.fields.valid = client;
                 // The buffer back for the next block, unless one large block grew it.
                 let side = if client { &mut self.c } else { &mut self.s };
@@ -214,7 +272,43 @@ impl Blocks {
 
 /// The fields read of request blocks.
 fn wanted_in_requests(name: &[u8]) -> bool {
-    name == b":path" || name == b"user-agent"
+    name == b":path" || name == b"user-agent" || name == b":method"
+}
+
+/// The fields read of response blocks.
+fn wanted_in_responses(name: &[u8]) -> bool {
+    name == b":status" || name == b"content-type" || name == b"content-encoding"
+}
+
+/// What one response field says (`K_*` bits).
+fn response_fact(name: &[u8], value: &[u8]) -> u8 {
+    match name {
+        b":status" => match value.first() {
+            Some(b'2'..=b'5') if value == b"200" => K_RESPONSE | K_OK,
+            Some(b'2'..=b'5') => K_RESPONSE,
+            _ => 0,
+        },
+        b"content-encoding" => K_ENCODED,
+        b"content-type" => {
+            // The media type, before any parameter; any case (RFC 9110 §8.3.1).
+            let media = value.split(|&b| b == b';').next().unwrap_or_default();
+            let media = media.trim_ascii();
+            let grpc = b"application/grpc";
+            if media.eq_ignore_ascii_case(b"text/event-stream") {
+                K_SSE
+            } else if media.len() >= grpc.len()
+                && media
+                    .get(..grpc.len())
+                    .is_some_and(|m| m.eq_ignore_ascii_case(grpc))
+                && matches!(media.get(grpc.len()), None | Some(b'+'))
+            {
+                K_GRPC
+            } else {
+                0
+            }
+        }
+        _ => 0,
+    }
 }
 
 /// SETTINGS entries (RFC 9113 §6.5.1: 16-bit identifier, 32-bit value) across reads.

@@ -322,3 +322,172 @@ fn decoding_starts_with_the_connection_and_reads_the_server_s_settings() {
         assert_eq!(t.server_unread_ahead(), 10);
     }
 }
+
+/// One stream of [`stream_kinds_follow_both_directions_blocks`]: its request and response.
+#[derive(Debug, Clone)]
+struct Exchange {
+    get: bool,
+    path: &'static str,
+    status: &'static str,
+    content_type: Option<&'static str>,
+    encoded: bool,
+    flags: u8,
+}
+
+fn exchange() -> impl Strategy<Value = Exchange> {
+    (
+        any::<bool>(),
+        prop::sample::select(vec![
+            "/pkg.Watch/Sub",
+            "/pkg.Watcher/Sub",
+            "/pkg.Other/Call",
+            "/events",
+        ]),
+        prop::sample::select(vec!["200", "404", "503", "204"]),
+        prop::option::of(prop::sample::select(vec![
+            "application/grpc",
+            "application/grpc+proto",
+            "Application/GRPC; x=1",
+            "application/grpc-web",
+            "text/event-stream",
+            "text/event-stream; charset=utf-8",
+            "text/plain",
+        ])),
+        any::<bool>(),
+        0u8..32,
+    )
+        .prop_map(
+            |(get, path, status, content_type, encoded, flags)| Exchange {
+                get,
+                path,
+                status,
+                content_type,
+                encoded,
+                flags,
+            },
+        )
+}
+
+/// What the tracker must say of `e` once its response block is read.
+fn kind_of(e: &Exchange) -> H2Kind {
+    let ct = e.content_type.unwrap_or("").to_ascii_lowercase();
+    let media = ct.split(';').next().unwrap().trim().to_string();
+    if media == "application/grpc" || media.starts_with("application/grpc+") {
+        H2Kind::Grpc {
+            resumable: e.path.starts_with("/pkg.Watch/"),
+        }
+    } else if media == "text/event-stream" {
+        H2Kind::Sse {
+            movable: e.get && e.status == "200" && !e.encoded,
+        }
+    } else {
+        H2Kind::Other
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 300, .. ProptestConfig::default() })]
+
+    /// With both directions decoded, each open stream's kind comes from its own request
+    /// (`:method`, `:path` against the resumable prefixes) and response (`:status`,
+    /// `content-type`, `content-encoding`) blocks, whatever the encoders' choices, the order
+    /// the responses come in, a 1xx before them, and the slicing; and decoding both
+    /// directions changes no event.
+    #[test]
+    fn stream_kinds_follow_both_directions_blocks(
+        exchanges in prop::collection::vec(exchange(), 1..8),
+        order in Just(()).prop_perturb(|_, mut rng| {
+            let mut v: Vec<usize> = (0..8).collect();
+            for i in (1..v.len()).rev() {
+                v.swap(i, (rng.next_u32() as usize) % (i + 1));
+            }
+            v
+        }),
+        interim in any::<bool>(),
+        cuts in prop::collection::vec(0u16..=1000, 1..10),
+    ) {
+        let mut pre = H2_PREFACE.to_vec();
+        pre.extend(frame(SETTINGS, 0, 0, &[]));
+        let mut script = vec![(C, pre), (S, frame(SETTINGS, 0, 0, &[]))];
+        let (mut cenc, mut senc) = (Encoder::with_dynamic_size(4096), Encoder::with_dynamic_size(4096));
+        for (i, e) in exchanges.iter().enumerate() {
+            let mut block = Vec::new();
+            let method = if e.get { "GET" } else { "POST" };
+            for (n, v) in [(":method", method), (":scheme", "http"), (":path", e.path), ("te", "trailers")] {
+                cenc.encode((n.as_bytes().to_vec(), v.as_bytes().to_vec(), e.flags), &mut block).unwrap();
+            }
+            script.push((C, frame(HEADERS, EH, 2 * i as u32 + 1, &block)));
+        }
+        let mut want = Vec::new();
+        for &i in order.iter().filter(|&&i| i < exchanges.len()) {
+            let e = &exchanges[i];
+            let id = 2 * i as u32 + 1;
+            if interim {
+                let mut b = Vec::new();
+                senc.encode((b":status".to_vec(), b"103".to_vec(), e.flags), &mut b).unwrap();
+                senc.encode((b"link".to_vec(), b"</a>".to_vec(), e.flags), &mut b).unwrap();
+                script.push((S, frame(HEADERS, EH, id, &b)));
+            }
+            let mut b = Vec::new();
+            senc.encode((b":status".to_vec(), e.status.as_bytes().to_vec(), e.flags), &mut b).unwrap();
+            if let Some(ct) = e.content_type {
+                senc.encode((b"content-type".to_vec(), ct.as_bytes().to_vec(), e.flags), &mut b).unwrap();
+            }
+            if e.encoded {
+                senc.encode((b"content-encoding".to_vec(), b"gzip".to_vec(), e.flags), &mut b).unwrap();
+            }
+            script.push((S, frame(HEADERS, EH, id, &b)));
+            script.push((S, frame(DATA, 0, id, &[0, 0, 0, 0, 1, 7])));
+            want.push((script.len(), id, kind_of(e)));
+        }
+        // Played whole and sliced, the kind checked after each response's segments.
+        let prefixes: std::sync::Arc<[String]> = vec!["/pkg.Watch/".to_string()].into();
+        let mut t = Tracker::new();
+        t.decode_response_headers(prefixes);
+        let mut plain = Tracker::new();
+        let (mut out, mut out_plain) = (Vec::new(), Vec::new());
+        for (k, (d, b)) in script.iter().enumerate() {
+            let cut = usize::from(cuts[k % cuts.len()]);
+            let (x, y) = b.split_at(b.len() * cut / 1000);
+            for part in [x, y] {
+                feed(&mut t, *d, part, &mut out);
+                feed(&mut plain, *d, part, &mut out_plain);
+            }
+            for (at, id, kind) in &want {
+                if *at == k + 1 {
+                    prop_assert_eq!(t.h2_stream_kind(*id), Some(*kind));
+                }
+            }
+        }
+        prop_assert_eq!(events(&out), events(&out_plain));
+        prop_assert_eq!(t.hpack_failure(), None);
+        for i in 0..exchanges.len() {
+            prop_assert_eq!(plain.h2_stream_kind(2 * i as u32 + 1), None, "not decoded");
+        }
+    }
+}
+
+/// The server's header blocks are read, not skipped as payloads, once responses are decoded.
+#[test]
+fn with_responses_decoded_the_server_s_header_blocks_are_read() {
+    let mut t = Tracker::new();
+    t.decode_response_headers(Vec::new().into());
+    let mut out = Vec::new();
+    feed(&mut t, C, H2_PREFACE, &mut out);
+    feed(&mut t, S, &frame(SETTINGS, 0, 0, &[]), &mut out);
+    feed(
+        &mut t,
+        C,
+        &frame(HEADERS, EH, 1, &[0x82, 0x84, 0x86]),
+        &mut out,
+    );
+    assert_eq!(t.h2_stream_kind(1), Some(H2Kind::NoResponse));
+    let h = frame(HEADERS, EH, 1, &[0x88]);
+    feed(&mut t, S, &h[..9], &mut out);
+    assert_eq!(t.server_unread_ahead(), 0);
+    feed(&mut t, S, &h[9..], &mut out);
+    assert_eq!(t.h2_stream_kind(1), Some(H2Kind::Other));
+    let d = frame(DATA, 0, 1, &[0; 10]);
+    feed(&mut t, S, &d[..9], &mut out);
+    assert_eq!(t.server_unread_ahead(), 10);
+}
