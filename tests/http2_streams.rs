@@ -1,6 +1,8 @@
 //! HTTP/2 streams in connection mode, against the real Envoy with real HTTP/2 and gRPC stacks:
 //! the tracker decodes the clients' header blocks (HPACK) to tell health checks by their
-//! configured `:path` (issue 63 item 5), as it does for HTTP/1.1.
+//! configured `:path` (issue 63 item 5), as it does for HTTP/1.1; and the Envoy fact the moves
+//! of HTTP/2 streams rest on (issue 65: nothing written on a stream after its RST_STREAM was
+//! read, with either of Envoy's HTTP/2 codecs).
 //!
 //! The gRPC peers are grpcio's (C-core: `tests/http2_streams/grpc_peer.py`, installed by
 //! `scripts/install-tools.sh`); the other HTTP/2 client is the `h2` crate (another HPACK encoder).
@@ -113,6 +115,15 @@ async fn start_envoy(o: Options, grpc_port: u16) -> Envoy {
 "
     ));
     Envoy::start_yaml(&y, p[0], p[1], p[2], &o).await
+}
+
+/// Waits (bounded) until the module's drain has started: health checks are told only during
+/// one (a request begun before counts as a request).
+async fn wait_draining(envoy: &Envoy) {
+    eventually("the drain started", Duration::from_secs(5), || async {
+        (envoy.drain_status().await["state"] == "draining").then_some(())
+    })
+    .await
 }
 
 /// A POST on an HTTP/2 connection of the `h2` crate, `delay_ms` long (Envoy's fault filter).
@@ -233,6 +244,7 @@ async fn an_http2_request_on_another_path_is_held_to_its_end() {
     let mut envoy = start_envoy(connection_mode(settings, Some(paths)), grpc_port).await;
     let port = envoy.data;
     envoy.sigterm();
+    wait_draining(&envoy).await;
     let work = tokio::spawn(async move {
         let r = h2_post(port, "/pkg.Svc/Call", 2500).await;
         (r, Instant::now())
@@ -249,4 +261,207 @@ async fn an_http2_request_on_another_path_is_held_to_its_end() {
     assert!(status.success(), "{status}");
     assert!(exited >= done, "Envoy exited before the request ended");
     assert!(envoy.log().contains("requests cut: 0"), "{}", envoy.log());
+}
+
+/// A raw HTTP/2 client: frames written and read as bytes, so that what Envoy writes on each
+/// stream can be seen frame by frame.
+struct RawH2 {
+    tcp: tokio::net::TcpStream,
+    buf: Vec<u8>,
+}
+
+/// A frame read: type, flags, stream, payload.
+type Frame = (u8, u8, u32, Vec<u8>);
+
+fn raw_frame(ty: u8, flags: u8, id: u32, payload: &[u8]) -> Vec<u8> {
+    let mut f = (payload.len() as u32).to_be_bytes()[1..].to_vec();
+    f.extend_from_slice(&[ty, flags]);
+    f.extend_from_slice(&id.to_be_bytes());
+    f.extend_from_slice(payload);
+    f
+}
+
+/// A GET's header block: never-indexed literals with literal names (no table involved).
+fn get_block(path: &str) -> Vec<u8> {
+    let mut b = Vec::new();
+    for (n, v) in [
+        (":method", "GET"),
+        (":scheme", "http"),
+        (":path", path),
+        (":authority", "gateway"),
+    ] {
+        b.push(0x10);
+        b.push(n.len() as u8);
+        b.extend_from_slice(n.as_bytes());
+        b.push(v.len() as u8);
+        b.extend_from_slice(v.as_bytes());
+    }
+    b
+}
+
+impl RawH2 {
+    async fn connect(port: u16) -> RawH2 {
+        use tokio::io::AsyncWriteExt;
+        let mut tcp = tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .expect("connect");
+        let mut hello = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+        hello.extend(raw_frame(4, 0, 0, &[]));
+        tcp.write_all(&hello).await.unwrap();
+        RawH2 {
+            tcp,
+            buf: Vec::new(),
+        }
+    }
+
+    async fn send(&mut self, bytes: &[u8]) {
+        use tokio::io::AsyncWriteExt;
+        self.tcp.write_all(bytes).await.unwrap();
+    }
+
+    /// The next frame, or `None` once `until` passed (or the connection ended). SETTINGS are
+    /// acknowledged here.
+    async fn next(&mut self, until: Instant) -> Option<Frame> {
+        use tokio::io::AsyncReadExt;
+        loop {
+            if self.buf.len() >= 9 {
+                let len = u32::from_be_bytes([0, self.buf[0], self.buf[1], self.buf[2]]) as usize;
+                if self.buf.len() >= 9 + len {
+                    let (ty, flags) = (self.buf[3], self.buf[4]);
+                    let id = u32::from_be_bytes(self.buf[5..9].try_into().unwrap()) & 0x7fff_ffff;
+                    let payload = self.buf[9..9 + len].to_vec();
+                    self.buf.drain(..9 + len);
+                    if ty == 4 && flags & 1 == 0 {
+                        self.send(&raw_frame(4, 1, 0, &[])).await;
+                    }
+                    return Some((ty, flags, id, payload));
+                }
+            }
+            let left = until.checked_duration_since(Instant::now())?;
+            let mut chunk = [0u8; 16384];
+            match tokio::time::timeout(left, self.tcp.read(&mut chunk)).await {
+                Ok(Ok(n)) if n > 0 => self.buf.extend_from_slice(&chunk[..n]),
+                _ => return None,
+            }
+        }
+    }
+}
+
+/// The fact the HTTP/2 move design rests on (docs/long-lived-streams.md, H2-2), shown from the
+/// outside on this Envoy with each of its HTTP/2 codecs (`http2_use_oghttp2` false: nghttp2,
+/// true: oghttp2): once Envoy's codec has read a client's RST_STREAM for a stream whose upstream
+/// keeps sending, it writes nothing more on that stream. The RST_STREAM(CANCEL) is followed by a
+/// PING in the same write; Envoy reads them in order, so every frame after the PING's ACK was
+/// written after the reset was read: none may be on the stream, for 1.5 s in which the upstream
+/// sends a chunk every 100 ms. A second stream then still gets header blocks the client's own
+/// decoder (the module's) reads in step with everything Envoy wrote before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn envoy_writes_nothing_on_a_stream_after_reading_its_rst_stream() {
+    use graceful_drain::exchange::hpack::Decoder;
+    let upstream = common::upstream::Upstream::start().await;
+    for oghttp2 in [false, true] {
+        let p = free_ports(3);
+        let o = Options {
+            test_upstream: Some(upstream.port),
+            ..connection_mode(
+                Settings {
+                    min_drain: "300ms",
+                    quiet: "200ms",
+                    timeout: "10s",
+                },
+                None,
+            )
+        };
+        let mut y = render_gateway(p[0], p[1], p[2], &o);
+        assert!(
+            !y.contains("layered_runtime"),
+            "the example sets no runtime"
+        );
+        y.push_str(&format!(
+            "layered_runtime:\n  layers:\n  - name: codec\n    static_layer:\n      envoy.reloadable_features.http2_use_oghttp2: {oghttp2}\n"
+        ));
+        let envoy = Envoy::start_yaml(&y, p[0], p[1], p[2], &o).await;
+        let runtime = common::clients::get(envoy.admin, "/runtime").await.unwrap();
+        let runtime: serde_json::Value = serde_json::from_slice(&runtime.body).unwrap();
+        assert_eq!(
+            runtime["entries"]["envoy.reloadable_features.http2_use_oghttp2"]["final_value"],
+            oghttp2.to_string(),
+            "the codec chosen: {runtime}"
+        );
+        let mut c = RawH2::connect(envoy.data).await;
+        c.send(&raw_frame(
+            1,
+            0x5,
+            1,
+            &get_block("/upstream-streaming/stream"),
+        ))
+        .await;
+        let mut dec = Decoder::new();
+        let mut data = 0;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while data < 3 {
+            let (ty, _, id, payload) = c
+                .next(deadline)
+                .await
+                .unwrap_or_else(|| panic!("no streaming response (oghttp2 {oghttp2})"));
+            match ty {
+                1 => dec.decode(&payload, |_| false, |_, _| {}).unwrap(),
+                0 if id == 1 => data += 1,
+                _ => {}
+            }
+        }
+        let mut rst = raw_frame(3, 0, 1, &8u32.to_be_bytes());
+        rst.extend(raw_frame(6, 0, 0, b"rst-read"));
+        c.send(&rst).await;
+        loop {
+            let f = c
+                .next(deadline)
+                .await
+                .unwrap_or_else(|| panic!("no PING ACK (oghttp2 {oghttp2})"));
+            if f.0 == 1 {
+                dec.decode(&f.3, |_| false, |_, _| {}).unwrap();
+            }
+            if f.0 == 6 && f.1 & 1 != 0 && f.3 == b"rst-read" {
+                break;
+            }
+        }
+        let quiet = Instant::now() + Duration::from_millis(1500);
+        let mut after = Vec::new();
+        while let Some(f) = c.next(quiet).await {
+            if f.0 == 1 {
+                dec.decode(&f.3, |_| false, |_, _| {}).unwrap();
+            }
+            if f.2 == 1 {
+                after.push((f.0, f.1, f.3.len()));
+            }
+        }
+        assert!(
+            after.is_empty(),
+            "Envoy (oghttp2 {oghttp2}) wrote on the reset stream after reading the reset: \
+             {after:?} (type, flags, length)"
+        );
+        // The connection goes on, and its blocks still decode in step.
+        c.send(&raw_frame(1, 0x5, 3, &get_block("/other"))).await;
+        let mut status = None;
+        while status.is_none() {
+            let (ty, _, id, payload) = c
+                .next(deadline)
+                .await
+                .unwrap_or_else(|| panic!("no answer on stream 3 (oghttp2 {oghttp2})"));
+            if ty == 1 {
+                dec.decode(
+                    &payload,
+                    |n| n == b":status",
+                    |_, v| {
+                        if id == 3 {
+                            status = Some(v.to_vec())
+                        }
+                    },
+                )
+                .unwrap();
+            }
+        }
+        assert_eq!(status.as_deref(), Some(&b"200"[..]), "oghttp2 {oghttp2}");
+        drop(envoy);
+    }
 }
