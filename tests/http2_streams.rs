@@ -27,10 +27,11 @@ fn connection_mode(settings: Settings, bootstrap_extra: Option<&'static str>) ->
     }
 }
 
-/// A grpcio process (`grpc_peer.py`), killed when dropped; its stdout lines collected.
+/// A grpcio process (`grpc_peer.py`), killed when dropped; its stdout lines collected, each
+/// with when it was read.
 struct Peer {
     _child: Child,
-    lines: Arc<Mutex<Vec<String>>>,
+    lines: Arc<Mutex<Vec<(Instant, String)>>>,
 }
 
 impl Peer {
@@ -51,7 +52,7 @@ impl Peer {
         tokio::spawn(async move {
             let mut r = tokio::io::BufReader::new(stdout).lines();
             while let Ok(Some(l)) = r.next_line().await {
-                keep.lock().unwrap().push(l);
+                keep.lock().unwrap().push((Instant::now(), l));
             }
         });
         Peer {
@@ -61,6 +62,10 @@ impl Peer {
     }
 
     fn lines(&self) -> Vec<String> {
+        self.timed().into_iter().map(|(_, l)| l).collect()
+    }
+
+    fn timed(&self) -> Vec<(Instant, String)> {
         self.lines.lock().unwrap().clone()
     }
 
@@ -83,7 +88,7 @@ async fn grpc_upstream() -> (Peer, u16) {
     (peer, port)
 }
 
-/// The example gateway with `/grpc.` routed to an HTTP/2 cluster at `grpc_port`.
+/// The example gateway with `/grpc.` and `/test.` routed to an HTTP/2 cluster at `grpc_port`.
 async fn start_envoy(o: Options, grpc_port: u16) -> Envoy {
     let p = free_ports(3);
     let catch_all = "              - match: { prefix: \"/\" }\n                direct_response:\n";
@@ -92,7 +97,7 @@ async fn start_envoy(o: Options, grpc_port: u16) -> Envoy {
     y = y.replacen(
         catch_all,
         &format!(
-            "              - match: {{ prefix: \"/grpc.\" }}\n                route: {{ cluster: grpc_upstream, timeout: 0s }}\n{catch_all}"
+            "              - match: {{ prefix: \"/grpc.\" }}\n                route: {{ cluster: grpc_upstream, timeout: 0s }}\n              - match: {{ prefix: \"/test.\" }}\n                route: {{ cluster: grpc_upstream, timeout: 0s }}\n{catch_all}"
         ),
         1,
     );
@@ -464,4 +469,102 @@ async fn envoy_writes_nothing_on_a_stream_after_reading_its_rst_stream() {
         assert_eq!(status.as_deref(), Some(&b"200"[..]), "oghttp2 {oghttp2}");
         drop(envoy);
     }
+}
+
+/// Issue 65 items 1-3, 6: gRPC streams of a method under `grpc_resumable_prefixes` are moved at
+/// their connection's time in `long_lived_window`; every other stream is held to its end. Four
+/// grpcio clients (four HTTP/2 connections), each with two endless server-streaming watches,
+/// one endless bidi stream under the prefix, and one finite stream (50 messages, 100 ms apart)
+/// of another service. At the drain: each watch and bidi stream ends with UNAVAILABLE and the
+/// draining message after whole messages only (grpcio checks each message's length prefix; the
+/// peer checks each message's sequence), within the window after `min_drain_duration`, the
+/// connections at different times; each finite stream completes whole; Envoy exits after the
+/// last of them, long before `drain_timeout`. The stat counts the moves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn resumable_grpc_streams_end_unavailable_spread_over_the_window_and_others_complete() {
+    let (_upstream, grpc_port) = grpc_upstream().await;
+    let o = Options {
+        network_extra: Some(
+            r#""long_lived_window": "2s", "grpc_resumable_prefixes": ["/test.Watch/"]"#,
+        ),
+        ..connection_mode(
+            Settings {
+                min_drain: "1s",
+                quiet: "200ms",
+                timeout: "20s",
+            },
+            None,
+        )
+    };
+    let mut envoy = start_envoy(o, grpc_port).await;
+    let clients: Vec<Peer> = (0..4)
+        .map(|_| {
+            Peer::start(&[
+                "streams".into(),
+                envoy.data.to_string(),
+                "watch:2,chat:1,finite:1:50".into(),
+            ])
+        })
+        .collect();
+    for c in &clients {
+        c.wait_line("started", Duration::from_secs(20)).await;
+    }
+    let t0 = Instant::now();
+    envoy.sigterm();
+    eventually("the 12 moves counted", Duration::from_secs(8), || async {
+        (envoy.stat("graceful_drain.grpc_streams_moved").await == Some(12)).then_some(())
+    })
+    .await;
+    let (status, exited) = envoy.wait_exit(Duration::from_secs(20)).await;
+    assert!(status.success(), "{status}");
+    for c in &clients {
+        c.wait_line("done", Duration::from_secs(10)).await;
+    }
+    let mut moved_at = Vec::new();
+    let mut last_finite = t0;
+    for (k, c) in clients.iter().enumerate() {
+        let mut ends = 0;
+        for (at, line) in c.timed() {
+            let f: Vec<&str> = line.splitn(5, ' ').collect();
+            if f[0] != "end" {
+                continue;
+            }
+            ends += 1;
+            let (name, code, n) = (f[1], f[2], f[3].parse::<u32>().unwrap_or(0));
+            if name.starts_with("finite") {
+                assert_eq!((code, n), ("OK", 50), "client {k}: {line}");
+                last_finite = last_finite.max(at);
+            } else {
+                assert_eq!(code, "UNAVAILABLE", "client {k}: {line}");
+                assert!(f.get(4).is_some_and(|d| d.contains("draining")), "{line}");
+                assert!(n >= 10, "client {k}: messages before the move: {line}");
+                let after = at - t0;
+                assert!(
+                    after >= Duration::from_millis(900) && after <= Duration::from_millis(4500),
+                    "client {k}: moved {after:?} after SIGTERM, not in min_drain_duration + \
+                     window: {line}"
+                );
+                moved_at.push(at);
+            }
+        }
+        assert_eq!(ends, 4, "client {k}: {:?}", c.lines());
+    }
+    moved_at.sort();
+    let spread = *moved_at.last().unwrap() - moved_at[0];
+    assert!(
+        spread >= Duration::from_millis(100),
+        "the moves of four connections all within {spread:?}: not spread over the window"
+    );
+    assert!(
+        exited + Duration::from_millis(300) >= last_finite,
+        "Envoy exited before the last finite stream ended"
+    );
+    assert!(
+        exited - t0 < Duration::from_secs(9),
+        "the exit waited for more than the finite streams: {:?}",
+        exited - t0
+    );
+    let log = envoy.log();
+    assert!(!log.contains("no longer followed"), "{log}");
+    assert!(!log.contains("no longer decoded"), "{log}");
 }

@@ -37,6 +37,11 @@ pub struct LongLived {
     pub sse_open: AtomicU64,
     pub sse_moved: AtomicU64,
     pub sse_cut: AtomicU64,
+    /// gRPC streams ended with `grpc-status: 14` at their move time (HTTP/2, connection mode).
+    pub grpc_moved: AtomicU64,
+    /// `grpc_resumable_prefixes` (the last network filter config loaded), read once per
+    /// connection at its first byte.
+    grpc_prefixes: std::sync::RwLock<std::sync::Arc<[String]>>,
 }
 
 impl Default for LongLived {
@@ -58,6 +63,8 @@ impl Default for LongLived {
             sse_open: AtomicU64::new(0),
             sse_moved: AtomicU64::new(0),
             sse_cut: AtomicU64::new(0),
+            grpc_moved: AtomicU64::new(0),
+            grpc_prefixes: std::sync::RwLock::new(Vec::new().into()),
         }
     }
 }
@@ -114,6 +121,23 @@ impl LongLived {
             .store(ns(s.close_timeout), Ordering::Relaxed);
         self.message_wait_ns
             .store(ns(s.message_wait), Ordering::Relaxed);
+    }
+
+    /// A network filter config's `grpc_resumable_prefixes`.
+    pub fn note_grpc_prefixes(&self, prefixes: &[String]) {
+        if let Ok(mut p) = self.grpc_prefixes.write() {
+            *p = prefixes.to_vec().into();
+        }
+    }
+
+    /// The resumable gRPC prefixes, when gRPC streams may be moved (moves on, some prefix
+    /// configured): a new connection decodes its HTTP/2 header blocks in both directions then.
+    pub fn grpc_prefixes(&self) -> Option<std::sync::Arc<[String]>> {
+        if !self.enabled.load(Ordering::Relaxed) {
+            return None;
+        }
+        let p = self.grpc_prefixes.read().ok()?;
+        (!p.is_empty()).then(|| p.clone())
     }
 
     /// The drain started (its moves are planned, or off).

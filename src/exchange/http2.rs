@@ -203,7 +203,7 @@ impl H2 {
             let (n, read) = d.reader.read(rest);
             if let (true, Some(b)) = (in_payload, &mut self.blocks) {
                 let payload = rest.get(..n).unwrap_or_default();
-                b.payload(client, d.ty, d.flags, d.block != 0, payload);
+                b.payload(client, (d.ty, d.flags, d.id), d.block != 0, payload);
             }
             i += n;
             let ev = match read {
@@ -301,6 +301,10 @@ impl H2 {
                     if let Ok(at) = self.streams.binary_search_by_key(&sid, |s| s.id) {
                         if let Some(s) = self.streams.get_mut(at) {
                             s.kind |= kind;
+                            use blocks::{K_GRPC, K_RESUMABLE};
+                            if s.kind & (K_GRPC | K_RESUMABLE) == K_GRPC | K_RESUMABLE {
+                                b.follow_grpc(sid);
+                            }
                         }
                     }
                 }
@@ -356,6 +360,9 @@ impl H2 {
             self.streams.pop();
         } else {
             self.streams.remove(at);
+        }
+        if let Some(b) = &mut self.blocks {
+            b.forget(id);
         }
         Some(Event::Ended(id))
     }

@@ -53,6 +53,17 @@ pub mod websocket;
 
 use http1::*;
 pub use http2::blocks::MAX_BLOCK;
+
+/// The `grpc-status: 14` trailers that end gRPC stream `id` towards its client at its move
+/// (`http2::grpc::unavailable`, after its response headers).
+pub fn grpc_unavailable(id: u32) -> Vec<u8> {
+    http2::grpc::unavailable(id, true)
+}
+
+/// RST_STREAM(CANCEL) for stream `id`, towards Envoy: it resets the upstream's stream.
+pub fn rst_stream_cancel(id: u32) -> Vec<u8> {
+    http2::grpc::rst_stream(id, http2::grpc::CANCEL)
+}
 use http2::*;
 pub use http2::{FrameHead, FrameReader, Read};
 pub use websocket::mover::Moving;
@@ -534,6 +545,49 @@ impl Tracker {
         }
     }
 
+    /// HTTP/2: the open resumable gRPC streams answered with `application/grpc` (their
+    /// response headers written), each with whether its response's bytes so far end between
+    /// two whole messages; `None` when no move may be written now: the server's bytes, or the
+    /// client's (a RST_STREAM goes in between them towards Envoy), do not end between two
+    /// frames outside a header block (RFC 9113 §6.10: nothing may come between a block's
+    /// frames), the client preface is not whole, the tracker lost the thread, or the response
+    /// blocks are not decoded (any more).
+    pub fn h2_resumable_grpc(&self) -> Option<Vec<(u32, bool)>> {
+        let Wire::Http2(h) = &self.wire else {
+            return None;
+        };
+        let b = h.blocks.as_deref()?;
+        let between = |d: &Frames| d.reader.between_frames() && d.block == 0;
+        if self.ctx.lost
+            || !b.decodes(false)
+            || !between(&h.s)
+            || !between(&h.c)
+            || usize::from(h.preface) < H2_PREFACE.len()
+        {
+            return None;
+        }
+        Some(
+            b.grpc
+                .iter()
+                .filter(|g| !g.2)
+                .map(|g| (g.0, g.1.at_boundary()))
+                .collect(),
+        )
+    }
+
+    /// HTTP/2: the module ended open stream `id` itself (its move): it is no longer in flight
+    /// (`false`: it was not open). Whatever either side still sends on it opens nothing.
+    pub fn h2_end_stream(&mut self, id: u32) -> bool {
+        let Wire::Http2(h) = &mut self.wire else {
+            return false;
+        };
+        if h.close(id, C_CLIENT | C_SERVER).is_none() {
+            return false;
+        }
+        self.ctx.ended = (self.ctx.ended + 1).min(self.ctx.started);
+        true
+    }
+
     /// HTTP/2: what the decoded header blocks of open stream `id` say it is (`None`: not open,
     /// or its blocks were not decoded).
     pub fn h2_stream_kind(&self, id: u32) -> Option<H2Kind> {
@@ -676,10 +730,10 @@ impl Tracker {
                 h.resp.num
             }
             // Not a payload read here: SETTINGS (the table size a decoder may use) or a header
-            // block, when header blocks are decoded.
+            // block, when header blocks are decoded; DATA of a followed gRPC stream.
             Wire::Http2(H2 {
                 blocks: Some(b), s, ..
-            }) if b.reads(false, s.ty, s.block != 0) => 0,
+            }) if b.reads(false, s.ty, s.block != 0, s.id) => 0,
             Wire::Http2(h) => u64::from(h.s.reader.payload_left().unwrap_or(0)),
             _ => 0,
         }

@@ -66,11 +66,14 @@ pub enum Stat {
     /// A connection whose HTTP/2 header blocks the module stopped decoding (HPACK: a decode
     /// error or a size limit); still followed, its streams counted, none told a health check.
     HpackDecodingStopped,
+    /// A gRPC stream ended with `grpc-status: 14` at its move time, its upstream reset
+    /// (HTTP/2, connection mode, `grpc_resumable_prefixes`).
+    GrpcStreamsMoved,
 }
 
 impl Stat {
     /// Every counter, in the order they are defined.
-    pub const ALL: [Stat; 17] = [
+    pub const ALL: [Stat; 18] = [
         Stat::DrainsStarted,
         Stat::DrainsCompleted,
         Stat::DrainsTimedOut,
@@ -88,6 +91,7 @@ impl Stat {
         Stat::SseResponsesMoved,
         Stat::SseResponsesCut,
         Stat::HpackDecodingStopped,
+        Stat::GrpcStreamsMoved,
     ];
 
     /// Its name under the namespace (documented in docs/configuration.md; dashboards and alerts
@@ -113,6 +117,7 @@ impl Stat {
             Stat::SseResponsesMoved => "sse_responses_moved",
             Stat::SseResponsesCut => "sse_responses_cut",
             Stat::HpackDecodingStopped => "hpack_decoding_stopped",
+            Stat::GrpcStreamsMoved => "grpc_streams_moved",
         }
     }
 }

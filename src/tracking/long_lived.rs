@@ -57,6 +57,14 @@ pub enum WsWake {
     /// Write these bytes towards the client (none: nothing to write), then close, flushing:
     /// an SSE response whose bytes so far end at an event boundary ends now.
     EndAndClose(Vec<u8>),
+    /// HTTP/2 streams moved: write `to_client` towards the client (their `grpc-status: 14`
+    /// trailers), then `to_envoy` towards Envoy (their RST_STREAM(CANCEL)), in this order and
+    /// in this one hook (docs/long-lived-streams.md, "HTTP/2 streams": nothing of Envoy's can
+    /// fall between them, and Envoy writes nothing more on a stream after its reset, H2-2).
+    H2Moves {
+        to_client: Vec<u8>,
+        to_envoy: Vec<u8>,
+    },
 }
 
 fn client_close() -> Vec<u8> {
@@ -240,6 +248,88 @@ impl Tracking {
                 }
             }
         }
+    }
+}
+
+/// How soon to look again when a gRPC stream's bytes did not end between two messages (or the
+/// connection's between two frames) at its move time.
+const H2_RETRY_NANOS: u64 = 10_000_000;
+
+impl Tracking {
+    /// Whether the connection is followed as HTTP/2.
+    pub fn is_http2(&self) -> bool {
+        self.tracker.protocol() == Protocol::Http2
+    }
+
+    /// The moves thread woke an HTTP/2 connection: at its move time, every resumable gRPC
+    /// stream whose response so far ends between two whole messages is moved (ended in the
+    /// tracker, its ticket given back, counted); the others, or all while the server's bytes end
+    /// inside a frame, are looked at again 10 ms later. `stamp`: the connections' clock, for the
+    /// connection's idle time.
+    pub fn h2_wake(
+        &mut self,
+        plan: Option<MovePlan>,
+        now: u64,
+        stamp: u64,
+        conn: &crate::connections::Conn,
+        shared: &Shared,
+    ) -> (WsWake, Option<u64>) {
+        if !self.counts() || self.lost {
+            return (WsWake::Nothing, None);
+        }
+        let Some(p) = plan else {
+            return (WsWake::Nothing, None);
+        };
+        let Some(streams) = self.tracker.h2_resumable_grpc() else {
+            // Inside a frame now: looked at again soon (nothing followed: never).
+            let followed = self.tracker.protocol() == Protocol::Http2;
+            return (
+                WsWake::Nothing,
+                followed.then(|| now.saturating_add(H2_RETRY_NANOS)),
+            );
+        };
+        if streams.is_empty() {
+            return (WsWake::Nothing, None);
+        }
+        if now < p.at {
+            return (WsWake::Nothing, Some(p.at));
+        }
+        let (mut to_client, mut to_envoy) = (Vec::new(), Vec::new());
+        let mut waiting = false;
+        for (id, whole) in streams {
+            if !whole {
+                waiting = true;
+                continue;
+            }
+            if !self.tracker.h2_end_stream(id) {
+                continue;
+            }
+            to_client.extend(crate::exchange::grpc_unavailable(id));
+            to_envoy.extend(crate::exchange::rst_stream_cancel(id));
+            if let Some(i) = self.tickets.iter().position(|(t, _)| *t == id) {
+                if let (_, Some(ticket)) = self.tickets.swap_remove(i) {
+                    shared.request_ended_in(conn.reserved(), ticket);
+                }
+                conn.exchange_ended(stamp);
+            }
+            shared
+                .connections
+                .long_lived
+                .grpc_moved
+                .fetch_add(1, Ordering::Relaxed);
+            shared.counters.count(Stat::GrpcStreamsMoved);
+        }
+        let wake = waiting.then(|| now.saturating_add(H2_RETRY_NANOS));
+        if to_client.is_empty() {
+            return (WsWake::Nothing, wake);
+        }
+        (
+            WsWake::H2Moves {
+                to_client,
+                to_envoy,
+            },
+            wake,
+        )
     }
 }
 

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 /// (docs/configuration.md, "Stats"): a scrape has each as `envoy_graceful_drain_<name>`, from
 /// the start, in every mode, on every supported Envoy. Written out here, not read from the
 /// crate: it is what dashboards and alerts were built against.
-pub const STAT_NAMES: [&str; 21] = [
+pub const STAT_NAMES: [&str; 22] = [
     "active_requests",
     "draining",
     "admin_address_ok",
@@ -42,6 +42,7 @@ pub const STAT_NAMES: [&str; 21] = [
     "sse_responses_moved",
     "sse_responses_cut",
     "hpack_decoding_stopped",
+    "grpc_streams_moved",
     "envoy_untested",
 ];
 

@@ -84,6 +84,10 @@ pub(in crate::exchange) struct Blocks {
     resumable: std::sync::Arc<[String]>,
     /// The `K_*` bits of the block decoded last (its stream's).
     pub(in crate::exchange) kind: u8,
+    /// Open resumable gRPC streams answered with `application/grpc`: where their response's
+    /// messages end (their DATA payloads are read for it), and whether that could be followed
+    /// (a padded DATA frame is not: the stream is then never moved).
+    pub(in crate::exchange) grpc: Vec<(u32, super::grpc::Messages, bool)>,
 }
 
 impl Blocks {
@@ -110,15 +114,31 @@ impl Blocks {
         }
     }
 
-    /// Whether `client`'s frames of this type have payloads read here (the server's: fetched,
-    /// not fed as stand-ins, `Tracker::server_unread_ahead`).
-    pub(in crate::exchange) fn reads(&self, client: bool, ty: u8, in_block: bool) -> bool {
+    /// Whether `client`'s frames of this type (on stream `id`) have payloads read here (the
+    /// server's: fetched, not fed as stand-ins, `Tracker::server_unread_ahead`).
+    pub(in crate::exchange) fn reads(&self, client: bool, ty: u8, in_block: bool, id: u32) -> bool {
         let (own, other) = if client {
             (&self.c, &self.s)
         } else {
             (&self.s, &self.c)
         };
-        (in_block && own.dec.is_some()) || (ty == SETTINGS && other.dec.is_some())
+        (in_block && own.dec.is_some())
+            || (ty == SETTINGS && other.dec.is_some())
+            || (!client && ty == DATA && self.grpc.iter().any(|g| g.0 == id && !g.2))
+    }
+
+    /// Stream `id` is a resumable gRPC stream whose response headers were just written:
+    /// its messages are followed from here (the response's first DATA byte).
+    pub(in crate::exchange) fn follow_grpc(&mut self, id: u32) {
+        if !self.grpc.iter().any(|g| g.0 == id) {
+            self.grpc
+                .push((id, super::grpc::Messages::default(), false));
+        }
+    }
+
+    /// Stream `id` ended.
+    pub(in crate::exchange) fn forget(&mut self, id: u32) {
+        self.grpc.retain(|g| g.0 != id);
     }
 
     /// A frame header was read (and accepted by the follower).
@@ -128,15 +148,26 @@ impl Blocks {
         side.setting_have = 0;
     }
 
-    /// Payload bytes of the current frame (`in_block`: a frame of an open header block).
+    /// Payload bytes of the current frame, on stream `id` (`in_block`: a frame of an open
+    /// header block).
     pub(in crate::exchange) fn payload(
         &mut self,
         client: bool,
-        ty: u8,
-        flags: u8,
+        (ty, flags, id): (u8, u8, u32),
         in_block: bool,
         bytes: &[u8],
     ) {
+        if !client && ty == DATA {
+            if let Some(g) = self.grpc.iter_mut().find(|g| g.0 == id) {
+                // RFC 9113 §6.1: a padded DATA frame's first byte is the pad length; Envoy pads
+                // none, and a stream it would pad is simply not moved.
+                if flags & PADDED != 0 {
+                    g.2 = true;
+                }
+                g.1.feed(bytes);
+            }
+            return;
+        }
         let (own, other) = if client {
             (&mut self.c, &mut self.s)
         } else {

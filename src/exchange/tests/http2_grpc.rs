@@ -261,3 +261,69 @@ fn the_control_frames_are_what_rfc_9113_says() {
     assert_eq!(fields[0].1, b"14");
     assert_eq!(dec.max_dynamic_size(), 4096);
 }
+
+/// The tracker follows the messages of a resumable gRPC stream's response (its DATA payloads
+/// read, not skipped), tells whether its bytes end between two messages and between two
+/// frames, and lets the module end it; other streams' DATA are still skipped unread.
+#[test]
+fn the_tracker_follows_a_resumable_grpc_response_s_messages() {
+    fn lit(b: &mut Vec<u8>, n: &str, v: &str) {
+        b.push(0x00);
+        b.push(n.len() as u8);
+        b.extend_from_slice(n.as_bytes());
+        b.push(v.len() as u8);
+        b.extend_from_slice(v.as_bytes());
+    }
+    let mut t = Tracker::new();
+    t.decode_response_headers(vec!["/pkg.Watch/".to_string()].into());
+    let mut out = Vec::new();
+    let mut pre = H2_PREFACE.to_vec();
+    pre.extend(frame(SETTINGS, 0, 0, &[]));
+    feed(&mut t, C, &pre, &mut out);
+    feed(&mut t, S, &frame(SETTINGS, 0, 0, &[]), &mut out);
+    for (id, path) in [(1, "/pkg.Watch/Sub"), (3, "/pkg.Other/Sub")] {
+        let mut req = vec![0x83, 0x86];
+        lit(&mut req, ":path", path);
+        lit(&mut req, "content-type", "application/grpc");
+        feed(&mut t, C, &frame(HEADERS, EH, id, &req), &mut out);
+        feed(&mut t, C, &frame(DATA, ES, id, &[0, 0, 0, 0, 0]), &mut out);
+        let mut resp = vec![0x88];
+        lit(&mut resp, "content-type", "application/grpc");
+        feed(&mut t, S, &frame(HEADERS, EH, id, &resp), &mut out);
+    }
+    assert_eq!(t.h2_resumable_grpc(), Some(vec![(1, true)]));
+    assert_eq!(t.h2_stream_kind(3), Some(H2Kind::Grpc { resumable: false }));
+    // One message of 6 bytes over two DATA frames, the second split between feeds.
+    let (body, _) = messages(&[6]);
+    let d1 = frame(DATA, 0, 1, &body[..7]);
+    feed(&mut t, S, &d1[..9], &mut out);
+    assert_eq!(
+        t.server_unread_ahead(),
+        0,
+        "a followed stream's DATA is read"
+    );
+    feed(&mut t, S, &d1[9..], &mut out);
+    assert_eq!(t.h2_resumable_grpc(), Some(vec![(1, false)]));
+    let d2 = frame(DATA, 0, 1, &body[7..]);
+    feed(&mut t, S, &d2[..10], &mut out);
+    assert_eq!(t.h2_resumable_grpc(), None, "inside a frame");
+    feed(&mut t, S, &d2[10..], &mut out);
+    assert_eq!(t.h2_resumable_grpc(), Some(vec![(1, true)]));
+    let other = frame(DATA, 0, 3, &[0; 20]);
+    feed(&mut t, S, &other[..9], &mut out);
+    assert_eq!(
+        t.server_unread_ahead(),
+        20,
+        "another stream's DATA is skipped"
+    );
+    feed(&mut t, S, &other[9..], &mut out);
+    assert_eq!(t.in_flight(), 2);
+    assert!(t.h2_end_stream(1));
+    assert!(!t.h2_end_stream(1));
+    assert_eq!(t.in_flight(), 1);
+    assert_eq!(t.h2_resumable_grpc(), Some(vec![]));
+    // What the client still sends on it opens nothing.
+    feed(&mut t, C, &frame(RST_STREAM, 0, 1, &[0, 0, 0, 8]), &mut out);
+    assert_eq!(t.in_flight(), 1);
+    assert_eq!(t.protocol(), Protocol::Http2);
+}

@@ -233,6 +233,7 @@ impl World {
                     window: Duration::ZERO,
                     ..long_lived
                 },
+                grpc_resumable_prefixes: Vec::new(),
             },
             &fx.shared,
             || {},
