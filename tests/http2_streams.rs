@@ -511,10 +511,14 @@ async fn resumable_grpc_streams_end_unavailable_spread_over_the_window_and_other
     }
     let t0 = Instant::now();
     envoy.sigterm();
-    eventually("the 12 moves counted", Duration::from_secs(8), || async {
-        (envoy.stat("graceful_drain.grpc_streams_moved").await == Some(12)).then_some(())
+    let st = eventually("the 12 moves counted", Duration::from_secs(8), || async {
+        if envoy.stat("graceful_drain.grpc_streams_moved").await != Some(12) {
+            return None;
+        }
+        Some(envoy.drain_status().await)
     })
     .await;
+    assert_eq!(st["long_lived_streams"]["grpc"]["moved"], 12, "{st}");
     let (status, exited) = envoy.wait_exit(Duration::from_secs(20)).await;
     assert!(status.success(), "{status}");
     for c in &clients {
@@ -567,4 +571,144 @@ async fn resumable_grpc_streams_end_unavailable_spread_over_the_window_and_other
     let log = envoy.log();
     assert!(!log.contains("no longer followed"), "{log}");
     assert!(!log.contains("no longer decoded"), "{log}");
+    assert!(
+        log.contains("grpc streams moved: 12"),
+        "the completion line: {log}"
+    );
+}
+
+/// What a raw client saw of one stream: its header blocks' fields, its DATA bytes, whether it
+/// ended.
+type Seen = (Vec<Vec<(String, String)>>, Vec<u8>, bool);
+
+/// A gRPC request on a raw connection: HEADERS, then one message with END_STREAM.
+async fn raw_grpc_call(c: &mut RawH2, id: u32, path: &str, request: &[u8]) {
+    let mut b = Vec::new();
+    for (n, v) in [
+        (":method", "POST"),
+        (":scheme", "http"),
+        (":path", path),
+        (":authority", "gateway"),
+        ("content-type", "application/grpc"),
+        ("te", "trailers"),
+    ] {
+        b.push(0x10);
+        b.push(n.len() as u8);
+        b.extend_from_slice(n.as_bytes());
+        b.push(v.len() as u8);
+        b.extend_from_slice(v.as_bytes());
+    }
+    let mut msg = vec![0];
+    msg.extend_from_slice(&(request.len() as u32).to_be_bytes());
+    msg.extend_from_slice(request);
+    let mut out = raw_frame(1, 0x4, id, &b);
+    out.extend(raw_frame(0, 0x1, id, &msg));
+    c.send(&out).await;
+}
+
+/// Issue 65 item 4, with another HPACK implementation: a client whose every header block is
+/// decoded by httlib-hpack (not the module's decoder) has a resumable watch and a finite stream
+/// on one connection. The watch ends with a HEADERS frame carrying `grpc-status: 14`, after whole
+/// messages only, and nothing follows it on that stream; the finite stream's later header
+/// blocks (Envoy's encoder indexing what it wrote before) still decode, its 30 messages whole
+/// and its status 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn after_a_move_a_real_hpack_decoder_reads_every_block_the_client_receives() {
+    let (_upstream, grpc_port) = grpc_upstream().await;
+    let o = Options {
+        network_extra: Some(
+            r#""long_lived_window": "1s", "grpc_resumable_prefixes": ["/test.Watch/"]"#,
+        ),
+        ..connection_mode(
+            Settings {
+                min_drain: "500ms",
+                quiet: "200ms",
+                timeout: "20s",
+            },
+            None,
+        )
+    };
+    let mut envoy = start_envoy(o, grpc_port).await;
+    let mut c = RawH2::connect(envoy.data).await;
+    raw_grpc_call(&mut c, 1, "/test.Watch/Sub", b"").await;
+    raw_grpc_call(&mut c, 3, "/test.Finite/Sub", b"30").await;
+    let mut dec = httlib_hpack::Decoder::default();
+    // Per stream: header blocks (fields), DATA bytes, ended.
+    let mut streams: std::collections::BTreeMap<u32, Seen> = Default::default();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let mut signalled = false;
+    while !streams.get(&3).is_some_and(|s| s.2) {
+        let (ty, flags, id, payload) = c
+            .next(deadline)
+            .await
+            .unwrap_or_else(|| panic!("the finite stream did not end: {streams:?}"));
+        if id == 0 {
+            continue;
+        }
+        let s = streams.entry(id).or_default();
+        assert!(!s.2, "a frame (type {ty}) on stream {id} after its end");
+        match ty {
+            1 => {
+                let mut buf = payload.clone();
+                let mut fields = Vec::new();
+                dec.decode(&mut buf, &mut fields)
+                    .unwrap_or_else(|e| panic!("stream {id}: the block does not decode: {e:?}"));
+                s.0.push(
+                    fields
+                        .into_iter()
+                        .map(|(n, v, _)| {
+                            (
+                                String::from_utf8_lossy(&n).into_owned(),
+                                String::from_utf8_lossy(&v).into_owned(),
+                            )
+                        })
+                        .collect(),
+                );
+            }
+            0 => s.1.extend_from_slice(&payload),
+            3 => panic!("stream {id} reset towards the client"),
+            _ => {}
+        }
+        s.2 |= flags & 1 != 0;
+        if !signalled && streams.get(&1).is_some_and(|s| s.1.len() > 3 * 69) {
+            envoy.sigterm();
+            signalled = true;
+        }
+    }
+    // The messages of each stream: whole (5-byte prefix, 64 bytes) and in sequence.
+    let messages = |data: &[u8]| -> usize {
+        assert_eq!(data.len() % 69, 0, "a message cut short");
+        for (i, m) in data.chunks(69).enumerate() {
+            assert_eq!(&m[..5], &[0, 0, 0, 0, 64]);
+            assert!(m[5..].starts_with(format!("seq:{i}:").as_bytes()));
+        }
+        data.len() / 69
+    };
+    let watch = &streams[&1];
+    assert!(watch.2, "the watch ended: {watch:?}");
+    let last = watch.0.last().unwrap();
+    assert!(
+        last.contains(&("grpc-status".into(), "14".into())),
+        "the watch's last block: {last:?}"
+    );
+    assert!(messages(&watch.1) >= 3);
+    let finite = &streams[&3];
+    assert_eq!(messages(&finite.1), 30);
+    assert!(
+        finite
+            .0
+            .last()
+            .unwrap()
+            .contains(&("grpc-status".into(), "0".into())),
+        "{:?}",
+        finite.0
+    );
+    assert!(finite.0[0].contains(&(":status".into(), "200".into())));
+    let (status, _) = envoy.wait_exit(Duration::from_secs(15)).await;
+    assert!(status.success(), "{status}");
+    assert!(
+        envoy.log().contains("grpc streams moved: 1"),
+        "{}",
+        envoy.log()
+    );
 }

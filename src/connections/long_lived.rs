@@ -77,6 +77,14 @@ pub struct LongLivedReport {
     /// Whole messages upstreams sent after the module's Close(1001), dropped (the client had
     /// been told to go; the upstream learns it from the client's Close answer).
     pub websocket_messages_dropped: u64,
+    /// HTTP/2 gRPC streams of resumable methods ended with `grpc-status: 14`.
+    pub grpc: Moved,
+}
+
+#[derive(Default, Debug, Serialize, PartialEq, Eq, Clone, Copy)]
+pub struct Moved {
+    /// Ended with a status their clients retry, the upstream's stream reset.
+    pub moved: u64,
 }
 
 #[derive(Default, Debug, Serialize, PartialEq, Eq, Clone, Copy)]
@@ -193,6 +201,9 @@ impl LongLived {
                 cut: g(&self.sse_cut),
             },
             websocket_messages_dropped: g(&self.websocket_messages_dropped),
+            grpc: Moved {
+                moved: g(&self.grpc_moved),
+            },
         }
     }
 
