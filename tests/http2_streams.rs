@@ -712,3 +712,76 @@ async fn after_a_move_a_real_hpack_decoder_reads_every_block_the_client_receives
         envoy.log()
     );
 }
+
+/// Issue 65 item 3: gRPC streams still open in the last part of `drain_timeout` (here a
+/// tenth of 6 s, raised to 1 s: from 5 s to 6 s after SIGTERM) end with UNAVAILABLE after whole
+/// messages, each connection at its own time in it, instead of a socket close at the exit's
+/// instant; Envoy exits after the last of them. Four grpcio clients, two 100 s streams each of
+/// a method that is not resumable.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn grpc_streams_still_open_at_the_timeout_end_unavailable_spread_over_its_last_part() {
+    let (_upstream, grpc_port) = grpc_upstream().await;
+    let o = Options {
+        network_extra: Some(
+            r#""long_lived_window": "1s", "grpc_resumable_prefixes": ["/test.Watch/"]"#,
+        ),
+        ..connection_mode(
+            Settings {
+                min_drain: "1s",
+                quiet: "200ms",
+                timeout: "6s",
+            },
+            None,
+        )
+    };
+    let mut envoy = start_envoy(o, grpc_port).await;
+    let clients: Vec<Peer> = (0..4)
+        .map(|_| {
+            Peer::start(&[
+                "streams".into(),
+                envoy.data.to_string(),
+                "finite:2:1000".into(),
+            ])
+        })
+        .collect();
+    for c in &clients {
+        c.wait_line("started", Duration::from_secs(20)).await;
+    }
+    let t0 = Instant::now();
+    envoy.sigterm();
+    let (status, exited) = envoy.wait_exit(Duration::from_secs(15)).await;
+    assert!(status.success(), "{status}");
+    let mut ended = Vec::new();
+    for (k, c) in clients.iter().enumerate() {
+        c.wait_line("done", Duration::from_secs(10)).await;
+        for (at, line) in c.timed() {
+            let f: Vec<&str> = line.splitn(5, ' ').collect();
+            if f[0] != "end" {
+                continue;
+            }
+            assert_eq!(f[2], "UNAVAILABLE", "client {k}: {line}");
+            assert!(f.get(4).is_some_and(|d| d.contains("draining")), "{line}");
+            let after = at - t0;
+            assert!(
+                after >= Duration::from_millis(4800) && after <= Duration::from_millis(6300),
+                "client {k}: ended {after:?} after SIGTERM, not in the timeout's last second: \
+                 {line}"
+            );
+            ended.push(at);
+        }
+    }
+    assert_eq!(ended.len(), 8);
+    ended.sort();
+    assert!(
+        *ended.last().unwrap() - ended[0] >= Duration::from_millis(100),
+        "the ends of four connections all within {:?}",
+        *ended.last().unwrap() - ended[0]
+    );
+    assert!(exited + Duration::from_millis(300) >= *ended.last().unwrap());
+    assert!(exited - t0 < Duration::from_secs(7), "{:?}", exited - t0);
+    let log = envoy.log();
+    assert!(
+        log.contains("ended in the last part of the timeout: 8"),
+        "the completion line: {log}"
+    );
+}

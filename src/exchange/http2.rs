@@ -302,8 +302,8 @@ impl H2 {
                         if let Some(s) = self.streams.get_mut(at) {
                             s.kind |= kind;
                             use blocks::{K_GRPC, K_RESUMABLE};
-                            if s.kind & (K_GRPC | K_RESUMABLE) == K_GRPC | K_RESUMABLE {
-                                b.follow_grpc(sid);
+                            if s.kind & K_GRPC != 0 {
+                                b.follow_grpc(sid, s.kind & K_RESUMABLE != 0);
                             }
                         }
                     }

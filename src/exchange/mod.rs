@@ -112,6 +112,27 @@ pub enum Event {
     Lost,
 }
 
+/// HTTP/2: the gRPC streams a move may end now ([`Tracker::h2_grpc_streams`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GrpcStreams {
+    /// Not followed on this connection: nothing to move, ever.
+    Off,
+    /// Followed, but nothing may be written now (a frame or header block under way).
+    NotNow,
+    /// These streams, now.
+    Now(Vec<GrpcStream>),
+}
+
+/// One open gRPC stream ([`GrpcStreams::Now`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GrpcStream {
+    pub id: u32,
+    /// Its response's bytes so far end between two whole messages.
+    pub whole: bool,
+    /// Its `:path` is under a resumable prefix.
+    pub resumable: bool,
+}
+
 /// HTTP/2: what a stream is, from its decoded header blocks ([`Tracker::h2_stream_kind`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum H2Kind {
@@ -545,32 +566,36 @@ impl Tracker {
         }
     }
 
-    /// HTTP/2: the open resumable gRPC streams answered with `application/grpc` (their
-    /// response headers written), each with whether its response's bytes so far end between
-    /// two whole messages; `None` when no move may be written now: the server's bytes, or the
-    /// client's (a RST_STREAM goes in between them towards Envoy), do not end between two
-    /// frames outside a header block (RFC 9113 §6.10: nothing may come between a block's
-    /// frames), the client preface is not whole, the tracker lost the thread, or the response
-    /// blocks are not decoded (any more).
-    pub fn h2_resumable_grpc(&self) -> Option<Vec<(u32, bool)>> {
+    /// HTTP/2: the open gRPC streams answered with `application/grpc` (their response headers
+    /// written) whose messages are followed ([`GrpcStreams::Now`]); [`GrpcStreams::NotNow`]
+    /// when no move may be written now: the server's bytes, or the client's (a RST_STREAM goes
+    /// in between them towards Envoy), do not end between two frames outside a header block
+    /// (RFC 9113 §6.10: nothing may come between a block's frames), or the client preface is
+    /// not whole; [`GrpcStreams::Off`] when the response blocks are not decoded (not asked for,
+    /// or stopped) or the tracker lost the thread.
+    pub fn h2_grpc_streams(&self) -> GrpcStreams {
         let Wire::Http2(h) = &self.wire else {
-            return None;
+            return GrpcStreams::Off;
         };
-        let b = h.blocks.as_deref()?;
-        let between = |d: &Frames| d.reader.between_frames() && d.block == 0;
-        if self.ctx.lost
-            || !b.decodes(false)
-            || !between(&h.s)
-            || !between(&h.c)
-            || usize::from(h.preface) < H2_PREFACE.len()
-        {
-            return None;
+        let Some(b) = h.blocks.as_deref() else {
+            return GrpcStreams::Off;
+        };
+        if self.ctx.lost || !b.decodes(false) {
+            return GrpcStreams::Off;
         }
-        Some(
+        let between = |d: &Frames| d.reader.between_frames() && d.block == 0;
+        if !between(&h.s) || !between(&h.c) || usize::from(h.preface) < H2_PREFACE.len() {
+            return GrpcStreams::NotNow;
+        }
+        GrpcStreams::Now(
             b.grpc
                 .iter()
-                .filter(|g| !g.2)
-                .map(|g| (g.0, g.1.at_boundary()))
+                .filter(|g| !g.lost)
+                .map(|g| GrpcStream {
+                    id: g.id,
+                    whole: g.messages.at_boundary(),
+                    resumable: g.resumable,
+                })
                 .collect(),
         )
     }

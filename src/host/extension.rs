@@ -69,11 +69,13 @@ pub enum Stat {
     /// A gRPC stream ended with `grpc-status: 14` at its move time, its upstream reset
     /// (HTTP/2, connection mode, `grpc_resumable_prefixes`).
     GrpcStreamsMoved,
+    /// A gRPC stream still open in the last part of `drain_timeout`, ended the same way.
+    GrpcStreamsEndedAtTimeout,
 }
 
 impl Stat {
     /// Every counter, in the order they are defined.
-    pub const ALL: [Stat; 18] = [
+    pub const ALL: [Stat; 19] = [
         Stat::DrainsStarted,
         Stat::DrainsCompleted,
         Stat::DrainsTimedOut,
@@ -92,6 +94,7 @@ impl Stat {
         Stat::SseResponsesCut,
         Stat::HpackDecodingStopped,
         Stat::GrpcStreamsMoved,
+        Stat::GrpcStreamsEndedAtTimeout,
     ];
 
     /// Its name under the namespace (documented in docs/configuration.md; dashboards and alerts
@@ -118,6 +121,7 @@ impl Stat {
             Stat::SseResponsesCut => "sse_responses_cut",
             Stat::HpackDecodingStopped => "hpack_decoding_stopped",
             Stat::GrpcStreamsMoved => "grpc_streams_moved",
+            Stat::GrpcStreamsEndedAtTimeout => "grpc_streams_ended_at_timeout",
         }
     }
 }

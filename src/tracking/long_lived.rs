@@ -261,11 +261,13 @@ impl Tracking {
         self.tracker.protocol() == Protocol::Http2
     }
 
-    /// The moves thread woke an HTTP/2 connection: at its move time, every resumable gRPC
+    /// The moves thread woke an HTTP/2 connection. At its move time, every resumable gRPC
     /// stream whose response so far ends between two whole messages is moved (ended in the
-    /// tracker, its ticket given back, counted); the others, or all while the server's bytes end
-    /// inside a frame, are looked at again 10 ms later. `stamp`: the connections' clock, for the
-    /// connection's idle time.
+    /// tracker, its ticket given back, counted); at its time in the last part of
+    /// `drain_timeout` (`final_at`), every gRPC stream still open is, the same way. The others,
+    /// or all while a frame is under way, are looked at again 10 ms later. A connection whose
+    /// gRPC streams are not followed is never woken again. `stamp`: the connections' clock, for
+    /// the connection's idle time.
     pub fn h2_wake(
         &mut self,
         plan: Option<MovePlan>,
@@ -274,52 +276,62 @@ impl Tracking {
         conn: &crate::connections::Conn,
         shared: &Shared,
     ) -> (WsWake, Option<u64>) {
+        use crate::exchange::GrpcStreams;
         if !self.counts() || self.lost {
             return (WsWake::Nothing, None);
         }
         let Some(p) = plan else {
             return (WsWake::Nothing, None);
         };
-        let Some(streams) = self.tracker.h2_resumable_grpc() else {
-            // Inside a frame now: looked at again soon (nothing followed: never).
-            let followed = self.tracker.protocol() == Protocol::Http2;
-            return (
-                WsWake::Nothing,
-                followed.then(|| now.saturating_add(H2_RETRY_NANOS)),
-            );
+        let streams = match self.tracker.h2_grpc_streams() {
+            GrpcStreams::Off => return (WsWake::Nothing, None),
+            GrpcStreams::NotNow => {
+                let next = if now < p.at {
+                    p.at
+                } else {
+                    now.saturating_add(H2_RETRY_NANOS)
+                };
+                return (WsWake::Nothing, Some(next));
+            }
+            GrpcStreams::Now(s) => s,
         };
-        if streams.is_empty() {
-            return (WsWake::Nothing, None);
-        }
+        let last = now >= p.final_at;
         if now < p.at {
             return (WsWake::Nothing, Some(p.at));
         }
         let (mut to_client, mut to_envoy) = (Vec::new(), Vec::new());
         let mut waiting = false;
-        for (id, whole) in streams {
-            if !whole {
+        for g in streams.into_iter().filter(|g| g.resumable || last) {
+            if !g.whole {
                 waiting = true;
                 continue;
             }
-            if !self.tracker.h2_end_stream(id) {
+            if !self.tracker.h2_end_stream(g.id) {
                 continue;
             }
-            to_client.extend(crate::exchange::grpc_unavailable(id));
-            to_envoy.extend(crate::exchange::rst_stream_cancel(id));
-            if let Some(i) = self.tickets.iter().position(|(t, _)| *t == id) {
+            to_client.extend(crate::exchange::grpc_unavailable(g.id));
+            to_envoy.extend(crate::exchange::rst_stream_cancel(g.id));
+            if let Some(i) = self.tickets.iter().position(|(t, _)| *t == g.id) {
                 if let (_, Some(ticket)) = self.tickets.swap_remove(i) {
                     shared.request_ended_in(conn.reserved(), ticket);
                 }
                 conn.exchange_ended(stamp);
             }
-            shared
-                .connections
-                .long_lived
-                .grpc_moved
-                .fetch_add(1, Ordering::Relaxed);
-            shared.counters.count(Stat::GrpcStreamsMoved);
+            let ll = &shared.connections.long_lived;
+            if last {
+                ll.grpc_ended_at_timeout.fetch_add(1, Ordering::Relaxed);
+                shared.counters.count(Stat::GrpcStreamsEndedAtTimeout);
+            } else {
+                ll.grpc_moved.fetch_add(1, Ordering::Relaxed);
+                shared.counters.count(Stat::GrpcStreamsMoved);
+            }
         }
-        let wake = waiting.then(|| now.saturating_add(H2_RETRY_NANOS));
+        let wake = if waiting {
+            Some(now.saturating_add(H2_RETRY_NANOS))
+        } else {
+            // The last part's pass, for the streams held to their end (and those opened since).
+            (!last && p.final_at != u64::MAX).then_some(p.final_at)
+        };
         if to_client.is_empty() {
             return (WsWake::Nothing, wake);
         }

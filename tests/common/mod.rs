@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 /// (docs/configuration.md, "Stats"): a scrape has each as `envoy_graceful_drain_<name>`, from
 /// the start, in every mode, on every supported Envoy. Written out here, not read from the
 /// crate: it is what dashboards and alerts were built against.
-pub const STAT_NAMES: [&str; 22] = [
+pub const STAT_NAMES: [&str; 23] = [
     "active_requests",
     "draining",
     "admin_address_ok",
@@ -43,6 +43,7 @@ pub const STAT_NAMES: [&str; 22] = [
     "sse_responses_cut",
     "hpack_decoding_stopped",
     "grpc_streams_moved",
+    "grpc_streams_ended_at_timeout",
     "envoy_untested",
 ];
 

@@ -84,10 +84,19 @@ pub(in crate::exchange) struct Blocks {
     resumable: std::sync::Arc<[String]>,
     /// The `K_*` bits of the block decoded last (its stream's).
     pub(in crate::exchange) kind: u8,
-    /// Open resumable gRPC streams answered with `application/grpc`: where their response's
-    /// messages end (their DATA payloads are read for it), and whether that could be followed
-    /// (a padded DATA frame is not: the stream is then never moved).
-    pub(in crate::exchange) grpc: Vec<(u32, super::grpc::Messages, bool)>,
+    /// Open streams answered with `application/grpc`: where their response's messages end
+    /// (their DATA payloads are read for it), whether that could not be followed (a padded DATA
+    /// frame: the stream is then never moved), and whether the stream is resumable.
+    pub(in crate::exchange) grpc: Vec<GrpcFollowed>,
+}
+
+/// One gRPC stream's response followed ([`Blocks::grpc`]).
+#[derive(Debug, Clone, Copy)]
+pub(in crate::exchange) struct GrpcFollowed {
+    pub(in crate::exchange) id: u32,
+    pub(in crate::exchange) messages: super::grpc::Messages,
+    pub(in crate::exchange) lost: bool,
+    pub(in crate::exchange) resumable: bool,
 }
 
 impl Blocks {
@@ -124,21 +133,25 @@ impl Blocks {
         };
         (in_block && own.dec.is_some())
             || (ty == SETTINGS && other.dec.is_some())
-            || (!client && ty == DATA && self.grpc.iter().any(|g| g.0 == id && !g.2))
+            || (!client && ty == DATA && self.grpc.iter().any(|g| g.id == id && !g.lost))
     }
 
-    /// Stream `id` is a resumable gRPC stream whose response headers were just written:
-    /// its messages are followed from here (the response's first DATA byte).
-    pub(in crate::exchange) fn follow_grpc(&mut self, id: u32) {
-        if !self.grpc.iter().any(|g| g.0 == id) {
-            self.grpc
-                .push((id, super::grpc::Messages::default(), false));
+    /// Stream `id` is a gRPC stream whose response headers were just written: its messages are
+    /// followed from here (the response's first DATA byte).
+    pub(in crate::exchange) fn follow_grpc(&mut self, id: u32, resumable: bool) {
+        if !self.grpc.iter().any(|g| g.id == id) {
+            self.grpc.push(GrpcFollowed {
+                id,
+                messages: super::grpc::Messages::default(),
+                lost: false,
+                resumable,
+            });
         }
     }
 
     /// Stream `id` ended.
     pub(in crate::exchange) fn forget(&mut self, id: u32) {
-        self.grpc.retain(|g| g.0 != id);
+        self.grpc.retain(|g| g.id != id);
     }
 
     /// A frame header was read (and accepted by the follower).
@@ -158,13 +171,13 @@ impl Blocks {
         bytes: &[u8],
     ) {
         if !client && ty == DATA {
-            if let Some(g) = self.grpc.iter_mut().find(|g| g.0 == id) {
+            if let Some(g) = self.grpc.iter_mut().find(|g| g.id == id) {
                 // RFC 9113 §6.1: a padded DATA frame's first byte is the pad length; Envoy pads
                 // none, and a stream it would pad is simply not moved.
                 if flags & PADDED != 0 {
-                    g.2 = true;
+                    g.lost = true;
                 }
-                g.1.feed(bytes);
+                g.messages.feed(bytes);
             }
             return;
         }

@@ -291,7 +291,15 @@ fn the_tracker_follows_a_resumable_grpc_response_s_messages() {
         lit(&mut resp, "content-type", "application/grpc");
         feed(&mut t, S, &frame(HEADERS, EH, id, &resp), &mut out);
     }
-    assert_eq!(t.h2_resumable_grpc(), Some(vec![(1, true)]));
+    let g = |id, whole, resumable| GrpcStream {
+        id,
+        whole,
+        resumable,
+    };
+    assert_eq!(
+        t.h2_grpc_streams(),
+        GrpcStreams::Now(vec![g(1, true, true), g(3, true, false)])
+    );
     assert_eq!(t.h2_stream_kind(3), Some(H2Kind::Grpc { resumable: false }));
     // One message of 6 bytes over two DATA frames, the second split between feeds.
     let (body, _) = messages(&[6]);
@@ -303,25 +311,35 @@ fn the_tracker_follows_a_resumable_grpc_response_s_messages() {
         "a followed stream's DATA is read"
     );
     feed(&mut t, S, &d1[9..], &mut out);
-    assert_eq!(t.h2_resumable_grpc(), Some(vec![(1, false)]));
+    assert_eq!(
+        t.h2_grpc_streams(),
+        GrpcStreams::Now(vec![g(1, false, true), g(3, true, false)])
+    );
     let d2 = frame(DATA, 0, 1, &body[7..]);
     feed(&mut t, S, &d2[..10], &mut out);
-    assert_eq!(t.h2_resumable_grpc(), None, "inside a frame");
+    assert_eq!(t.h2_grpc_streams(), GrpcStreams::NotNow, "inside a frame");
     feed(&mut t, S, &d2[10..], &mut out);
-    assert_eq!(t.h2_resumable_grpc(), Some(vec![(1, true)]));
-    let other = frame(DATA, 0, 3, &[0; 20]);
-    feed(&mut t, S, &other[..9], &mut out);
     assert_eq!(
-        t.server_unread_ahead(),
-        20,
-        "another stream's DATA is skipped"
+        t.h2_grpc_streams(),
+        GrpcStreams::Now(vec![g(1, true, true), g(3, true, false)])
     );
+    // Any gRPC stream's DATA is read (all are ended at drain_timeout).
+    let other = frame(DATA, 0, 3, &[0, 0, 0, 0, 15]);
+    feed(&mut t, S, &other[..9], &mut out);
+    assert_eq!(t.server_unread_ahead(), 0);
     feed(&mut t, S, &other[9..], &mut out);
+    assert_eq!(
+        t.h2_grpc_streams(),
+        GrpcStreams::Now(vec![g(1, true, true), g(3, false, false)])
+    );
     assert_eq!(t.in_flight(), 2);
     assert!(t.h2_end_stream(1));
     assert!(!t.h2_end_stream(1));
     assert_eq!(t.in_flight(), 1);
-    assert_eq!(t.h2_resumable_grpc(), Some(vec![]));
+    assert_eq!(
+        t.h2_grpc_streams(),
+        GrpcStreams::Now(vec![g(3, false, false)])
+    );
     // What the client still sends on it opens nothing.
     feed(&mut t, C, &frame(RST_STREAM, 0, 1, &[0, 0, 0, 8]), &mut out);
     assert_eq!(t.in_flight(), 1);

@@ -41,6 +41,7 @@ fn switched(head: &[u8]) -> (Tracking, Conn, crate::engine::state::tests::Fixtur
 fn plan(at: u64) -> Option<MovePlan> {
     Some(MovePlan {
         at,
+        final_at: 1_000_000_000,
         message_wait: 100,
         close_timeout: 1_000,
     })
@@ -275,7 +276,7 @@ fn a_post_completion_or_a_compressed_event_stream_is_not_moved() {
         assert!(!t.sse_unnoticed());
         assert_eq!(t.tracker().in_flight(), 1);
         // Woken at its move time: nothing is written, nothing moves.
-        let plan = MovePlan { at: 0, message_wait: 0, close_timeout: 0 };
+        let plan = MovePlan { at: 0, final_at: u64::MAX, message_wait: 0, close_timeout: 0 };
         assert_eq!(t.sse_wake(Some(plan), 1, &f.shared), (WsWake::Nothing, None));
         let ev = chunk(b"data: [DONE]\n\n");
         assert_eq!(t.sse_write(Some([&ev[..]].into_iter())), (WsWrite::Pass, None));
@@ -552,7 +553,7 @@ fn a_resumable_grpc_stream_moves_at_a_message_boundary_at_its_time() {
             to_envoy: crate::exchange::rst_stream_cancel(1),
         }
     );
-    assert_eq!(wake, None);
+    assert_eq!(wake, Some(1_000_000_000), "the last part's pass next");
     assert_eq!(
         f.shared.requests.counts().active,
         1,
@@ -568,8 +569,40 @@ fn a_resumable_grpc_stream_moves_at_a_message_boundary_at_its_time() {
     );
     assert_eq!(
         t.h2_wake(plan(500), 700, 7, &conn, &f.shared),
-        (WsWake::Nothing, None)
+        (WsWake::Nothing, Some(1_000_000_000)),
+        "the other method's stream is held"
+    );
+    // In the last part of drain_timeout, every gRPC stream still open ends the same way.
+    let (act, wake) = t.h2_wake(plan(500), 1_000_000_000, 7, &conn, &f.shared);
+    assert_eq!(
+        act,
+        WsWake::H2Moves {
+            to_client: crate::exchange::grpc_unavailable(3),
+            to_envoy: crate::exchange::rst_stream_cancel(3),
+        }
+    );
+    assert_eq!(wake, None);
+    assert_eq!(f.shared.requests.counts().active, 0);
+    let ll = &f.shared.connections.long_lived;
+    assert_eq!(
+        (
+            ll.grpc_moved.load(Ordering::Relaxed),
+            ll.grpc_ended_at_timeout.load(Ordering::Relaxed)
+        ),
+        (1, 1)
     );
     t.on_close(&conn, &f.shared);
     assert_eq!(f.shared.requests.counts().active, 0);
+}
+
+/// The last part of `drain_timeout`: a tenth, within [1 s, 5 s], never before the moves begin.
+#[test]
+fn the_last_part_of_the_timeout_is_a_tenth_within_one_and_five_seconds() {
+    use crate::connections::long_lived::final_span;
+    use std::time::Duration;
+    let s = Duration::from_secs;
+    assert_eq!(final_span(s(5), s(25)), Duration::from_millis(2500));
+    assert_eq!(final_span(s(1), s(8)), s(1));
+    assert_eq!(final_span(s(5), s(300)), s(5));
+    assert_eq!(final_span(s(5), s(5)), s(0));
 }
