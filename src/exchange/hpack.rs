@@ -287,6 +287,11 @@ fn integer(block: &[u8], i: &mut usize, n: u32) -> Result<usize, Error> {
     loop {
         let b = *block.get(*i).ok_or(Error::Integer)?;
         *i += 1;
+        // Five continuation bytes carry 35 bits, more than any value taken: a longer run (of
+        // zero bits, as 0x80 0x80 ...) is refused before its shift could pass the word's width.
+        if shift > 28 {
+            return Err(Error::Integer);
+        }
         value += usize::from(b & 0x7f) << shift;
         if value > 1 << 28 {
             return Err(Error::Integer);

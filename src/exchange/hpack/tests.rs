@@ -95,6 +95,11 @@ fn refuses_bad_indices_truncations_and_size_updates() {
         all(&mut dec, &[0xff, 0xff, 0xff, 0xff, 0xff, 0x0f]),
         Err(Error::Integer)
     );
+    // A long run of zero-valued continuation bytes (the shift would pass 64 bits).
+    let mut zeros = vec![0xff];
+    zeros.extend([0x80; 20]);
+    zeros.push(0x00);
+    assert_eq!(all(&mut dec, &zeros), Err(Error::Integer));
     // A size update above the advertised 4096, after a field, or above the module's maximum.
     assert_eq!(all(&mut dec, &[0x3f, 0xe2, 0x1f]), Err(Error::SizeUpdate)); // 4097
     assert_eq!(all(&mut dec, &[0x82, 0x20]), Err(Error::SizeUpdate));
