@@ -53,6 +53,7 @@ pub mod websocket;
 
 use http1::*;
 pub use http2::blocks::MAX_BLOCK;
+pub use http2::grpc::Messages as GrpcMessages;
 
 /// The `grpc-status: 14` trailers that end gRPC stream `id` towards its client at its move
 /// (`http2::grpc::unavailable`, after its response headers).
