@@ -785,3 +785,143 @@ async fn grpc_streams_still_open_at_the_timeout_end_unavailable_spread_over_its_
         "the completion line: {log}"
     );
 }
+
+/// Issue 65 item 6, a rolling restart: watch clients (grpcio, spread over two gateways,
+/// subscribing again at once after an UNAVAILABLE, on the other gateway: as a client whose
+/// resolver dropped the draining pod) keep watching while one gateway drains and exits: the only
+/// errors they see are UNAVAILABLE with the draining message, every watcher is still receiving
+/// at the end (from the other gateway), and the drained one exited after its moves, long before
+/// `drain_timeout`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn watch_clients_ride_a_rolling_restart_with_nothing_but_the_retried_unavailable() {
+    let (_upstream, grpc_port) = grpc_upstream().await;
+    let options = || Options {
+        network_extra: Some(
+            r#""long_lived_window": "2s", "grpc_resumable_prefixes": ["/test.Watch/"]"#,
+        ),
+        ..connection_mode(
+            Settings {
+                min_drain: "1s",
+                quiet: "200ms",
+                timeout: "20s",
+            },
+            None,
+        )
+    };
+    let mut a = start_envoy(options(), grpc_port).await;
+    let b = start_envoy(options(), grpc_port).await;
+    let watchers = Peer::start(&[
+        "watchers".into(),
+        format!("{},{}", a.data, b.data),
+        "8".into(),
+        "9".into(),
+    ]);
+    watchers.wait_line("started", Duration::from_secs(20)).await;
+    let t0 = Instant::now();
+    a.sigterm();
+    let (status, exited) = a.wait_exit(Duration::from_secs(20)).await;
+    assert!(status.success(), "{status}");
+    assert!(
+        exited - t0 < Duration::from_secs(6),
+        "the drained gateway exited after {:?}",
+        exited - t0
+    );
+    assert!(
+        a.log().contains("grpc streams moved:"),
+        "the completion line: {}",
+        a.log()
+    );
+    watchers.wait_line("done", Duration::from_secs(20)).await;
+    let lines = watchers.lines();
+    let retries: Vec<&String> = lines.iter().filter(|l| l.starts_with("retry")).collect();
+    assert!(
+        lines.iter().all(|l| !l.starts_with("error")),
+        "errors other than UNAVAILABLE: {lines:?}"
+    );
+    assert!(
+        retries.iter().all(|l| l.contains("draining")),
+        "an UNAVAILABLE other than the move's: {lines:?}"
+    );
+    assert!(
+        !retries.is_empty(),
+        "no watcher was on the drained gateway: {lines:?}"
+    );
+    for l in lines.iter().filter(|l| l.starts_with("watcher")) {
+        let f: Vec<&str> = l.split(' ').collect();
+        let since: f64 = f[3].parse().unwrap();
+        assert!(since < 1.0, "a watcher stopped receiving: {l}");
+    }
+    drop(b);
+}
+
+/// A resumable stream opened after the moves began (a client that reconnected to the draining
+/// gateway) is moved at once after its first whole message, not held to `drain_timeout`: the
+/// write of its response headers wakes its connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_resumable_stream_opened_after_the_moves_began_is_moved_at_once() {
+    let (_upstream, grpc_port) = grpc_upstream().await;
+    let o = Options {
+        network_extra: Some(
+            r#""long_lived_window": "500ms", "grpc_resumable_prefixes": ["/test.Watch/"]"#,
+        ),
+        ..connection_mode(
+            Settings {
+                min_drain: "300ms",
+                quiet: "200ms",
+                timeout: "20s",
+            },
+            None,
+        )
+    };
+    let mut envoy = start_envoy(o, grpc_port).await;
+    // A finite stream holds the drain open meanwhile (4 s).
+    let holder = Peer::start(&[
+        "streams".into(),
+        envoy.data.to_string(),
+        "finite:1:40".into(),
+    ]);
+    holder.wait_line("started", Duration::from_secs(20)).await;
+    envoy.sigterm();
+    wait_draining(&envoy).await;
+    // Past min_drain_duration and the window: every connection had its move time.
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let mut c = RawH2::connect(envoy.data).await;
+    raw_grpc_call(&mut c, 1, "/test.Watch/Sub", b"").await;
+    let opened = Instant::now();
+    let deadline = opened + Duration::from_secs(5);
+    let mut data = 0;
+    let status = loop {
+        let (ty, flags, id, payload) = c
+            .next(deadline)
+            .await
+            .unwrap_or_else(|| panic!("the late watch was not moved within 5 s"));
+        if id != 1 {
+            continue;
+        }
+        if ty == 0 {
+            data += payload.len();
+        }
+        if ty == 1 && flags & 1 != 0 {
+            let mut fields = Vec::new();
+            httlib_hpack::Decoder::default()
+                .decode(&mut payload.clone(), &mut fields)
+                .ok();
+            break fields;
+        }
+    };
+    assert!(
+        status
+            .iter()
+            .any(|(n, v, _)| n == b"grpc-status" && v == b"14"),
+        "{status:?}"
+    );
+    assert_eq!(data % 69, 0, "whole messages only: {data} bytes");
+    assert!(
+        opened.elapsed() < Duration::from_secs(2),
+        "moved {:?} after it opened",
+        opened.elapsed()
+    );
+    holder.wait_line("done", Duration::from_secs(20)).await;
+    let (status, _) = envoy.wait_exit(Duration::from_secs(15)).await;
+    assert!(status.success(), "{status}");
+}

@@ -601,6 +601,18 @@ impl Tracker {
         )
     }
 
+    /// HTTP/2: whether a gRPC stream's response began since the last call (its connection's
+    /// moves then want a wake-up, when the drain's moves already began).
+    #[inline]
+    pub fn take_new_grpc(&mut self) -> bool {
+        match &mut self.wire {
+            Wire::Http2(H2 {
+                blocks: Some(b), ..
+            }) => b.take_new_grpc(),
+            _ => false,
+        }
+    }
+
     /// HTTP/2: the module ended open stream `id` itself (its move): it is no longer in flight
     /// (`false`: it was not open). Whatever either side still sends on it opens nothing.
     pub fn h2_end_stream(&mut self, id: u32) -> bool {

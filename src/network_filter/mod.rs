@@ -302,6 +302,11 @@ impl NetFilter {
         if t.tracker().tunnel() || t.sse_unnoticed() {
             self.switched(conn, &mut t, shared);
         }
+        if t.grpc_unnoticed() && shared.connections.long_lived.plan(conn.id).is_some() {
+            // A gRPC response began after the moves began: its connection's move (now, or at
+            // its time) and the last part of the timeout are asked for again.
+            self.wake_at(shared, 1);
+        }
         drop(t);
         // After the slices are released: the rewrite changes the buffer they described.
         if edit.is_some_and(|e| !host.replace_write_start(e.replaced(), e.pieces())) {

@@ -256,6 +256,13 @@ impl Tracking {
 const H2_RETRY_NANOS: u64 = 10_000_000;
 
 impl Tracking {
+    /// A gRPC response began since the last call (HTTP/2, its streams followed): once the
+    /// moves began, the glue wakes the connection so that it is moved at its time (a stream
+    /// opened on a connection made after the moves began, or after its wake-up).
+    pub fn grpc_unnoticed(&mut self) -> bool {
+        self.tracker.take_new_grpc()
+    }
+
     /// Whether the connection is followed as HTTP/2.
     pub fn is_http2(&self) -> bool {
         self.tracker.protocol() == Protocol::Http2

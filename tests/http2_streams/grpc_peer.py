@@ -13,6 +13,14 @@ service. Lines on stdout say what happened; the test reads them.
                                       each stream had a message, then per stream
                                       "end KIND-I CODE MESSAGES DETAILS"
 
+  grpc_peer.py watchers PORTS N SECS  N watch streams (/test.Watch/Sub) for SECS s, spread over
+                                      the gateways at PORTS (comma list), each subscribing again
+                                      at once after an UNAVAILABLE, on the next gateway (as a
+                                      watch client whose resolver dropped the draining pod);
+                                      prints "started", each UNAVAILABLE
+                                      ("retry DETAILS"), any other error ("error CODE DETAILS"),
+                                      then per watcher "watcher I MESSAGES SECONDS_SINCE_LAST"
+
 The server's streams send a message every 100 ms: b"KIND-I:SEQ", padded to 64 bytes, so that a
 message cut short cannot decode as a whole one.
 """
@@ -165,6 +173,55 @@ def streams(port, spec):
     say("done")
 
 
+def watchers(ports, count, seconds):
+    # One channel per gateway; watcher I starts on gateway I % 2 and, after an UNAVAILABLE,
+    # subscribes again on the other one: as a client whose resolver no longer lists the pod
+    # that is draining (Kubernetes removes it from the endpoints at once).
+    channels = [grpc.insecure_channel(f"127.0.0.1:{p}") for p in ports.split(",")]
+    end = time.monotonic() + seconds
+    first = threading.Barrier(count + 1)
+    stats = [[0, time.monotonic()] for _ in range(count)]
+
+    def run(i):
+        started = False
+        at = i % len(channels)
+        while time.monotonic() < end:
+            left = max(0.1, end - time.monotonic())
+            call = channels[at].unary_stream("/test.Watch/Sub")(b"", timeout=left)
+            try:
+                for _ in call:
+                    stats[i][0] += 1
+                    stats[i][1] = time.monotonic()
+                    if not started:
+                        started = True
+                        first.wait()
+            except grpc.RpcError as e:
+                if e.code() == grpc.StatusCode.DEADLINE_EXCEEDED and time.monotonic() >= end - 0.2:
+                    return
+                if e.code() == grpc.StatusCode.UNAVAILABLE:
+                    say(f"retry {e.details()}")
+                    at = (at + 1) % len(channels)
+                else:
+                    say(f"error {e.code().name} {e.details()}")
+            except threading.BrokenBarrierError:
+                return
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(count)]
+    for t in threads:
+        t.start()
+    try:
+        first.wait(timeout=20)
+        say("started")
+    except threading.BrokenBarrierError:
+        say("not started")
+    for t in threads:
+        t.join()
+    now = time.monotonic()
+    for i, (n, last) in enumerate(stats):
+        say(f"watcher {i} {n} {now - last:.2f}")
+    say("done")
+
+
 if __name__ == "__main__":
     what = sys.argv[1]
     if what == "server":
@@ -173,5 +230,7 @@ if __name__ == "__main__":
         check(int(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4]))
     elif what == "streams":
         streams(int(sys.argv[2]), sys.argv[3])
+    elif what == "watchers":
+        watchers(sys.argv[2], int(sys.argv[3]), float(sys.argv[4]))
     else:
         sys.exit(f"unknown: {what}")

@@ -88,6 +88,8 @@ pub(in crate::exchange) struct Blocks {
     /// (their DATA payloads are read for it), whether that could not be followed (a padded DATA
     /// frame: the stream is then never moved), and whether the stream is resumable.
     pub(in crate::exchange) grpc: Vec<GrpcFollowed>,
+    /// A gRPC stream began to be followed since the last [`Blocks::take_new_grpc`].
+    new_grpc: bool,
 }
 
 /// One gRPC stream's response followed ([`Blocks::grpc`]).
@@ -140,6 +142,7 @@ impl Blocks {
     /// followed from here (the response's first DATA byte).
     pub(in crate::exchange) fn follow_grpc(&mut self, id: u32, resumable: bool) {
         if !self.grpc.iter().any(|g| g.id == id) {
+            self.new_grpc = true;
             self.grpc.push(GrpcFollowed {
                 id,
                 messages: super::grpc::Messages::default(),
@@ -147,6 +150,11 @@ impl Blocks {
                 resumable,
             });
         }
+    }
+
+    /// Whether a gRPC stream began to be followed since the last call.
+    pub(in crate::exchange) fn take_new_grpc(&mut self) -> bool {
+        std::mem::take(&mut self.new_grpc)
     }
 
     /// Stream `id` ended.

@@ -301,6 +301,8 @@ fn the_tracker_follows_a_resumable_grpc_response_s_messages() {
         GrpcStreams::Now(vec![g(1, true, true), g(3, true, false)])
     );
     assert_eq!(t.h2_stream_kind(3), Some(H2Kind::Grpc { resumable: false }));
+    assert!(t.take_new_grpc(), "new gRPC responses are told once");
+    assert!(!t.take_new_grpc());
     // One message of 6 bytes over two DATA frames, the second split between feeds.
     let (body, _) = messages(&[6]);
     let d1 = frame(DATA, 0, 1, &body[..7]);
