@@ -5,7 +5,8 @@
 //! read, with either of Envoy's HTTP/2 codecs).
 //!
 //! The gRPC peers are grpcio's (C-core: `tests/http2_streams/grpc_peer.py`, installed by
-//! `scripts/install-tools.sh`); the other HTTP/2 client is the `h2` crate (another HPACK encoder).
+//! `scripts/install-tools.sh`) and tonic's client (Rust, generic, a bytes codec); the other
+//! HTTP/2 clients are the `h2` crate and a raw frame client whose blocks httlib-hpack decodes.
 
 mod common;
 
@@ -924,4 +925,150 @@ async fn a_resumable_stream_opened_after_the_moves_began_is_moved_at_once() {
     holder.wait_line("done", Duration::from_secs(20)).await;
     let (status, _) = envoy.wait_exit(Duration::from_secs(15)).await;
     assert!(status.success(), "{status}");
+}
+
+/// tonic's generic client with bytes for messages (no protoc, no codegen).
+#[derive(Debug, Clone, Copy, Default)]
+struct RawCodec;
+
+impl tonic::codec::Codec for RawCodec {
+    type Encode = Vec<u8>;
+    type Decode = Vec<u8>;
+    type Encoder = RawCodec;
+    type Decoder = RawCodec;
+    fn encoder(&mut self) -> RawCodec {
+        RawCodec
+    }
+    fn decoder(&mut self) -> RawCodec {
+        RawCodec
+    }
+}
+
+impl tonic::codec::Encoder for RawCodec {
+    type Item = Vec<u8>;
+    type Error = tonic::Status;
+    fn encode(
+        &mut self,
+        item: Vec<u8>,
+        dst: &mut tonic::codec::EncodeBuf<'_>,
+    ) -> Result<(), tonic::Status> {
+        use bytes::BufMut;
+        dst.put_slice(&item);
+        Ok(())
+    }
+}
+
+impl tonic::codec::Decoder for RawCodec {
+    type Item = Vec<u8>;
+    type Error = tonic::Status;
+    fn decode(
+        &mut self,
+        src: &mut tonic::codec::DecodeBuf<'_>,
+    ) -> Result<Option<Vec<u8>>, tonic::Status> {
+        use bytes::Buf;
+        Ok(Some(src.copy_to_bytes(src.remaining()).to_vec()))
+    }
+}
+
+/// One server-streaming call of a tonic client: the messages read (each checked whole and in
+/// sequence) and how the stream ended.
+async fn tonic_call(
+    channel: tonic::transport::Channel,
+    path: &'static str,
+    request: &[u8],
+) -> (usize, Result<(), tonic::Status>, Instant) {
+    let mut grpc = tonic::client::Grpc::new(channel);
+    if let Err(e) = grpc.ready().await {
+        return (
+            0,
+            Err(tonic::Status::unknown(e.to_string())),
+            Instant::now(),
+        );
+    }
+    let resp = grpc
+        .server_streaming(
+            tonic::Request::new(request.to_vec()),
+            http::uri::PathAndQuery::from_static(path),
+            RawCodec,
+        )
+        .await;
+    let mut stream = match resp {
+        Ok(r) => r.into_inner(),
+        Err(s) => return (0, Err(s), Instant::now()),
+    };
+    let mut n = 0;
+    loop {
+        match stream.message().await {
+            Ok(Some(m)) => {
+                assert!(
+                    m.len() == 64 && m.starts_with(format!("seq:{n}:").as_bytes()),
+                    "message {n} of {path}: {m:?}"
+                );
+                n += 1;
+            }
+            Ok(None) => return (n, Ok(()), Instant::now()),
+            Err(s) => return (n, Err(s), Instant::now()),
+        }
+    }
+}
+
+/// Issue 65 item 6 with a Rust gRPC stack: a tonic client with two watches under the prefix and
+/// a finite stream of another service on one channel (one HTTP/2 connection): the watches end
+/// with UNAVAILABLE and the draining message after whole messages, the finite stream completes
+/// with its 30 messages, and Envoy exits after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_tonic_client_sees_unavailable_on_moved_watches_and_completes_the_others() {
+    let (_upstream, grpc_port) = grpc_upstream().await;
+    let o = Options {
+        network_extra: Some(
+            r#""long_lived_window": "1s", "grpc_resumable_prefixes": ["/test.Watch/"]"#,
+        ),
+        ..connection_mode(
+            Settings {
+                min_drain: "500ms",
+                quiet: "200ms",
+                timeout: "20s",
+            },
+            None,
+        )
+    };
+    let mut envoy = start_envoy(o, grpc_port).await;
+    let channel =
+        tonic::transport::Endpoint::from_shared(format!("http://127.0.0.1:{}", envoy.data))
+            .unwrap()
+            .connect()
+            .await
+            .expect("tonic connects to the gateway");
+    let calls: Vec<_> = [
+        ("/test.Watch/Sub", &b""[..]),
+        ("/test.Watch/Sub", b""),
+        ("/test.Finite/Sub", b"30"),
+    ]
+    .into_iter()
+    .map(|(path, req)| tokio::spawn(tonic_call(channel.clone(), path, req)))
+    .collect();
+    // Messages flow before the drain.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let t0 = Instant::now();
+    envoy.sigterm();
+    let mut results = Vec::new();
+    for c in calls {
+        results.push(c.await.unwrap());
+    }
+    let (status, exited) = envoy.wait_exit(Duration::from_secs(15)).await;
+    assert!(status.success(), "{status}");
+    for (n, r, at) in &results[..2] {
+        let s = r.as_ref().expect_err("a watch ends with a status");
+        assert_eq!(s.code(), tonic::Code::Unavailable, "{s:?}");
+        assert!(s.message().contains("draining"), "{s:?}");
+        assert!(*n >= 3, "messages before the move: {n}");
+        assert!(*at - t0 >= Duration::from_millis(400) && *at - t0 < Duration::from_secs(3));
+    }
+    let (n, r, done) = &results[2];
+    assert!(r.is_ok(), "{r:?}");
+    assert_eq!(*n, 30);
+    assert!(
+        exited + Duration::from_millis(300) >= *done,
+        "exit before the finite stream ended"
+    );
 }
