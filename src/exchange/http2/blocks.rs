@@ -78,8 +78,10 @@ pub(in crate::exchange) struct Blocks {
     c: Side,
     s: Side,
     fields: Fields,
-    /// The first error that stopped a direction, until it is taken.
+    /// The first error that stopped a direction, until it is taken; `reported`: taken once
+    /// (a connection is counted once, whichever directions stop).
     failed: Option<Error>,
+    reported: bool,
     /// The `:path` prefixes of resumable gRPC methods ([`K_RESUMABLE`]).
     resumable: std::sync::Arc<[String]>,
     /// The `K_*` bits of the block decoded last (its stream's).
@@ -299,13 +301,21 @@ impl Blocks {
         side.block = Vec::new();
         if client {
             self.fields.valid = false;
+        } else {
+            // No response's kind or messages are known from here: nothing is moved.
+            self.grpc.clear();
         }
         self.failed.get_or_insert(e);
     }
 
-    /// The error that stopped a direction, once.
+    /// The error that stopped a direction, once per connection.
     pub(in crate::exchange) fn take_failure(&mut self) -> Option<Error> {
-        self.failed.take()
+        if self.reported {
+            return None;
+        }
+        let e = self.failed.take();
+        self.reported = e.is_some();
+        e
     }
 
     /// The `user-agent` and `:path` of the client block decoded last, if it was.

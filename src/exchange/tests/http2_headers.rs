@@ -491,3 +491,28 @@ fn with_responses_decoded_the_server_s_header_blocks_are_read() {
     feed(&mut t, S, &d[..9], &mut out);
     assert_eq!(t.server_unread_ahead(), 10);
 }
+
+/// Both directions stopping is one report (the connection is counted once), and once the
+/// responses are not decoded no stream has a kind.
+#[test]
+fn both_directions_stopping_is_reported_once() {
+    let mut t = Tracker::new();
+    t.decode_response_headers(Vec::new().into());
+    let mut out = Vec::new();
+    let mut pre = H2_PREFACE.to_vec();
+    pre.extend(frame(SETTINGS, 0, 0, &[]));
+    feed(&mut t, C, &pre, &mut out);
+    feed(&mut t, S, &frame(SETTINGS, 0, 0, &[]), &mut out);
+    feed(
+        &mut t,
+        C,
+        &frame(HEADERS, EH, 1, &[0x82, 0x84, 0x86]),
+        &mut out,
+    );
+    feed(&mut t, C, &frame(HEADERS, EH, 3, &[0xff, 0x10]), &mut out);
+    assert_eq!(t.hpack_failure(), Some(hpack::Error::Index));
+    feed(&mut t, S, &frame(HEADERS, EH, 1, &[0xff, 0x10]), &mut out);
+    assert_eq!(t.hpack_failure(), None, "the connection was reported");
+    assert_eq!(t.h2_stream_kind(1), None);
+    assert_eq!(t.in_flight(), 2);
+}
