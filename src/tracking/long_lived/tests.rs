@@ -606,3 +606,22 @@ fn the_last_part_of_the_timeout_is_a_tenth_within_one_and_five_seconds() {
     assert_eq!(final_span(s(5), s(300)), s(5));
     assert_eq!(final_span(s(5), s(5)), s(0));
 }
+
+/// `move_long_lived_streams: false` turns the gRPC moves off too: no prefixes are handed to new
+/// connections, so nothing is decoded or moved; an empty list is the same.
+#[test]
+fn the_grpc_prefixes_reach_connections_only_while_moves_are_on() {
+    let f = fixture(Some(fast()));
+    let ll = &f.shared.connections.long_lived;
+    assert_eq!(ll.grpc_prefixes(), None, "none configured");
+    ll.note_grpc_prefixes(&["/pkg.Watch/".to_string()]);
+    assert_eq!(
+        ll.grpc_prefixes().as_deref(),
+        Some(&["/pkg.Watch/".to_string()][..])
+    );
+    ll.note_settings(crate::config::LongLivedSettings {
+        enabled: false,
+        ..Default::default()
+    });
+    assert_eq!(ll.grpc_prefixes(), None, "moves off");
+}
