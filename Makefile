@@ -105,7 +105,7 @@ test-build: build envoy
 # docs/reference.md, written from the code (every setting, stat, /drain/status field and log
 # line); tests/reference.rs fails when the committed page differs.
 reference:
-	GRACEFUL_DRAIN_WRITE_REFERENCE=1 cargo test --locked --test reference the_reference_page_is_what_the_code_says
+	GRACEFUL_DRAIN_WRITE_REFERENCE=1 cargo test --locked --test checks reference::the_reference_page_is_what_the_code_says
 
 # docs/drain.svg, the picture of a drain on the README, from a real run: the example gateway with
 # the module, stock Envoy and a fixed preStop sleep, each stopped under the same load (about a

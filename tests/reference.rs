@@ -324,7 +324,8 @@ fn logs() -> String {
     for (file, lines) in by_file {
         let _ = writeln!(out, "\n[`{file}`](../{file}):\n");
         for l in lines {
-            let _ = writeln!(out, "- **{}**: {}", l.level, code(&l.text));
+            let text = l.text.strip_prefix("graceful_drain: ").unwrap_or(&l.text);
+            let _ = writeln!(out, "- **{}**: {}", l.level, code(text));
         }
     }
     out
@@ -345,8 +346,7 @@ fn reference() -> String {
         "# Reference\n\n\
          <!-- Written by `make reference` from the code; tests/reference.rs fails when it differs. \
          Do not edit by hand. -->\n\n\
-         Every setting, stat, `/drain/status` field and log line of the module, written from the \
-         code (`make reference`); a test fails when this page and the code differ.\n\n\
+         Every setting, stat, `/drain/status` field and log line, written from the code.\n\n\
          ## Settings\n\n\
          Each config is JSON in a `google.protobuf.StringValue`; an empty string means every \
          default; an unknown field is refused. A refused value stops Envoy at start with a log \
@@ -369,7 +369,8 @@ fn reference() -> String {
     page.push_str(&status_fields());
     page.push_str(
         "\n## Log lines\n\n\
-         Every line the module writes at info or above, by source file. `<name>` and `<…>` stand \
+         Every line the module writes at info or above, by source file, without the \
+         `graceful_drain: ` each begins with. `<name>` and `<…>` stand \
          for values filled in at run time. Lines at `info or warn` follow `lifecycle_log_level`. \
          A line that is `<e>` alone is an error's own text; a refused config reads ",
     );

@@ -114,7 +114,7 @@ impl FilterConfig {
 }
 
 /// The network filter's config (JSON in a StringValue; empty means the defaults).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NetworkFilterConfig {
     /// Time an idle HTTP/2 client gets between the GOAWAY and the close.
     pub idle_close_grace: Duration,
@@ -126,6 +126,10 @@ pub struct NetworkFilterConfig {
     pub track_requests: bool,
     /// What happens to long-lived streams (WebSocket) at a drain (connection mode).
     pub long_lived: LongLivedSettings,
+    /// `grpc_resumable_prefixes`: `:path` prefixes of the gRPC methods whose HTTP/2 streams may
+    /// be ended with `grpc-status: 14` at their move time (their clients resume them: watch and
+    /// subscribe APIs). Empty (the default): no gRPC stream is moved.
+    pub grpc_resumable_prefixes: Vec<String>,
 }
 
 /// How long-lived streams are moved to another pod at a drain (docs/contributing/long-lived-streams.md):
@@ -185,6 +189,7 @@ impl NetworkFilterConfig {
             long_lived_window: Option<String>,
             close_timeout: Option<String>,
             message_wait: Option<String>,
+            grpc_resumable_prefixes: Option<serde_json::Value>,
         }
         const SCOPE: &str = "network filter";
         let c: Raw = if raw.iter().all(u8::is_ascii_whitespace) {
@@ -196,7 +201,30 @@ impl NetworkFilterConfig {
             None => Ok(default),
             Some(s) => parse_duration(&s).map_err(|e| error(SCOPE, name, e)),
         };
+        let grpc_resumable_prefixes: Vec<String> = match c.grpc_resumable_prefixes {
+            None => Vec::new(),
+            Some(v) => serde_json::from_value(v).map_err(|e| {
+                error(
+                    SCOPE,
+                    "grpc_resumable_prefixes",
+                    format!("expected a list of strings ({e})"),
+                )
+            })?,
+        };
+        if let Some(bad) = grpc_resumable_prefixes.iter().find(|p| {
+            !p.starts_with('/') || p.len() < 2 || p.bytes().any(|b| !b.is_ascii_graphic())
+        }) {
+            return Err(error(
+                SCOPE,
+                "grpc_resumable_prefixes",
+                format!(
+                    "{bad:?} is not a gRPC path prefix: each starts with \"/\" and names a \
+                     package, service or method (\"/pkg.Watch/\"), printable ASCII, no space"
+                ),
+            ));
+        }
         Ok(NetworkFilterConfig {
+            grpc_resumable_prefixes,
             idle_close_grace: field(
                 "idle_close_grace",
                 c.idle_close_grace,

@@ -46,7 +46,7 @@ pub struct Setting {
 }
 
 const DURATION: &str = "duration string";
-const DURATION_BOUNDS: &str = "`\"250ms\"`, `\"5s\"`, `\"1.5s\"`; 0 to 3600s";
+const DURATION_BOUNDS: &str = "0 to 3600s";
 
 /// Every setting, in the order the reference lists them.
 pub const SETTINGS: &[Setting] = &[
@@ -229,6 +229,15 @@ pub const SETTINGS: &[Setting] = &[
         what: "A WebSocket inside a fragmented message gets this long to end it; then the Close goes at a frame end.",
         bounds: DURATION_BOUNDS,
         refused: &["\"1\""],
+    },
+    Setting {
+        scope: Scope::NetworkFilter,
+        name: "grpc_resumable_prefixes",
+        kind: "list of strings",
+        default: Some("[]"),
+        what: "`:path` prefixes of gRPC methods whose clients resume: their streams end with `grpc-status: 14` at their move time.",
+        bounds: "each starts with `/`, printable ASCII, no space",
+        refused: &["[\"pkg.Watch/\"]", "[\"/\"]", "\"/pkg.Watch/\""],
     },
 ];
 

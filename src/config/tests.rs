@@ -547,10 +547,36 @@ fn long_lived_settings_default_parse_and_name_the_field_they_refuse() {
             br#"{"move_long_lived_streams": "yes"}"#,
             "move_long_lived_streams",
         ),
+        (
+            br#"{"grpc_resumable_prefixes": ["pkg.Watch/"]}"#,
+            "grpc_resumable_prefixes",
+        ),
+        (
+            br#"{"grpc_resumable_prefixes": ["/"]}"#,
+            "grpc_resumable_prefixes",
+        ),
+        (
+            br#"{"grpc_resumable_prefixes": ["/pkg Watch/"]}"#,
+            "grpc_resumable_prefixes",
+        ),
+        (
+            br#"{"grpc_resumable_prefixes": "/pkg.Watch/"}"#,
+            "grpc_resumable_prefixes",
+        ),
     ] {
         let e = NetworkFilterConfig::parse(raw).unwrap_err().to_string();
         assert!(e.contains(field), "{field}: {e}");
     }
+    assert_eq!(
+        NetworkFilterConfig::parse(br#"{"grpc_resumable_prefixes": ["/pkg.Watch/", "/x.Y/Sub"]}"#)
+            .unwrap()
+            .grpc_resumable_prefixes,
+        ["/pkg.Watch/", "/x.Y/Sub"]
+    );
+    assert!(NetworkFilterConfig::parse(b"")
+        .unwrap()
+        .grpc_resumable_prefixes
+        .is_empty());
     // The window shortened to fit drain_timeout (the issue's example: 1 s, 8 s).
     assert_eq!(
         d.window_within(Duration::from_secs(1), Duration::from_secs(8)),

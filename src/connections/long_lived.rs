@@ -39,6 +39,16 @@ pub struct LongLived {
     pub sse_open: AtomicU64,
     pub sse_moved: AtomicU64,
     pub sse_cut: AtomicU64,
+    /// gRPC streams ended with `grpc-status: 14` at their move time (HTTP/2, connection mode).
+    pub grpc_moved: AtomicU64,
+    /// gRPC streams still open in the last part of `drain_timeout`, ended the same way.
+    pub grpc_ended_at_timeout: AtomicU64,
+    /// Where that last part begins (`Shared` clock nanos; 0 before the drain) and how long it is.
+    final_from: AtomicU64,
+    final_span_ns: AtomicU64,
+    /// `grpc_resumable_prefixes` (the last network filter config loaded), read once per
+    /// connection at its first byte.
+    grpc_prefixes: std::sync::RwLock<std::sync::Arc<[String]>>,
 }
 
 impl Default for LongLived {
@@ -60,6 +70,11 @@ impl Default for LongLived {
             sse_open: AtomicU64::new(0),
             sse_moved: AtomicU64::new(0),
             sse_cut: AtomicU64::new(0),
+            grpc_moved: AtomicU64::new(0),
+            grpc_ended_at_timeout: AtomicU64::new(0),
+            final_from: AtomicU64::new(0),
+            final_span_ns: AtomicU64::new(0),
+            grpc_prefixes: std::sync::RwLock::new(Vec::new().into()),
         }
     }
 }
@@ -72,6 +87,28 @@ pub struct LongLivedReport {
     /// Whole messages upstreams sent after the module's Close(1001), dropped (the client had
     /// been told to go; the upstream learns it from the client's Close answer).
     pub websocket_messages_dropped: u64,
+    /// HTTP/2 gRPC streams of resumable methods ended with `grpc-status: 14`.
+    pub grpc: Moved,
+}
+
+#[derive(Default, Debug, Serialize, PartialEq, Eq, Clone, Copy)]
+pub struct Moved {
+    /// Ended with a status their clients retry, the upstream's stream reset.
+    pub moved: u64,
+    /// Still open in the last part of `drain_timeout`: ended the same way, spread over it.
+    pub ended_at_timeout: u64,
+}
+
+/// The last part of `drain_timeout` over which the gRPC streams still open are ended: a tenth
+/// of it, at least 1 s and at most 5 s, and never before the moves begin. A tenth leaves nine
+/// tenths of the timeout to streams that finish by themselves; 1 s at least spreads the
+/// reconnects of a pod's clients over a second rather than the instant of a socket close; 5 s
+/// at most, as the window's reconnects are spread already (the default `drain_timeout` of 25 s
+/// gives 2.5 s).
+pub fn final_span(min_drain: Duration, drain_timeout: Duration) -> Duration {
+    (drain_timeout / 10)
+        .clamp(Duration::from_secs(1), Duration::from_secs(5))
+        .min(drain_timeout.saturating_sub(min_drain))
 }
 
 #[derive(Default, Debug, Serialize, PartialEq, Eq, Clone, Copy)]
@@ -88,6 +125,9 @@ pub struct MovedCut {
 pub struct MovePlan {
     /// This connection's move time.
     pub at: u64,
+    /// Its time in the last part of `drain_timeout` ([`final_span`]), when every gRPC stream
+    /// still open on it ends as a move would end it (`u64::MAX`: none).
+    pub final_at: u64,
     pub message_wait: u64,
     pub close_timeout: u64,
 }
@@ -116,6 +156,23 @@ impl LongLived {
             .store(ns(s.close_timeout), Ordering::Relaxed);
         self.message_wait_ns
             .store(ns(s.message_wait), Ordering::Relaxed);
+    }
+
+    /// A network filter config's `grpc_resumable_prefixes`.
+    pub fn note_grpc_prefixes(&self, prefixes: &[String]) {
+        if let Ok(mut p) = self.grpc_prefixes.write() {
+            *p = prefixes.to_vec().into();
+        }
+    }
+
+    /// The resumable gRPC prefixes, when gRPC streams may be moved (moves on, some prefix
+    /// configured): a new connection decodes its HTTP/2 header blocks in both directions then.
+    pub fn grpc_prefixes(&self) -> Option<std::sync::Arc<[String]>> {
+        if !self.enabled.load(Ordering::Relaxed) {
+            return None;
+        }
+        let p = self.grpc_prefixes.read().ok()?;
+        (!p.is_empty()).then(|| p.clone())
     }
 
     /// The drain started (its moves are planned, or off).
@@ -152,8 +209,14 @@ impl LongLived {
             return None;
         }
         let window = self.window_in_use_ns.load(Ordering::Relaxed);
+        let final_from = self.final_from.load(Ordering::Relaxed);
+        let span = self.final_span_ns.load(Ordering::Relaxed);
         Some(MovePlan {
             at: from.saturating_add((window as f64 * unit(id, self.seed)) as u64),
+            final_at: match final_from {
+                0 => u64::MAX,
+                f => f.saturating_add((span as f64 * unit(id, self.seed)) as u64),
+            },
             message_wait: self.message_wait_ns.load(Ordering::Relaxed),
             close_timeout: self.close_timeout_ns.load(Ordering::Relaxed),
         })
@@ -171,6 +234,10 @@ impl LongLived {
                 cut: g(&self.sse_cut),
             },
             websocket_messages_dropped: g(&self.websocket_messages_dropped),
+            grpc: Moved {
+                moved: g(&self.grpc_moved),
+                ended_at_timeout: g(&self.grpc_ended_at_timeout),
+            },
         }
     }
 
@@ -222,10 +289,15 @@ impl Connections {
         };
         ll.window_in_use_ns
             .store(window.as_nanos() as u64, Ordering::Relaxed);
-        let from = clock
-            .nanos()
-            .saturating_add(min_drain.as_nanos() as u64)
-            .max(1);
+        let start = clock.nanos();
+        let from = start.saturating_add(min_drain.as_nanos() as u64).max(1);
+        let span = final_span(min_drain, drain_timeout);
+        let final_from = start
+            .saturating_add(drain_timeout.saturating_sub(span).as_nanos() as u64)
+            .max(from);
+        ll.final_span_ns
+            .store(span.as_nanos() as u64, Ordering::Relaxed);
+        ll.final_from.store(final_from, Ordering::Relaxed);
         ll.from.store(from, Ordering::Relaxed);
         let mut begun = false;
         let spawned = threads.spawn("graceful_drain_moves", on_panic, move || loop {

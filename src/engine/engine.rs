@@ -267,12 +267,15 @@ impl Engine {
                     let ll = st.long_lived_streams;
                     let long_lived = format!(
                         "long-lived streams moved: websocket {}, sse {}; cut: websocket {}, sse {}; \
-                         websocket messages dropped after the Close: {}",
+                         websocket messages dropped after the Close: {}; grpc streams moved: {}, \
+                         ended in the last part of the timeout: {}",
                         ll.websocket.moved,
                         ll.sse.moved,
                         ll.websocket.cut,
                         ll.sse.cut,
-                        ll.websocket_messages_dropped
+                        ll.websocket_messages_dropped,
+                        ll.grpc.moved,
+                        ll.grpc.ended_at_timeout
                     );
                     if outcome.timed_out {
                         shared.counters.count(Stat::DrainsTimedOut);

@@ -43,6 +43,7 @@
 //! with the HTTP/2 state. Nothing grows for HTTP/1.1. HTTP/2 adds a `Vec` of 8 bytes per open
 //! stream, which only grows (capacity is kept) and is bounded by [`MAX_STREAMS`] (8 KiB).
 
+pub mod hpack;
 mod http1;
 mod http2;
 pub mod sse;
@@ -51,6 +52,19 @@ mod tests;
 pub mod websocket;
 
 use http1::*;
+pub use http2::blocks::MAX_BLOCK;
+pub use http2::grpc::Messages as GrpcMessages;
+
+/// The `grpc-status: 14` trailers that end gRPC stream `id` towards its client at its move
+/// (`http2::grpc::unavailable`, after its response headers).
+pub fn grpc_unavailable(id: u32) -> Vec<u8> {
+    http2::grpc::unavailable(id, true)
+}
+
+/// RST_STREAM(CANCEL) for stream `id`, towards Envoy: it resets the upstream's stream.
+pub fn rst_stream_cancel(id: u32) -> Vec<u8> {
+    http2::grpc::rst_stream(id, http2::grpc::CANCEL)
+}
 use http2::*;
 pub use http2::{FrameHead, FrameReader, Read};
 pub use websocket::mover::Moving;
@@ -99,6 +113,42 @@ pub enum Event {
     Lost,
 }
 
+/// HTTP/2: the gRPC streams a move may end now ([`Tracker::h2_grpc_streams`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GrpcStreams {
+    /// Not followed on this connection: nothing to move, ever.
+    Off,
+    /// Followed, but nothing may be written now (a frame or header block under way).
+    NotNow,
+    /// These streams, now.
+    Now(Vec<GrpcStream>),
+}
+
+/// One open gRPC stream ([`GrpcStreams::Now`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GrpcStream {
+    pub id: u32,
+    /// Its response's bytes so far end between two whole messages.
+    pub whole: bool,
+    /// Its `:path` is under a resumable prefix.
+    pub resumable: bool,
+}
+
+/// HTTP/2: what a stream is, from its decoded header blocks ([`Tracker::h2_stream_kind`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum H2Kind {
+    /// No final response header block yet.
+    NoResponse,
+    /// A gRPC response (`content-type: application/grpc...`); `resumable`: its `:path` starts
+    /// with a configured resumable prefix.
+    Grpc { resumable: bool },
+    /// A `text/event-stream` response; `movable`: 200 to a `GET`, no `content-encoding` (the
+    /// HTTP/1.1 rule, docs/contributing/stream-edits.md).
+    Sse { movable: bool },
+    /// Any other response.
+    Other,
+}
+
 /// HTTP/1.1 only: what identifies the request whose head completed last.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Hints<'a> {
@@ -134,6 +184,8 @@ struct Ctx {
     requests_done: u8,
     /// The hints of HTTP/1.1 heads begun from now on are not wanted ([`Tracker::want_hints`]).
     hints_off: bool,
+    /// HTTP/2: the directions whose header blocks are decoded ([`Tracker::decode_request_headers`]).
+    decode: u8,
 }
 
 /// The client offsets just after the last [`REQUEST_ENDS`] complete requests (HTTP/1.1), low
@@ -180,8 +232,10 @@ pub enum GoAwayGate {
 
 #[derive(Debug, Clone)]
 enum Wire {
-    /// How many bytes of [`H2_PREFIX`] the client sent so far (all it sent).
-    Undecided(u8),
+    /// How many bytes of [`H2_PREFIX`] the client sent so far (all it sent), and the resumable
+    /// gRPC path prefixes for the HTTP/2 state ([`Tracker::decode_response_headers`]; here, not
+    /// in the tracker, so that they cost no room once the protocol is decided).
+    Undecided(u8, Option<std::sync::Arc<[String]>>),
     Http1(H1),
     Http2(H2),
     /// After a 101 to WebSocket: the frame followers in the HTTP/1.1 state's place (no larger).
@@ -192,7 +246,7 @@ enum Wire {
 
 impl Default for Wire {
     fn default() -> Self {
-        Wire::Undecided(0)
+        Wire::Undecided(0, None)
     }
 }
 
@@ -223,17 +277,18 @@ impl Tracker {
         if self.ctx.lost || self.ctx.tunnel {
             return;
         }
-        if let Wire::Undecided(m) = self.wire {
-            let m = usize::from(m);
+        if let Wire::Undecided(held, resumable) = &mut self.wire {
+            let m = usize::from(*held);
             let want = H2_PREFIX.get(m..).unwrap_or_default();
             let same = bytes.iter().zip(want).take_while(|(a, b)| a == b).count();
             if same == want.len() {
                 // Only the prefix decides, as in Envoy; the rest of the preface is checked by the
                 // HTTP/2 follower.
-                self.wire = Wire::Http2(H2::new());
+                let resumable = resumable.take().unwrap_or_default();
+                self.wire = Wire::Http2(H2::new(self.ctx.decode, resumable));
                 self.run(true, bytes.get(same..).unwrap_or_default(), on);
             } else if same == bytes.len() {
-                self.wire = Wire::Undecided((m + same) as u8);
+                *held = (m + same) as u8;
             } else {
                 // HTTP/1.1: the bytes held back as a possible preface are `H2_PREFIX[..m]`
                 // (they matched it), so they are fed from there, not buffered.
@@ -254,7 +309,7 @@ impl Tracker {
         if self.ctx.lost || self.ctx.tunnel {
             return;
         }
-        if let Wire::Undecided(_) = self.wire {
+        if let Wire::Undecided(..) = self.wire {
             if !bytes.is_empty() {
                 // The connection manager writes nothing before it picked a codec.
                 lose(&mut self.ctx);
@@ -280,7 +335,7 @@ impl Tracker {
                 }
                 Wire::Http1(h) => h.server(rest, ctx),
                 Wire::Http2(h) => h.step(client, rest, ctx),
-                Wire::Undecided(_) | Wire::WebSocket(_) | Wire::Sse(_) => (rest.len(), None),
+                Wire::Undecided(..) | Wire::WebSocket(_) | Wire::Sse(_) => (rest.len(), None),
             };
             rest = rest.get(n..).unwrap_or_default();
             let Some(ev) = ev else {
@@ -419,7 +474,7 @@ impl Tracker {
             return Protocol::Unknown;
         }
         match self.wire {
-            Wire::Undecided(_) => Protocol::Undecided,
+            Wire::Undecided(..) => Protocol::Undecided,
             Wire::Http1(_) | Wire::WebSocket(_) | Wire::Sse(_) => Protocol::Http1,
             Wire::Http2(_) => Protocol::Http2,
         }
@@ -441,7 +496,7 @@ impl Tracker {
             // state: the same whether the 101 came whole or split).
             Wire::Http1(h) => h.req.st.in_head() && !self.ctx.tunnel,
             Wire::Http2(h) => h.c.block != 0,
-            Wire::Undecided(_) | Wire::WebSocket(_) | Wire::Sse(_) => false,
+            Wire::Undecided(..) | Wire::WebSocket(_) | Wire::Sse(_) => false,
         }
     }
 
@@ -462,14 +517,20 @@ impl Tracker {
     /// HTTP/1.1: User-Agent value and request-target of the request whose head completed last (valid inside `on` for Started, and after). At most HINT_LEN bytes each, `truncated` set if either was cut.
     ///
     /// "After" lasts until the first byte of the next request head arrives (the buffers are
-    /// reused; keeping two sets would double them): while a head is partial, and for HTTP/2
-    /// (no HPACK here), the hints are empty. Empty too for a head begun while they were not
-    /// wanted ([`Tracker::want_hints`]).
+    /// reused; keeping two sets would double them): while a head is partial, the hints are
+    /// empty. Empty too for a head begun while they were not wanted ([`Tracker::want_hints`]).
+    ///
+    /// HTTP/2: `user-agent` and `:path` of the client header block decoded last (valid inside
+    /// `on` for a stream's `Started`), when request blocks are decoded
+    /// ([`Tracker::decode_request_headers`]) and their decoding has not stopped; else empty.
     pub fn hints(&self) -> Hints<'_> {
         match &self.wire {
             // Not once a tunnel opened: a 101 to WebSocket replaces the HTTP/1.1 state, and a
             // tunnel reads the same whether its head came whole or split.
             Wire::Http1(h) if h.hints.valid && !self.ctx.tunnel => h.hints.get(),
+            Wire::Http2(H2 {
+                blocks: Some(b), ..
+            }) => b.hints(),
             _ => Hints::default(),
         }
     }
@@ -482,6 +543,126 @@ impl Tracker {
     #[inline]
     pub fn want_hints(&mut self, wanted: bool) {
         self.ctx.hints_off = !wanted;
+    }
+
+    /// HTTP/2: decode the client's header blocks (HPACK), for the `:path` and `user-agent` of
+    /// each stream ([`Tracker::hints`]). Only before the connection's first byte (a decoder must
+    /// see every block from the start: later, this does nothing). Costs a copy of every
+    /// request header block and its decoding, so it is asked for only when something reads
+    /// the result (`health_check_paths` configured).
+    pub fn decode_request_headers(&mut self) {
+        if self.fed == 0 && matches!(self.wire, Wire::Undecided(0, _)) {
+            self.ctx.decode |= http2::blocks::REQUESTS;
+        }
+    }
+
+    /// HTTP/2: decode the server's header blocks too (and the client's), for each stream's
+    /// kind ([`Tracker::h2_stream_kind`]): a gRPC response, an SSE response to a `GET`;
+    /// `resumable`: the `:path` prefixes of the gRPC methods whose streams may be moved. As
+    /// [`Tracker::decode_request_headers`], only before the connection's first byte.
+    pub fn decode_response_headers(&mut self, resumable: std::sync::Arc<[String]>) {
+        if let (0, Wire::Undecided(0, r)) = (self.fed, &mut self.wire) {
+            *r = Some(resumable);
+            self.ctx.decode |= http2::blocks::REQUESTS | http2::blocks::RESPONSES;
+        }
+    }
+
+    /// HTTP/2: the open gRPC streams answered with `application/grpc` (their response headers
+    /// written) whose messages are followed ([`GrpcStreams::Now`]); [`GrpcStreams::NotNow`]
+    /// when no move may be written now: the server's bytes, or the client's (a RST_STREAM goes
+    /// in between them towards Envoy), do not end between two frames outside a header block
+    /// (RFC 9113 §6.10: nothing may come between a block's frames), or the client preface is
+    /// not whole; [`GrpcStreams::Off`] when the response blocks are not decoded (not asked for,
+    /// or stopped) or the tracker lost the thread.
+    pub fn h2_grpc_streams(&self) -> GrpcStreams {
+        let Wire::Http2(h) = &self.wire else {
+            return GrpcStreams::Off;
+        };
+        let Some(b) = h.blocks.as_deref() else {
+            return GrpcStreams::Off;
+        };
+        if self.ctx.lost || !b.decodes(false) {
+            return GrpcStreams::Off;
+        }
+        let between = |d: &Frames| d.reader.between_frames() && d.block == 0;
+        if !between(&h.s) || !between(&h.c) || usize::from(h.preface) < H2_PREFACE.len() {
+            return GrpcStreams::NotNow;
+        }
+        GrpcStreams::Now(
+            b.grpc
+                .iter()
+                .filter(|g| !g.lost)
+                .map(|g| GrpcStream {
+                    id: g.id,
+                    whole: g.messages.at_boundary(),
+                    resumable: g.resumable,
+                })
+                .collect(),
+        )
+    }
+
+    /// HTTP/2: whether a gRPC stream's response began since the last call (its connection's
+    /// moves then want a wake-up, when the drain's moves already began).
+    #[inline]
+    pub fn take_new_grpc(&mut self) -> bool {
+        match &mut self.wire {
+            Wire::Http2(H2 {
+                blocks: Some(b), ..
+            }) => b.take_new_grpc(),
+            _ => false,
+        }
+    }
+
+    /// HTTP/2: the module ended open stream `id` itself (its move): it is no longer in flight
+    /// (`false`: it was not open). Whatever either side still sends on it opens nothing.
+    pub fn h2_end_stream(&mut self, id: u32) -> bool {
+        let Wire::Http2(h) = &mut self.wire else {
+            return false;
+        };
+        if h.close(id, C_CLIENT | C_SERVER).is_none() {
+            return false;
+        }
+        self.ctx.ended = (self.ctx.ended + 1).min(self.ctx.started);
+        true
+    }
+
+    /// HTTP/2: what the decoded header blocks of open stream `id` say it is (`None`: not open,
+    /// or its blocks were not decoded).
+    pub fn h2_stream_kind(&self, id: u32) -> Option<H2Kind> {
+        let Wire::Http2(h) = &self.wire else {
+            return None;
+        };
+        let b = h.blocks.as_deref()?;
+        if !b.decodes(false) || !b.decodes(true) {
+            return None;
+        }
+        let at = h.streams.binary_search_by_key(&id, |s| s.id).ok()?;
+        let k = h.streams.get(at)?.kind;
+        use http2::blocks::*;
+        Some(if k & K_RESPONSE == 0 {
+            H2Kind::NoResponse
+        } else if k & K_GRPC != 0 {
+            H2Kind::Grpc {
+                resumable: k & K_RESUMABLE != 0,
+            }
+        } else if k & K_SSE != 0 {
+            H2Kind::Sse {
+                movable: k & K_GET != 0 && k & K_OK != 0 && k & K_ENCODED == 0,
+            }
+        } else {
+            H2Kind::Other
+        })
+    }
+
+    /// HTTP/2: why the decoding of a direction's header blocks stopped, once (the connection is
+    /// still followed; its streams are counted, none is told a health check).
+    pub fn hpack_failure(&mut self) -> Option<hpack::Error> {
+        match &mut self.wire {
+            Wire::Http2(H2 {
+                blocks: Some(b), ..
+            }) => b.take_failure(),
+            _ => None,
+        }
     }
 
     /// HTTP/1.1: the next server byte starts the response head of a request in flight (no
@@ -586,6 +767,11 @@ impl Tracker {
             {
                 h.resp.num
             }
+            // Not a payload read here: SETTINGS (the table size a decoder may use) or a header
+            // block, when header blocks are decoded; DATA of a followed gRPC stream.
+            Wire::Http2(H2 {
+                blocks: Some(b), s, ..
+            }) if b.reads(false, s.ty, s.block != 0, s.id) => 0,
             Wire::Http2(h) => u64::from(h.s.reader.payload_left().unwrap_or(0)),
             _ => 0,
         }

@@ -63,11 +63,19 @@ pub enum Stat {
     SseResponsesMoved,
     /// An SSE response still open when the drain completed or timed out (cut by the exit).
     SseResponsesCut,
+    /// A connection whose HTTP/2 header blocks the module stopped decoding (HPACK: a decode
+    /// error or a size limit); still followed, its streams counted, none told a health check.
+    HpackDecodingStopped,
+    /// A gRPC stream ended with `grpc-status: 14` at its move time, its upstream reset
+    /// (HTTP/2, connection mode, `grpc_resumable_prefixes`).
+    GrpcStreamsMoved,
+    /// A gRPC stream still open in the last part of `drain_timeout`, ended the same way.
+    GrpcStreamsEndedAtTimeout,
 }
 
 impl Stat {
     /// Every counter, in the order they are defined.
-    pub const ALL: [Stat; 16] = [
+    pub const ALL: [Stat; 19] = [
         Stat::DrainsStarted,
         Stat::DrainsCompleted,
         Stat::DrainsTimedOut,
@@ -84,6 +92,9 @@ impl Stat {
         Stat::WebsocketMessagesDropped,
         Stat::SseResponsesMoved,
         Stat::SseResponsesCut,
+        Stat::HpackDecodingStopped,
+        Stat::GrpcStreamsMoved,
+        Stat::GrpcStreamsEndedAtTimeout,
     ];
 
     /// Its name under the namespace (documented in docs/configuration.md; dashboards and alerts
@@ -108,6 +119,9 @@ impl Stat {
             Stat::WebsocketMessagesDropped => "websocket_messages_dropped",
             Stat::SseResponsesMoved => "sse_responses_moved",
             Stat::SseResponsesCut => "sse_responses_cut",
+            Stat::HpackDecodingStopped => "hpack_decoding_stopped",
+            Stat::GrpcStreamsMoved => "grpc_streams_moved",
+            Stat::GrpcStreamsEndedAtTimeout => "grpc_streams_ended_at_timeout",
         }
     }
 }
@@ -215,6 +229,24 @@ impl Stat {
                 "streams",
                 CONNECTION,
                 "SSE responses still open when the drain completed or timed out: cut by the exit.",
+            ),
+            Stat::HpackDecodingStopped => doc(
+                "connections",
+                CONNECTION,
+                "HTTP/2 connections whose header blocks the module stopped decoding (a decode error \
+                 or size limit): their streams count as requests.",
+            ),
+            Stat::GrpcStreamsMoved => doc(
+                "streams",
+                CONNECTION,
+                "gRPC streams under `grpc_resumable_prefixes` ended with `grpc-status: 14` at their \
+                 move time, upstream reset.",
+            ),
+            Stat::GrpcStreamsEndedAtTimeout => doc(
+                "streams",
+                CONNECTION,
+                "gRPC streams still open in the last part of `drain_timeout`, ended with \
+                 `grpc-status: 14` at a message boundary.",
             ),
         }
     }

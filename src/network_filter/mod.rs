@@ -42,6 +42,7 @@ impl NetConfig {
             idle_after,
             track_requests,
             long_lived,
+            grpc_resumable_prefixes,
         } = config;
         let settings = ConnSettings {
             idle_after,
@@ -62,6 +63,7 @@ impl NetConfig {
         }
         let c = &shared.connections;
         c.long_lived.note_settings(long_lived);
+        c.long_lived.note_grpc_prefixes(&grpc_resumable_prefixes);
         if let Some(d) = shared.settings() {
             if let Some(w) = long_lived.window_within(d.min_drain_duration, d.drain_timeout) {
                 log::info!(
@@ -84,7 +86,8 @@ impl NetConfig {
             "graceful_drain: network filter loaded (idle connections are told at drain start; \
              idle_close_grace={grace:?}, idle_after={idle_after:?}, \
              track_requests={track_requests}, move_long_lived_streams={}, \
-             long_lived_window={:?}, close_timeout={:?}, message_wait={:?})",
+             long_lived_window={:?}, close_timeout={:?}, message_wait={:?}, \
+             grpc_resumable_prefixes={grpc_resumable_prefixes:?})",
             long_lived.enabled,
             long_lived.window,
             long_lived.close_timeout,
@@ -296,6 +299,11 @@ impl NetFilter {
         if t.tracker().tunnel() || t.sse_unnoticed() {
             self.switched::<H>(conn, &mut t, shared);
         }
+        if t.grpc_unnoticed() && shared.connections.long_lived.plan(conn.id).is_some() {
+            // A gRPC response began after the moves began: its connection's move (now, or at
+            // its time) and the last part of the timeout are asked for again.
+            self.wake_at::<H>(shared, 1);
+        }
         drop(t);
         // After the slices are released: the rewrite changes the buffer they described.
         if edit.is_some_and(|e| !host.replace_write_start(e.replaced(), e.pieces())) {
@@ -421,6 +429,8 @@ impl NetFilter {
             (WsWake::Nothing, None)
         } else if t.is_websocket() {
             t.websocket_wake(plan, now)
+        } else if t.is_http2() {
+            t.h2_wake(plan, now, H::now_nanos(), conn, shared)
         } else {
             t.sse_wake(plan, now, shared)
         };
@@ -469,6 +479,19 @@ impl NetFilter {
                     conn.id
                 );
                 host.close(b"graceful_drain_long_lived_moved")
+            }
+            WsWake::H2Moves {
+                to_client,
+                to_envoy,
+            } => {
+                log::debug!(
+                    "graceful_drain: gRPC streams of connection {} ended with grpc-status 14 at a \
+                     message boundary, their upstream streams reset",
+                    conn.id
+                );
+                // Both in this hook, in this order: nothing of Envoy's falls between them.
+                host.inject_write(&to_client);
+                host.inject_read(&to_envoy);
             }
             WsWake::EndAndClose(end) => {
                 log::debug!(

@@ -151,6 +151,7 @@ fn load(track_requests: bool) -> (&'static Shared, NetConfig) {
             idle_after: Duration::ZERO,
             track_requests,
             long_lived: Default::default(),
+            grpc_resumable_prefixes: Vec::new(),
         },
         shared,
     );
@@ -308,6 +309,7 @@ fn a_stepped_back_filter_passes_every_byte_and_asks_nothing_of_its_connection() 
                 idle_after: Duration::ZERO,
                 track_requests: true,
                 long_lived: Default::default(),
+                grpc_resumable_prefixes: Vec::new(),
             },
             shared,
         );

@@ -25,6 +25,18 @@ impl Tracking {
     }
 
     pub(super) fn after_feed(&mut self, conn: &Conn, shared: &Shared, fed: &mut Fed) {
+        if let Some(e) = self.tracker.hpack_failure() {
+            // Once per connection (the tracker gives it once): counted, logged, and the
+            // connection followed on as without decoding.
+            shared
+                .counters
+                .count(crate::host::extension::Stat::HpackDecodingStopped);
+            log::info!(
+                "graceful_drain: connection {}: its HTTP/2 header blocks are no longer decoded \
+                 ({e:?}): its streams count as requests, none as a health check",
+                conn.id
+            );
+        }
         if fed.lost && !self.lost {
             self.lose(
                 conn,
@@ -108,7 +120,11 @@ pub(super) fn on_event(
         Event::Started(id) => {
             fed.started += 1;
             conn.exchange_started();
-            if shared.is_draining() && t.protocol() == Protocol::Http1 && is_health_check(t, shared)
+            // HTTP/2: the stream's `:path` and `user-agent` when its header blocks are decoded
+            // (`Tracking::on_read`: with `health_check_paths` configured), else no hints.
+            if shared.is_draining()
+                && matches!(t.protocol(), Protocol::Http1 | Protocol::Http2)
+                && is_health_check(t, shared)
             {
                 fed.health_checks += 1;
                 shared.counters.health_check();

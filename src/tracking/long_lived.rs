@@ -57,6 +57,14 @@ pub enum WsWake {
     /// Write these bytes towards the client (none: nothing to write), then close, flushing:
     /// an SSE response whose bytes so far end at an event boundary ends now.
     EndAndClose(Vec<u8>),
+    /// HTTP/2 streams moved: write `to_client` towards the client (their `grpc-status: 14`
+    /// trailers), then `to_envoy` towards Envoy (their RST_STREAM(CANCEL)), in this order and
+    /// in this one hook (docs/contributing/long-lived-streams.md, "HTTP/2 streams": nothing of Envoy's can
+    /// fall between them, and Envoy writes nothing more on a stream after its reset, H2-2).
+    H2Moves {
+        to_client: Vec<u8>,
+        to_envoy: Vec<u8>,
+    },
 }
 
 fn client_close() -> Vec<u8> {
@@ -240,6 +248,107 @@ impl Tracking {
                 }
             }
         }
+    }
+}
+
+/// How soon to look again when a gRPC stream's bytes did not end between two messages (or the
+/// connection's between two frames) at its move time.
+const H2_RETRY_NANOS: u64 = 10_000_000;
+
+impl Tracking {
+    /// A gRPC response began since the last call (HTTP/2, its streams followed): once the
+    /// moves began, the glue wakes the connection so that it is moved at its time (a stream
+    /// opened on a connection made after the moves began, or after its wake-up).
+    pub fn grpc_unnoticed(&mut self) -> bool {
+        self.tracker.take_new_grpc()
+    }
+
+    /// Whether the connection is followed as HTTP/2.
+    pub fn is_http2(&self) -> bool {
+        self.tracker.protocol() == Protocol::Http2
+    }
+
+    /// The moves thread woke an HTTP/2 connection. At its move time, every resumable gRPC
+    /// stream whose response so far ends between two whole messages is moved (ended in the
+    /// tracker, its ticket given back, counted); at its time in the last part of
+    /// `drain_timeout` (`final_at`), every gRPC stream still open is, the same way. The others,
+    /// or all while a frame is under way, are looked at again 10 ms later. A connection whose
+    /// gRPC streams are not followed is never woken again. `stamp`: the connections' clock, for
+    /// the connection's idle time.
+    pub fn h2_wake(
+        &mut self,
+        plan: Option<MovePlan>,
+        now: u64,
+        stamp: u64,
+        conn: &crate::connections::Conn,
+        shared: &Shared,
+    ) -> (WsWake, Option<u64>) {
+        use crate::exchange::GrpcStreams;
+        if !self.counts() || self.lost {
+            return (WsWake::Nothing, None);
+        }
+        let Some(p) = plan else {
+            return (WsWake::Nothing, None);
+        };
+        let streams = match self.tracker.h2_grpc_streams() {
+            GrpcStreams::Off => return (WsWake::Nothing, None),
+            GrpcStreams::NotNow => {
+                let next = if now < p.at {
+                    p.at
+                } else {
+                    now.saturating_add(H2_RETRY_NANOS)
+                };
+                return (WsWake::Nothing, Some(next));
+            }
+            GrpcStreams::Now(s) => s,
+        };
+        let last = now >= p.final_at;
+        if now < p.at {
+            return (WsWake::Nothing, Some(p.at));
+        }
+        let (mut to_client, mut to_envoy) = (Vec::new(), Vec::new());
+        let mut waiting = false;
+        for g in streams.into_iter().filter(|g| g.resumable || last) {
+            if !g.whole {
+                waiting = true;
+                continue;
+            }
+            if !self.tracker.h2_end_stream(g.id) {
+                continue;
+            }
+            to_client.extend(crate::exchange::grpc_unavailable(g.id));
+            to_envoy.extend(crate::exchange::rst_stream_cancel(g.id));
+            if let Some(i) = self.tickets.iter().position(|(t, _)| *t == g.id) {
+                if let (_, Some(ticket)) = self.tickets.swap_remove(i) {
+                    shared.request_ended_in(conn.reserved(), ticket);
+                }
+                conn.exchange_ended(stamp);
+            }
+            let ll = &shared.connections.long_lived;
+            if last {
+                ll.grpc_ended_at_timeout.fetch_add(1, Ordering::Relaxed);
+                shared.counters.count(Stat::GrpcStreamsEndedAtTimeout);
+            } else {
+                ll.grpc_moved.fetch_add(1, Ordering::Relaxed);
+                shared.counters.count(Stat::GrpcStreamsMoved);
+            }
+        }
+        let wake = if waiting {
+            Some(now.saturating_add(H2_RETRY_NANOS))
+        } else {
+            // The last part's pass, for the streams held to their end (and those opened since).
+            (!last && p.final_at != u64::MAX).then_some(p.final_at)
+        };
+        if to_client.is_empty() {
+            return (WsWake::Nothing, wake);
+        }
+        (
+            WsWake::H2Moves {
+                to_client,
+                to_envoy,
+            },
+            wake,
+        )
     }
 }
 

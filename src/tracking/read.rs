@@ -127,6 +127,18 @@ impl Tracking {
         // before are not asked for them (a health check's head begun before the drain and
         // completed after it counts as a request: the drain waits for it, never the reverse).
         self.tracker.want_hints(shared.is_draining());
+        // HTTP/2 health checks are told by their `:path` (HPACK-decoded): only when some path is
+        // configured, and from the connection's first byte (later asks do nothing: a decoder
+        // must see every block).
+        if self.tracker.client_fed() == 0 {
+            // Resumable gRPC streams are told by both directions' blocks (moves on, some prefix
+            // configured): decoded from the first byte too.
+            if let Some(prefixes) = shared.connections.long_lived.grpc_prefixes() {
+                self.tracker.decode_response_headers(prefixes);
+            } else if shared.policy().has_health_checks() {
+                self.tracker.decode_request_headers();
+            }
+        }
         let mut chunks = chunks.peekable();
         let fed_before = self.tracker.client_fed();
         // Where the buffer starts in the client's bytes: inside what the last read saw (bytes

@@ -307,6 +307,124 @@ fn a_checker_s_user_agent_alone_never_makes_a_health_check() {
     }
 }
 
+/// An HTTP/2 frame.
+fn h2_frame(ty: u8, flags: u8, id: u32, payload: &[u8]) -> Vec<u8> {
+    let mut f = (payload.len() as u32).to_be_bytes()[1..].to_vec();
+    f.extend_from_slice(&[ty, flags]);
+    f.extend_from_slice(&id.to_be_bytes());
+    f.extend_from_slice(payload);
+    f
+}
+
+/// A request header block: `:method POST` (static 3), `:path` (literal with incremental
+/// indexing, indexed name 4), `user-agent` (indexed name 58, without indexing).
+fn h2_request(path: &str, ua: &str) -> Vec<u8> {
+    let mut b = vec![0x83, 0x44, path.len() as u8];
+    b.extend_from_slice(path.as_bytes());
+    b.extend_from_slice(&[0x0f, 58 - 15, ua.len() as u8]);
+    b.extend_from_slice(ua.as_bytes());
+    b
+}
+
+/// #63 item 5: HTTP/2 health checks are told by the same rule as HTTP/1.1's, from the stream's
+/// HPACK-decoded `:path` (and `user-agent` when `health_check_user_agents` narrows them): the
+/// gRPC check on its configured path is not work, the same stream on another path, or with
+/// another `user-agent`, is. A later block that indexes the first's `:path` (dynamic table
+/// entry 62) is a check too: the table is followed. Without `health_check_paths`, nothing is
+/// decoded and every stream is work.
+#[test]
+fn during_a_drain_http2_health_checks_are_told_by_their_decoded_path() {
+    const CHECK: &str = "/grpc.health.v1.Health/Check";
+    for (paths, agents) in [
+        (vec![CHECK.to_string()], vec![]),
+        (
+            vec![CHECK.to_string()],
+            vec!["grpc-health-probe/".to_string()],
+        ),
+        (vec![], vec![]),
+    ] {
+        let f = fixture(Some(fast()));
+        f.shared.install_policy(crate::config::RequestPolicy {
+            health_check_paths: paths.clone(),
+            health_check_user_agents: agents.clone(),
+            ..Default::default()
+        });
+        let conn = Conn::new(1);
+        let mut t = Tracking::new();
+        let mut pre = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+        pre.extend(h2_frame(4, 0, 0, &[]));
+        read(&mut t, &[&pre], &conn, &f.shared);
+        write(&mut t, &h2_frame(4, 0, 0, &[]), &conn, &f.shared);
+        f.shared.start_drain(HOSTS, Trigger::Admin);
+        let probe = h2_frame(1, 0x4 | 0x1, 1, &h2_request(CHECK, "grpc-health-probe/0.4"));
+        let fed = read(&mut t, &[&probe], &conn, &f.shared);
+        let checks = u32::from(!paths.is_empty());
+        assert_eq!(
+            (fed.started, fed.health_checks),
+            (1, checks),
+            "{paths:?} {agents:?}"
+        );
+        assert_eq!(f.shared.counts().active, 1 - i64::from(checks));
+        // Indexed `:path` from the dynamic table (the first block inserted it), another agent.
+        let mut again = vec![0x83, 0xbe, 0x0f, 58 - 15, 4];
+        again.extend_from_slice(b"curl");
+        let fed = read(&mut t, &[&h2_frame(1, 0x5, 3, &again)], &conn, &f.shared);
+        let narrowed = !agents.is_empty();
+        assert_eq!(
+            fed.health_checks,
+            u32::from(checks == 1 && !narrowed),
+            "{paths:?} {agents:?}"
+        );
+        let other = h2_frame(
+            1,
+            0x5,
+            5,
+            &h2_request("/pkg.Svc/Call", "grpc-health-probe/0.4"),
+        );
+        let fed = read(&mut t, &[&other], &conn, &f.shared);
+        assert_eq!(
+            (fed.started, fed.health_checks),
+            (1, 0),
+            "another path is work"
+        );
+        t.on_close(&conn, &f.shared);
+    }
+}
+
+/// A block that does not decode stops the decoding of the connection: counted once
+/// (`hpack_decoding_stopped`), its streams counted as work, the connection still followed.
+#[test]
+fn an_http2_block_that_does_not_decode_is_counted_once_and_its_streams_are_work() {
+    let f = fixture(Some(fast()));
+    f.shared.install_policy(crate::config::RequestPolicy {
+        health_check_paths: vec!["/healthz".into()],
+        ..Default::default()
+    });
+    let conn = Conn::new(1);
+    let mut t = Tracking::new();
+    let mut pre = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+    pre.extend(h2_frame(4, 0, 0, &[]));
+    read(&mut t, &[&pre], &conn, &f.shared);
+    f.shared.start_drain(HOSTS, Trigger::Admin);
+    let bad = h2_frame(1, 0x5, 1, &[0x82, 0xff, 0x10]);
+    let fed = read(&mut t, &[&bad], &conn, &f.shared);
+    assert_eq!((fed.started, fed.health_checks), (1, 0));
+    let probe = h2_frame(1, 0x5, 3, &h2_request("/healthz", "kube-probe/1.31"));
+    let fed = read(&mut t, &[&probe], &conn, &f.shared);
+    assert_eq!(
+        (fed.started, fed.health_checks),
+        (1, 0),
+        "no longer decoded"
+    );
+    assert!(t.is_followed());
+    let stopped = counted()
+        .into_iter()
+        .filter(|s| *s == Stat::HpackDecodingStopped)
+        .count();
+    assert_eq!(stopped, 1);
+    t.on_close(&conn, &f.shared);
+}
+
 /// What the tracker cannot follow gives its tickets back, marks the connection untracked
 /// (never idle) and makes the count inexact until the connection closes.
 #[test]

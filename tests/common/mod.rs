@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 /// (docs/configuration.md, "Stats"): a scrape has each as `envoy_graceful_drain_<name>`, from
 /// the start, in every mode, on every supported Envoy. Written out here, not read from the
 /// crate: it is what dashboards and alerts were built against.
-pub const STAT_NAMES: [&str; 20] = [
+pub const STAT_NAMES: [&str; 23] = [
     "active_requests",
     "draining",
     "admin_address_ok",
@@ -42,6 +42,9 @@ pub const STAT_NAMES: [&str; 20] = [
     "websocket_messages_dropped",
     "sse_responses_moved",
     "sse_responses_cut",
+    "hpack_decoding_stopped",
+    "grpc_streams_moved",
+    "grpc_streams_ended_at_timeout",
     "envoy_untested",
 ];
 

@@ -5,6 +5,8 @@
 mod http1;
 mod http1_rules;
 mod http2;
+mod http2_grpc;
+mod http2_headers;
 
 use super::*;
 use http1::*;

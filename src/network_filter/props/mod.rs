@@ -22,6 +22,7 @@ use crate::tracking::{CONNECTION_CLOSE, GOING_AWAY_REASON};
 use proptest::prelude::*;
 use std::time::Duration;
 
+mod grpc;
 mod http1;
 mod http2;
 mod sse;
@@ -233,6 +234,7 @@ impl World {
                     window: Duration::ZERO,
                     ..long_lived
                 },
+                grpc_resumable_prefixes: Vec::new(),
             },
             &fx.shared,
         );

@@ -41,6 +41,7 @@ fn switched(head: &[u8]) -> (Tracking, Conn, crate::engine::shared::tests::Fixtu
 fn plan(at: u64) -> Option<MovePlan> {
     Some(MovePlan {
         at,
+        final_at: 1_000_000_000,
         message_wait: 100,
         close_timeout: 1_000,
     })
@@ -275,7 +276,7 @@ fn a_post_completion_or_a_compressed_event_stream_is_not_moved() {
         assert!(!t.sse_unnoticed());
         assert_eq!(t.tracker().in_flight(), 1);
         // Woken at its move time: nothing is written, nothing moves.
-        let plan = MovePlan { at: 0, message_wait: 0, close_timeout: 0 };
+        let plan = MovePlan { at: 0, final_at: u64::MAX, message_wait: 0, close_timeout: 0 };
         assert_eq!(t.sse_wake(Some(plan), 1, &f.shared), (WsWake::Nothing, None));
         let ev = chunk(b"data: [DONE]\n\n");
         assert_eq!(t.sse_write(Some([&ev[..]].into_iter())), (WsWrite::Pass, None));
@@ -470,4 +471,157 @@ fn an_sse_end_in_a_write_of_many_slices_goes_after_its_last_whole_event() {
     want.extend_from_slice(LAST_CHUNK);
     assert_eq!(w, WsWrite::Replace(want));
     assert_eq!(wake, Some(1));
+}
+
+/// An HTTP/2 frame.
+fn h2_frame(ty: u8, flags: u8, id: u32, payload: &[u8]) -> Vec<u8> {
+    let mut f = (payload.len() as u32).to_be_bytes()[1..].to_vec();
+    f.extend_from_slice(&[ty, flags]);
+    f.extend_from_slice(&id.to_be_bytes());
+    f.extend_from_slice(payload);
+    f
+}
+
+/// A header block of literals without indexing (literal names).
+fn h2_block(fields: &[(&str, &str)]) -> Vec<u8> {
+    let mut b = Vec::new();
+    for (n, v) in fields {
+        b.extend_from_slice(&[0, n.len() as u8]);
+        b.extend_from_slice(n.as_bytes());
+        b.push(v.len() as u8);
+        b.extend_from_slice(v.as_bytes());
+    }
+    b
+}
+
+/// The move of a resumable gRPC stream at a wake-up: nothing before the move time; at it, the
+/// stream inside a message waits (asked again 10 ms later), a stream of another method is left
+/// alone; once its bytes end between two messages, the trailers and the RST_STREAM go, the
+/// stream is no longer in flight (its ticket given back) and counted moved.
+#[test]
+fn a_resumable_grpc_stream_moves_at_a_message_boundary_at_its_time() {
+    let f = fixture(Some(fast()));
+    f.shared
+        .connections
+        .long_lived
+        .note_grpc_prefixes(&["/pkg.Watch/".to_string()]);
+    let conn = Conn::new(1);
+    let mut t = Tracking::new();
+    let read = |t: &mut Tracking, b: &[u8]| {
+        t.on_read(b.len(), Some([b].into_iter()), &conn, &f.shared, now);
+    };
+    let mut pre = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+    pre.extend(h2_frame(4, 0, 0, &[]));
+    read(&mut t, &pre);
+    t.on_write(
+        Some([&h2_frame(4, 0, 0, &[])[..]].into_iter()),
+        &conn,
+        &f.shared,
+        now,
+    );
+    for (id, path) in [(1, "/pkg.Watch/Sub"), (3, "/pkg.Other/Sub")] {
+        let req = h2_block(&[(":method", "POST"), (":path", path)]);
+        read(&mut t, &h2_frame(1, 0x4, id, &req));
+        let resp = h2_block(&[(":status", "200"), ("content-type", "application/grpc")]);
+        t.on_write(
+            Some([&h2_frame(1, 0x4, id, &resp)[..]].into_iter()),
+            &conn,
+            &f.shared,
+            now,
+        );
+    }
+    assert_eq!(f.shared.counts().active, 2);
+    // Half a message (a 5-byte prefix announcing 4 bytes, then 2 of them).
+    let half = h2_frame(0, 0, 1, &[0, 0, 0, 0, 4, 1, 2]);
+    t.on_write(Some([&half[..]].into_iter()), &conn, &f.shared, now);
+    assert_eq!(
+        t.h2_wake(plan(500), 100, 7, &conn, &f.shared),
+        (WsWake::Nothing, Some(500))
+    );
+    assert_eq!(
+        t.h2_wake(plan(500), 500, 7, &conn, &f.shared),
+        (WsWake::Nothing, Some(500 + 10_000_000)),
+        "inside a message: looked at again"
+    );
+    let rest = h2_frame(0, 0, 1, &[3, 4]);
+    t.on_write(Some([&rest[..]].into_iter()), &conn, &f.shared, now);
+    let (act, wake) = t.h2_wake(plan(500), 600, 7, &conn, &f.shared);
+    assert_eq!(
+        act,
+        WsWake::H2Moves {
+            to_client: crate::exchange::grpc_unavailable(1),
+            to_envoy: crate::exchange::rst_stream_cancel(1),
+        }
+    );
+    assert_eq!(wake, Some(1_000_000_000), "the last part's pass next");
+    assert_eq!(
+        f.shared.counts().active,
+        1,
+        "its ticket given back"
+    );
+    assert_eq!(
+        f.shared
+            .connections
+            .long_lived
+            .grpc_moved
+            .load(Ordering::Relaxed),
+        1
+    );
+    assert_eq!(
+        t.h2_wake(plan(500), 700, 7, &conn, &f.shared),
+        (WsWake::Nothing, Some(1_000_000_000)),
+        "the other method's stream is held"
+    );
+    // In the last part of drain_timeout, every gRPC stream still open ends the same way.
+    let (act, wake) = t.h2_wake(plan(500), 1_000_000_000, 7, &conn, &f.shared);
+    assert_eq!(
+        act,
+        WsWake::H2Moves {
+            to_client: crate::exchange::grpc_unavailable(3),
+            to_envoy: crate::exchange::rst_stream_cancel(3),
+        }
+    );
+    assert_eq!(wake, None);
+    assert_eq!(f.shared.counts().active, 0);
+    let ll = &f.shared.connections.long_lived;
+    assert_eq!(
+        (
+            ll.grpc_moved.load(Ordering::Relaxed),
+            ll.grpc_ended_at_timeout.load(Ordering::Relaxed)
+        ),
+        (1, 1)
+    );
+    t.on_close(&conn, &f.shared);
+    assert_eq!(f.shared.counts().active, 0);
+}
+
+/// The last part of `drain_timeout`: a tenth, within [1 s, 5 s], never before the moves begin.
+#[test]
+fn the_last_part_of_the_timeout_is_a_tenth_within_one_and_five_seconds() {
+    use crate::connections::long_lived::final_span;
+    use std::time::Duration;
+    let s = Duration::from_secs;
+    assert_eq!(final_span(s(5), s(25)), Duration::from_millis(2500));
+    assert_eq!(final_span(s(1), s(8)), s(1));
+    assert_eq!(final_span(s(5), s(300)), s(5));
+    assert_eq!(final_span(s(5), s(5)), s(0));
+}
+
+/// `move_long_lived_streams: false` turns the gRPC moves off too: no prefixes are handed to new
+/// connections, so nothing is decoded or moved; an empty list is the same.
+#[test]
+fn the_grpc_prefixes_reach_connections_only_while_moves_are_on() {
+    let f = fixture(Some(fast()));
+    let ll = &f.shared.connections.long_lived;
+    assert_eq!(ll.grpc_prefixes(), None, "none configured");
+    ll.note_grpc_prefixes(&["/pkg.Watch/".to_string()]);
+    assert_eq!(
+        ll.grpc_prefixes().as_deref(),
+        Some(&["/pkg.Watch/".to_string()][..])
+    );
+    ll.note_settings(crate::config::LongLivedSettings {
+        enabled: false,
+        ..Default::default()
+    });
+    assert_eq!(ll.grpc_prefixes(), None, "moves off");
 }
