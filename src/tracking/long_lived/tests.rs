@@ -554,11 +554,7 @@ fn a_resumable_grpc_stream_moves_at_a_message_boundary_at_its_time() {
         }
     );
     assert_eq!(wake, Some(1_000_000_000), "the last part's pass next");
-    assert_eq!(
-        f.shared.counts().active,
-        1,
-        "its ticket given back"
-    );
+    assert_eq!(f.shared.counts().active, 1, "its ticket given back");
     assert_eq!(
         f.shared
             .connections
