@@ -43,6 +43,8 @@ pub struct LongLived {
     pub grpc_moved: AtomicU64,
     /// gRPC streams still open in the last part of `drain_timeout`, ended the same way.
     pub grpc_ended_at_timeout: AtomicU64,
+    /// HTTP/2 SSE responses ended at an event boundary at their move time (connection mode).
+    pub h2_sse_moved: AtomicU64,
     /// Where that last part begins (`Shared` clock nanos; 0 before the drain) and how long it is.
     final_from: AtomicU64,
     final_span_ns: AtomicU64,
@@ -72,6 +74,7 @@ impl Default for LongLived {
             sse_cut: AtomicU64::new(0),
             grpc_moved: AtomicU64::new(0),
             grpc_ended_at_timeout: AtomicU64::new(0),
+            h2_sse_moved: AtomicU64::new(0),
             final_from: AtomicU64::new(0),
             final_span_ns: AtomicU64::new(0),
             grpc_prefixes: std::sync::RwLock::new(Vec::new().into()),
@@ -89,6 +92,9 @@ pub struct LongLivedReport {
     pub websocket_messages_dropped: u64,
     /// HTTP/2 gRPC streams of resumable methods ended with `grpc-status: 14`.
     pub grpc: Moved,
+    /// HTTP/2 SSE responses ended with END_STREAM at an event boundary at their move time
+    /// (their connection not closed; `sse` counts HTTP/1.1 ones, whose connection closes).
+    pub h2_sse_moved: u64,
 }
 
 #[derive(Default, Debug, Serialize, PartialEq, Eq, Clone, Copy)]
@@ -165,14 +171,15 @@ impl LongLived {
         }
     }
 
-    /// The resumable gRPC prefixes, when gRPC streams may be moved (moves on, some prefix
-    /// configured): a new connection decodes its HTTP/2 header blocks in both directions then.
+    /// The resumable gRPC prefixes (maybe none), when long-lived streams may be moved (moves
+    /// on): a new connection decodes its HTTP/2 header blocks in both directions then, for its
+    /// gRPC streams of those methods and its SSE responses to a `GET` (any, prefixes or not).
     pub fn grpc_prefixes(&self) -> Option<std::sync::Arc<[String]>> {
         if !self.enabled.load(Ordering::Relaxed) {
             return None;
         }
         let p = self.grpc_prefixes.read().ok()?;
-        (!p.is_empty()).then(|| p.clone())
+        Some(p.clone())
     }
 
     /// The drain started (its moves are planned, or off).
@@ -238,6 +245,7 @@ impl LongLived {
                 moved: g(&self.grpc_moved),
                 ended_at_timeout: g(&self.grpc_ended_at_timeout),
             },
+            h2_sse_moved: g(&self.h2_sse_moved),
         }
     }
 

@@ -301,9 +301,14 @@ impl H2 {
                     if let Ok(at) = self.streams.binary_search_by_key(&sid, |s| s.id) {
                         if let Some(s) = self.streams.get_mut(at) {
                             s.kind |= kind;
-                            use blocks::{K_GRPC, K_RESUMABLE};
+                            use blocks::{K_ENCODED, K_GET, K_GRPC, K_OK, K_RESUMABLE, K_SSE};
                             if s.kind & K_GRPC != 0 {
                                 b.follow_grpc(sid, s.kind & K_RESUMABLE != 0);
+                            } else if s.kind & (K_SSE | K_GET | K_OK | K_ENCODED)
+                                == K_SSE | K_GET | K_OK
+                            {
+                                // The HTTP/1.1 rule (docs/contributing/stream-edits.md).
+                                b.follow_sse(sid);
                             }
                         }
                     }

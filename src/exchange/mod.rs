@@ -61,6 +61,12 @@ pub fn grpc_unavailable(id: u32) -> Vec<u8> {
     http2::grpc::unavailable(id, true)
 }
 
+/// The empty DATA frame with END_STREAM that ends SSE stream `id` towards its client at an
+/// event boundary at its move (`http2::grpc::end_of_data`).
+pub fn sse_end_of_stream(id: u32) -> Vec<u8> {
+    http2::grpc::end_of_data(id)
+}
+
 /// RST_STREAM(CANCEL) for stream `id`, towards Envoy: it resets the upstream's stream.
 pub fn rst_stream_cancel(id: u32) -> Vec<u8> {
     http2::grpc::rst_stream(id, http2::grpc::CANCEL)
@@ -132,6 +138,9 @@ pub struct GrpcStream {
     pub whole: bool,
     /// Its `:path` is under a resumable prefix.
     pub resumable: bool,
+    /// Not gRPC: an SSE response (200 to a `GET`, no `content-encoding`), `whole` when its
+    /// bytes so far end at an event boundary; `resumable` is set (every one is moved).
+    pub sse: bool,
 }
 
 /// HTTP/2: what a stream is, from its decoded header blocks ([`Tracker::h2_stream_kind`]).
@@ -568,7 +577,8 @@ impl Tracker {
     }
 
     /// HTTP/2: the open gRPC streams answered with `application/grpc` (their response headers
-    /// written) whose messages are followed ([`GrpcStreams::Now`]); [`GrpcStreams::NotNow`]
+    /// written) whose messages are followed, and the movable SSE streams whose events are
+    /// ([`GrpcStreams::Now`]); [`GrpcStreams::NotNow`]
     /// when no move may be written now: the server's bytes, or the client's (a RST_STREAM goes
     /// in between them towards Envoy), do not end between two frames outside a header block
     /// (RFC 9113 §6.10: nothing may come between a block's frames), or the client preface is
@@ -596,12 +606,19 @@ impl Tracker {
                     id: g.id,
                     whole: g.messages.at_boundary(),
                     resumable: g.resumable,
+                    sse: false,
                 })
+                .chain(b.sse.iter().filter(|e| !e.lost).map(|e| GrpcStream {
+                    id: e.id,
+                    whole: e.events.at_boundary(),
+                    resumable: true,
+                    sse: true,
+                }))
                 .collect(),
         )
     }
 
-    /// HTTP/2: whether a gRPC stream's response began since the last call (its connection's
+    /// HTTP/2: whether a gRPC (or movable SSE) stream's response began since the last call (its connection's
     /// moves then want a wake-up, when the drain's moves already began).
     #[inline]
     pub fn take_new_grpc(&mut self) -> bool {

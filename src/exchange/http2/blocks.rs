@@ -90,8 +90,20 @@ pub(in crate::exchange) struct Blocks {
     /// (their DATA payloads are read for it), whether that could not be followed (a padded DATA
     /// frame: the stream is then never moved), and whether the stream is resumable.
     pub(in crate::exchange) grpc: Vec<GrpcFollowed>,
-    /// A gRPC stream began to be followed since the last [`Blocks::take_new_grpc`].
+    /// Open streams answered with a movable SSE response (200 to a `GET`, `text/event-stream`,
+    /// no `content-encoding`): where their events end in their DATA payloads, and whether that
+    /// could not be followed (a padded DATA frame: never moved).
+    pub(in crate::exchange) sse: Vec<SseFollowed>,
+    /// A gRPC or SSE stream began to be followed since the last [`Blocks::take_new_grpc`].
     new_grpc: bool,
+}
+
+/// One SSE stream's response followed ([`Blocks::sse`]).
+#[derive(Debug, Clone, Copy)]
+pub(in crate::exchange) struct SseFollowed {
+    pub(in crate::exchange) id: u32,
+    pub(in crate::exchange) events: crate::exchange::sse::Events,
+    pub(in crate::exchange) lost: bool,
 }
 
 /// One gRPC stream's response followed ([`Blocks::grpc`]).
@@ -137,7 +149,23 @@ impl Blocks {
         };
         (in_block && own.dec.is_some())
             || (ty == SETTINGS && other.dec.is_some())
-            || (!client && ty == DATA && self.grpc.iter().any(|g| g.id == id && !g.lost))
+            || (!client
+                && ty == DATA
+                && (self.grpc.iter().any(|g| g.id == id && !g.lost)
+                    || self.sse.iter().any(|e| e.id == id && !e.lost)))
+    }
+
+    /// Stream `id` is a movable SSE stream whose response headers were just written: its events
+    /// are followed from here (the response's first DATA byte).
+    pub(in crate::exchange) fn follow_sse(&mut self, id: u32) {
+        if !self.sse.iter().any(|e| e.id == id) {
+            self.new_grpc = true;
+            self.sse.push(SseFollowed {
+                id,
+                events: crate::exchange::sse::Events::new(),
+                lost: false,
+            });
+        }
     }
 
     /// Stream `id` is a gRPC stream whose response headers were just written: its messages are
@@ -154,7 +182,7 @@ impl Blocks {
         }
     }
 
-    /// Whether a gRPC stream began to be followed since the last call.
+    /// Whether a gRPC or SSE stream began to be followed since the last call.
     pub(in crate::exchange) fn take_new_grpc(&mut self) -> bool {
         std::mem::take(&mut self.new_grpc)
     }
@@ -162,6 +190,7 @@ impl Blocks {
     /// Stream `id` ended.
     pub(in crate::exchange) fn forget(&mut self, id: u32) {
         self.grpc.retain(|g| g.id != id);
+        self.sse.retain(|e| e.id != id);
     }
 
     /// A frame header was read (and accepted by the follower).
@@ -188,6 +217,12 @@ impl Blocks {
                     g.lost = true;
                 }
                 g.messages.feed(bytes);
+            } else if let Some(e) = self.sse.iter_mut().find(|e| e.id == id) {
+                // As gRPC's: the pad length and padding are not body bytes.
+                if flags & PADDED != 0 {
+                    e.lost = true;
+                }
+                let _ = e.events.feed(bytes);
             }
             return;
         }
@@ -304,6 +339,7 @@ impl Blocks {
         } else {
             // No response's kind or messages are known from here: nothing is moved.
             self.grpc.clear();
+            self.sse.clear();
         }
         self.failed.get_or_insert(e);
     }

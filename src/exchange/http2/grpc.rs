@@ -12,7 +12,8 @@
 //! `crate::exchange::tests::http2_grpc` decodes every byte a client receives with a real
 //! decoder).
 
-/// RST_STREAM, WINDOW_UPDATE and HEADERS frame types, flags (RFC 9113 §6).
+/// DATA, RST_STREAM, WINDOW_UPDATE and HEADERS frame types, flags (RFC 9113 §6).
+const DATA: u8 = 0x0;
 const HEADERS: u8 = 0x1;
 const RST_STREAM: u8 = 0x3;
 const WINDOW_UPDATE: u8 = 0x8;
@@ -133,6 +134,14 @@ pub fn unavailable(stream: u32, headers_sent: bool) -> Vec<u8> {
         stream,
     );
     out.extend_from_slice(&block);
+    out
+}
+
+/// An empty DATA frame with END_STREAM on `stream` (RFC 9113 §6.1): ends an SSE response
+/// towards its client at an event boundary (an empty DATA frame costs no flow-control credit).
+pub fn end_of_data(stream: u32) -> Vec<u8> {
+    let mut out = Vec::with_capacity(9);
+    frame_head(&mut out, 0, DATA, END_STREAM, stream);
     out
 }
 

@@ -295,6 +295,7 @@ fn the_tracker_follows_a_resumable_grpc_response_s_messages() {
         id,
         whole,
         resumable,
+        sse: false,
     };
     assert_eq!(
         t.h2_grpc_streams(),

@@ -23,6 +23,7 @@ use proptest::prelude::*;
 use std::time::Duration;
 
 mod grpc;
+mod h2sse;
 mod http1;
 mod http2;
 mod sse;
