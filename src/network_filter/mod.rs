@@ -485,8 +485,9 @@ impl NetFilter {
                 to_envoy,
             } => {
                 log::debug!(
-                    "graceful_drain: gRPC streams of connection {} ended with grpc-status 14 at a \
-                     message boundary, their upstream streams reset",
+                    "graceful_drain: HTTP/2 streams of connection {} ended (gRPC: grpc-status 14 at \
+                     a message boundary; SSE: END_STREAM at an event boundary), their upstream \
+                     streams reset",
                     conn.id
                 );
                 // Both in this hook, in this order: nothing of Envoy's falls between them.
