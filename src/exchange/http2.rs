@@ -304,8 +304,9 @@ impl H2 {
                             use blocks::{K_ENCODED, K_GET, K_GRPC, K_OK, K_RESUMABLE, K_SSE};
                             if s.kind & K_GRPC != 0 {
                                 b.follow_grpc(sid, s.kind & K_RESUMABLE != 0);
-                            } else if s.kind & (K_SSE | K_GET | K_OK | K_ENCODED)
-                                == K_SSE | K_GET | K_OK
+                            } else if b.follows_sse
+                                && s.kind & (K_SSE | K_GET | K_OK | K_ENCODED)
+                                    == K_SSE | K_GET | K_OK
                             {
                                 // The HTTP/1.1 rule (docs/contributing/stream-edits.md).
                                 b.follow_sse(sid);

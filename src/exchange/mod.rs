@@ -561,18 +561,22 @@ impl Tracker {
     /// the result (`health_check_paths` configured).
     pub fn decode_request_headers(&mut self) {
         if self.fed == 0 && matches!(self.wire, Wire::Undecided(0, _)) {
-            self.ctx.decode |= http2::blocks::REQUESTS;
+            self.ctx.decode |= http2::blocks::REQUESTS | http2::blocks::HINTS;
         }
     }
 
     /// HTTP/2: decode the server's header blocks too (and the client's), for each stream's
     /// kind ([`Tracker::h2_stream_kind`]): a gRPC response, an SSE response to a `GET`;
     /// `resumable`: the `:path` prefixes of the gRPC methods whose streams may be moved. As
-    /// [`Tracker::decode_request_headers`], only before the connection's first byte.
-    pub fn decode_response_headers(&mut self, resumable: std::sync::Arc<[String]>) {
+    /// [`Tracker::decode_request_headers`], only before the connection's first byte. `sse`:
+    /// SSE responses to a `GET` are followed too ([`Tracker::h2_grpc_streams`] gives them).
+    pub fn decode_response_headers(&mut self, resumable: std::sync::Arc<[String]>, sse: bool) {
         if let (0, Wire::Undecided(0, r)) = (self.fed, &mut self.wire) {
             *r = Some(resumable);
             self.ctx.decode |= http2::blocks::REQUESTS | http2::blocks::RESPONSES;
+            if sse {
+                self.ctx.decode |= http2::blocks::SSE;
+            }
         }
     }
 
