@@ -147,9 +147,9 @@ pub struct LongLivedSettings {
     /// `message_wait`: how long to wait for a message end before a frame end will do.
     pub message_wait: Duration,
     /// `move_http2_sse`: HTTP/2 SSE responses to a `GET` are moved too (with `enabled`). It
-    /// costs decoding every HTTP/2 header block in both directions (about 1.5 % of Envoy's
-    /// instructions per HTTP/2 request, docs/contributing/stream-edits.md), so it can be turned
-    /// off alone: HTTP/1.1 moves cost nothing of the kind.
+    /// costs decoding every HTTP/2 header block in both directions (1.5-2 % of Envoy's
+    /// instructions per HTTP/2 request, docs/contributing/long-lived-streams.md), so it can be
+    /// turned off alone: HTTP/1.1 moves cost nothing of the kind.
     pub http2_sse: bool,
 }
 

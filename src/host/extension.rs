@@ -257,8 +257,7 @@ impl Stat {
             Stat::H2SseResponsesMoved => doc(
                 "streams",
                 CONNECTION,
-                "HTTP/2 SSE responses to a `GET` ended at an event boundary at their move time \
-                 (END_STREAM), upstream reset; the connection stays open.",
+                "HTTP/2 SSE responses ended at an event boundary, their connection kept.",
             ),
         }
     }

@@ -197,7 +197,7 @@ pub const STATUS_FIELDS: &[FieldDoc] = &[
     field("long_lived_streams.grpc", "object", "HTTP/2 gRPC streams (with `grpc_resumable_prefixes` set)."),
     field("long_lived_streams.grpc.moved", "integer", "Under `grpc_resumable_prefixes`: ended with `grpc-status: 14` at their move time, upstream reset."),
     field("long_lived_streams.grpc.ended_at_timeout", "integer", "Still open in the last part of `drain_timeout`: ended the same way."),
-    field("long_lived_streams.h2_sse_moved", "integer", "HTTP/2 SSE responses to a `GET` ended at an event boundary at their move time, upstream reset; connection kept."),
+    field("long_lived_streams.h2_sse_moved", "integer", "HTTP/2 SSE responses ended at an event boundary."),
     field("outcome", "object or null", "How the drain ended; `null` until it has."),
     field("outcome.timed_out", "boolean", "`drain_timeout` ended it (requests in flight, or new ones never stopped for `quiet_period`)."),
     field("outcome.requests_cut", "integer", "Requests still in flight at the end (cut by the exit)."),
