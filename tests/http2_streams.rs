@@ -1252,7 +1252,8 @@ async fn tonic_on_both_ends_the_upstream_stops_producing_for_a_moved_stream() {
 /// stream; `/test.sse/post`, `/test.sse/gzip` (labelled `content-encoding: gzip`, bytes as is)
 /// and `/test.plain` (`text/plain`) 60 events then the end. An event every 50 ms, each written
 /// in two DATA frames 20 ms apart (its halves), so that a frame often ends inside an event.
-/// Killed (its task aborted) when dropped.
+/// `/test.Silent/...` writes nothing until the stream is reset. Killed (its task aborted) when
+/// dropped.
 struct SseUpstream {
     port: u16,
     task: tokio::task::JoinHandle<()>,
@@ -1287,6 +1288,11 @@ async fn sse_upstream() -> SseUpstream {
                 while let Some(Ok((req, mut respond))) = conn.accept().await {
                     streams.spawn(async move {
                         let path = req.uri().path().to_string();
+                        if path.starts_with("/test.Silent/") {
+                            // No response at all until the stream is reset.
+                            let _ = std::future::poll_fn(|cx| respond.poll_reset(cx)).await;
+                            return;
+                        }
                         let (ct, encoded, count) = match path.as_str() {
                             "/test.sse/get" => ("text/event-stream", false, usize::MAX),
                             "/test.sse/gzip" => ("text/event-stream", true, 60),
@@ -1466,6 +1472,91 @@ async fn http2_sse_get_streams_end_at_an_event_boundary_and_the_others_complete(
     assert!(status.success(), "{status}");
     assert!(
         envoy.log().contains("http/2 sse streams moved: 2"),
+        "{}",
+        envoy.log()
+    );
+}
+
+/// Issue 65 item 4: a gRPC call of a method under `grpc_resumable_prefixes` whose upstream has
+/// written no response headers by the move time gets a Trailers-Only response (one HEADERS
+/// frame with END_STREAM: `:status 200`, `content-type: application/grpc`, `grpc-status: 14`)
+/// that the client's own HPACK decoder (httlib-hpack) reads, instead of waiting for
+/// `drain_timeout`; nothing follows on the stream and Envoy exits long before the timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_resumable_call_without_response_headers_gets_a_trailers_only_unavailable() {
+    let upstream = sse_upstream().await;
+    let o = Options {
+        network_extra: Some(
+            r#""long_lived_window": "1s", "grpc_resumable_prefixes": ["/test.Silent/"]"#,
+        ),
+        ..connection_mode(
+            Settings {
+                min_drain: "500ms",
+                quiet: "200ms",
+                timeout: "20s",
+            },
+            None,
+        )
+    };
+    let mut envoy = start_envoy(o, upstream.port).await;
+    let mut c = RawH2::connect(envoy.data).await;
+    raw_grpc_call(&mut c, 1, "/test.Silent/Watch", b"").await;
+    // The request reached Envoy's upstream (its stream open) before the drain.
+    eventually("the call is in flight", Duration::from_secs(5), || async {
+        (envoy.drain_status().await["active_requests"].as_u64() == Some(1)).then_some(())
+    })
+    .await;
+    let started = Instant::now();
+    envoy.sigterm();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let mut dec = httlib_hpack::Decoder::default();
+    let (flags, fields) = loop {
+        let (ty, flags, id, payload) = c
+            .next(deadline)
+            .await
+            .expect("a response on the silent call before the deadline");
+        assert_ne!(ty, 3, "stream {id} reset towards the client");
+        if ty == 1 && id == 1 {
+            let mut buf = payload.clone();
+            let mut fields = Vec::new();
+            dec.decode(&mut buf, &mut fields)
+                .unwrap_or_else(|e| panic!("the block does not decode: {e:?}"));
+            let fields: Vec<(String, String)> = fields
+                .into_iter()
+                .map(|(n, v, _)| {
+                    (
+                        String::from_utf8_lossy(&n).into_owned(),
+                        String::from_utf8_lossy(&v).into_owned(),
+                    )
+                })
+                .collect();
+            break (flags, fields);
+        }
+        assert_ne!(
+            id, 1,
+            "a frame of type {ty} on the call before its response"
+        );
+    };
+    assert_eq!(flags & 1, 1, "END_STREAM: {fields:?}");
+    for f in [
+        (":status", "200"),
+        ("content-type", "application/grpc"),
+        ("grpc-status", "14"),
+    ] {
+        assert!(
+            fields.contains(&(f.0.into(), f.1.into())),
+            "{f:?} in {fields:?}"
+        );
+    }
+    let (status, at) = envoy.wait_exit(Duration::from_secs(15)).await;
+    assert!(status.success(), "{status}");
+    assert!(
+        at.duration_since(started) < Duration::from_secs(10),
+        "Envoy exited {:?} after SIGTERM, not at the move",
+        at.duration_since(started)
+    );
+    assert!(
+        envoy.log().contains("grpc streams moved: 1"),
         "{}",
         envoy.log()
     );

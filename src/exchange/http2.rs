@@ -3,9 +3,8 @@
 use super::*;
 
 pub(super) mod blocks;
-// The frames and message boundaries of a gRPC stream's move (issue 65): built and tested, not
-// wired into the network filter yet (docs/contributing/long-lived-streams.md, "HTTP/2 streams").
-#[allow(dead_code)]
+// The frames and message boundaries of a gRPC stream's move (issue 65), and the end of an SSE
+// stream's (docs/contributing/long-lived-streams.md, "HTTP/2 streams").
 pub(super) mod grpc;
 use blocks::Blocks;
 
@@ -326,6 +325,10 @@ impl H2 {
                         return lose(ctx);
                     }
                     let closed = if end { C_CLIENT } else { 0 };
+                    if let Some(b) = &mut self.blocks {
+                        // Moved with a Trailers-Only response if none began by its move time.
+                        b.new_grpc |= kind & blocks::K_RESUMABLE != 0;
+                    }
                     self.streams.push(Stream {
                         id: sid,
                         closed,

@@ -67,6 +67,12 @@ pub fn sse_end_of_stream(id: u32) -> Vec<u8> {
     http2::grpc::end_of_data(id)
 }
 
+/// The Trailers-Only response (`:status 200`, `application/grpc`, `grpc-status: 14`) that ends
+/// gRPC stream `id` at its move when no response headers were written on it.
+pub fn grpc_trailers_only(id: u32) -> Vec<u8> {
+    http2::grpc::unavailable(id, false)
+}
+
 /// RST_STREAM(CANCEL) for stream `id`, towards Envoy: it resets the upstream's stream.
 pub fn rst_stream_cancel(id: u32) -> Vec<u8> {
     http2::grpc::rst_stream(id, http2::grpc::CANCEL)
@@ -141,6 +147,9 @@ pub struct GrpcStream {
     /// Not gRPC: an SSE response (200 to a `GET`, no `content-encoding`), `whole` when its
     /// bytes so far end at an event boundary; `resumable` is set (every one is moved).
     pub sse: bool,
+    /// A request under a resumable prefix with no response block yet (`whole`, `resumable`
+    /// set): ended with a Trailers-Only response ([`grpc_trailers_only`]).
+    pub no_response: bool,
 }
 
 /// HTTP/2: what a stream is, from its decoded header blocks ([`Tracker::h2_stream_kind`]).
@@ -611,13 +620,31 @@ impl Tracker {
                     whole: g.messages.at_boundary(),
                     resumable: g.resumable,
                     sse: false,
+                    no_response: false,
                 })
                 .chain(b.sse.iter().filter(|e| !e.lost).map(|e| GrpcStream {
                     id: e.id,
                     whole: e.events.at_boundary(),
                     resumable: true,
                     sse: true,
+                    no_response: false,
                 }))
+                .chain(
+                    h.streams
+                        .iter()
+                        .filter(|s| {
+                            use http2::blocks::{K_RESPONSE, K_RESUMABLE};
+                            s.kind & (K_RESUMABLE | K_RESPONSE) == K_RESUMABLE
+                                && s.closed & C_SERVER == 0
+                        })
+                        .map(|s| GrpcStream {
+                            id: s.id,
+                            whole: true,
+                            resumable: true,
+                            sse: false,
+                            no_response: true,
+                        }),
+                )
                 .collect(),
         )
     }

@@ -318,6 +318,8 @@ impl Tracking {
             }
             to_client.extend(if g.sse {
                 crate::exchange::sse_end_of_stream(g.id)
+            } else if g.no_response {
+                crate::exchange::grpc_trailers_only(g.id)
             } else {
                 crate::exchange::grpc_unavailable(g.id)
             });

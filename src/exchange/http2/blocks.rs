@@ -101,8 +101,9 @@ pub(in crate::exchange) struct Blocks {
     /// no `content-encoding`): where their events end in their DATA payloads, and whether that
     /// could not be followed (a padded DATA frame: never moved).
     pub(in crate::exchange) sse: Vec<SseFollowed>,
-    /// A gRPC or SSE stream began to be followed since the last [`Blocks::take_new_grpc`].
-    new_grpc: bool,
+    /// A gRPC or SSE stream began to be followed, or a resumable gRPC request began, since the
+    /// last [`Blocks::take_new_grpc`].
+    pub(in crate::exchange) new_grpc: bool,
     /// [`HINTS`] was asked for.
     hints: bool,
     /// [`SSE`] was asked for.

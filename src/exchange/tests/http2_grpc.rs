@@ -296,6 +296,7 @@ fn the_tracker_follows_a_resumable_grpc_response_s_messages() {
         whole,
         resumable,
         sse: false,
+        no_response: false,
     };
     assert_eq!(
         t.h2_grpc_streams(),
@@ -396,6 +397,7 @@ fn the_tracker_follows_an_sse_get_s_events_only_when_asked() {
             whole,
             resumable: true,
             sse: true,
+            no_response: false,
         };
         let want = |whole| GrpcStreams::Now(if sse { vec![s(whole)] } else { vec![] });
         assert_eq!(
@@ -419,4 +421,44 @@ fn the_tracker_follows_an_sse_get_s_events_only_when_asked() {
         assert!(t.h2_end_stream(1));
         assert_eq!(t.h2_grpc_streams(), GrpcStreams::Now(vec![]));
     }
+}
+
+/// Item 4 of issue 65: a request under a resumable prefix with no response block yet is given
+/// as movable with `no_response` (a Trailers-Only response ends it), and told as new once; once
+/// its response headers are written it is a followed gRPC stream like any other.
+#[test]
+fn a_resumable_request_without_a_response_is_movable_with_trailers_only() {
+    let mut t = Tracker::new();
+    t.decode_response_headers(vec!["/pkg.Watch/".to_string()].into(), false);
+    let mut out = Vec::new();
+    let mut pre = H2_PREFACE.to_vec();
+    pre.extend(frame(SETTINGS, 0, 0, &[]));
+    feed(&mut t, C, &pre, &mut out);
+    feed(&mut t, S, &frame(SETTINGS, 0, 0, &[]), &mut out);
+    for (id, path) in [(1, "/pkg.Watch/Sub"), (3, "/pkg.Other/Sub")] {
+        let mut req = vec![0x83, 0x86, 0x00, 5];
+        req.extend_from_slice(b":path");
+        req.push(path.len() as u8);
+        req.extend_from_slice(path.as_bytes());
+        feed(&mut t, C, &frame(HEADERS, EH, id, &req), &mut out);
+    }
+    let g = |no_response| GrpcStream {
+        id: 1,
+        whole: true,
+        resumable: true,
+        sse: false,
+        no_response,
+    };
+    assert_eq!(t.h2_grpc_streams(), GrpcStreams::Now(vec![g(true)]));
+    assert!(t.take_new_grpc(), "a resumable request is told once");
+    assert!(!t.take_new_grpc());
+    let trailers_only = crate::exchange::grpc_trailers_only(1);
+    assert_eq!(&trailers_only[3..5], &[HEADERS, ES | EH]);
+    let resp = [
+        0x88, 0x00, 12, b'c', b'o', b'n', b't', b'e', b'n', b't', b'-', b't', b'y', b'p', b'e', 16,
+    ];
+    let mut resp = resp.to_vec();
+    resp.extend_from_slice(b"application/grpc");
+    feed(&mut t, S, &frame(HEADERS, EH, 1, &resp), &mut out);
+    assert_eq!(t.h2_grpc_streams(), GrpcStreams::Now(vec![g(false)]));
 }
