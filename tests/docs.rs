@@ -934,6 +934,7 @@ fn module_default(field: &str) -> String {
         "idle_after" => format_duration(n.idle_after),
         "track_requests" => n.track_requests.to_string(),
         "move_long_lived_streams" => n.long_lived.enabled.to_string(),
+        "move_http2_sse" => n.long_lived.http2_sse.to_string(),
         "long_lived_window" => format_duration(n.long_lived.window),
         "close_timeout" => format_duration(n.long_lived.close_timeout),
         "message_wait" => format_duration(n.long_lived.message_wait),

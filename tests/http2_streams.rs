@@ -1247,3 +1247,317 @@ async fn tonic_on_both_ends_the_upstream_stops_producing_for_a_moved_stream() {
     assert!(status.success(), "{status}");
     server.abort();
 }
+
+/// An HTTP/2 (h2c) upstream of SSE responses, by path: `/test.sse/get` an endless event
+/// stream; `/test.sse/post`, `/test.sse/gzip` (labelled `content-encoding: gzip`, bytes as is)
+/// and `/test.plain` (`text/plain`) 60 events then the end. An event every 50 ms, each written
+/// in two DATA frames 20 ms apart (its halves), so that a frame often ends inside an event.
+/// `/test.Silent/...` writes nothing until the stream is reset. Killed (its task aborted) when
+/// dropped.
+struct SseUpstream {
+    port: u16,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for SseUpstream {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Event `i` of the SSE upstream: its number and some padding of varying length.
+fn sse_event(i: usize) -> String {
+    format!("data: {i} {}\n\n", "x".repeat(i % 13))
+}
+
+async fn sse_upstream() -> SseUpstream {
+    let reserved = free_ports(1);
+    let port = reserved[0];
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
+        .await
+        .expect("bind the SSE upstream");
+    drop(reserved);
+    let task = tokio::spawn(async move {
+        let mut conns = tokio::task::JoinSet::new();
+        while let Ok((sock, _)) = listener.accept().await {
+            conns.spawn(async move {
+                let Ok(mut conn) = h2::server::handshake(sock).await else {
+                    return;
+                };
+                let mut streams = tokio::task::JoinSet::new();
+                while let Some(Ok((req, mut respond))) = conn.accept().await {
+                    streams.spawn(async move {
+                        let path = req.uri().path().to_string();
+                        if path.starts_with("/test.Silent/") {
+                            // No response at all until the stream is reset.
+                            let _ = std::future::poll_fn(|cx| respond.poll_reset(cx)).await;
+                            return;
+                        }
+                        let (ct, encoded, count) = match path.as_str() {
+                            "/test.sse/get" => ("text/event-stream", false, usize::MAX),
+                            "/test.sse/gzip" => ("text/event-stream", true, 60),
+                            "/test.plain" => ("text/plain", false, 60),
+                            _ => ("text/event-stream", false, 60),
+                        };
+                        let mut resp = http::Response::builder()
+                            .status(200)
+                            .header("content-type", ct);
+                        if encoded {
+                            resp = resp.header("content-encoding", "gzip");
+                        }
+                        let Ok(mut send) = respond.send_response(resp.body(()).unwrap(), false)
+                        else {
+                            return;
+                        };
+                        let mut i = 0;
+                        while i < count.min(100_000) {
+                            let e = sse_event(i).into_bytes();
+                            let (a, b) = e.split_at(e.len() / 2);
+                            if send
+                                .send_data(bytes::Bytes::copy_from_slice(a), false)
+                                .is_err()
+                            {
+                                return;
+                            }
+                            tokio::time::sleep(Duration::from_millis(20)).await;
+                            let end = i + 1 == count;
+                            if send
+                                .send_data(bytes::Bytes::copy_from_slice(b), end)
+                                .is_err()
+                            {
+                                return;
+                            }
+                            tokio::time::sleep(Duration::from_millis(30)).await;
+                            i += 1;
+                        }
+                    });
+                }
+            });
+        }
+    });
+    SseUpstream { port, task }
+}
+
+/// Issue 65 (HTTP/2 SSE, docs/contributing/stream-edits.md edit 7): on one HTTP/2 connection
+/// whose every header block the client decodes with httlib-hpack (not the module's decoder),
+/// two endless SSE responses to a GET are ended at the connection's move time with an empty
+/// DATA frame carrying END_STREAM, their bytes ending at an event boundary (every event whole,
+/// in sequence), nothing after it on their streams and no RST_STREAM to the client; a POST SSE,
+/// an SSE labelled `content-encoding: gzip` and a `text/plain` stream on the same connection are
+/// held to their end, all 60 events. Envoy exits once they ended; the completion line and the
+/// stat count the two moves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn http2_sse_get_streams_end_at_an_event_boundary_and_the_others_complete() {
+    let upstream = sse_upstream().await;
+    let o = Options {
+        network_extra: Some(r#""long_lived_window": "1s""#),
+        ..connection_mode(
+            Settings {
+                min_drain: "500ms",
+                quiet: "200ms",
+                timeout: "20s",
+            },
+            None,
+        )
+    };
+    let mut envoy = start_envoy(o, upstream.port).await;
+    let mut c = RawH2::connect(envoy.data).await;
+    let mut out = Vec::new();
+    for (id, path) in [(1u32, "/test.sse/get"), (3, "/test.sse/get")] {
+        out.extend(raw_frame(1, 0x5, id, &get_block(path)));
+    }
+    // The POST (ids in order: a lower one after a higher is a connection error): its block,
+    // then a body with END_STREAM.
+    let mut post = get_block("/test.sse/post");
+    let at = post.windows(3).position(|w| w == b"GET").unwrap();
+    post.splice(at - 1..at + 3, *b"\x04POST");
+    out.extend(raw_frame(1, 0x4, 5, &post));
+    out.extend(raw_frame(0, 0x1, 5, b"{}"));
+    for (id, path) in [(7u32, "/test.sse/gzip"), (9, "/test.plain")] {
+        out.extend(raw_frame(1, 0x5, id, &get_block(path)));
+    }
+    c.send(&out).await;
+    let mut dec = httlib_hpack::Decoder::default();
+    let mut streams: std::collections::BTreeMap<u32, Seen> = Default::default();
+    // Per stream: whether its last frame was an empty DATA frame with END_STREAM.
+    let mut empty_end: std::collections::BTreeMap<u32, bool> = Default::default();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut signalled = false;
+    let ids = [1u32, 3, 5, 7, 9];
+    let mut window_credit = 0usize;
+    while !ids.iter().all(|id| streams.get(id).is_some_and(|s| s.2)) {
+        let (ty, flags, id, payload) = c
+            .next(deadline)
+            .await
+            .unwrap_or_else(|| panic!("the streams did not all end: {streams:?}"));
+        if id == 0 {
+            continue;
+        }
+        let s = streams.entry(id).or_default();
+        assert!(!s.2, "a frame (type {ty}) on stream {id} after its end");
+        match ty {
+            1 => {
+                let mut buf = payload.clone();
+                let mut fields = Vec::new();
+                dec.decode(&mut buf, &mut fields)
+                    .unwrap_or_else(|e| panic!("stream {id}: the block does not decode: {e:?}"));
+                s.0.push(
+                    fields
+                        .into_iter()
+                        .map(|(n, v, _)| {
+                            (
+                                String::from_utf8_lossy(&n).into_owned(),
+                                String::from_utf8_lossy(&v).into_owned(),
+                            )
+                        })
+                        .collect(),
+                );
+            }
+            0 => {
+                s.1.extend_from_slice(&payload);
+                window_credit += payload.len();
+            }
+            3 => panic!("stream {id} reset towards the client"),
+            _ => {}
+        }
+        s.2 |= flags & 1 != 0;
+        empty_end.insert(id, ty == 0 && payload.is_empty() && flags & 1 != 0);
+        // The connection's window back (the streams' own 64 KiB outlast the test).
+        if window_credit > 16 * 1024 {
+            c.send(&raw_frame(8, 0, 0, &(window_credit as u32).to_be_bytes()))
+                .await;
+            window_credit = 0;
+        }
+        if !signalled && streams.get(&1).is_some_and(|s| s.1.len() > 100) {
+            envoy.sigterm();
+            signalled = true;
+        }
+    }
+    // Whole events in sequence from 0: how many.
+    let events = |id: u32, data: &[u8]| -> usize {
+        let text = std::str::from_utf8(data).unwrap();
+        assert!(
+            text.is_empty() || text.ends_with("\n\n"),
+            "stream {id} ends inside an event: {text:?}"
+        );
+        let n = text.matches("\n\n").count();
+        let want: String = (0..n).map(sse_event).collect();
+        assert_eq!(text, want, "stream {id}'s events");
+        n
+    };
+    for id in [1, 3] {
+        let s = &streams[&id];
+        assert!(
+            s.0[0].contains(&(":status".into(), "200".into())),
+            "{:?}",
+            s.0
+        );
+        assert_eq!(s.0.len(), 1, "stream {id}: no trailers");
+        assert!(empty_end[&id], "stream {id} ended by an empty DATA frame");
+        assert!(
+            events(id, &s.1) >= 2,
+            "stream {id}: some events before the move"
+        );
+    }
+    for id in [5, 7, 9] {
+        let s = &streams[&id];
+        if id == 9 {
+            let text = String::from_utf8(s.1.clone()).unwrap();
+            assert_eq!(text, (0..60).map(sse_event).collect::<String>());
+        } else {
+            assert_eq!(events(id, &s.1), 60, "stream {id} held to its end");
+        }
+    }
+    let (status, _) = envoy.wait_exit(Duration::from_secs(15)).await;
+    assert!(status.success(), "{status}");
+    assert!(
+        envoy.log().contains("http/2 sse streams moved: 2"),
+        "{}",
+        envoy.log()
+    );
+}
+
+/// Issue 65 item 4: a gRPC call of a method under `grpc_resumable_prefixes` whose upstream has
+/// written no response headers by the move time gets a Trailers-Only response (one HEADERS
+/// frame with END_STREAM: `:status 200`, `content-type: application/grpc`, `grpc-status: 14`)
+/// that the client's own HPACK decoder (httlib-hpack) reads, instead of waiting for
+/// `drain_timeout`; nothing follows on the stream and Envoy exits long before the timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_resumable_call_without_response_headers_gets_a_trailers_only_unavailable() {
+    let upstream = sse_upstream().await;
+    let o = Options {
+        network_extra: Some(
+            r#""long_lived_window": "1s", "grpc_resumable_prefixes": ["/test.Silent/"]"#,
+        ),
+        ..connection_mode(
+            Settings {
+                min_drain: "500ms",
+                quiet: "200ms",
+                timeout: "20s",
+            },
+            None,
+        )
+    };
+    let mut envoy = start_envoy(o, upstream.port).await;
+    let mut c = RawH2::connect(envoy.data).await;
+    raw_grpc_call(&mut c, 1, "/test.Silent/Watch", b"").await;
+    // The request reached Envoy's upstream (its stream open) before the drain.
+    eventually("the call is in flight", Duration::from_secs(5), || async {
+        (envoy.drain_status().await["active_requests"].as_u64() == Some(1)).then_some(())
+    })
+    .await;
+    let started = Instant::now();
+    envoy.sigterm();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let mut dec = httlib_hpack::Decoder::default();
+    let (flags, fields) = loop {
+        let (ty, flags, id, payload) = c
+            .next(deadline)
+            .await
+            .expect("a response on the silent call before the deadline");
+        assert_ne!(ty, 3, "stream {id} reset towards the client");
+        if ty == 1 && id == 1 {
+            let mut buf = payload.clone();
+            let mut fields = Vec::new();
+            dec.decode(&mut buf, &mut fields)
+                .unwrap_or_else(|e| panic!("the block does not decode: {e:?}"));
+            let fields: Vec<(String, String)> = fields
+                .into_iter()
+                .map(|(n, v, _)| {
+                    (
+                        String::from_utf8_lossy(&n).into_owned(),
+                        String::from_utf8_lossy(&v).into_owned(),
+                    )
+                })
+                .collect();
+            break (flags, fields);
+        }
+        assert_ne!(
+            id, 1,
+            "a frame of type {ty} on the call before its response"
+        );
+    };
+    assert_eq!(flags & 1, 1, "END_STREAM: {fields:?}");
+    for f in [
+        (":status", "200"),
+        ("content-type", "application/grpc"),
+        ("grpc-status", "14"),
+    ] {
+        assert!(
+            fields.contains(&(f.0.into(), f.1.into())),
+            "{f:?} in {fields:?}"
+        );
+    }
+    let (status, at) = envoy.wait_exit(Duration::from_secs(15)).await;
+    assert!(status.success(), "{status}");
+    assert!(
+        at.duration_since(started) < Duration::from_secs(10),
+        "Envoy exited {:?} after SIGTERM, not at the move",
+        at.duration_since(started)
+    );
+    assert!(
+        envoy.log().contains("grpc streams moved: 1"),
+        "{}",
+        envoy.log()
+    );
+}

@@ -232,6 +232,15 @@ pub const SETTINGS: &[Setting] = &[
     },
     Setting {
         scope: Scope::NetworkFilter,
+        name: "move_http2_sse",
+        kind: "boolean",
+        default: Some("true"),
+        what: "HTTP/2 SSE is moved too (1.5-2 % more CPU per HTTP/2 request).",
+        bounds: "`true` or `false`",
+        refused: &["\"yes\""],
+    },
+    Setting {
+        scope: Scope::NetworkFilter,
         name: "grpc_resumable_prefixes",
         kind: "list of strings",
         default: Some("[]"),

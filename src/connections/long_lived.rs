@@ -20,6 +20,8 @@ pub const MOVES_TICK: Duration = Duration::from_millis(50);
 /// The process's long-lived settings (the last network filter config loaded) and counts.
 pub struct LongLived {
     enabled: AtomicBool,
+    /// `move_http2_sse`.
+    http2_sse: AtomicBool,
     window_ns: AtomicU64,
     close_timeout_ns: AtomicU64,
     message_wait_ns: AtomicU64,
@@ -43,6 +45,8 @@ pub struct LongLived {
     pub grpc_moved: AtomicU64,
     /// gRPC streams still open in the last part of `drain_timeout`, ended the same way.
     pub grpc_ended_at_timeout: AtomicU64,
+    /// HTTP/2 SSE responses ended at an event boundary at their move time (connection mode).
+    pub h2_sse_moved: AtomicU64,
     /// Where that last part begins (`Shared` clock nanos; 0 before the drain) and how long it is.
     final_from: AtomicU64,
     final_span_ns: AtomicU64,
@@ -56,6 +60,7 @@ impl Default for LongLived {
         let d = LongLivedSettings::default();
         LongLived {
             enabled: AtomicBool::new(d.enabled),
+            http2_sse: AtomicBool::new(d.http2_sse),
             window_ns: AtomicU64::new(d.window.as_nanos() as u64),
             close_timeout_ns: AtomicU64::new(d.close_timeout.as_nanos() as u64),
             message_wait_ns: AtomicU64::new(d.message_wait.as_nanos() as u64),
@@ -72,6 +77,7 @@ impl Default for LongLived {
             sse_cut: AtomicU64::new(0),
             grpc_moved: AtomicU64::new(0),
             grpc_ended_at_timeout: AtomicU64::new(0),
+            h2_sse_moved: AtomicU64::new(0),
             final_from: AtomicU64::new(0),
             final_span_ns: AtomicU64::new(0),
             grpc_prefixes: std::sync::RwLock::new(Vec::new().into()),
@@ -89,6 +95,9 @@ pub struct LongLivedReport {
     pub websocket_messages_dropped: u64,
     /// HTTP/2 gRPC streams of resumable methods ended with `grpc-status: 14`.
     pub grpc: Moved,
+    /// HTTP/2 SSE responses ended with END_STREAM at an event boundary at their move time
+    /// (their connection not closed; `sse` counts HTTP/1.1 ones, whose connection closes).
+    pub h2_sse_moved: u64,
 }
 
 #[derive(Default, Debug, Serialize, PartialEq, Eq, Clone, Copy)]
@@ -150,6 +159,7 @@ impl LongLived {
     pub fn note_settings(&self, s: LongLivedSettings) {
         let ns = |d: Duration| d.as_nanos().min(u128::from(u64::MAX / 4)) as u64;
         self.enabled.store(s.enabled, Ordering::Relaxed);
+        self.http2_sse.store(s.http2_sse, Ordering::Relaxed);
         self.window_ns.store(ns(s.window), Ordering::Relaxed);
         self.window_in_use_ns.store(ns(s.window), Ordering::Relaxed);
         self.close_timeout_ns
@@ -165,14 +175,21 @@ impl LongLived {
         }
     }
 
-    /// The resumable gRPC prefixes, when gRPC streams may be moved (moves on, some prefix
-    /// configured): a new connection decodes its HTTP/2 header blocks in both directions then.
+    /// The resumable gRPC prefixes (maybe none), when HTTP/2 streams may be moved (moves on,
+    /// and some prefix configured or `move_http2_sse`): a new connection decodes its HTTP/2
+    /// header blocks in both directions then, for its gRPC streams of those methods and (with
+    /// [`LongLived::http2_sse`]) its SSE responses to a `GET`.
     pub fn grpc_prefixes(&self) -> Option<std::sync::Arc<[String]>> {
         if !self.enabled.load(Ordering::Relaxed) {
             return None;
         }
         let p = self.grpc_prefixes.read().ok()?;
-        (!p.is_empty()).then(|| p.clone())
+        (!p.is_empty() || self.http2_sse()).then(|| p.clone())
+    }
+
+    /// `move_http2_sse` (as loaded; moves may still be off).
+    pub fn http2_sse(&self) -> bool {
+        self.http2_sse.load(Ordering::Relaxed)
     }
 
     /// The drain started (its moves are planned, or off).
@@ -192,6 +209,7 @@ impl LongLived {
             window: d(&self.window_ns),
             close_timeout: d(&self.close_timeout_ns),
             message_wait: d(&self.message_wait_ns),
+            http2_sse: self.http2_sse.load(Ordering::Relaxed),
         }
     }
 
@@ -238,6 +256,7 @@ impl LongLived {
                 moved: g(&self.grpc_moved),
                 ended_at_timeout: g(&self.grpc_ended_at_timeout),
             },
+            h2_sse_moved: g(&self.h2_sse_moved),
         }
     }
 

@@ -268,14 +268,15 @@ impl Engine {
                     let long_lived = format!(
                         "long-lived streams moved: websocket {}, sse {}; cut: websocket {}, sse {}; \
                          websocket messages dropped after the Close: {}; grpc streams moved: {}, \
-                         ended in the last part of the timeout: {}",
+                         ended in the last part of the timeout: {}; http/2 sse streams moved: {}",
                         ll.websocket.moved,
                         ll.sse.moved,
                         ll.websocket.cut,
                         ll.sse.cut,
                         ll.websocket_messages_dropped,
                         ll.grpc.moved,
-                        ll.grpc.ended_at_timeout
+                        ll.grpc.ended_at_timeout,
+                        ll.h2_sse_moved
                     );
                     if outcome.timed_out {
                         shared.counters.count(Stat::DrainsTimedOut);

@@ -251,6 +251,18 @@ impl Decoder {
             // §6.2: with incremental indexing (01), without indexing (0000), never indexed (0001).
             let insert = b & 0x40 != 0;
             let index = integer(block, &mut i, if insert { 6 } else { 4 })?;
+            if index != 0 && !insert {
+                // A name from the table, nothing inserted: read in place, not copied.
+                let (n, _) = self.table.get(index).ok_or(Error::Index)?;
+                let wanted = want(n);
+                self.value.clear();
+                string(block, &mut i, wanted.then_some(&mut self.value))?;
+                if wanted {
+                    on(n, &self.value);
+                }
+                fields = true;
+                continue;
+            }
             self.name.clear();
             if index == 0 {
                 string(block, &mut i, Some(&mut self.name))?;

@@ -3,9 +3,8 @@
 use super::*;
 
 pub(super) mod blocks;
-// The frames and message boundaries of a gRPC stream's move (issue 65): built and tested, not
-// wired into the network filter yet (docs/contributing/long-lived-streams.md, "HTTP/2 streams").
-#[allow(dead_code)]
+// The frames and message boundaries of a gRPC stream's move (issue 65), and the end of an SSE
+// stream's (docs/contributing/long-lived-streams.md, "HTTP/2 streams").
 pub(super) mod grpc;
 use blocks::Blocks;
 
@@ -301,9 +300,15 @@ impl H2 {
                     if let Ok(at) = self.streams.binary_search_by_key(&sid, |s| s.id) {
                         if let Some(s) = self.streams.get_mut(at) {
                             s.kind |= kind;
-                            use blocks::{K_GRPC, K_RESUMABLE};
+                            use blocks::{K_ENCODED, K_GET, K_GRPC, K_OK, K_RESUMABLE, K_SSE};
                             if s.kind & K_GRPC != 0 {
                                 b.follow_grpc(sid, s.kind & K_RESUMABLE != 0);
+                            } else if b.follows_sse
+                                && s.kind & (K_SSE | K_GET | K_OK | K_ENCODED)
+                                    == K_SSE | K_GET | K_OK
+                            {
+                                // The HTTP/1.1 rule (docs/contributing/stream-edits.md).
+                                b.follow_sse(sid);
                             }
                         }
                     }
@@ -320,6 +325,10 @@ impl H2 {
                         return lose(ctx);
                     }
                     let closed = if end { C_CLIENT } else { 0 };
+                    if let Some(b) = &mut self.blocks {
+                        // Moved with a Trailers-Only response if none began by its move time.
+                        b.new_grpc |= kind & blocks::K_RESUMABLE != 0;
+                    }
                     self.streams.push(Stream {
                         id: sid,
                         closed,

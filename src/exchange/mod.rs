@@ -61,6 +61,18 @@ pub fn grpc_unavailable(id: u32) -> Vec<u8> {
     http2::grpc::unavailable(id, true)
 }
 
+/// The empty DATA frame with END_STREAM that ends SSE stream `id` towards its client at an
+/// event boundary at its move (`http2::grpc::end_of_data`).
+pub fn sse_end_of_stream(id: u32) -> Vec<u8> {
+    http2::grpc::end_of_data(id)
+}
+
+/// The Trailers-Only response (`:status 200`, `application/grpc`, `grpc-status: 14`) that ends
+/// gRPC stream `id` at its move when no response headers were written on it.
+pub fn grpc_trailers_only(id: u32) -> Vec<u8> {
+    http2::grpc::unavailable(id, false)
+}
+
 /// RST_STREAM(CANCEL) for stream `id`, towards Envoy: it resets the upstream's stream.
 pub fn rst_stream_cancel(id: u32) -> Vec<u8> {
     http2::grpc::rst_stream(id, http2::grpc::CANCEL)
@@ -132,6 +144,12 @@ pub struct GrpcStream {
     pub whole: bool,
     /// Its `:path` is under a resumable prefix.
     pub resumable: bool,
+    /// Not gRPC: an SSE response (200 to a `GET`, no `content-encoding`), `whole` when its
+    /// bytes so far end at an event boundary; `resumable` is set (every one is moved).
+    pub sse: bool,
+    /// A request under a resumable prefix with no response block yet (`whole`, `resumable`
+    /// set): ended with a Trailers-Only response ([`grpc_trailers_only`]).
+    pub no_response: bool,
 }
 
 /// HTTP/2: what a stream is, from its decoded header blocks ([`Tracker::h2_stream_kind`]).
@@ -552,23 +570,28 @@ impl Tracker {
     /// the result (`health_check_paths` configured).
     pub fn decode_request_headers(&mut self) {
         if self.fed == 0 && matches!(self.wire, Wire::Undecided(0, _)) {
-            self.ctx.decode |= http2::blocks::REQUESTS;
+            self.ctx.decode |= http2::blocks::REQUESTS | http2::blocks::HINTS;
         }
     }
 
     /// HTTP/2: decode the server's header blocks too (and the client's), for each stream's
     /// kind ([`Tracker::h2_stream_kind`]): a gRPC response, an SSE response to a `GET`;
     /// `resumable`: the `:path` prefixes of the gRPC methods whose streams may be moved. As
-    /// [`Tracker::decode_request_headers`], only before the connection's first byte.
-    pub fn decode_response_headers(&mut self, resumable: std::sync::Arc<[String]>) {
+    /// [`Tracker::decode_request_headers`], only before the connection's first byte. `sse`:
+    /// SSE responses to a `GET` are followed too ([`Tracker::h2_grpc_streams`] gives them).
+    pub fn decode_response_headers(&mut self, resumable: std::sync::Arc<[String]>, sse: bool) {
         if let (0, Wire::Undecided(0, r)) = (self.fed, &mut self.wire) {
             *r = Some(resumable);
             self.ctx.decode |= http2::blocks::REQUESTS | http2::blocks::RESPONSES;
+            if sse {
+                self.ctx.decode |= http2::blocks::SSE;
+            }
         }
     }
 
     /// HTTP/2: the open gRPC streams answered with `application/grpc` (their response headers
-    /// written) whose messages are followed ([`GrpcStreams::Now`]); [`GrpcStreams::NotNow`]
+    /// written) whose messages are followed, and the movable SSE streams whose events are
+    /// ([`GrpcStreams::Now`]); [`GrpcStreams::NotNow`]
     /// when no move may be written now: the server's bytes, or the client's (a RST_STREAM goes
     /// in between them towards Envoy), do not end between two frames outside a header block
     /// (RFC 9113 §6.10: nothing may come between a block's frames), or the client preface is
@@ -596,12 +619,37 @@ impl Tracker {
                     id: g.id,
                     whole: g.messages.at_boundary(),
                     resumable: g.resumable,
+                    sse: false,
+                    no_response: false,
                 })
+                .chain(b.sse.iter().filter(|e| !e.lost).map(|e| GrpcStream {
+                    id: e.id,
+                    whole: e.events.at_boundary(),
+                    resumable: true,
+                    sse: true,
+                    no_response: false,
+                }))
+                .chain(
+                    h.streams
+                        .iter()
+                        .filter(|s| {
+                            use http2::blocks::{K_RESPONSE, K_RESUMABLE};
+                            s.kind & (K_RESUMABLE | K_RESPONSE) == K_RESUMABLE
+                                && s.closed & C_SERVER == 0
+                        })
+                        .map(|s| GrpcStream {
+                            id: s.id,
+                            whole: true,
+                            resumable: true,
+                            sse: false,
+                            no_response: true,
+                        }),
+                )
                 .collect(),
         )
     }
 
-    /// HTTP/2: whether a gRPC stream's response began since the last call (its connection's
+    /// HTTP/2: whether a gRPC (or movable SSE) stream's response began since the last call (its connection's
     /// moves then want a wake-up, when the drain's moves already began).
     #[inline]
     pub fn take_new_grpc(&mut self) -> bool {

@@ -71,11 +71,15 @@ pub enum Stat {
     GrpcStreamsMoved,
     /// A gRPC stream still open in the last part of `drain_timeout`, ended the same way.
     GrpcStreamsEndedAtTimeout,
+    /// An HTTP/2 SSE response (200 to a `GET`, no `content-encoding`) ended with END_STREAM at
+    /// an event boundary at its move time, its upstream reset; its connection stays open
+    /// (connection mode).
+    H2SseResponsesMoved,
 }
 
 impl Stat {
     /// Every counter, in the order they are defined.
-    pub const ALL: [Stat; 19] = [
+    pub const ALL: [Stat; 20] = [
         Stat::DrainsStarted,
         Stat::DrainsCompleted,
         Stat::DrainsTimedOut,
@@ -95,6 +99,7 @@ impl Stat {
         Stat::HpackDecodingStopped,
         Stat::GrpcStreamsMoved,
         Stat::GrpcStreamsEndedAtTimeout,
+        Stat::H2SseResponsesMoved,
     ];
 
     /// Its name under the namespace (documented in docs/configuration.md; dashboards and alerts
@@ -122,6 +127,7 @@ impl Stat {
             Stat::HpackDecodingStopped => "hpack_decoding_stopped",
             Stat::GrpcStreamsMoved => "grpc_streams_moved",
             Stat::GrpcStreamsEndedAtTimeout => "grpc_streams_ended_at_timeout",
+            Stat::H2SseResponsesMoved => "h2_sse_responses_moved",
         }
     }
 }
@@ -247,6 +253,11 @@ impl Stat {
                 CONNECTION,
                 "gRPC streams still open in the last part of `drain_timeout`, ended with \
                  `grpc-status: 14` at a message boundary.",
+            ),
+            Stat::H2SseResponsesMoved => doc(
+                "streams",
+                CONNECTION,
+                "HTTP/2 SSE responses ended at an event boundary, their connection kept.",
             ),
         }
     }

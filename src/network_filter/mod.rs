@@ -87,11 +87,12 @@ impl NetConfig {
              idle_close_grace={grace:?}, idle_after={idle_after:?}, \
              track_requests={track_requests}, move_long_lived_streams={}, \
              long_lived_window={:?}, close_timeout={:?}, message_wait={:?}, \
-             grpc_resumable_prefixes={grpc_resumable_prefixes:?})",
+             move_http2_sse={}, grpc_resumable_prefixes={grpc_resumable_prefixes:?})",
             long_lived.enabled,
             long_lived.window,
             long_lived.close_timeout,
             long_lived.message_wait,
+            long_lived.http2_sse,
         );
         NetConfig {
             settings,
@@ -485,8 +486,9 @@ impl NetFilter {
                 to_envoy,
             } => {
                 log::debug!(
-                    "graceful_drain: gRPC streams of connection {} ended with grpc-status 14 at a \
-                     message boundary, their upstream streams reset",
+                    "graceful_drain: HTTP/2 streams of connection {} ended (gRPC: grpc-status 14 at \
+                     a message boundary; SSE: END_STREAM at an event boundary), their upstream \
+                     streams reset",
                     conn.id
                 );
                 // Both in this hook, in this order: nothing of Envoy's falls between them.

@@ -316,7 +316,13 @@ impl Tracking {
             if !self.tracker.h2_end_stream(g.id) {
                 continue;
             }
-            to_client.extend(crate::exchange::grpc_unavailable(g.id));
+            to_client.extend(if g.sse {
+                crate::exchange::sse_end_of_stream(g.id)
+            } else if g.no_response {
+                crate::exchange::grpc_trailers_only(g.id)
+            } else {
+                crate::exchange::grpc_unavailable(g.id)
+            });
             to_envoy.extend(crate::exchange::rst_stream_cancel(g.id));
             if let Some(i) = self.tickets.iter().position(|(t, _)| *t == g.id) {
                 if let (_, Some(ticket)) = self.tickets.swap_remove(i) {
@@ -325,7 +331,10 @@ impl Tracking {
                 conn.exchange_ended(stamp);
             }
             let ll = &shared.connections.long_lived;
-            if last {
+            if g.sse {
+                ll.h2_sse_moved.fetch_add(1, Ordering::Relaxed);
+                shared.counters.count(Stat::H2SseResponsesMoved);
+            } else if last {
                 ll.grpc_ended_at_timeout.fetch_add(1, Ordering::Relaxed);
                 shared.counters.count(Stat::GrpcStreamsEndedAtTimeout);
             } else {

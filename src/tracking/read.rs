@@ -131,12 +131,14 @@ impl Tracking {
         // configured, and from the connection's first byte (later asks do nothing: a decoder
         // must see every block).
         if self.tracker.client_fed() == 0 {
-            // Resumable gRPC streams are told by both directions' blocks (moves on, some prefix
-            // configured): decoded from the first byte too.
-            if let Some(prefixes) = shared.connections.long_lived.grpc_prefixes() {
-                self.tracker.decode_response_headers(prefixes);
-            } else if shared.policy().has_health_checks() {
+            // Movable streams (gRPC under a resumable prefix, SSE to a `GET`) are told by both
+            // directions' blocks while moves are on: decoded from the first byte too.
+            if shared.policy().has_health_checks() {
                 self.tracker.decode_request_headers();
+            }
+            if let Some(prefixes) = shared.connections.long_lived.grpc_prefixes() {
+                let sse = shared.connections.long_lived.http2_sse();
+                self.tracker.decode_response_headers(prefixes, sse);
             }
         }
         let mut chunks = chunks.peekable();

@@ -275,7 +275,7 @@ fn the_tracker_follows_a_resumable_grpc_response_s_messages() {
         b.extend_from_slice(v.as_bytes());
     }
     let mut t = Tracker::new();
-    t.decode_response_headers(vec!["/pkg.Watch/".to_string()].into());
+    t.decode_response_headers(vec!["/pkg.Watch/".to_string()].into(), true);
     let mut out = Vec::new();
     let mut pre = H2_PREFACE.to_vec();
     pre.extend(frame(SETTINGS, 0, 0, &[]));
@@ -295,6 +295,8 @@ fn the_tracker_follows_a_resumable_grpc_response_s_messages() {
         id,
         whole,
         resumable,
+        sse: false,
+        no_response: false,
     };
     assert_eq!(
         t.h2_grpc_streams(),
@@ -346,4 +348,117 @@ fn the_tracker_follows_a_resumable_grpc_response_s_messages() {
     feed(&mut t, C, &frame(RST_STREAM, 0, 1, &[0, 0, 0, 8]), &mut out);
     assert_eq!(t.in_flight(), 1);
     assert_eq!(t.protocol(), Protocol::Http2);
+}
+
+/// HTTP/2 SSE (`move_http2_sse`): a 200 `text/event-stream` to a `GET` is followed (its DATA
+/// read for event boundaries) and given as movable when its bytes so far end at a blank line,
+/// whatever the frames' sizes; one to a `POST` is not; with `sse` false, none is (the blocks
+/// still decoded, for gRPC).
+#[test]
+fn the_tracker_follows_an_sse_get_s_events_only_when_asked() {
+    fn lit(b: &mut Vec<u8>, n: &str, v: &str) {
+        b.push(0x00);
+        b.push(n.len() as u8);
+        b.extend_from_slice(n.as_bytes());
+        b.push(v.len() as u8);
+        b.extend_from_slice(v.as_bytes());
+    }
+    for sse in [true, false] {
+        let mut t = Tracker::new();
+        t.decode_response_headers(Vec::new().into(), sse);
+        let mut out = Vec::new();
+        let mut pre = H2_PREFACE.to_vec();
+        pre.extend(frame(SETTINGS, 0, 0, &[]));
+        feed(&mut t, C, &pre, &mut out);
+        feed(&mut t, S, &frame(SETTINGS, 0, 0, &[]), &mut out);
+        // 0x82: `:method: GET`, 0x83: POST (static table); 0x84: `:path: /`.
+        feed(
+            &mut t,
+            C,
+            &frame(HEADERS, EH | ES, 1, &[0x82, 0x86, 0x84]),
+            &mut out,
+        );
+        feed(
+            &mut t,
+            C,
+            &frame(HEADERS, EH, 3, &[0x83, 0x86, 0x84]),
+            &mut out,
+        );
+        feed(&mut t, C, &frame(DATA, ES, 3, b"{}"), &mut out);
+        for id in [1, 3] {
+            let mut resp = vec![0x88];
+            lit(&mut resp, "content-type", "text/event-stream");
+            feed(&mut t, S, &frame(HEADERS, EH, id, &resp), &mut out);
+        }
+        assert_eq!(t.h2_stream_kind(1), Some(H2Kind::Sse { movable: true }));
+        assert_eq!(t.h2_stream_kind(3), Some(H2Kind::Sse { movable: false }));
+        let s = |whole| GrpcStream {
+            id: 1,
+            whole,
+            resumable: true,
+            sse: true,
+            no_response: false,
+        };
+        let want = |whole| GrpcStreams::Now(if sse { vec![s(whole)] } else { vec![] });
+        assert_eq!(
+            t.h2_grpc_streams(),
+            want(true),
+            "sse {sse}: before any byte"
+        );
+        assert_eq!(t.take_new_grpc(), sse);
+        // One event over two DATA frames, the first split between feeds.
+        let d1 = frame(DATA, 0, 1, b"data: a\n");
+        feed(&mut t, S, &d1[..12], &mut out);
+        assert_eq!(t.h2_grpc_streams(), GrpcStreams::NotNow, "inside a frame");
+        feed(&mut t, S, &d1[12..], &mut out);
+        assert_eq!(
+            t.h2_grpc_streams(),
+            want(false),
+            "sse {sse}: inside an event"
+        );
+        feed(&mut t, S, &frame(DATA, 0, 1, b"\n"), &mut out);
+        assert_eq!(t.h2_grpc_streams(), want(true), "sse {sse}: at a boundary");
+        assert!(t.h2_end_stream(1));
+        assert_eq!(t.h2_grpc_streams(), GrpcStreams::Now(vec![]));
+    }
+}
+
+/// Item 4 of issue 65: a request under a resumable prefix with no response block yet is given
+/// as movable with `no_response` (a Trailers-Only response ends it), and told as new once; once
+/// its response headers are written it is a followed gRPC stream like any other.
+#[test]
+fn a_resumable_request_without_a_response_is_movable_with_trailers_only() {
+    let mut t = Tracker::new();
+    t.decode_response_headers(vec!["/pkg.Watch/".to_string()].into(), false);
+    let mut out = Vec::new();
+    let mut pre = H2_PREFACE.to_vec();
+    pre.extend(frame(SETTINGS, 0, 0, &[]));
+    feed(&mut t, C, &pre, &mut out);
+    feed(&mut t, S, &frame(SETTINGS, 0, 0, &[]), &mut out);
+    for (id, path) in [(1, "/pkg.Watch/Sub"), (3, "/pkg.Other/Sub")] {
+        let mut req = vec![0x83, 0x86, 0x00, 5];
+        req.extend_from_slice(b":path");
+        req.push(path.len() as u8);
+        req.extend_from_slice(path.as_bytes());
+        feed(&mut t, C, &frame(HEADERS, EH, id, &req), &mut out);
+    }
+    let g = |no_response| GrpcStream {
+        id: 1,
+        whole: true,
+        resumable: true,
+        sse: false,
+        no_response,
+    };
+    assert_eq!(t.h2_grpc_streams(), GrpcStreams::Now(vec![g(true)]));
+    assert!(t.take_new_grpc(), "a resumable request is told once");
+    assert!(!t.take_new_grpc());
+    let trailers_only = crate::exchange::grpc_trailers_only(1);
+    assert_eq!(&trailers_only[3..5], &[HEADERS, ES | EH]);
+    let resp = [
+        0x88, 0x00, 12, b'c', b'o', b'n', b't', b'e', b'n', b't', b'-', b't', b'y', b'p', b'e', 16,
+    ];
+    let mut resp = resp.to_vec();
+    resp.extend_from_slice(b"application/grpc");
+    feed(&mut t, S, &frame(HEADERS, EH, 1, &resp), &mut out);
+    assert_eq!(t.h2_grpc_streams(), GrpcStreams::Now(vec![g(false)]));
 }

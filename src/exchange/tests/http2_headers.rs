@@ -443,7 +443,7 @@ proptest! {
         // Played whole and sliced, the kind checked after each response's segments.
         let prefixes: std::sync::Arc<[String]> = vec!["/pkg.Watch/".to_string()].into();
         let mut t = Tracker::new();
-        t.decode_response_headers(prefixes);
+        t.decode_response_headers(prefixes, true);
         let mut plain = Tracker::new();
         let (mut out, mut out_plain) = (Vec::new(), Vec::new());
         for (k, (d, b)) in script.iter().enumerate() {
@@ -471,7 +471,7 @@ proptest! {
 #[test]
 fn with_responses_decoded_the_server_s_header_blocks_are_read() {
     let mut t = Tracker::new();
-    t.decode_response_headers(Vec::new().into());
+    t.decode_response_headers(Vec::new().into(), true);
     let mut out = Vec::new();
     feed(&mut t, C, H2_PREFACE, &mut out);
     feed(&mut t, S, &frame(SETTINGS, 0, 0, &[]), &mut out);
@@ -497,7 +497,7 @@ fn with_responses_decoded_the_server_s_header_blocks_are_read() {
 #[test]
 fn both_directions_stopping_is_reported_once() {
     let mut t = Tracker::new();
-    t.decode_response_headers(Vec::new().into());
+    t.decode_response_headers(Vec::new().into(), true);
     let mut out = Vec::new();
     let mut pre = H2_PREFACE.to_vec();
     pre.extend(frame(SETTINGS, 0, 0, &[]));

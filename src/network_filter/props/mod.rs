@@ -23,6 +23,7 @@ use proptest::prelude::*;
 use std::time::Duration;
 
 mod grpc;
+mod h2sse;
 mod http1;
 mod http2;
 mod sse;
@@ -322,5 +323,6 @@ fn long_lived(rng: &mut Rng) -> LongLivedSettings {
         window: Duration::ZERO,
         close_timeout: Duration::from_millis(5 + rng.below(60) as u64),
         message_wait: Duration::from_millis(rng.below(30) as u64),
+        http2_sse: true,
     }
 }

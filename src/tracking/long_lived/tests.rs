@@ -603,13 +603,24 @@ fn the_last_part_of_the_timeout_is_a_tenth_within_one_and_five_seconds() {
     assert_eq!(final_span(s(5), s(5)), s(0));
 }
 
-/// `move_long_lived_streams: false` turns the gRPC moves off too: no prefixes are handed to new
-/// connections, so nothing is decoded or moved; an empty list is the same.
+/// `move_long_lived_streams: false` turns the HTTP/2 moves off too: no prefixes are handed to
+/// new connections, so nothing is decoded or moved; with moves on, an empty list is handed over
+/// (HTTP/2 SSE responses are moved whatever the gRPC prefixes) unless `move_http2_sse` is off.
 #[test]
 fn the_grpc_prefixes_reach_connections_only_while_moves_are_on() {
     let f = fixture(Some(fast()));
     let ll = &f.shared.connections.long_lived;
-    assert_eq!(ll.grpc_prefixes(), None, "none configured");
+    assert_eq!(
+        ll.grpc_prefixes().as_deref(),
+        Some(&[][..]),
+        "none configured: both directions still decoded, for SSE"
+    );
+    ll.note_settings(crate::config::LongLivedSettings {
+        http2_sse: false,
+        ..Default::default()
+    });
+    assert_eq!(ll.grpc_prefixes(), None, "move_http2_sse false, no prefix");
+    ll.note_settings(crate::config::LongLivedSettings::default());
     ll.note_grpc_prefixes(&["/pkg.Watch/".to_string()]);
     assert_eq!(
         ll.grpc_prefixes().as_deref(),
