@@ -2,6 +2,8 @@
 //! the FFI module; every top-level module has a layer in [`LAYERS`] and imports only modules of
 //! the layers below it (so each layer can be read, and tested, without the ones above it; no
 //! cycle either). Comments and inline test modules do not count; a sibling `tests.rs` does.
+//! The test support `src/testing/` (the one fake Envoy and the state's fixture) sits under the
+//! seam and may be named by test files only ([`is_test_file`]), whatever their layer.
 
 use crate::common;
 
@@ -88,6 +90,16 @@ fn code_lines(text: &str) -> Vec<(usize, String)> {
         i += 1;
     }
     code
+}
+
+/// The test support module: compiled only for the unit tests, named only by test files.
+const TESTING: &str = "testing";
+
+/// A file that holds only unit tests: `tests.rs` (`#[cfg(test)] mod tests;`), a file of a
+/// `tests/` folder, or the network filter's property tests (`props/`).
+fn is_test_file(at: &str) -> bool {
+    let file = at.split(':').next().unwrap();
+    file.contains("/tests") || file.ends_with("tests.rs") || file.contains("/props/")
 }
 
 /// The modules a code line names as `crate::<module>`.
@@ -185,6 +197,7 @@ const LAYERS: &[(&str, &[&str])] = &[
         "glue, one per Envoy object",
         &["http_filter", "network_filter", "extension"],
     ),
+    ("test support, named by test files only", &[TESTING]),
     ("the seam", &["ffi"]),
 ];
 
@@ -201,7 +214,10 @@ fn upward_imports(modules: &BTreeMap<String, Vec<(String, String)>>) -> Vec<Stri
         };
         for (at, line) in lines {
             for to in named(line) {
-                if &to == module || !modules.contains_key(&to) {
+                if &to == module
+                    || !modules.contains_key(&to)
+                    || (to == TESTING && is_test_file(at))
+                {
                     continue;
                 }
                 match layer_of(&to) {
@@ -298,7 +314,7 @@ fn no_fn_pointer_closure_or_kept_host_reaches_envoy() {
         }
         for (at, line) in lines {
             let file = at.split(':').next().unwrap();
-            if file.contains("/tests") || file.ends_with("tests.rs") || file.contains("/props/") {
+            if is_test_file(&at) {
                 continue;
             }
             for seam in ["OnceLock<fn", "Box<dyn Fn", "&'static dyn"] {
@@ -346,13 +362,46 @@ fn a_planted_upward_import_is_found() {
     );
 }
 
+/// Test support is for tests: a test file of a low layer may name it, a production file may not.
+#[test]
+fn only_test_files_may_name_the_test_support() {
+    let dir = std::env::temp_dir().join(format!("architecture-testing-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    for m in ["counting", "engine", "testing"] {
+        std::fs::create_dir_all(dir.join(m)).unwrap();
+    }
+    std::fs::write(dir.join("testing/mod.rs"), "use crate::engine::Shared;\n").unwrap();
+    std::fs::write(
+        dir.join("engine/tests.rs"),
+        "use crate::testing::fixture;\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("counting/table.rs"),
+        "use crate::testing::HOSTS;\n",
+    )
+    .unwrap();
+    let modules = modules_under(&dir);
+    std::fs::remove_dir_all(&dir).unwrap();
+    let up = upward_imports(&modules);
+    assert_eq!(up.len(), 1, "{up:?}");
+    assert!(
+        up[0].starts_with("counting -> testing (src/counting/table.rs:1"),
+        "{up:?}"
+    );
+    assert_eq!(find_cycle(&graph_of(&modules)), None);
+}
+
 /// Which modules each module names (only modules of the crate, not itself).
 fn graph_of(modules: &BTreeMap<String, Vec<(String, String)>>) -> BTreeMap<&str, BTreeSet<String>> {
     let mut graph: BTreeMap<&str, BTreeSet<String>> = BTreeMap::new();
     for (module, lines) in modules {
         let deps = graph.entry(module).or_default();
-        for (_, line) in lines {
+        for (at, line) in lines {
             for m in named(line) {
+                if m == TESTING && is_test_file(at) {
+                    continue;
+                }
                 if &m != module && modules.contains_key(&m) {
                     deps.insert(m);
                 }

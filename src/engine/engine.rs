@@ -341,9 +341,9 @@ pub const ADMIN_STATUS_PATH: &[u8] = b"/graceful_drain/status";
 mod tests {
     use super::*;
     use crate::config::DrainSettings;
-    use crate::engine::shared::tests::{counted, fixture};
     use crate::envoy_stats::scan::EnvoyRequestStats;
     use crate::runtime::clock::Clock;
+    use crate::testing::{counted, fixture};
     use std::cell::{Cell, RefCell};
     use std::rc::Rc;
 
@@ -380,7 +380,7 @@ mod tests {
             self.told_connections.set(self.told_connections.get() + 1);
         }
         fn hosts(&self) -> Hosts<'_> {
-            crate::engine::shared::tests::FakeEnvoy::HOSTS
+            crate::testing::HOSTS
         }
     }
 

@@ -66,7 +66,7 @@ impl Default for GaugePublisher {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::shared::tests::fixture;
+    use crate::testing::fixture;
     use std::sync::atomic::{AtomicU64, AtomicUsize};
     use std::time::Instant;
 
