@@ -392,6 +392,84 @@ fn only_test_files_may_name_the_test_support() {
     assert_eq!(find_cycle(&graph_of(&modules)), None);
 }
 
+/// Files of `src/` that hold unit tests in another shape than the one layout, each with why it is
+/// left (`docs/contributing/architecture.md`, "Unit tests").
+const OTHER_TEST_LAYOUTS: &[(&str, &str)] = &[
+    (
+        "src/counting/loom_tests.rs",
+        "built only under `--cfg loom` (`make loom`), where the other tests are left out",
+    ),
+    (
+        "src/exchange/tests/",
+        "not moved yet: HTTP/2 work under way there",
+    ),
+    (
+        "src/exchange/hpack/huffman.rs",
+        "not moved yet: HTTP/2 work under way there",
+    ),
+    (
+        "src/network_filter/props/",
+        "not moved yet: HTTP/2 work under way there",
+    ),
+];
+
+/// One unit-test layout: a module's unit tests are in `tests.rs` in the module's folder
+/// (`x/mod.rs` or `x.rs` declares `#[cfg(test)] mod tests;`, and they live in `x/tests.rs`); no
+/// inline `mod tests { … }`, no `tests/` folder, no `*_tests.rs`, but the files named in
+/// [`OTHER_TEST_LAYOUTS`].
+#[test]
+fn unit_tests_have_one_layout() {
+    let src = common::repo_root().join("src");
+    let mut found = Vec::new();
+    let mut excepted_seen = BTreeSet::new();
+    let mut dirs = vec![src.clone()];
+    while let Some(dir) = dirs.pop() {
+        for p in std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().path()) {
+            if p.is_dir() {
+                dirs.push(p);
+                continue;
+            }
+            if p.extension().is_none_or(|x| x != "rs") {
+                continue;
+            }
+            let rel = format!("src/{}", p.strip_prefix(&src).unwrap().to_string_lossy());
+            if let Some((e, _)) = OTHER_TEST_LAYOUTS.iter().find(|(e, _)| rel.starts_with(e)) {
+                excepted_seen.insert(*e);
+                continue;
+            }
+            let name = p.file_name().unwrap().to_string_lossy().to_string();
+            if rel.contains("/tests/") {
+                found.push(format!("{rel}: a file of a tests/ folder"));
+            }
+            if name.ends_with("_tests.rs") {
+                found.push(format!("{rel}: a *_tests.rs file"));
+            }
+            let text = std::fs::read_to_string(&p).unwrap();
+            let lines: Vec<&str> = text.lines().map(str::trim).collect();
+            for (i, w) in lines.windows(2).enumerate() {
+                let module = w[1].trim_start_matches("pub(crate) ");
+                let inline_tests = module.starts_with("mod ")
+                    && module.ends_with(" {")
+                    && module.contains("tests");
+                if w[0].starts_with("#[cfg(") && w[0].contains("test") && inline_tests {
+                    found.push(format!("{rel}:{}: an inline test module", i + 2));
+                }
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "unit tests outside the one layout (x/tests.rs):\n{}",
+        found.join("\n")
+    );
+    for (e, _) in OTHER_TEST_LAYOUTS {
+        assert!(
+            excepted_seen.contains(e),
+            "{e} is named in OTHER_TEST_LAYOUTS but no longer there: take it off"
+        );
+    }
+}
+
 /// Which modules each module names (only modules of the crate, not itself).
 fn graph_of(modules: &BTreeMap<String, Vec<(String, String)>>) -> BTreeMap<&str, BTreeSet<String>> {
     let mut graph: BTreeMap<&str, BTreeSet<String>> = BTreeMap::new();
