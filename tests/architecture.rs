@@ -470,6 +470,101 @@ fn unit_tests_have_one_layout() {
     }
 }
 
+/// The `#[cfg(...)]` sites on `test` or a feature in the production files of `src/`, as
+/// (file, predicate) -> count. Test files, `src/testing/` and the `mod tests;` lines that
+/// declare test files are left out; comments too.
+fn test_only_sites() -> BTreeMap<(String, String), usize> {
+    let src = common::repo_root().join("src");
+    let mut sites = BTreeMap::new();
+    let mut dirs = vec![src.clone()];
+    while let Some(dir) = dirs.pop() {
+        for p in std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().path()) {
+            if p.is_dir() {
+                dirs.push(p);
+                continue;
+            }
+            let rel = format!("src/{}", p.strip_prefix(&src).unwrap().to_string_lossy());
+            if !rel.ends_with(".rs") || is_test_file(&rel) || rel.starts_with("src/testing/") {
+                continue;
+            }
+            let text = std::fs::read_to_string(&p).unwrap();
+            let lines: Vec<&str> = text.lines().map(str::trim).collect();
+            for (i, line) in lines.iter().enumerate() {
+                let Some(pred) = line
+                    .strip_prefix("#[cfg(")
+                    .and_then(|l| l.strip_suffix(")]"))
+                else {
+                    continue;
+                };
+                let names_test = pred
+                    .split(|c: char| !c.is_alphanumeric() && c != '_')
+                    .any(|w| w == "test");
+                if !names_test && !pred.contains("feature") {
+                    continue;
+                }
+                let next = lines.get(i + 1).copied().unwrap_or("");
+                let declares_tests = next.starts_with("mod ")
+                    && (next.ends_with("tests;")
+                        || next.ends_with("props;")
+                        || next.ends_with("tests {"));
+                if declares_tests {
+                    continue;
+                }
+                *sites.entry((rel.clone(), pred.to_string())).or_insert(0) += 1;
+            }
+        }
+    }
+    sites
+}
+
+/// Test-only code paths in production code are named in one place: the table of
+/// `docs/contributing/architecture.md` ("Test-only code in production code") says each
+/// (file, cfg) and how many sites; a new one, or one gone, fails here until the table says so.
+#[test]
+fn test_only_code_is_named_in_one_place() {
+    let doc =
+        std::fs::read_to_string(common::repo_root().join("docs/contributing/architecture.md"))
+            .unwrap();
+    let section = doc
+        .split("## Test-only code in production code")
+        .nth(1)
+        .expect("the section")
+        .split("\n## ")
+        .next()
+        .unwrap();
+    let mut named = BTreeMap::new();
+    for row in section.lines().filter(|l| l.starts_with("| `src/")) {
+        let cells: Vec<&str> = row.split('|').map(str::trim).collect();
+        let file = cells[1].trim_matches('`').to_string();
+        let pred = cells[2].trim_matches('`').to_string();
+        let n: usize = cells[3].parse().expect("a count of sites");
+        assert!(
+            named.insert((file, pred), n).is_none(),
+            "a row named twice: {row}"
+        );
+    }
+    let found = test_only_sites();
+    assert!(found.len() > 20, "the count must see the code: {found:?}");
+    let keys: BTreeSet<&(String, String)> = found.keys().chain(named.keys()).collect();
+    let differ: Vec<String> = keys
+        .into_iter()
+        .filter(|k| found.get(*k) != named.get(*k))
+        .map(|(f, p)| {
+            let n = |m: &BTreeMap<(String, String), usize>| m.get(&(f.clone(), p.clone())).copied();
+            format!(
+                "{f} `{p}`: {:?} in the code, {:?} in the table",
+                n(&found),
+                n(&named)
+            )
+        })
+        .collect();
+    assert!(
+        differ.is_empty(),
+        "test-only cfg sites in src/ that the architecture page's table does not say:\n{}",
+        differ.join("\n")
+    );
+}
+
 /// Which modules each module names (only modules of the crate, not itself).
 fn graph_of(modules: &BTreeMap<String, Vec<(String, String)>>) -> BTreeMap<&str, BTreeSet<String>> {
     let mut graph: BTreeMap<&str, BTreeSet<String>> = BTreeMap::new();
