@@ -17,6 +17,9 @@
 //! - [`ffi`]: the only unsafe code and the only caller of Envoy; each exported hook is guard,
 //!   handle, one call.
 //!
+//! Unit tests only: `testing` (the fake Envoy and the shared state's fixture), which test files
+//! of any layer name and production code never does.
+//!
 //! `docs/contributing/architecture.md` draws the layers and follows a SIGTERM, a request, an idle close and a
 //! stats scan through them; the facts about Envoy the code relies on are in
 //! `src/ffi/ENVOY_FACTS.md`, with their evidence.
@@ -41,3 +44,6 @@ pub mod http_filter;
 pub(crate) mod network_filter;
 pub mod runtime;
 pub mod tracking;
+// Test-only: the one fake Envoy and the shared state's fixture of the unit tests.
+#[cfg(test)]
+pub(crate) mod testing;

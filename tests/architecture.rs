@@ -2,6 +2,8 @@
 //! the FFI module; every top-level module has a layer in [`LAYERS`] and imports only modules of
 //! the layers below it (so each layer can be read, and tested, without the ones above it; no
 //! cycle either). Comments and inline test modules do not count; a sibling `tests.rs` does.
+//! The test support `src/testing/` (the one fake Envoy and the state's fixture) sits under the
+//! seam and may be named by test files only ([`is_test_file`]), whatever their layer.
 
 use crate::common;
 
@@ -88,6 +90,16 @@ fn code_lines(text: &str) -> Vec<(usize, String)> {
         i += 1;
     }
     code
+}
+
+/// The test support module: compiled only for the unit tests, named only by test files.
+const TESTING: &str = "testing";
+
+/// A file that holds only unit tests: `tests.rs` (`#[cfg(test)] mod tests;`), a file of a
+/// `tests/` folder, or the network filter's property tests (`props/`).
+fn is_test_file(at: &str) -> bool {
+    let file = at.split(':').next().unwrap();
+    file.contains("/tests") || file.ends_with("tests.rs") || file.contains("/props/")
 }
 
 /// The modules a code line names as `crate::<module>`.
@@ -185,6 +197,7 @@ const LAYERS: &[(&str, &[&str])] = &[
         "glue, one per Envoy object",
         &["http_filter", "network_filter", "extension"],
     ),
+    ("test support, named by test files only", &[TESTING]),
     ("the seam", &["ffi"]),
 ];
 
@@ -201,7 +214,10 @@ fn upward_imports(modules: &BTreeMap<String, Vec<(String, String)>>) -> Vec<Stri
         };
         for (at, line) in lines {
             for to in named(line) {
-                if &to == module || !modules.contains_key(&to) {
+                if &to == module
+                    || !modules.contains_key(&to)
+                    || (to == TESTING && is_test_file(at))
+                {
                     continue;
                 }
                 match layer_of(&to) {
@@ -298,7 +314,7 @@ fn no_fn_pointer_closure_or_kept_host_reaches_envoy() {
         }
         for (at, line) in lines {
             let file = at.split(':').next().unwrap();
-            if file.contains("/tests") || file.ends_with("tests.rs") || file.contains("/props/") {
+            if is_test_file(&at) {
                 continue;
             }
             for seam in ["OnceLock<fn", "Box<dyn Fn", "&'static dyn"] {
@@ -346,13 +362,219 @@ fn a_planted_upward_import_is_found() {
     );
 }
 
+/// Test support is for tests: a test file of a low layer may name it, a production file may not.
+#[test]
+fn only_test_files_may_name_the_test_support() {
+    let dir = std::env::temp_dir().join(format!("architecture-testing-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    for m in ["counting", "engine", "testing"] {
+        std::fs::create_dir_all(dir.join(m)).unwrap();
+    }
+    std::fs::write(dir.join("testing/mod.rs"), "use crate::engine::Shared;\n").unwrap();
+    std::fs::write(
+        dir.join("engine/tests.rs"),
+        "use crate::testing::fixture;\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("counting/table.rs"),
+        "use crate::testing::HOSTS;\n",
+    )
+    .unwrap();
+    let modules = modules_under(&dir);
+    std::fs::remove_dir_all(&dir).unwrap();
+    let up = upward_imports(&modules);
+    assert_eq!(up.len(), 1, "{up:?}");
+    assert!(
+        up[0].starts_with("counting -> testing (src/counting/table.rs:1"),
+        "{up:?}"
+    );
+    assert_eq!(find_cycle(&graph_of(&modules)), None);
+}
+
+/// Files of `src/` that hold unit tests in another shape than the one layout, each with why it is
+/// left (`docs/contributing/architecture.md`, "Unit tests").
+const OTHER_TEST_LAYOUTS: &[(&str, &str)] = &[
+    (
+        "src/counting/loom_tests.rs",
+        "built only under `--cfg loom` (`make loom`), where the other tests are left out",
+    ),
+    (
+        "src/exchange/tests/",
+        "not moved yet: HTTP/2 work under way there",
+    ),
+    (
+        "src/exchange/hpack/huffman.rs",
+        "not moved yet: HTTP/2 work under way there",
+    ),
+    (
+        "src/network_filter/props/",
+        "not moved yet: HTTP/2 work under way there",
+    ),
+];
+
+/// One unit-test layout: a module's unit tests are in `tests.rs` in the module's folder
+/// (`x/mod.rs` or `x.rs` declares `#[cfg(test)] mod tests;`, and they live in `x/tests.rs`); no
+/// inline `mod tests { … }`, no `tests/` folder, no `*_tests.rs`, but the files named in
+/// [`OTHER_TEST_LAYOUTS`].
+#[test]
+fn unit_tests_have_one_layout() {
+    let src = common::repo_root().join("src");
+    let mut found = Vec::new();
+    let mut excepted_seen = BTreeSet::new();
+    let mut dirs = vec![src.clone()];
+    while let Some(dir) = dirs.pop() {
+        for p in std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().path()) {
+            if p.is_dir() {
+                dirs.push(p);
+                continue;
+            }
+            if p.extension().is_none_or(|x| x != "rs") {
+                continue;
+            }
+            let rel = format!("src/{}", p.strip_prefix(&src).unwrap().to_string_lossy());
+            if let Some((e, _)) = OTHER_TEST_LAYOUTS.iter().find(|(e, _)| rel.starts_with(e)) {
+                excepted_seen.insert(*e);
+                continue;
+            }
+            let name = p.file_name().unwrap().to_string_lossy().to_string();
+            if rel.contains("/tests/") {
+                found.push(format!("{rel}: a file of a tests/ folder"));
+            }
+            if name.ends_with("_tests.rs") {
+                found.push(format!("{rel}: a *_tests.rs file"));
+            }
+            let text = std::fs::read_to_string(&p).unwrap();
+            let lines: Vec<&str> = text.lines().map(str::trim).collect();
+            for (i, w) in lines.windows(2).enumerate() {
+                let module = w[1].trim_start_matches("pub(crate) ");
+                let inline_tests = module.starts_with("mod ")
+                    && module.ends_with(" {")
+                    && module.contains("tests");
+                if w[0].starts_with("#[cfg(") && w[0].contains("test") && inline_tests {
+                    found.push(format!("{rel}:{}: an inline test module", i + 2));
+                }
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "unit tests outside the one layout (x/tests.rs):\n{}",
+        found.join("\n")
+    );
+    for (e, _) in OTHER_TEST_LAYOUTS {
+        assert!(
+            excepted_seen.contains(e),
+            "{e} is named in OTHER_TEST_LAYOUTS but no longer there: take it off"
+        );
+    }
+}
+
+/// The `#[cfg(...)]` sites on `test` or a feature in the production files of `src/`, as
+/// (file, predicate) -> count. Test files, `src/testing/` and the `mod tests;` lines that
+/// declare test files are left out; comments too.
+fn test_only_sites() -> BTreeMap<(String, String), usize> {
+    let src = common::repo_root().join("src");
+    let mut sites = BTreeMap::new();
+    let mut dirs = vec![src.clone()];
+    while let Some(dir) = dirs.pop() {
+        for p in std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().path()) {
+            if p.is_dir() {
+                dirs.push(p);
+                continue;
+            }
+            let rel = format!("src/{}", p.strip_prefix(&src).unwrap().to_string_lossy());
+            if !rel.ends_with(".rs") || is_test_file(&rel) || rel.starts_with("src/testing/") {
+                continue;
+            }
+            let text = std::fs::read_to_string(&p).unwrap();
+            let lines: Vec<&str> = text.lines().map(str::trim).collect();
+            for (i, line) in lines.iter().enumerate() {
+                let Some(pred) = line
+                    .strip_prefix("#[cfg(")
+                    .and_then(|l| l.strip_suffix(")]"))
+                else {
+                    continue;
+                };
+                let names_test = pred
+                    .split(|c: char| !c.is_alphanumeric() && c != '_')
+                    .any(|w| w == "test");
+                if !names_test && !pred.contains("feature") {
+                    continue;
+                }
+                let next = lines.get(i + 1).copied().unwrap_or("");
+                let declares_tests = next.starts_with("mod ")
+                    && (next.ends_with("tests;")
+                        || next.ends_with("props;")
+                        || next.ends_with("tests {"));
+                if declares_tests {
+                    continue;
+                }
+                *sites.entry((rel.clone(), pred.to_string())).or_insert(0) += 1;
+            }
+        }
+    }
+    sites
+}
+
+/// Test-only code paths in production code are named in one place: the table of
+/// `docs/contributing/architecture.md` ("Test-only code in production code") says each
+/// (file, cfg) and how many sites; a new one, or one gone, fails here until the table says so.
+#[test]
+fn test_only_code_is_named_in_one_place() {
+    let doc =
+        std::fs::read_to_string(common::repo_root().join("docs/contributing/architecture.md"))
+            .unwrap();
+    let section = doc
+        .split("## Test-only code in production code")
+        .nth(1)
+        .expect("the section")
+        .split("\n## ")
+        .next()
+        .unwrap();
+    let mut named = BTreeMap::new();
+    for row in section.lines().filter(|l| l.starts_with("| `src/")) {
+        let cells: Vec<&str> = row.split('|').map(str::trim).collect();
+        let file = cells[1].trim_matches('`').to_string();
+        let pred = cells[2].trim_matches('`').to_string();
+        let n: usize = cells[3].parse().expect("a count of sites");
+        assert!(
+            named.insert((file, pred), n).is_none(),
+            "a row named twice: {row}"
+        );
+    }
+    let found = test_only_sites();
+    assert!(found.len() > 20, "the count must see the code: {found:?}");
+    let keys: BTreeSet<&(String, String)> = found.keys().chain(named.keys()).collect();
+    let differ: Vec<String> = keys
+        .into_iter()
+        .filter(|k| found.get(*k) != named.get(*k))
+        .map(|(f, p)| {
+            let n = |m: &BTreeMap<(String, String), usize>| m.get(&(f.clone(), p.clone())).copied();
+            format!(
+                "{f} `{p}`: {:?} in the code, {:?} in the table",
+                n(&found),
+                n(&named)
+            )
+        })
+        .collect();
+    assert!(
+        differ.is_empty(),
+        "test-only cfg sites in src/ that the architecture page's table does not say:\n{}",
+        differ.join("\n")
+    );
+}
+
 /// Which modules each module names (only modules of the crate, not itself).
 fn graph_of(modules: &BTreeMap<String, Vec<(String, String)>>) -> BTreeMap<&str, BTreeSet<String>> {
     let mut graph: BTreeMap<&str, BTreeSet<String>> = BTreeMap::new();
     for (module, lines) in modules {
         let deps = graph.entry(module).or_default();
-        for (_, line) in lines {
+        for (at, line) in lines {
             for m in named(line) {
+                if m == TESTING && is_test_file(at) {
+                    continue;
+                }
                 if &m != module && modules.contains_key(&m) {
                     deps.insert(m);
                 }

@@ -125,7 +125,8 @@ fn release_file(rel: &str) -> bool {
         "cross_check.rs",
         "faults.rs",
     ];
-    !rel.split('/').any(|c| c == "tests" || c == "props")
+    !rel.split('/')
+        .any(|c| c == "tests" || c == "props" || c == "testing")
         && !test_only.iter().any(|t| rel.ends_with(t))
 }
 

@@ -1,43 +1,12 @@
-//! The extension's life against a fake Envoy side, a fake stats store and the state's fixture.
+//! The extension's life against the fake Envoy (`crate::testing`), a fake stats store and the
+//! state's fixture.
 
 use super::*;
-use crate::engine::shared::tests::fixture;
 use crate::engine::shared::{Counters, Stat};
+use crate::testing::{fixture, FakeEnvoy};
 use std::cell::Cell;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
-
-/// Envoy's side of the extension, recording the timer's arming and the gauges set.
-#[derive(Default)]
-struct FakeEnvoy {
-    timers: Mutex<Vec<Duration>>,
-    gauges: Mutex<Vec<(Gauge, u64)>>,
-}
-
-/// No network filter is loaded in these tests: nothing to commit to.
-impl ConnectionWakers for FakeEnvoy {
-    fn commit(&self, _: usize, _: u64) {}
-}
-
-impl FakeEnvoy {
-    fn timers(&self) -> Vec<Duration> {
-        lock_or_recover(&self.timers).clone()
-    }
-    fn gauges(&self) -> Vec<(Gauge, u64)> {
-        lock_or_recover(&self.gauges).clone()
-    }
-}
-
-impl ExtensionHost for FakeEnvoy {
-    fn to_main_thread(&self, _: u64) {}
-    fn arm_timer(&self, delay: Duration) {
-        lock_or_recover(&self.timers).push(delay);
-    }
-    fn count(&self, _: Stat) {}
-    fn set_gauge(&self, gauge: Gauge, value: u64) {
-        lock_or_recover(&self.gauges).push((gauge, value));
-    }
-}
 
 /// A stats store with one HCM's request figures (and one of the admin's, ignored).
 struct FakeStats {
@@ -91,7 +60,7 @@ macro_rules! env {
             threads,
             envoy,
             connections: envoy,
-            streams: &crate::engine::shared::tests::FakeEnvoy,
+            streams: envoy,
         };
         (env, &**clock, envoy)
     }};
@@ -207,7 +176,7 @@ fn sigterm_is_held_until_the_drain_completes_then_released_once() {
     assert_eq!(released.get(), 1);
     assert!(ext.on_event(EVENT_KICK).is_none(), "given once");
     assert_eq!(
-        crate::engine::shared::tests::counted(),
+        crate::testing::counted(),
         [Stat::DrainsStarted, Stat::DrainsCompleted]
     );
     ext.destroy();

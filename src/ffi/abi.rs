@@ -211,34 +211,37 @@ macro_rules! envoy_callbacks {
 
 static CALLBACKS: OnceLock<Callbacks> = OnceLock::new();
 
+/// The FFI layer's unit tests' side of the table, in one place: the fake callbacks
+/// (`fake_envoy.rs`) and their installation.
 #[cfg(test)]
-use super::fake_envoy::{called, ret_or_unit, FakeArg, FakeReturn};
+pub(crate) use fake_table::*;
 #[cfg(test)]
-pub(crate) use super::fake_envoy::{
-    pretend_generation, script, script_with_args, take_calls, take_calls_with_args, Arg, Call,
-};
+mod fake_table {
+    pub(crate) use super::super::fake_envoy::{
+        called, pretend_generation, ret_or_unit, script, script_with_args, take_calls,
+        take_calls_with_args, Arg, Call, FakeArg, FakeReturn,
+    };
+    use super::*;
 
-/// The Envoy generation the FFI layer's unit tests run in unless a test thread pretends to run in
-/// another (`pretend_generation`).
-#[cfg(test)]
-const FAKE_GENERATION: compat::EnvoyGeneration = compat::EnvoyGeneration::V1_40;
+    /// The Envoy generation the FFI layer's unit tests run in unless a test thread pretends to
+    /// run in another (`pretend_generation`).
+    const FAKE_GENERATION: compat::EnvoyGeneration = compat::EnvoyGeneration::V1_40;
 
-/// The FFI layer's unit tests run against fake callbacks: the table is filled with them once per
-/// test process (no Envoy there to look callbacks up in), as in a 1.40 Envoy (every callback);
-/// a test thread that pretends to run in an older one finds those it lacks absent.
-#[cfg(test)]
-pub(crate) fn install_fake() {
-    FOUND.store(FAKE_GENERATION as u8, Ordering::Relaxed);
-    let _ = CALLBACKS.set(
-        Callbacks::resolve(FAKE_GENERATION, fake::resolve).expect("a fake for every callback"),
-    );
-}
+    /// The FFI layer's unit tests run against fake callbacks: the table is filled with them once
+    /// per test process (no Envoy there to look callbacks up in), as in a 1.40 Envoy (every
+    /// callback); a test thread that pretends to run in an older one finds those it lacks absent.
+    pub(crate) fn install_fake() {
+        FOUND.store(FAKE_GENERATION as u8, Ordering::Relaxed);
+        let _ = CALLBACKS.set(
+            Callbacks::resolve(FAKE_GENERATION, fake::resolve).expect("a fake for every callback"),
+        );
+    }
 
-/// Forget this thread's scripts and calls (a test's start).
-#[cfg(test)]
-pub(crate) fn reset_fake() {
-    install_fake();
-    super::fake_envoy::clear();
+    /// Forget this thread's scripts and calls (a test's start).
+    pub(crate) fn reset_fake() {
+        install_fake();
+        super::super::fake_envoy::clear();
+    }
 }
 
 /// A symbol of the running Envoy, or null.

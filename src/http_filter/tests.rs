@@ -1,8 +1,8 @@
 //! The per-request glue against a fake stream host.
 
 use super::*;
-use crate::engine::shared::tests::{commits, counted, fast, fixture, Fixture, HOSTS};
 use crate::engine::shared::Protocol;
+use crate::testing::{commits, counted, fast, fixture, Fixture, HOSTS};
 use std::cell::{Cell, RefCell};
 use std::time::Duration;
 

@@ -3,7 +3,7 @@
 
 use super::*;
 use crate::connections::{EVENT_CONFIRM_CLOSE, EVENT_DRAIN_STARTED};
-use crate::engine::shared::tests::{counted, fixture};
+use crate::testing::{counted, fixture};
 use std::time::Duration;
 
 std::thread_local! {

@@ -4,9 +4,9 @@
 use super::*;
 use crate::connections::Conn;
 use crate::engine::drain::Trigger;
-use crate::engine::shared::tests::{counted, fast, fixture, HOSTS};
 use crate::engine::shared::Shared;
 use crate::engine::shared::Stat;
+use crate::testing::{counted, fast, fixture, HOSTS};
 
 const GET: &[u8] = b"GET /a HTTP/1.1\r\nhost: x\r\n\r\n";
 const PROBE: &[u8] = b"GET /healthz HTTP/1.1\r\nhost: x\r\nuser-agent: kube-probe/1.31\r\n\r\n";

@@ -503,4 +503,4 @@ impl Shared {
 }
 
 #[cfg(test)]
-pub(crate) mod tests;
+mod tests;

@@ -2,9 +2,9 @@
 //! standing for Envoy re-entering the filter from inside one of its hooks.
 
 use super::*;
-use crate::engine::shared::tests::{counted, fast, fixture, Fixture, HOSTS};
 use crate::engine::shared::{Stat, EVENT_GO_AWAY};
 use crate::http_filter::tests::FakeHost;
+use crate::testing::{counted, fast, fixture, Fixture, HOSTS};
 
 fn config(json: &[u8]) -> StreamConfig {
     let Fixture { shared, .. } = fixture(None);

@@ -3,8 +3,8 @@
 
 use super::*;
 use crate::connections::Conn;
-use crate::engine::shared::tests::{fast, fixture};
 use crate::exchange::sse::LAST_CHUNK;
+use crate::testing::{fast, fixture};
 
 const UPGRADE: &[u8] =
     b"GET /ws HTTP/1.1\r\nhost: x\r\nupgrade: websocket\r\nconnection: upgrade\r\n\
@@ -23,7 +23,7 @@ fn text(payload: &[u8], fin: bool) -> Vec<u8> {
     f
 }
 
-fn switched(head: &[u8]) -> (Tracking, Conn, crate::engine::shared::tests::Fixture) {
+fn switched(head: &[u8]) -> (Tracking, Conn, crate::testing::Fixture) {
     let f = fixture(Some(fast()));
     let conn = Conn::new(1);
     let mut t = Tracking::new();
@@ -198,14 +198,11 @@ const SSE_GET: &[u8] = b"GET /events HTTP/1.1\r\nhost: x\r\naccept: text/event-s
 const SSE_HEAD: &[u8] = b"HTTP/1.1 200 OK\r\nContent-Type: TEXT/event-stream;charset=utf-8\r\n\
 transfer-encoding: chunked\r\n\r\n";
 
-fn sse_started(head: &[u8]) -> (Tracking, Conn, crate::engine::shared::tests::Fixture) {
+fn sse_started(head: &[u8]) -> (Tracking, Conn, crate::testing::Fixture) {
     sse_started_by(SSE_GET, head)
 }
 
-fn sse_started_by(
-    get: &[u8],
-    head: &[u8],
-) -> (Tracking, Conn, crate::engine::shared::tests::Fixture) {
+fn sse_started_by(get: &[u8], head: &[u8]) -> (Tracking, Conn, crate::testing::Fixture) {
     let f = fixture(Some(fast()));
     let conn = Conn::new(1);
     let mut t = Tracking::new();

@@ -1,0 +1,55 @@
+//! Unit tests of `engine::gauges`.
+
+use super::*;
+use crate::testing::fixture;
+use std::sync::atomic::{AtomicU64, AtomicUsize};
+use std::time::Instant;
+
+static SET_TO: AtomicU64 = AtomicU64::new(u64::MAX);
+static SETS: AtomicUsize = AtomicUsize::new(0);
+
+struct Recorder;
+impl ExtensionHost for Recorder {
+    fn to_main_thread(&self, _: u64) {}
+    fn arm_timer(&self, _: Duration) {}
+    fn count(&self, _: crate::engine::shared::Stat) {}
+    fn set_gauge(&self, gauge: Gauge, v: u64) {
+        assert_eq!(gauge, Gauge::ActiveRequests);
+        SET_TO.store(v, Ordering::SeqCst);
+        SETS.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+fn wait(what: &str, f: impl Fn() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out waiting until {what}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// One thread however many configs start it; it follows the table and ends with the module.
+#[test]
+fn one_thread_sets_the_in_flight_count_until_the_module_stops() {
+    static P: GaugePublisher = GaugePublisher::new();
+    let threads: &'static Threads = Box::leak(Box::new(Threads::default()));
+    let shared: &'static Shared = Box::leak(Box::new(fixture(None).shared));
+    P.start(threads, shared, &Recorder);
+    P.start(threads, shared, &Recorder);
+    let (t, _) = shared.request_started(None);
+    wait("the gauge shows the request", || {
+        SET_TO.load(Ordering::SeqCst) == 1
+    });
+    shared.request_ended(t);
+    wait("the gauge shows it ended", || {
+        SET_TO.load(Ordering::SeqCst) == 0
+    });
+    let stopped = threads.join(Duration::from_secs(5));
+    assert!(
+        stopped.left.is_empty() && stopped.joined == 1,
+        "{stopped:?}"
+    );
+    let sets = SETS.load(Ordering::SeqCst);
+    std::thread::sleep(GAUGE_PERIOD * 2);
+    assert_eq!(SETS.load(Ordering::SeqCst), sets, "a set after the stop");
+}

@@ -1,0 +1,173 @@
+//! Test-only (`#[cfg(test)]`): the one fake Envoy the unit tests outside `src/ffi/` run against,
+//! and the shared state's fixture they build on. [`FakeEnvoy`] implements the `host/` traits a
+//! drain reaches Envoy through (the streams' wakers, the connections' wakers, the bootstrap
+//! extension) and records what it is asked; [`fixture`] builds a [`Shared`] over a fake clock
+//! whose hosts are a `&'static FakeEnvoy`, as the FFI's are `&'static`.
+//!
+//! May use every layer but the FFI; only test code uses it (`tests/architecture.rs`). The fakes
+//! that stand for Envoy at the ABI level (the callbacks' table) stay in `src/ffi/fake_envoy.rs`:
+//! they replace `extern "C"` callbacks and read the module's buffers, which takes `unsafe`, and
+//! only `src/ffi/` may write it. The stream and connection fakes that record a single Envoy
+//! object's calls for its glue (`http_filter/tests.rs`, `network_filter/tests.rs`) stay beside
+//! that glue's tests.
+
+use crate::config::DrainSettings;
+use crate::counting::Registry;
+use crate::engine::shared::{Gauge, Hosts, Shared, Stat, Waker};
+use crate::host::connection::ConnectionWakers;
+use crate::host::extension::ExtensionHost;
+use crate::host::stream::Wakers;
+use crate::runtime::clock::{Clock, FakeClock};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+/// A `Shared` over a fake clock, whose commits and kicks are recorded in thread-local lists
+/// (the hosts are `&'static`, as the FFI's are: [`FakeEnvoy`]).
+pub(crate) struct Fixture {
+    pub shared: Shared,
+    pub clock: Arc<FakeClock>,
+}
+
+std::thread_local! {
+    pub(crate) static COMMITS: std::cell::RefCell<Vec<(usize, u64)>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+    pub(crate) static KICKS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+    pub(crate) static DELETED: std::cell::RefCell<Vec<usize>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+    /// The Envoy stats counted on this thread ([`ExtensionHost::count`]).
+    pub(crate) static COUNTED: std::cell::RefCell<Vec<Stat>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Envoy as the unit tests see it: the streams' commits and deletes, the kicks and the stats
+/// counted are recorded in this thread's lists above; the timers armed and the gauges set, which
+/// other threads may ask for, in the instance. No network filter is loaded: a connection's
+/// commit goes nowhere.
+#[derive(Default)]
+pub(crate) struct FakeEnvoy {
+    timers: Mutex<Vec<Duration>>,
+    gauges: Mutex<Vec<(Gauge, u64)>>,
+}
+
+/// The one process-wide fake, which the fixture's `Shared` and [`HOSTS`] use.
+static ENVOY: FakeEnvoy = FakeEnvoy::new();
+
+/// The fake hosts, as a drain's start and completion take them.
+pub(crate) const HOSTS: Hosts<'static> = Hosts {
+    streams: &ENVOY,
+    extension: &ENVOY,
+};
+
+impl FakeEnvoy {
+    pub(crate) const fn new() -> Self {
+        FakeEnvoy {
+            timers: Mutex::new(Vec::new()),
+            gauges: Mutex::new(Vec::new()),
+        }
+    }
+    /// The delays the extension's timer was armed with, in order.
+    pub(crate) fn timers(&self) -> Vec<Duration> {
+        lock_or_recover(&self.timers).clone()
+    }
+    /// The gauges set, in order.
+    pub(crate) fn gauges(&self) -> Vec<(Gauge, u64)> {
+        lock_or_recover(&self.gauges).clone()
+    }
+}
+
+impl Wakers for FakeEnvoy {
+    fn commit(&self, waker: Waker, event: u64) -> bool {
+        COMMITS.with(|c| c.borrow_mut().push((waker, event)));
+        true
+    }
+    fn delete(&self, waker: Waker) {
+        DELETED.with(|d| d.borrow_mut().push(waker))
+    }
+}
+
+impl ConnectionWakers for FakeEnvoy {
+    fn commit(&self, _: usize, _: u64) {}
+}
+
+impl ExtensionHost for FakeEnvoy {
+    fn to_main_thread(&self, event: u64) {
+        if event == crate::host::extension::EVENT_KICK {
+            KICKS.with(|k| k.set(k.get() + 1))
+        }
+    }
+    fn arm_timer(&self, delay: Duration) {
+        lock_or_recover(&self.timers).push(delay);
+    }
+    fn count(&self, stat: Stat) {
+        COUNTED.with(|c| c.borrow_mut().push(stat))
+    }
+    fn set_gauge(&self, gauge: Gauge, value: u64) {
+        lock_or_recover(&self.gauges).push((gauge, value));
+    }
+}
+
+/// A test that panicked while holding a fake's lock fails by itself; the others read on.
+fn lock_or_recover<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The stats counted on this thread since its last fixture.
+pub(crate) fn counted() -> Vec<Stat> {
+    COUNTED.with(|c| c.borrow().clone())
+}
+
+/// The streams' commits on this thread since its last fixture.
+pub(crate) fn commits() -> Vec<(usize, u64)> {
+    COMMITS.with(|c| c.borrow().clone())
+}
+
+/// The fake clock; with a `tick`, `nanos` moves in steps of it, as the kernel's coarse clock
+/// does (`now` stays exact).
+struct ArcClock(Arc<FakeClock>, u64);
+impl Clock for ArcClock {
+    fn now(&self) -> std::time::Instant {
+        self.0.now()
+    }
+    fn nanos(&self) -> u64 {
+        match self.1 {
+            0 => self.0.nanos(),
+            tick => (self.0.nanos() - 1) / tick * tick + 1,
+        }
+    }
+    fn epoch(&self) -> std::time::Instant {
+        self.0.epoch()
+    }
+}
+
+/// A fresh `Shared` over a fake clock (this thread's lists cleared), with a drain engine
+/// installed if `settings` are given.
+pub(crate) fn fixture(settings: Option<DrainSettings>) -> Fixture {
+    fixture_ticking(settings, 0)
+}
+
+/// As [`fixture`], the clock's `nanos` moving in steps of `tick` (0: exact).
+pub(crate) fn fixture_ticking(settings: Option<DrainSettings>, tick: u64) -> Fixture {
+    COMMITS.with(|c| c.borrow_mut().clear());
+    DELETED.with(|d| d.borrow_mut().clear());
+    COUNTED.with(|c| c.borrow_mut().clear());
+    KICKS.with(|k| k.set(0));
+    let clock = Arc::new(FakeClock::new());
+    let shared = Shared::with_registry(
+        Box::new(ArcClock(clock.clone(), tick)),
+        &ENVOY,
+        Registry::with_limits(4, 8),
+    );
+    if let Some(s) = settings {
+        assert!(shared.install_engine(s));
+    }
+    Fixture { shared, clock }
+}
+
+/// Drain settings short enough for a unit test: 30 ms at least, 10 ms quiet, 500 ms at most.
+pub(crate) fn fast() -> DrainSettings {
+    DrainSettings {
+        min_drain_duration: Duration::from_millis(30),
+        quiet_period: Duration::from_millis(10),
+        drain_timeout: Duration::from_millis(500),
+    }
+}
