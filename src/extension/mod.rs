@@ -68,7 +68,7 @@ impl Env {
     }
 
     fn count_module_error(&self) {
-        self.shared.counters.module_error()
+        self.shared.counters.module_error(self.envoy)
     }
 }
 

@@ -13,6 +13,7 @@ use crate::engine::shared::Stat;
 use crate::envoy_stats::scan::Pass;
 use crate::extension::{Env, Extension, ExtensionHost, Gauge, StatsSource, EVENT_KICK};
 use crate::host::extension::LabelledGauge::{BuildInfo, EnvoyUntested};
+use crate::host::extension::StatsHost;
 use std::os::raw::c_void;
 use std::ptr;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -56,12 +57,16 @@ impl ExtensionHost for EnvoyExtension {
         }
     }
 
-    fn count(&self, stat: Stat) {
-        super::stats::count(stat)
-    }
-
     fn set_gauge(&self, gauge: Gauge, value: u64) {
         super::stats::set(gauge, value)
+    }
+}
+
+/// The engine's counts on the main thread, and the module threads' (which are handed the
+/// extension's host when spawned, through the gate): any thread, see `stats::ModuleStats`.
+impl StatsHost for EnvoyExtension {
+    fn count(&self, stat: Stat) {
+        super::stats::count(stat)
     }
 }
 

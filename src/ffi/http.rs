@@ -6,7 +6,8 @@
 use super::abi::{self, Buffer, EnvoyPtr, HttpHeader};
 use super::envoy::{self, Hook, HttpStream};
 use super::{envoy_bytes, guard, with_object};
-use crate::engine::shared::{Protocol, Shared};
+use crate::engine::shared::{Protocol, Shared, Stat};
+use crate::host::extension::StatsHost;
 use crate::host::stream::Wakers;
 use crate::host::Hosts;
 use crate::http_filter::lifecycle::{self, Filter, Hooked, StreamConfig};
@@ -67,6 +68,14 @@ impl StreamSink for EnvoyStream<'_> {
     }
     fn now_nanos(&self) -> u64 {
         super::coarse_monotonic_nanos()
+    }
+}
+
+/// The stream's hooks count on its worker thread; the call is the bootstrap extension's counter
+/// update, valid on any thread (`stats::ModuleStats`).
+impl StatsHost for EnvoyStream<'_> {
+    fn count(&self, stat: Stat) {
+        super::stats::count(stat)
     }
 }
 

@@ -197,13 +197,10 @@ pub(crate) fn publish_active_requests() {
 pub(crate) fn shared() -> &'static Shared {
     static SHARED: OnceLock<Shared> = OnceLock::new();
     SHARED.get_or_init(|| {
-        Shared::new(
-            Box::new(SystemClock {
-                epoch: Instant::now(),
-                coarse_epoch: coarse_monotonic_nanos(),
-            }),
-            &bootstrap::EnvoyExtension,
-        )
+        Shared::new(Box::new(SystemClock {
+            epoch: Instant::now(),
+            coarse_epoch: coarse_monotonic_nanos(),
+        }))
     })
 }
 

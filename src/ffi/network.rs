@@ -7,8 +7,10 @@ use super::abi::{Buffer, EnvoyPtr};
 use super::envoy::{self, Hook, NetConnection, SliceIter};
 use super::{envoy_bytes, guard};
 use crate::config::NetworkFilterConfig;
+use crate::engine::shared::Stat;
 use crate::engine::shared::EVENT_GO_AWAY;
 use crate::host::connection::{ConnectionHost, ConnectionWakers};
+use crate::host::extension::StatsHost;
 use crate::network_filter::{NetConfig, NetFilter};
 use std::os::raw::c_void;
 use std::ptr;
@@ -25,6 +27,14 @@ pub(crate) struct Schedulers;
 impl ConnectionWakers for Schedulers {
     fn commit(&self, scheduler: usize, event: u64) {
         <NetConnection<'_> as ConnectionHost>::commit_scheduler(scheduler, event)
+    }
+}
+
+/// The connection's hooks count on its worker thread; the call is the bootstrap extension's
+/// counter update, valid on any thread (`stats::ModuleStats`).
+impl StatsHost for NetConnection<'_> {
+    fn count(&self, stat: Stat) {
+        super::stats::count(stat)
     }
 }
 
@@ -289,7 +299,7 @@ pub extern "C" fn envoy_dynamic_module_on_network_filter_destroy(fm: *const c_vo
         }
         // SAFETY: from Box::into_raw in filter_new; Envoy destroys it exactly once.
         let f = unsafe { Box::from_raw(fm as *mut NetFilter) };
-        f.on_destroy(super::shared());
+        f.on_destroy(super::shared(), &super::stats::ModuleStats);
     })
 }
 

@@ -17,6 +17,7 @@
 
 use super::envoy::{ExtensionConfig, ExtensionMetrics};
 use crate::engine::shared::{Gauge, Stat};
+use crate::host::extension::StatsHost;
 use crate::runtime::threads::Threads;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::OnceLock;
@@ -63,6 +64,26 @@ fn update(what: &'static str, id: Option<usize>, update: impl FnOnce(ExtensionMe
         super::threads().call(what, on);
     } else {
         on()
+    }
+}
+
+/// The module's counters where no Envoy object of a hook is at hand: the network filter's
+/// destroy hook (the connection is gone; its close counts the long-lived streams it moved).
+/// Every [`StatsHost`] of the FFI (this, `NetConnection`, `EnvoyStream`, `EnvoyExtension`) makes
+/// the one call below, [`count`], the same ABI call whoever counts.
+pub(crate) struct ModuleStats;
+
+/// Called from any thread: the network filters' hooks on their workers, and a connection's
+/// destroy on whichever thread Envoy ends it (possibly the drain side's, inside its commit:
+/// `NetFilter::on_destroy`); the HTTP filters' hooks on their workers; the engine on the main
+/// thread; the module's threads (the gauge thread, a contained panic's count), which are handed
+/// the extension's host when spawned and go through the gate ([`update`]). Safe on each: the
+/// update is a bounds-checked atomic on a stat the config holds, from any thread, while the
+/// config lives (ENVOY_FACTS.md §3b, checked in 1.38.3, 1.39.3 and 1.40.0; the module doc above
+/// says why the config outlives every caller).
+impl StatsHost for ModuleStats {
+    fn count(&self, stat: Stat) {
+        count(stat)
     }
 }
 

@@ -1,7 +1,7 @@
 //! [`ConnectionHost`]: what the network filter ([`crate::network_filter`]) needs from the Envoy
 //! connection it sits on, inside one of its hooks. the FFI seam (`src/ffi/network.rs`) implements it over
 //! Envoy's network-filter callbacks; the network filter's unit tests fake it. Uses nothing but
-//! std.
+//! std and the stats trait ([`super::extension::StatsHost`]).
 //!
 //! Policy code takes it as a generic (`&impl ConnectionHost`), never as `dyn`: the read and
 //! write hooks run on every read and write, and a generic costs no call more than the callbacks
@@ -9,8 +9,9 @@
 
 /// One Envoy connection, seen from its network filter's hook on the connection's worker thread.
 /// A value of it is valid for that hook only: the FFI makes one per hook, and once the
-/// connection raised a close event none is made for a scheduled event (ENVOY_FACTS.md §1).
-pub trait ConnectionHost {
+/// connection raised a close event none is made for a scheduled event (ENVOY_FACTS.md §1). The
+/// module's stats the hook counts go through it too ([`super::extension::StatsHost`]).
+pub trait ConnectionHost: super::extension::StatsHost {
     /// The slices of a buffer, as bytes (valid inside [`ConnectionHost::with_read_slices`] or
     /// [`ConnectionHost::with_write_slices`]).
     type Slices<'b>: Iterator<Item = &'b [u8]>;

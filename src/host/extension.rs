@@ -12,9 +12,22 @@ pub const EVENT_KICK: u64 = 1;
 /// thread).
 pub const EVENT_ADMIN_CHECKED: u64 = 2;
 
+/// Where the module's own Envoy counters move ([`Stat`]): passed into the call that counts, as
+/// Envoy's Rust SDK passes its handle into each callback (`envoy_filter.increment_counter(..)`),
+/// never kept in the shared state. Every Envoy object a hook or a module thread has gives it
+/// (the connection's [`super::connection::ConnectionHost`], the stream's
+/// [`super::stream::StreamHost`], the extension's [`ExtensionHost`]); each counts on the same
+/// counters, the bootstrap extension's (`src/ffi/stats.rs`). Generic on the request path, as the
+/// hosts it comes with.
+pub trait StatsHost {
+    /// Add one to a counter of the module. Any thread.
+    fn count(&self, stat: Stat);
+}
+
 /// The bootstrap extension's side of Envoy. One per process, alive for the process (`&'static`):
-/// before the extension's config exists and after its destroy, every call does nothing.
-pub trait ExtensionHost: Sync {
+/// before the extension's config exists and after its destroy, every call does nothing. Its
+/// [`StatsHost`] counts from any thread.
+pub trait ExtensionHost: StatsHost + Sync {
     /// Run the extension's `config_scheduled` hook with `event` on Envoy's main thread. Any
     /// thread; refused (nothing happens) once the module's calls into Envoy are closed.
     fn to_main_thread(&self, event: u64);
@@ -25,8 +38,6 @@ pub trait ExtensionHost: Sync {
     /// (Re)arm the extension's timer. Main thread only, inside one of the extension's hooks;
     /// nothing if Envoy gave no timer (the fallback ticker runs then).
     fn arm_timer(&self, delay: Duration);
-    /// Add one to a counter of the module. Any thread.
-    fn count(&self, stat: Stat);
     /// Set a gauge of the module. Any thread.
     fn set_gauge(&self, gauge: Gauge, value: u64);
 }

@@ -8,13 +8,15 @@
 //! - [`stream`]: an HTTP stream inside one of its filter's hooks, and its waker (scheduler);
 //! - [`connection`]: the downstream connection the network filter sits on, inside its hooks;
 //! - [`extension`]: the bootstrap extension (its timer, the hop to the main thread, the module's
-//!   stats) and the stats store behind it.
+//!   stats) and the stats store behind it; and [`extension::StatsHost`], the module's own stats,
+//!   which every host above gives (a hook counts through its Envoy object's host).
 //!
 //! Each is passed into the call that needs it, the way Envoy's own Rust SDK hands a filter its
 //! `&mut impl EnvoyHttpFilter`: a hook's host is a parameter of the policy code's method; what a
 //! drain's start and completion reach on other threads' objects ([`Hosts`]) is a parameter of
-//! `Shared::start_drain` and `Shared::poll`. The shared state keeps none, but the module's own
-//! stats (`Counters`, through [`extension::ExtensionHost::count`]).
+//! `Shared::start_drain` and `Shared::poll`; the host its stats move through
+//! ([`extension::StatsHost`]) is a parameter of each call that counts, and a module thread that
+//! counts is handed its host when spawned. The shared state keeps none.
 //!
 //! Cost: the request path calls a host through a generic (static dispatch); a drain's start and
 //! completion make one indirect call per waker through [`Hosts`].

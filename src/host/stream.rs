@@ -50,8 +50,9 @@ pub trait StreamSink {
 }
 
 /// What the glue needs from Envoy for one live stream. Called only on the stream's worker thread,
-/// inside one of its hooks.
-pub trait StreamHost: StreamSink {
+/// inside one of its hooks; the module's stats it counts there go through it too
+/// ([`super::extension::StatsHost`]).
+pub trait StreamHost: StreamSink + super::extension::StatsHost {
     /// Look at a request header without copying it (the request path must not allocate).
     fn with_request_header<R>(&self, name: &str, f: impl FnOnce(Option<&[u8]>) -> R) -> R;
     /// A copy of a request header (control paths).

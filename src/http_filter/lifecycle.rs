@@ -226,7 +226,7 @@ impl Filter {
             None => {
                 self.poisoned.set(true);
                 if self.role == Role::Data {
-                    contain(hook, || shared.counters.module_error());
+                    contain(hook, || shared.counters.module_error(host));
                 }
                 Hooked {
                     value: Ran::Panicked {

@@ -202,7 +202,7 @@ impl DataStream {
             self.conn.attach(host.stream_word());
         }
         if draining {
-            shared.counters.served_while_draining();
+            shared.counters.served_while_draining(host);
             if self.waker.is_none() {
                 // The drain started between the two reads of the flag above.
                 self.waker = host.new_waker();
@@ -261,7 +261,7 @@ impl DataStream {
         if !self.sent_away {
             self.sent_away = true;
             if shared
-                .send_away_once(host.connection_id(), || host.protocol())
+                .send_away_once(host, host.connection_id(), || host.protocol())
                 .is_some()
             {
                 host.go_away_gracefully();

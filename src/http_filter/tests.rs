@@ -2,7 +2,7 @@
 
 use super::*;
 use crate::engine::shared::Protocol;
-use crate::testing::{commits, counted, fast, fixture, Fixture, HOSTS};
+use crate::testing::{commits, counted, fast, fixture, Fixture, HOSTS, STATS};
 use std::cell::{Cell, RefCell};
 use std::time::Duration;
 
@@ -55,6 +55,12 @@ impl FakeHost {
     }
     fn body(&self) -> String {
         String::from_utf8_lossy(&self.responses.borrow().last().unwrap().1).to_string()
+    }
+}
+
+impl crate::host::extension::StatsHost for FakeHost {
+    fn count(&self, stat: crate::engine::shared::Stat) {
+        crate::host::extension::StatsHost::count(STATS, stat)
     }
 }
 

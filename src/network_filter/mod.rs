@@ -15,6 +15,7 @@ use crate::connections::{
 };
 use crate::engine::shared::{Protocol, Shared, Stat};
 use crate::host::connection::ConnectionHost;
+use crate::host::extension::StatsHost;
 use crate::tracking::{Tracking, WsWake, WsWrite};
 use std::cell::{Cell, OnceCell, RefCell};
 use std::sync::Arc;
@@ -247,6 +248,7 @@ impl NetFilter {
                 &mut watch,
                 tracking,
                 shared,
+                host,
                 H::now_nanos,
             )
         });
@@ -255,7 +257,7 @@ impl NetFilter {
         // (RFC 9112 §9.6); the bytes before them do.
         if let Some(keep) = keep {
             if !host.replace_read(&keep) {
-                shared.counters.count(Stat::ModuleErrors);
+                shared.counters.count(host, Stat::ModuleErrors);
                 log::warn!(
                     "graceful_drain: could not hold back requests pipelined behind a \
                      connection: close on connection {}: Envoy may process them",
@@ -289,14 +291,15 @@ impl NetFilter {
         };
         let shared = shared();
         let now = H::now_nanos;
-        if t.on_write_len(data_len, conn, shared, now) {
+        if t.on_write_len(data_len, conn, shared, host, now) {
             return;
         }
         if t.tracker().tunnel() {
             // Only a tunnel's writes (nothing else pays for the long-lived streams' moves).
             return self.long_lived_write(host, conn, &mut t, shared);
         }
-        let edit = host.with_write_slices(|chunks| t.on_write_bytes(chunks, conn, shared, now));
+        let edit =
+            host.with_write_slices(|chunks| t.on_write_bytes(chunks, conn, shared, host, now));
         if t.tracker().tunnel() || t.sse_unnoticed() {
             self.switched::<H>(conn, &mut t, shared);
         }
@@ -431,7 +434,7 @@ impl NetFilter {
         } else if t.is_websocket() {
             t.websocket_wake(plan, now)
         } else if t.is_http2() {
-            t.h2_wake(plan, now, H::now_nanos(), conn, shared)
+            t.h2_wake(plan, now, H::now_nanos(), conn, shared, host)
         } else {
             t.sse_wake(plan, now, shared)
         };
@@ -550,7 +553,7 @@ impl NetFilter {
             } else {
                 Protocol::Http1
             };
-            shared.send_away_once(Some(id), || p).is_some()
+            shared.send_away_once(host, Some(id), || p).is_some()
         };
         // What the exchange tracker knows of the server's bytes decides whether a GOAWAY of
         // ours may go (connection mode; without a tracker, as before). A tracker in use cannot
@@ -573,15 +576,16 @@ impl NetFilter {
             (Protocol::Http2, done.told_http2),
         ] {
             if told {
-                shared.counters.count(Stat::IdleTold(p));
+                shared.counters.count(host, Stat::IdleTold(p));
             }
         }
         apply(host, conn, done.action);
     }
 
     /// Envoy destroys the filter; possibly on the drain side's thread, inside its commit (see
-    /// [`crate::connections`]): touches only thread-safe state, never the host.
-    pub fn on_destroy(&self, shared: &Shared) {
+    /// [`crate::connections`]): touches only thread-safe state, never the connection's host;
+    /// what the close counts goes through `stats` (any thread).
+    pub fn on_destroy(&self, shared: &Shared, stats: &impl StatsHost) {
         if let Some(slot) = self.slot.get() {
             // Deletes the scheduler now, or when a commit in progress lets go of it.
             drop(shared.connections.wakers.remove(slot));
@@ -589,7 +593,7 @@ impl NetFilter {
         if let Some(conn) = self.conn.get() {
             if let Some(tracking) = &self.tracking {
                 if let Ok(mut t) = tracking.try_borrow_mut() {
-                    t.on_close(conn, shared);
+                    t.on_close(conn, shared, stats);
                 }
             }
             crate::connections::unregister(conn);

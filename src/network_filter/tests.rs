@@ -3,7 +3,7 @@
 
 use super::*;
 use crate::connections::{EVENT_CONFIRM_CLOSE, EVENT_DRAIN_STARTED};
-use crate::testing::{counted, fixture};
+use crate::testing::{counted, fixture, STATS};
 use std::time::Duration;
 
 std::thread_local! {
@@ -69,6 +69,12 @@ impl FakeConnection {
 }
 
 type Slices<'b> = std::iter::Once<&'b [u8]>;
+
+impl crate::host::extension::StatsHost for FakeConnection {
+    fn count(&self, stat: crate::engine::shared::Stat) {
+        crate::host::extension::StatsHost::count(STATS, stat)
+    }
+}
 
 impl ConnectionHost for FakeConnection {
     type Slices<'b> = Slices<'b>;
@@ -194,7 +200,7 @@ fn a_new_connection_gets_a_waker_which_its_destroy_deletes() {
         1
     );
     assert_eq!(take_calls(), [Call::Commit(0x5c, EVENT_DRAIN_STARTED)]);
-    f.on_destroy(shared);
+    f.on_destroy(shared, STATS);
     assert_eq!(take_calls(), [Call::DeleteScheduler(0x5c)]);
     assert!(shared.connections.wakers.is_empty());
 }
@@ -214,7 +220,7 @@ fn an_idle_http2_connection_is_sent_goaway_and_counted_as_told() {
     f.on_scheduled(&FakeConnection::new(b"", NOW), EVENT_DRAIN_STARTED, shared);
     assert_eq!(take_calls(), [Call::InjectWrite(GOAWAY_NO_ERROR.to_vec())]);
     assert_eq!(counted(), [Stat::IdleTold(Protocol::Http2)]);
-    f.on_destroy(shared);
+    f.on_destroy(shared, STATS);
 }
 
 #[test]
@@ -238,7 +244,7 @@ fn an_idle_followed_http1_connection_is_closed_at_the_confirmation() {
         [Call::Close(b"graceful_drain_idle_close".to_vec())]
     );
     assert!(counted().contains(&Stat::IdleTold(Protocol::Http1)));
-    f.on_destroy(shared);
+    f.on_destroy(shared, STATS);
 }
 
 #[test]
@@ -254,7 +260,7 @@ fn a_busy_connection_is_sent_away_through_its_latest_stream() {
     assert_eq!(take_calls(), [Call::WakeStream(0x1234)]);
     assert_eq!(counted(), [], "busy: not told idle");
     crate::connections::stream_ended(mark, || NOW);
-    f.on_destroy(shared);
+    f.on_destroy(shared, STATS);
 }
 
 #[test]
@@ -283,7 +289,7 @@ fn nothing_is_done_to_a_connection_no_longer_open_or_closed() {
         !f.may_reach_envoy(),
         "closed: no host is made for it any more"
     );
-    f.on_destroy(shared);
+    f.on_destroy(shared, STATS);
 }
 
 /// The reduced surface of an untested Envoy (issue 63 item 6): a config loaded with the data
@@ -327,7 +333,7 @@ fn a_stepped_back_filter_passes_every_byte_and_asks_nothing_of_its_connection() 
             NOW,
         );
         f.on_scheduled(&FakeConnection::new(b"", NOW), EVENT_DRAIN_STARTED, shared);
-        f.on_destroy(shared);
+        f.on_destroy(shared, STATS);
         let calls = take_calls();
         if stepped_back {
             assert_eq!(calls, [], "{policy:?}");

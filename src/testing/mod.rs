@@ -15,14 +15,14 @@ use crate::config::DrainSettings;
 use crate::counting::Registry;
 use crate::engine::shared::{Gauge, Hosts, Shared, Stat, Waker};
 use crate::host::connection::ConnectionWakers;
-use crate::host::extension::ExtensionHost;
+use crate::host::extension::{ExtensionHost, StatsHost};
 use crate::host::stream::Wakers;
 use crate::runtime::clock::{Clock, FakeClock};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-/// A `Shared` over a fake clock, whose commits and kicks are recorded in thread-local lists
-/// (the hosts are `&'static`, as the FFI's are: [`FakeEnvoy`]).
+/// A `Shared` over a fake clock; the commits, kicks and counts made through the fake hosts
+/// ([`HOSTS`], [`STATS`]: `&'static`, as the FFI's are) are recorded in thread-local lists.
 pub(crate) struct Fixture {
     pub shared: Shared,
     pub clock: Arc<FakeClock>,
@@ -34,7 +34,7 @@ std::thread_local! {
     pub(crate) static KICKS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
     pub(crate) static DELETED: std::cell::RefCell<Vec<usize>> =
         const { std::cell::RefCell::new(Vec::new()) };
-    /// The Envoy stats counted on this thread ([`ExtensionHost::count`]).
+    /// The Envoy stats counted on this thread ([`StatsHost::count`]).
     pub(crate) static COUNTED: std::cell::RefCell<Vec<Stat>> =
         const { std::cell::RefCell::new(Vec::new()) };
 }
@@ -51,6 +51,10 @@ pub(crate) struct FakeEnvoy {
 
 /// The one process-wide fake, which the fixture's `Shared` and [`HOSTS`] use.
 static ENVOY: FakeEnvoy = FakeEnvoy::new();
+
+/// The fake Envoy as the module's stats host ([`StatsHost`]): what a test passes where a hook
+/// passes its Envoy object's host.
+pub(crate) const STATS: &FakeEnvoy = &ENVOY;
 
 /// The fake hosts, as a drain's start and completion take them.
 pub(crate) const HOSTS: Hosts<'static> = Hosts {
@@ -89,6 +93,14 @@ impl ConnectionWakers for FakeEnvoy {
     fn commit(&self, _: usize, _: u64) {}
 }
 
+/// The stats counted through it go to this thread's list ([`counted`]); the fake stream and
+/// connection hosts of the glue's tests count through it too ([`STATS`]).
+impl StatsHost for FakeEnvoy {
+    fn count(&self, stat: Stat) {
+        COUNTED.with(|c| c.borrow_mut().push(stat))
+    }
+}
+
 impl ExtensionHost for FakeEnvoy {
     fn to_main_thread(&self, event: u64) {
         if event == crate::host::extension::EVENT_KICK {
@@ -97,9 +109,6 @@ impl ExtensionHost for FakeEnvoy {
     }
     fn arm_timer(&self, delay: Duration) {
         lock_or_recover(&self.timers).push(delay);
-    }
-    fn count(&self, stat: Stat) {
-        COUNTED.with(|c| c.borrow_mut().push(stat))
     }
     fn set_gauge(&self, gauge: Gauge, value: u64) {
         lock_or_recover(&self.gauges).push((gauge, value));
@@ -154,7 +163,6 @@ pub(crate) fn fixture_ticking(settings: Option<DrainSettings>, tick: u64) -> Fix
     let clock = Arc::new(FakeClock::new());
     let shared = Shared::with_registry(
         Box::new(ArcClock(clock.clone(), tick)),
-        &ENVOY,
         Registry::with_limits(4, 8),
     );
     if let Some(s) = settings {

@@ -7,14 +7,15 @@ use crate::connections::Conn;
 use crate::counting::Ticket;
 use crate::engine::shared::Shared;
 use crate::exchange::Event;
+use crate::host::extension::StatsHost;
 
 impl Tracking {
     /// The connection is gone (its filter's destroy hook, possibly on the drain side's thread:
     /// only the in-flight table and atomics are touched). Ends what it still holds: a tunnel, a
     /// response cut by the close, requests read ahead that Envoy never answered.
-    pub fn on_close(&mut self, conn: &Conn, shared: &Shared) {
-        self.websocket_closed(shared);
-        self.sse_closed(shared);
+    pub fn on_close(&mut self, conn: &Conn, shared: &Shared, stats: &impl StatsHost) {
+        self.websocket_closed(shared, stats);
+        self.sse_closed(shared, stats);
         self.end_all(conn, shared);
         if std::mem::take(&mut self.partial_head) {
             shared.connections.note_partial_head(false);
@@ -24,13 +25,19 @@ impl Tracking {
         }
     }
 
-    pub(super) fn after_feed(&mut self, conn: &Conn, shared: &Shared, fed: &mut Fed) {
+    pub(super) fn after_feed(
+        &mut self,
+        conn: &Conn,
+        shared: &Shared,
+        stats: &impl StatsHost,
+        fed: &mut Fed,
+    ) {
         if let Some(e) = self.tracker.hpack_failure() {
             // Once per connection (the tracker gives it once): counted, logged, and the
             // connection followed on as without decoding.
             shared
                 .counters
-                .count(crate::host::extension::Stat::HpackDecodingStopped);
+                .count(stats, crate::host::extension::Stat::HpackDecodingStopped);
             log::info!(
                 "graceful_drain: connection {}: its HTTP/2 header blocks are no longer decoded \
                  ({e:?}): its streams count as requests, none as a health check",
@@ -41,13 +48,21 @@ impl Tracking {
             self.lose(
                 conn,
                 shared,
+                stats,
                 "its bytes do not follow HTTP/1.1 or HTTP/2 framing",
                 fed,
             );
         }
     }
 
-    pub(super) fn lose(&mut self, conn: &Conn, shared: &Shared, why: &str, fed: &mut Fed) {
+    pub(super) fn lose(
+        &mut self,
+        conn: &Conn,
+        shared: &Shared,
+        stats: &impl StatsHost,
+        why: &str,
+        fed: &mut Fed,
+    ) {
         fed.lost = true;
         self.lost = true;
         // Envoy may still be serving them: given back, so that the drain counts them from
@@ -56,7 +71,7 @@ impl Tracking {
         shared.give_back(counted, || self.end_all(conn, shared));
         shared
             .counters
-            .count(crate::engine::shared::Stat::ConnectionsUntracked);
+            .count(stats, crate::engine::shared::Stat::ConnectionsUntracked);
         if self.shadow {
             conn.cross_check_event(None);
             log::info!(
@@ -92,6 +107,7 @@ pub(super) fn on_event(
     shadow: bool,
     conn: &Conn,
     shared: &Shared,
+    stats: &impl StatsHost,
     now: &impl Fn() -> u64,
     fed: &mut Fed,
 ) {
@@ -134,7 +150,7 @@ pub(super) fn on_event(
             let (ticket, draining) = shared.request_started_in(conn.lane(), conn.reserved());
             if draining {
                 fed.served_while_draining += 1;
-                shared.counters.served_while_draining();
+                shared.counters.served_while_draining(stats);
             }
             tickets.push((id, Some(ticket)));
         }
@@ -149,7 +165,9 @@ pub(super) fn on_event(
                 // did it, with the response that just ended.
                 if t.protocol() == Protocol::Http1 && t.will_close() && shared.is_draining() {
                     fed.sent_away_http1 |= shared
-                        .send_away_once(Some(conn.id), || crate::engine::shared::Protocol::Http1)
+                        .send_away_once(stats, Some(conn.id), || {
+                            crate::engine::shared::Protocol::Http1
+                        })
                         .is_some();
                 }
             }

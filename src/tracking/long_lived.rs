@@ -8,6 +8,7 @@ use crate::connections::MovePlan;
 use crate::engine::shared::{Shared, Stat};
 use crate::exchange::websocket::mover::{Wake, Write};
 use crate::exchange::websocket::{close_frame, GOING_AWAY};
+use crate::host::extension::StatsHost;
 use std::sync::atomic::Ordering;
 
 /// The reason sent with our Close (RFC 6455 §7.4.1, 1001 "Going Away").
@@ -224,7 +225,7 @@ impl Tracking {
     }
 
     /// The connection closed: a switched one is no longer open, and moved if our Close went.
-    pub(super) fn websocket_closed(&mut self, shared: &Shared) {
+    pub(super) fn websocket_closed(&mut self, shared: &Shared, stats: &impl StatsHost) {
         let counts = self.counts();
         let Some(m) = self.tracker.websocket() else {
             return;
@@ -238,13 +239,13 @@ impl Tracking {
             .try_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
         if m.mv.moved() {
             ll.websockets_moved.fetch_add(1, Ordering::Relaxed);
-            shared.counters.count(Stat::WebsocketsMoved);
+            shared.counters.count(stats, Stat::WebsocketsMoved);
             let dropped = m.mv.dropped_messages();
             if dropped > 0 {
                 ll.websocket_messages_dropped
                     .fetch_add(u64::from(dropped), Ordering::Relaxed);
                 for _ in 0..dropped {
-                    shared.counters.count(Stat::WebsocketMessagesDropped);
+                    shared.counters.count(stats, Stat::WebsocketMessagesDropped);
                 }
             }
         }
@@ -282,6 +283,7 @@ impl Tracking {
         stamp: u64,
         conn: &crate::connections::Conn,
         shared: &Shared,
+        stats: &impl StatsHost,
     ) -> (WsWake, Option<u64>) {
         use crate::exchange::GrpcStreams;
         if !self.counts() || self.lost {
@@ -333,13 +335,15 @@ impl Tracking {
             let ll = &shared.connections.long_lived;
             if g.sse {
                 ll.h2_sse_moved.fetch_add(1, Ordering::Relaxed);
-                shared.counters.count(Stat::H2SseResponsesMoved);
+                shared.counters.count(stats, Stat::H2SseResponsesMoved);
             } else if last {
                 ll.grpc_ended_at_timeout.fetch_add(1, Ordering::Relaxed);
-                shared.counters.count(Stat::GrpcStreamsEndedAtTimeout);
+                shared
+                    .counters
+                    .count(stats, Stat::GrpcStreamsEndedAtTimeout);
             } else {
                 ll.grpc_moved.fetch_add(1, Ordering::Relaxed);
-                shared.counters.count(Stat::GrpcStreamsMoved);
+                shared.counters.count(stats, Stat::GrpcStreamsMoved);
             }
         }
         let wake = if waiting {
@@ -519,7 +523,7 @@ impl Tracking {
 
     /// The connection closed: an SSE response counted at the moves' start is no longer open,
     /// and moved if its end was written.
-    pub(super) fn sse_closed(&mut self, shared: &Shared) {
+    pub(super) fn sse_closed(&mut self, shared: &Shared, stats: &impl StatsHost) {
         if !std::mem::take(&mut self.sse_counted) {
             return;
         }
@@ -533,7 +537,7 @@ impl Tracking {
             .is_some_and(|e| matches!(e.step, SSE_ENDED | SSE_CLOSED))
         {
             ll.sse_moved.fetch_add(1, Ordering::Relaxed);
-            shared.counters.count(Stat::SseResponsesMoved);
+            shared.counters.count(stats, Stat::SseResponsesMoved);
         }
     }
 }

@@ -31,6 +31,7 @@ use super::events::on_event;
 use super::*;
 use crate::connections::{Conn, FirstStream};
 use crate::engine::shared::Shared;
+use crate::host::extension::StatsHost;
 
 /// Where a read buffer's first byte lies in the last read buffer (see the module doc).
 pub(super) enum Behind {
@@ -100,6 +101,7 @@ impl Tracking {
         chunks: Option<impl Iterator<Item = &'a [u8]>>,
         conn: &Conn,
         shared: &Shared,
+        stats: &impl StatsHost,
         now: impl Fn() -> u64,
     ) -> Fed {
         let mut fed = Fed::default();
@@ -115,9 +117,14 @@ impl Tracking {
             fed.hold_from = Some(0);
             return fed;
         }
-        let Some(chunks) =
-            self.followed(chunks, "Envoy gave no read buffer", conn, shared, &mut fed)
-        else {
+        let Some(chunks) = self.followed(
+            chunks,
+            "Envoy gave no read buffer",
+            conn,
+            shared,
+            stats,
+            &mut fed,
+        ) else {
             return fed;
         };
         if self.shadow {
@@ -156,6 +163,7 @@ impl Tracking {
                     self.lose(
                         conn,
                         shared,
+                        stats,
                         "a read buffer starts inside the last one, not where a request ended",
                         &mut fed,
                     );
@@ -165,6 +173,7 @@ impl Tracking {
                     self.lose(
                         conn,
                         shared,
+                        stats,
                         "a read buffer starts where a slice of the last one started",
                         &mut fed,
                     );
@@ -174,6 +183,7 @@ impl Tracking {
                     self.lose(
                         conn,
                         shared,
+                        stats,
                         "a read buffer may start in a slice not remembered",
                         &mut fed,
                     );
@@ -189,7 +199,13 @@ impl Tracking {
             .and_then(|s| usize::try_from(s).ok())
             .filter(|&s| s <= len)
         else {
-            self.lose(conn, shared, "the read buffer does not match", &mut fed);
+            self.lose(
+                conn,
+                shared,
+                stats,
+                "the read buffer does not match",
+                &mut fed,
+            );
             return fed;
         };
         // During a drain, the requests behind one whose response has not begun are held back
@@ -205,6 +221,7 @@ impl Tracking {
                 stop,
                 conn,
                 shared,
+                stats,
                 &now,
                 &mut fed,
             ) {
@@ -212,13 +229,23 @@ impl Tracking {
             }
             cut
         } else {
-            if !self.feed_read(chunks, start, run, u64::MAX, conn, shared, &now, &mut fed) {
+            if !self.feed_read(
+                chunks,
+                start,
+                run,
+                u64::MAX,
+                conn,
+                shared,
+                stats,
+                &now,
+                &mut fed,
+            ) {
                 return fed;
             }
             None
         };
         self.may_be_left_behind = self.tracker.pipelined();
-        self.after_feed(conn, shared, &mut fed);
+        self.after_feed(conn, shared, stats, &mut fed);
         if let Some((end, i)) = cut.filter(|_| !self.lost) {
             self.hold_behind(self.unanswered_id(i), conn, shared, &now);
             fed.hold_from = Some(usize::try_from(end.saturating_sub(start)).unwrap_or(len));
@@ -238,6 +265,7 @@ impl Tracking {
         stop: u64,
         conn: &Conn,
         shared: &Shared,
+        stats: &impl StatsHost,
         now: &impl Fn() -> u64,
         fed: &mut Fed,
     ) -> bool {
@@ -263,6 +291,7 @@ impl Tracking {
                     self.lose(
                         conn,
                         shared,
+                        stats,
                         "the bytes left in Envoy's read buffer are not the ones read",
                         fed,
                     );
@@ -284,7 +313,7 @@ impl Tracking {
             let shadow = !self.counts();
             let tickets = &mut self.tickets;
             self.tracker.client(fresh, &mut |ev, t| {
-                on_event(ev, t, tickets, shadow, conn, shared, now, fed)
+                on_event(ev, t, tickets, shadow, conn, shared, stats, now, fed)
             });
         }
         self.more_slices = slices > READ_SLICES;
@@ -413,13 +442,14 @@ impl Tracking {
         missing: &str,
         conn: &Conn,
         shared: &Shared,
+        stats: &impl StatsHost,
         fed: &mut Fed,
     ) -> Option<I> {
         if self.lost || self.tracker.tunnel() {
             return None;
         }
         if chunks.is_none() {
-            self.lose(conn, shared, missing, fed);
+            self.lose(conn, shared, stats, missing, fed);
         }
         chunks
     }
@@ -434,6 +464,7 @@ impl Tracking {
 /// Returns `Some(keep)` when requests in the buffer are held back (`Tracking::hold_cut`,
 /// behind a `close`): the glue makes the read buffer `keep` (a copy of the bytes before them)
 /// before Envoy's codec sees it.
+#[allow(clippy::too_many_arguments)]
 pub fn on_read_hook<'a, I: Iterator<Item = &'a [u8]>>(
     conn: &Conn,
     len: usize,
@@ -441,6 +472,7 @@ pub fn on_read_hook<'a, I: Iterator<Item = &'a [u8]>>(
     watch: &mut FirstStream,
     tracking: Option<&mut Tracking>,
     shared: &Shared,
+    stats: &impl StatsHost,
     now: impl Fn() -> u64,
 ) -> Option<Vec<u8>> {
     if conn.following_bytes() {
@@ -449,7 +481,7 @@ pub fn on_read_hook<'a, I: Iterator<Item = &'a [u8]>>(
         conn.on_read(len, &[]);
     }
     let hold = tracking?
-        .on_read(len, chunks(), conn, shared, now)
+        .on_read(len, chunks(), conn, shared, stats, now)
         .hold_from?;
     // A copy of the bytes before the ones held back (a drain only; none when all are).
     let mut keep = Vec::new();

@@ -6,7 +6,7 @@ use crate::connections::Conn;
 use crate::engine::drain::Trigger;
 use crate::engine::shared::Shared;
 use crate::engine::shared::Stat;
-use crate::testing::{counted, fast, fixture, HOSTS};
+use crate::testing::{counted, fast, fixture, HOSTS, STATS};
 
 const GET: &[u8] = b"GET /a HTTP/1.1\r\nhost: x\r\n\r\n";
 const PROBE: &[u8] = b"GET /healthz HTTP/1.1\r\nhost: x\r\nuser-agent: kube-probe/1.31\r\n\r\n";
@@ -18,11 +18,11 @@ fn now() -> u64 {
 
 fn read(t: &mut Tracking, buf: &[&[u8]], conn: &Conn, shared: &Shared) -> Fed {
     let len = buf.iter().map(|b| b.len()).sum();
-    t.on_read(len, Some(buf.iter().copied()), conn, shared, now)
+    t.on_read(len, Some(buf.iter().copied()), conn, shared, STATS, now)
 }
 
 fn write(t: &mut Tracking, bytes: &[u8], conn: &Conn, shared: &Shared) -> Fed {
-    t.on_write(Some([bytes].into_iter()), conn, shared, now)
+    t.on_write(Some([bytes].into_iter()), conn, shared, STATS, now)
 }
 
 /// #44 item 6: Envoy's connection manager has a stream from a head's first byte; the
@@ -58,7 +58,7 @@ fn a_head_on_its_way_holds_the_drain_from_its_first_byte() {
     // Begun again, then the connection closes: nothing left counted.
     read(&mut t, &[b"GE"], &conn, &f.shared);
     assert_eq!(f.shared.connections.partial_heads(), 1);
-    t.on_close(&conn, &f.shared);
+    t.on_close(&conn, &f.shared, STATS);
     assert_eq!(f.shared.connections.partial_heads(), 0);
     f.clock.advance(std::time::Duration::from_millis(100));
     assert!(matches!(
@@ -76,7 +76,7 @@ fn a_head_on_its_way_holds_the_drain_from_its_first_byte() {
     write(&mut u, b"HTTP/1.1 2x0 what\r\n\r\n", &other, &f.shared);
     assert!(!u.is_followed(), "lost");
     assert_eq!(f.shared.connections.partial_heads(), 1);
-    u.on_close(&other, &f.shared);
+    u.on_close(&other, &f.shared, STATS);
     assert_eq!(f.shared.connections.partial_heads(), 0);
 }
 
@@ -183,7 +183,7 @@ fn new_bytes_inside_the_last_buffer_are_not_taken_for_bytes_left_behind() {
         fed.started, 0,
         "nothing fed from a buffer that does not match"
     );
-    t.on_close(&conn, &f.shared);
+    t.on_close(&conn, &f.shared, STATS);
 }
 
 /// Envoy drains whole slices: bytes left behind can start at a later slice's own start,
@@ -200,7 +200,7 @@ fn a_buffer_starting_at_a_later_slice_s_start_is_lost_not_counted_twice() {
     let fed = read(&mut t, &[&rest], &conn, &f.shared);
     assert!(fed.lost, "{fed:?}");
     assert_eq!(fed.started, 0);
-    t.on_close(&conn, &f.shared);
+    t.on_close(&conn, &f.shared, STATS);
 }
 
 /// #44 item 5: Envoy's codec stops only where a request ended, so bytes it hands back start
@@ -219,7 +219,7 @@ fn a_buffer_starting_inside_the_last_where_no_request_ended_is_lost() {
     let fed = read(&mut t, &[&three[GET.len() + 5..]], &conn, &f.shared);
     assert!(fed.lost, "{fed:?}");
     assert_eq!(fed.started, 0);
-    t.on_close(&conn, &f.shared);
+    t.on_close(&conn, &f.shared, STATS);
     // At the first request's end: the two requests Envoy left, fed before.
     let other = Conn::new(2);
     let mut u = Tracking::new();
@@ -228,7 +228,7 @@ fn a_buffer_starting_inside_the_last_where_no_request_ended_is_lost() {
     let fed = read(&mut u, &[&three[GET.len()..]], &other, &f.shared);
     assert!(!fed.lost, "{fed:?}");
     assert_eq!((fed.started, f.shared.counts().active), (0, 2));
-    u.on_close(&other, &f.shared);
+    u.on_close(&other, &f.shared, STATS);
 }
 
 /// A buffer of more slices than remembered, holding pipelined requests: the next buffer may
@@ -254,7 +254,7 @@ fn a_buffer_that_may_start_in_a_slice_not_remembered_is_lost_not_counted_twice()
     let fed = read(&mut t, &[&last[GET.len() - 12..]], &conn, &f.shared);
     assert!(fed.lost, "{fed:?}");
     assert_eq!(fed.started, 0);
-    t.on_close(&conn, &f.shared);
+    t.on_close(&conn, &f.shared, STATS);
 }
 
 #[test]
@@ -387,7 +387,7 @@ fn during_a_drain_http2_health_checks_are_told_by_their_decoded_path() {
             (1, 0),
             "another path is work"
         );
-        t.on_close(&conn, &f.shared);
+        t.on_close(&conn, &f.shared, STATS);
     }
 }
 
@@ -422,7 +422,7 @@ fn an_http2_block_that_does_not_decode_is_counted_once_and_its_streams_are_work(
         .filter(|s| *s == Stat::HpackDecodingStopped)
         .count();
     assert_eq!(stopped, 1);
-    t.on_close(&conn, &f.shared);
+    t.on_close(&conn, &f.shared, STATS);
 }
 
 /// What the tracker cannot follow gives its tickets back, marks the connection untracked
@@ -451,7 +451,7 @@ fn a_connection_the_tracker_loses_is_untracked_until_it_closes() {
     };
     assert_eq!(untracked(counted()), 1, "one lost connection, counted once");
     assert_eq!(read(&mut t, &[GET], &conn, &f.shared), Fed::default());
-    t.on_close(&conn, &f.shared);
+    t.on_close(&conn, &f.shared, STATS);
     assert!(f.shared.count_is_exact());
 }
 
@@ -511,7 +511,7 @@ fn a_lost_connection_s_requests_stay_counted_until_a_gauge_pass_sees_them() {
     assert_eq!(view(&cache).active, 1);
     pass(&mut cache, Pass::Gauges, 0, 4);
     assert_eq!(view(&cache).active, 0);
-    t.on_close(&conn, &f.shared);
+    t.on_close(&conn, &f.shared, STATS);
 }
 
 #[test]
@@ -521,7 +521,7 @@ fn a_close_gives_back_what_is_still_in_flight() {
     let mut t = Tracking::new();
     read(&mut t, &[GET, GET], &conn, &f.shared);
     assert_eq!(f.shared.counts().active, 2);
-    t.on_close(&conn, &f.shared);
+    t.on_close(&conn, &f.shared, STATS);
     assert_eq!(f.shared.counts().active, 0);
 }
 
@@ -531,13 +531,13 @@ fn a_read_buffer_envoy_does_not_give_is_lost_not_guessed() {
     let conn = Conn::new(1);
     let mut t = Tracking::new();
     let none: Option<std::iter::Empty<&[u8]>> = None;
-    assert!(t.on_read(10, none, &conn, &f.shared, now).lost);
-    t.on_close(&conn, &f.shared);
+    assert!(t.on_read(10, none, &conn, &f.shared, STATS, now).lost);
+    t.on_close(&conn, &f.shared, STATS);
 }
 
 /// A write through the glue's path (`on_write_bytes`): the edit it asks for.
 fn write_head(t: &mut Tracking, bytes: &[u8], conn: &Conn, shared: &Shared) -> Option<HeadEdit> {
-    t.on_write_bytes(|| Some([bytes].into_iter()), conn, shared, now)
+    t.on_write_bytes(|| Some([bytes].into_iter()), conn, shared, STATS, now)
 }
 
 const CLOSING: &[u8] = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\nhi";
@@ -578,8 +578,8 @@ fn requests_pipelined_at_a_drain_are_held_back_behind_the_close() {
     let fed = read(&mut u, &[&[GET, b"GET /b HT"].concat()], &other, &f.shared);
     assert_eq!(fed.hold_from, Some(GET.len()));
     assert_eq!(f.shared.connections.partial_heads(), 0);
-    u.on_close(&other, &f.shared);
-    t.on_close(&conn, &f.shared);
+    u.on_close(&other, &f.shared, STATS);
+    t.on_close(&conn, &f.shared, STATS);
     assert_eq!(f.shared.counts().active, 0);
 }
 
@@ -603,8 +603,8 @@ fn more_pipelined_requests_than_ends_remembered_are_held_back_too() {
         let mut u = Tracking::new();
         let fed = read(&mut u, &[&short.repeat(n)], &other, &f.shared);
         assert_eq!(fed.hold_from, Some(short.len()), "{n} short requests");
-        t.on_close(&conn, &f.shared);
-        u.on_close(&other, &f.shared);
+        t.on_close(&conn, &f.shared, STATS);
+        u.on_close(&other, &f.shared, STATS);
     }
 }
 
@@ -619,7 +619,7 @@ fn envoys_close_in_a_later_slice_of_the_head_is_not_doubled() {
     read(&mut t, &[GET], &conn, &f.shared);
     let at = CLOSING.windows(10).position(|w| w == b"connection");
     let (a, b) = CLOSING.split_at(at.expect("a close line"));
-    let edit = t.on_write_bytes(|| Some([a, b].into_iter()), &conn, &f.shared, now);
+    let edit = t.on_write_bytes(|| Some([a, b].into_iter()), &conn, &f.shared, STATS, now);
     assert_eq!(edit, None, "Envoy's close is there");
     assert!(t.told_close());
     // Without it, the close line goes in as ever.
@@ -627,10 +627,10 @@ fn envoys_close_in_a_later_slice_of_the_head_is_not_doubled() {
     let mut u = Tracking::new();
     read(&mut u, &[GET], &other, &f.shared);
     let (a, b) = OK.split_at(20);
-    let edit = u.on_write_bytes(|| Some([a, b].into_iter()), &other, &f.shared, now);
+    let edit = u.on_write_bytes(|| Some([a, b].into_iter()), &other, &f.shared, STATS, now);
     assert_eq!(edit.map(|e| e.replaced()), Some(17));
-    t.on_close(&conn, &f.shared);
-    u.on_close(&other, &f.shared);
+    t.on_close(&conn, &f.shared, STATS);
+    u.on_close(&other, &f.shared, STATS);
 }
 
 /// A CONNECT (or an upgrade) read behind a request during a drain is not held back: the bytes
@@ -654,7 +654,7 @@ sec-websocket-version: 13\r\n\r\n";
         // The next response (no tunnel) may say it: nothing is behind it.
         let denied = b"HTTP/1.1 403 Forbidden\r\ncontent-length: 0\r\n\r\n";
         assert!(write_head(&mut t, denied, &conn, &f.shared).is_some());
-        t.on_close(&conn, &f.shared);
+        t.on_close(&conn, &f.shared, STATS);
     }
 }
 
@@ -704,7 +704,7 @@ fn envoy_s_own_close_is_kept_and_what_was_read_behind_it_is_held_back() {
     assert_eq!(f.shared.counts().active, 3);
     f.shared.start_drain(HOSTS, Trigger::Admin);
     assert_eq!(
-        t.close_to_insert(Some(CLOSING), &conn, &f.shared),
+        t.close_to_insert(Some(CLOSING), &conn, &f.shared, STATS),
         Told {
             insert: 0,
             counted: true
@@ -728,11 +728,12 @@ fn envoy_s_own_close_is_kept_and_what_was_read_behind_it_is_held_back() {
         Some([&three[GET.len()..]].into_iter()),
         &other,
         &f.shared,
+        STATS,
         now,
     );
     assert_eq!((fed.hold_from, fed.started), (Some(0), 0));
-    u.on_close(&other, &f.shared);
-    t.on_close(&conn, &f.shared);
+    u.on_close(&other, &f.shared, STATS);
+    t.on_close(&conn, &f.shared, STATS);
     // No drain: Envoy's close all the same.
     let g = fixture(Some(fast()));
     let third = Conn::new(3);
@@ -824,7 +825,7 @@ fn during_a_drain_a_response_head_gets_connection_close_once() {
     let mut t = Tracking::new();
     read(&mut t, &[GET], &conn, &f.shared);
     assert_eq!(
-        t.close_to_insert(Some(OK), &conn, &f.shared),
+        t.close_to_insert(Some(OK), &conn, &f.shared, STATS),
         Told::default(),
         "serving"
     );
@@ -833,13 +834,13 @@ fn during_a_drain_a_response_head_gets_connection_close_once() {
     read(&mut t, &[GET], &conn, &f.shared);
     let interim = b"HTTP/1.1 100 Continue\r\n\r\n";
     assert_eq!(
-        t.close_to_insert(Some(interim), &conn, &f.shared),
+        t.close_to_insert(Some(interim), &conn, &f.shared, STATS),
         Told::default(),
         "1xx"
     );
     write(&mut t, interim, &conn, &f.shared);
     assert_eq!(
-        t.close_to_insert(Some(OK), &conn, &f.shared),
+        t.close_to_insert(Some(OK), &conn, &f.shared, STATS),
         Told {
             insert: b"HTTP/1.1 200 OK\r\n".len(),
             counted: true
@@ -849,7 +850,7 @@ fn during_a_drain_a_response_head_gets_connection_close_once() {
     write(&mut t, OK, &conn, &f.shared);
     read(&mut t, &[GET], &conn, &f.shared);
     assert_eq!(
-        t.close_to_insert(Some(OK), &conn, &f.shared),
+        t.close_to_insert(Some(OK), &conn, &f.shared, STATS),
         Told::default(),
         "once"
     );
@@ -859,7 +860,7 @@ fn during_a_drain_a_response_head_gets_connection_close_once() {
     read(&mut u, &[GET], &other, &f.shared);
     let closing = b"HTTP/1.1 200 OK\r\nconnection: close\r\ncontent-length: 0\r\n\r\n";
     assert_eq!(
-        u.close_to_insert(Some(closing), &other, &f.shared),
+        u.close_to_insert(Some(closing), &other, &f.shared, STATS),
         Told {
             insert: 0,
             counted: true

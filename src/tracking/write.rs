@@ -7,6 +7,7 @@ use super::events::on_event;
 use super::*;
 use crate::connections::Conn;
 use crate::engine::shared::Shared;
+use crate::host::extension::StatsHost;
 
 /// What [`Tracking::close_to_insert`] decided for a write.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -81,22 +82,28 @@ impl Tracking {
         chunks: Option<impl Iterator<Item = &'a [u8]>>,
         conn: &Conn,
         shared: &Shared,
+        stats: &impl StatsHost,
         now: impl Fn() -> u64,
     ) -> Fed {
         let mut fed = Fed::default();
-        let Some(chunks) =
-            self.followed(chunks, "Envoy gave no write buffer", conn, shared, &mut fed)
-        else {
+        let Some(chunks) = self.followed(
+            chunks,
+            "Envoy gave no write buffer",
+            conn,
+            shared,
+            stats,
+            &mut fed,
+        ) else {
             return fed;
         };
         for bytes in chunks {
             let shadow = !self.counts();
             let tickets = &mut self.tickets;
             self.tracker.server(bytes, &mut |ev, t| {
-                on_event(ev, t, tickets, shadow, conn, shared, &now, &mut fed)
+                on_event(ev, t, tickets, shadow, conn, shared, stats, &now, &mut fed)
             });
         }
-        self.after_feed(conn, shared, &mut fed);
+        self.after_feed(conn, shared, stats, &mut fed);
         fed
     }
 
@@ -109,12 +116,13 @@ impl Tracking {
         len: usize,
         conn: &Conn,
         shared: &Shared,
+        stats: &impl StatsHost,
         now: impl Fn() -> u64,
     ) -> bool {
         if self.server_unread_ahead() < len as u64 {
             return false;
         }
-        self.on_write(Some(crate::exchange::unread(len)), conn, shared, now);
+        self.on_write(Some(crate::exchange::unread(len)), conn, shared, stats, now);
         true
     }
 
@@ -127,11 +135,12 @@ impl Tracking {
         chunks: impl Fn() -> Option<I>,
         conn: &Conn,
         shared: &Shared,
+        stats: &impl StatsHost,
         now: impl Fn() -> u64,
     ) -> Option<HeadEdit> {
         // Nothing to tell before a drain (`close_to_insert`): its first slice is not looked at.
         let edit = if shared.is_draining() || self.held() {
-            self.head_edit(&chunks, conn, shared, &now)
+            self.head_edit(&chunks, conn, shared, stats, &now)
         } else {
             None
         };
@@ -144,7 +153,7 @@ impl Tracking {
             && self.tracker.awaiting_response_head()
             && self.tracker.complete_unanswered() > 0)
             .then(|| self.unanswered_id(0));
-        self.on_write(chunks(), conn, shared, &now);
+        self.on_write(chunks(), conn, shared, stats, &now);
         if let Some(last) = watch {
             if self.tracker.will_close() && !self.lost && !self.tracker.tunnel() {
                 self.hold_behind(last, conn, shared, &now);
@@ -160,10 +169,11 @@ impl Tracking {
         chunks: &impl Fn() -> Option<I>,
         conn: &Conn,
         shared: &Shared,
+        stats: &impl StatsHost,
         now: &impl Fn() -> u64,
     ) -> Option<HeadEdit> {
         let first = chunks().and_then(|mut c| c.next());
-        let mut told = self.close_to_insert(first, conn, shared);
+        let mut told = self.close_to_insert(first, conn, shared, stats);
         if told.insert > 0 && first.is_some_and(|f| !f.windows(4).any(|w| w == b"\r\n\r\n")) {
             // The head goes on past the first slice: Envoy's own `close` may be in a later one
             // (it is never doubled). A copy of the write, once per connection at a drain.
@@ -212,7 +222,13 @@ impl Tracking {
     /// follows), a tunnel (a 101, or a 2xx to CONNECT: Envoy puts no `close` there either, and
     /// the tunnel is not sent away). Where requests are held back behind this response, that is
     /// an anomaly (the client may wait for their answers), counted and logged.
-    pub fn close_to_insert(&mut self, first: Option<&[u8]>, conn: &Conn, shared: &Shared) -> Told {
+    pub fn close_to_insert(
+        &mut self,
+        first: Option<&[u8]>,
+        conn: &Conn,
+        shared: &Shared,
+        stats: &impl StatsHost,
+    ) -> Told {
         let no = Told::default();
         if self.told_close()
             || !self.counts()
@@ -226,6 +242,7 @@ impl Tracking {
             return self.not_told(
                 conn,
                 shared,
+                stats,
                 "not an HTTP/1.1 status line in the first slice",
             );
         };
@@ -239,12 +256,18 @@ impl Tracking {
         if self.tracker.tunnel_request_behind() {
             // A CONNECT or upgrade read behind this response is not held back (`read`): Envoy
             // answers it after this one, so a `close` here would not be true (RFC 9112 §9.6).
-            return self.not_told(conn, shared, "a CONNECT or upgrade is pipelined behind it");
+            return self.not_told(
+                conn,
+                shared,
+                stats,
+                "a CONNECT or upgrade is pipelined behind it",
+            );
         }
         let Some(lf) = head.iter().take(MAX_STATUS_LINE).position(|&b| b == b'\n') else {
             return self.not_told(
                 conn,
                 shared,
+                stats,
                 "the status line is not whole in the first slice",
             );
         };
@@ -259,7 +282,9 @@ impl Tracking {
         Told {
             insert: if close_line.is_some() { 0 } else { lf + 1 },
             counted: shared
-                .send_away_once(Some(conn.id), || crate::engine::shared::Protocol::Http1)
+                .send_away_once(stats, Some(conn.id), || {
+                    crate::engine::shared::Protocol::Http1
+                })
                 .is_some(),
         }
     }
@@ -267,11 +292,11 @@ impl Tracking {
     /// A response head that cannot carry `close` (see [`Tracking::close_to_insert`]): nothing
     /// to say, unless requests were held back behind it.
     #[cold]
-    fn not_told(&self, conn: &Conn, shared: &Shared, why: &str) -> Told {
+    fn not_told(&self, conn: &Conn, shared: &Shared, stats: &impl StatsHost, why: &str) -> Told {
         if self.held() {
             shared
                 .counters
-                .count(crate::engine::shared::Stat::ModuleErrors);
+                .count(stats, crate::engine::shared::Stat::ModuleErrors);
             log::warn!(
                 "graceful_drain: requests pipelined on connection {} were held back, but its \
                  response cannot be told connection: close ({why}): the client may wait for them",

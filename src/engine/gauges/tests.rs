@@ -9,10 +9,12 @@ static SET_TO: AtomicU64 = AtomicU64::new(u64::MAX);
 static SETS: AtomicUsize = AtomicUsize::new(0);
 
 struct Recorder;
+impl crate::host::extension::StatsHost for Recorder {
+    fn count(&self, _: crate::engine::shared::Stat) {}
+}
 impl ExtensionHost for Recorder {
     fn to_main_thread(&self, _: u64) {}
     fn arm_timer(&self, _: Duration) {}
-    fn count(&self, _: crate::engine::shared::Stat) {}
     fn set_gauge(&self, gauge: Gauge, v: u64) {
         assert_eq!(gauge, Gauge::ActiveRequests);
         SET_TO.store(v, Ordering::SeqCst);

@@ -1,16 +1,15 @@
 //! The counters behind the status report and the one way the module's Envoy stats move
-//! ([`Counters::count`]), and the requests that are not work ([`NotWork`]).
+//! ([`Counters::count`], through the [`StatsHost`] the caller passes in), and the requests that
+//! are not work ([`NotWork`]).
 
 use super::{Protocol, Stat};
 use crate::envoy_stats::admin::AdminCheck;
-use crate::host::extension::ExtensionHost;
+use crate::host::extension::StatsHost;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicU8, Ordering};
 
 /// Counters behind the status report (relaxed atomics: reports, not synchronisation), and the
 /// one way the module's Envoy counters move ([`Counters::count`]).
 pub struct Counters {
-    /// Envoy's side ([`ExtensionHost::count`]).
-    pub(super) publish: &'static dyn ExtensionHost,
     pub(super) served_while_draining: AtomicU64,
     pub(super) sent_away: [AtomicU64; 3],
     /// Envoy's own in-flight gauge sum as last seen by the drain engine (+1; 0 = never seen).
@@ -29,10 +28,15 @@ pub struct Counters {
     pub(super) admin_check: AtomicU8,
 }
 
+impl Default for Counters {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 impl Counters {
-    pub fn new(publish: &'static dyn ExtensionHost) -> Self {
+    pub fn new() -> Self {
         Counters {
-            publish,
             served_while_draining: AtomicU64::new(0),
             sent_away: Default::default(),
             envoy_active_plus_one: AtomicU64::new(0),
@@ -45,8 +49,9 @@ impl Counters {
             admin_check: AtomicU8::new(0),
         }
     }
-    /// One event: Envoy's stat moves, and the report's figure of the same name with it.
-    pub fn count(&self, stat: Stat) {
+    /// One event: Envoy's stat moves through `stats` (the caller's host, any thread), and the
+    /// report's figure of the same name with it.
+    pub fn count(&self, stats: &(impl StatsHost + ?Sized), stat: Stat) {
         let figure = match stat {
             Stat::ServedWhileDraining => Some(&self.served_while_draining),
             Stat::SentAway(p) => Some(&self.sent_away[p as usize]),
@@ -58,16 +63,16 @@ impl Counters {
         if let Some(f) = figure {
             f.fetch_add(1, Ordering::Relaxed);
         }
-        self.publish.count(stat)
+        stats.count(stat)
     }
-    pub fn served_while_draining(&self) {
-        self.count(Stat::ServedWhileDraining)
+    pub fn served_while_draining(&self, stats: &(impl StatsHost + ?Sized)) {
+        self.count(stats, Stat::ServedWhileDraining)
     }
-    pub fn sent_away(&self, p: Protocol) {
-        self.count(Stat::SentAway(p))
+    pub fn sent_away(&self, stats: &(impl StatsHost + ?Sized), p: Protocol) {
+        self.count(stats, Stat::SentAway(p))
     }
-    pub fn module_error(&self) {
-        self.count(Stat::ModuleErrors)
+    pub fn module_error(&self, stats: &(impl StatsHost + ?Sized)) {
+        self.count(stats, Stat::ModuleErrors)
     }
     pub fn health_check(&self) {
         self.health_checks.fetch_add(1, Ordering::Relaxed);

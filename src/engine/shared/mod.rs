@@ -2,8 +2,9 @@
 //! the in-flight [`Registry`] (workers write, the drain scans), the drain state machine and its
 //! mutex (the engine drives it; here), the `/drain` [`Waiters`] (control streams; `waiters.rs`),
 //! the network filter's [`Connections`], the [`Counters`] (`counters.rs`) and the [`Status`]
-//! report made of them (`status.rs`). The clock and the hosts that reach Envoy ([`Hosts`]) are
-//! passed in at construction, so every part is unit-tested without Envoy. No FFI here.
+//! report made of them (`status.rs`). The clock is passed in at construction, and the hosts that
+//! reach Envoy into each call that needs them (a drain's [`Hosts`], the module's stats through a
+//! [`StatsHost`]), so every part is unit-tested without Envoy. No FFI here.
 //!
 //! The request path touches only the registry (worker-local atomics) and plain counters. Locks
 //! are taken on control paths only (status, drain start and completion, `/drain` waiters).
@@ -13,7 +14,7 @@ use crate::connections::{Connections, StreamMark};
 use crate::counting::{Counts, Lane, Registry, ReservedSlot, Ticket};
 use crate::engine::drain::{Decision, Drain, Observation, Phase, Trigger};
 use crate::host::envoy_release::{Standing, Surface};
-use crate::host::extension::ExtensionHost;
+use crate::host::extension::StatsHost;
 pub use crate::host::extension::{Gauge, Stat};
 pub use crate::host::stream::{Protocol, Waker};
 pub use crate::host::Hosts;
@@ -78,21 +79,16 @@ pub struct Shared {
 }
 
 impl Shared {
-    /// `stats`: where the module's own Envoy stats move ([`Counters::count`]; any thread).
-    pub fn new(clock: Box<dyn Clock>, stats: &'static dyn ExtensionHost) -> Self {
-        Self::with_registry(clock, stats, Registry::new())
+    pub fn new(clock: Box<dyn Clock>) -> Self {
+        Self::with_registry(clock, Registry::new())
     }
 
-    pub fn with_registry(
-        clock: Box<dyn Clock>,
-        stats: &'static dyn ExtensionHost,
-        requests: Registry,
-    ) -> Self {
+    pub fn with_registry(clock: Box<dyn Clock>, requests: Registry) -> Self {
         Shared {
             clock,
             requests,
             waiters: Waiters::default(),
-            counters: Counters::new(stats),
+            counters: Counters::new(),
             connections: Connections::default(),
             drain: Mutex::new(None),
             policy: OnceLock::new(),
@@ -286,9 +282,11 @@ impl Shared {
 
     /// Record that `connection` is being sent away, once per connection whoever sends it (the
     /// HTTP filter, or the network filter for a busy HTTP/2 connection): counts it under
-    /// `protocol()` (asked only then) and returns that protocol; `None` if it already was.
+    /// `protocol()` (asked only then), through `stats`, and returns that protocol; `None` if it
+    /// already was.
     pub fn send_away_once(
         &self,
+        stats: &(impl StatsHost + ?Sized),
         connection: Option<u64>,
         protocol: impl FnOnce() -> Protocol,
     ) -> Option<Protocol> {
@@ -296,7 +294,7 @@ impl Shared {
             return None;
         }
         let p = protocol();
-        self.counters.sent_away(p);
+        self.counters.sent_away(stats, p);
         Some(p)
     }
 

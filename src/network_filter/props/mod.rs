@@ -17,7 +17,7 @@ use crate::config::LongLivedSettings;
 use crate::connections::{EVENT_DRAIN_STARTED, EVENT_GRACE_OVER, EVENT_LONG_LIVED};
 use crate::engine::drain::Trigger;
 use crate::exchange::websocket::{close_frame, GOING_AWAY};
-use crate::testing::{fast, fixture, Fixture, HOSTS};
+use crate::testing::{fast, fixture, Fixture, HOSTS, STATS};
 use crate::tracking::{CONNECTION_CLOSE, GOING_AWAY_REASON};
 use proptest::prelude::*;
 use std::time::Duration;
@@ -134,6 +134,12 @@ impl<'a> Sim<'a> {
 
     fn flat_write(&self) -> Vec<u8> {
         self.write.borrow().concat()
+    }
+}
+
+impl crate::host::extension::StatsHost for Sim<'_> {
+    fn count(&self, stat: crate::engine::shared::Stat) {
+        crate::host::extension::StatsHost::count(STATS, stat)
     }
 }
 
@@ -313,7 +319,7 @@ impl World {
 
 impl Drop for World {
     fn drop(&mut self) {
-        self.f.on_destroy(self.shared());
+        self.f.on_destroy(self.shared(), STATS);
     }
 }
 

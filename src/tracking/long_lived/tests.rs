@@ -4,7 +4,7 @@
 use super::*;
 use crate::connections::Conn;
 use crate::exchange::sse::LAST_CHUNK;
-use crate::testing::{fast, fixture};
+use crate::testing::{fast, fixture, STATS};
 
 const UPGRADE: &[u8] =
     b"GET /ws HTTP/1.1\r\nhost: x\r\nupgrade: websocket\r\nconnection: upgrade\r\n\
@@ -32,9 +32,10 @@ fn switched(head: &[u8]) -> (Tracking, Conn, crate::testing::Fixture) {
         Some([UPGRADE].into_iter()),
         &conn,
         &f.shared,
+        STATS,
         now,
     );
-    t.on_write(Some([head].into_iter()), &conn, &f.shared, now);
+    t.on_write(Some([head].into_iter()), &conn, &f.shared, STATS, now);
     (t, conn, f)
 }
 
@@ -89,11 +90,12 @@ sec-websocket-extensions: permessage-deflate; server_no_context_takeover\r\n\r\n
         Some([UPGRADE].into_iter()),
         &conn,
         &f.shared,
+        STATS,
         now,
     );
     let (a, b) = SWITCHED.split_at(20);
-    t.on_write(Some([a].into_iter()), &conn, &f.shared, now);
-    t.on_write(Some([b].into_iter()), &conn, &f.shared, now);
+    t.on_write(Some([a].into_iter()), &conn, &f.shared, STATS, now);
+    t.on_write(Some([b].into_iter()), &conn, &f.shared, STATS, now);
     assert!(t.tracker().tunnel() && !t.is_websocket());
 }
 
@@ -167,9 +169,9 @@ fn the_client_answer_then_the_timeout_closes_without_telling_the_upstream() {
     // The client's masked Close(1001) answer.
     let answer = close_frame(GOING_AWAY, "", Some([9, 9, 9, 9]));
     let a = answer.as_bytes();
-    t.on_read(a.len(), Some([a].into_iter()), &conn, &f.shared, now);
+    t.on_read(a.len(), Some([a].into_iter()), &conn, &f.shared, STATS, now);
     assert_eq!(t.websocket_wake(plan(500), 1_500), (WsWake::Close, None));
-    t.on_close(&conn, &f.shared);
+    t.on_close(&conn, &f.shared, STATS);
     let ll = &f.shared.connections.long_lived;
     assert_eq!(ll.websockets_moved.load(Ordering::Relaxed), 1);
     assert_eq!(ll.websockets_open.load(Ordering::Relaxed), 0);
@@ -206,8 +208,15 @@ fn sse_started_by(get: &[u8], head: &[u8]) -> (Tracking, Conn, crate::testing::F
     let f = fixture(Some(fast()));
     let conn = Conn::new(1);
     let mut t = Tracking::new();
-    t.on_read(get.len(), Some([get].into_iter()), &conn, &f.shared, now);
-    t.on_write(Some([head].into_iter()), &conn, &f.shared, now);
+    t.on_read(
+        get.len(),
+        Some([get].into_iter()),
+        &conn,
+        &f.shared,
+        STATS,
+        now,
+    );
+    t.on_write(Some([head].into_iter()), &conn, &f.shared, STATS, now);
     (t, conn, f)
 }
 
@@ -241,10 +250,11 @@ fn only_chunked_event_streams_are_sse_responses() {
         Some([SSE_GET].into_iter()),
         &conn,
         &f.shared,
+        STATS,
         now,
     );
     for b in SSE_HEAD.chunks(1) {
-        t.on_write(Some([b].into_iter()), &conn, &f.shared, now);
+        t.on_write(Some([b].into_iter()), &conn, &f.shared, STATS, now);
     }
     assert!(!t.long_lived());
     assert_eq!(t.tracker().in_flight(), 1);
@@ -267,8 +277,8 @@ fn a_post_completion_or_a_compressed_event_stream_is_not_moved() {
         let f = fixture(Some(fast()));
         let conn = Conn::new(1);
         let mut t = Tracking::new();
-        t.on_read(request.len(), Some([request].into_iter()), &conn, &f.shared, now);
-        t.on_write(Some([head].into_iter()), &conn, &f.shared, now);
+        t.on_read(request.len(), Some([request].into_iter()), &conn, &f.shared, STATS, now);
+        t.on_write(Some([head].into_iter()), &conn, &f.shared, STATS, now);
         assert!(!t.long_lived(), "{:?}", String::from_utf8_lossy(request));
         assert!(!t.sse_unnoticed());
         assert_eq!(t.tracker().in_flight(), 1);
@@ -285,9 +295,9 @@ fn an_sse_response_ends_with_the_last_chunk_at_the_first_event_boundary_after_it
     let (mut t, conn, f) = sse_started(SSE_HEAD);
     // An event, then half of the next one (its own chunk) before the move time.
     let ev = chunk(b"data: one\n\n");
-    t.on_write(Some([&ev[..]].into_iter()), &conn, &f.shared, now);
+    t.on_write(Some([&ev[..]].into_iter()), &conn, &f.shared, STATS, now);
     let half = chunk(b"data: two");
-    t.on_write(Some([&half[..]].into_iter()), &conn, &f.shared, now);
+    t.on_write(Some([&half[..]].into_iter()), &conn, &f.shared, STATS, now);
     // Counted at the moves' start, handed over at its move time (at a chunk start, inside
     // an event: nothing written yet).
     assert_eq!(
@@ -320,7 +330,7 @@ fn an_sse_response_ends_with_the_last_chunk_at_the_first_event_boundary_after_it
         (WsWrite::Drop, None)
     );
     assert_eq!(t.sse_wake(plan(500), 600, &f.shared), (WsWake::Close, None));
-    t.on_close(&conn, &f.shared);
+    t.on_close(&conn, &f.shared, STATS);
     assert_eq!(ll.sse_open.load(Ordering::Relaxed), 0);
     assert_eq!(ll.sse_moved.load(Ordering::Relaxed), 1);
 }
@@ -332,8 +342,8 @@ fn an_sse_response_between_two_events_at_its_move_time_ends_at_once() {
     let (mut t, conn, f) = sse_started(SSE_HEAD);
     let ev = chunk(b"id: 1\ndata: one\r\n\r\n");
     // Split inside the chunk data: still followed.
-    t.on_write(Some([&ev[..9]].into_iter()), &conn, &f.shared, now);
-    t.on_write(Some([&ev[9..]].into_iter()), &conn, &f.shared, now);
+    t.on_write(Some([&ev[..9]].into_iter()), &conn, &f.shared, STATS, now);
+    t.on_write(Some([&ev[9..]].into_iter()), &conn, &f.shared, STATS, now);
     assert_eq!(
         t.sse_wake(plan(500), 500, &f.shared),
         (WsWake::EndAndClose(LAST_CHUNK.to_vec()), None)
@@ -343,7 +353,7 @@ fn an_sse_response_between_two_events_at_its_move_time_ends_at_once() {
         t.sse_write(Some([&ev[..]].into_iter())),
         (WsWrite::Drop, None)
     );
-    t.on_close(&conn, &f.shared);
+    t.on_close(&conn, &f.shared, STATS);
     let ll = &f.shared.connections.long_lived;
     assert_eq!(ll.sse_moved.load(Ordering::Relaxed), 1);
 }
@@ -353,11 +363,11 @@ fn an_sse_response_not_at_a_chunk_start_is_handed_over_later() {
     let (mut t, conn, f) = sse_started(SSE_HEAD);
     let ev = chunk(b"data: one\n\n");
     // Half a chunk written: the move waits for its end.
-    t.on_write(Some([&ev[..5]].into_iter()), &conn, &f.shared, now);
+    t.on_write(Some([&ev[..5]].into_iter()), &conn, &f.shared, STATS, now);
     let (act, wake) = t.sse_wake(plan(500), 500, &f.shared);
     assert_eq!(act, WsWake::Nothing);
     assert_eq!(wake, Some(500 + SSE_RETRY_NANOS));
-    t.on_write(Some([&ev[5..]].into_iter()), &conn, &f.shared, now);
+    t.on_write(Some([&ev[5..]].into_iter()), &conn, &f.shared, STATS, now);
     // At a chunk start after a whole event: ended now.
     assert_eq!(
         t.sse_wake(plan(500), 600, &f.shared),
@@ -407,7 +417,7 @@ fn a_close_delimited_sse_response_is_closed_after_an_event_boundary() {
         (WsWrite::Replace(b"ree\n\n".to_vec()), Some(1))
     );
     assert_eq!(t.sse_wake(plan(500), 600, &f.shared), (WsWake::Close, None));
-    t.on_close(&conn, &f.shared);
+    t.on_close(&conn, &f.shared, STATS);
     let ll = &f.shared.connections.long_lived;
     assert_eq!(ll.sse_moved.load(Ordering::Relaxed), 1);
     assert_eq!(ll.sse_open.load(Ordering::Relaxed), 0);
@@ -435,7 +445,7 @@ fn once_both_close_frames_passed_the_connection_closes_at_once() {
     t.websocket_wake(plan(500), 500);
     let answer = close_frame(GOING_AWAY, "", Some([9, 9, 9, 9]));
     let a = answer.as_bytes();
-    t.on_read(a.len(), Some([a].into_iter()), &conn, &f.shared, now);
+    t.on_read(a.len(), Some([a].into_iter()), &conn, &f.shared, STATS, now);
     // The upstream's answer to the client's Close: dropped, and the close asked for now.
     let server_close = close_frame(GOING_AWAY, "", None);
     let s = server_close.as_bytes();
@@ -454,7 +464,7 @@ fn once_both_close_frames_passed_the_connection_closes_at_once() {
 fn an_sse_end_in_a_write_of_many_slices_goes_after_its_last_whole_event() {
     let (mut t, conn, f) = sse_started(SSE_HEAD);
     let half = chunk(b"data: zero");
-    t.on_write(Some([&half[..]].into_iter()), &conn, &f.shared, now);
+    t.on_write(Some([&half[..]].into_iter()), &conn, &f.shared, STATS, now);
     assert_eq!(
         t.sse_wake(plan(500), 500, &f.shared),
         (WsWake::Nothing, None)
@@ -505,7 +515,7 @@ fn a_resumable_grpc_stream_moves_at_a_message_boundary_at_its_time() {
     let conn = Conn::new(1);
     let mut t = Tracking::new();
     let read = |t: &mut Tracking, b: &[u8]| {
-        t.on_read(b.len(), Some([b].into_iter()), &conn, &f.shared, now);
+        t.on_read(b.len(), Some([b].into_iter()), &conn, &f.shared, STATS, now);
     };
     let mut pre = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
     pre.extend(h2_frame(4, 0, 0, &[]));
@@ -514,6 +524,7 @@ fn a_resumable_grpc_stream_moves_at_a_message_boundary_at_its_time() {
         Some([&h2_frame(4, 0, 0, &[])[..]].into_iter()),
         &conn,
         &f.shared,
+        STATS,
         now,
     );
     for (id, path) in [(1, "/pkg.Watch/Sub"), (3, "/pkg.Other/Sub")] {
@@ -524,25 +535,26 @@ fn a_resumable_grpc_stream_moves_at_a_message_boundary_at_its_time() {
             Some([&h2_frame(1, 0x4, id, &resp)[..]].into_iter()),
             &conn,
             &f.shared,
+            STATS,
             now,
         );
     }
     assert_eq!(f.shared.counts().active, 2);
     // Half a message (a 5-byte prefix announcing 4 bytes, then 2 of them).
     let half = h2_frame(0, 0, 1, &[0, 0, 0, 0, 4, 1, 2]);
-    t.on_write(Some([&half[..]].into_iter()), &conn, &f.shared, now);
+    t.on_write(Some([&half[..]].into_iter()), &conn, &f.shared, STATS, now);
     assert_eq!(
-        t.h2_wake(plan(500), 100, 7, &conn, &f.shared),
+        t.h2_wake(plan(500), 100, 7, &conn, &f.shared, STATS),
         (WsWake::Nothing, Some(500))
     );
     assert_eq!(
-        t.h2_wake(plan(500), 500, 7, &conn, &f.shared),
+        t.h2_wake(plan(500), 500, 7, &conn, &f.shared, STATS),
         (WsWake::Nothing, Some(500 + 10_000_000)),
         "inside a message: looked at again"
     );
     let rest = h2_frame(0, 0, 1, &[3, 4]);
-    t.on_write(Some([&rest[..]].into_iter()), &conn, &f.shared, now);
-    let (act, wake) = t.h2_wake(plan(500), 600, 7, &conn, &f.shared);
+    t.on_write(Some([&rest[..]].into_iter()), &conn, &f.shared, STATS, now);
+    let (act, wake) = t.h2_wake(plan(500), 600, 7, &conn, &f.shared, STATS);
     assert_eq!(
         act,
         WsWake::H2Moves {
@@ -561,12 +573,12 @@ fn a_resumable_grpc_stream_moves_at_a_message_boundary_at_its_time() {
         1
     );
     assert_eq!(
-        t.h2_wake(plan(500), 700, 7, &conn, &f.shared),
+        t.h2_wake(plan(500), 700, 7, &conn, &f.shared, STATS),
         (WsWake::Nothing, Some(1_000_000_000)),
         "the other method's stream is held"
     );
     // In the last part of drain_timeout, every gRPC stream still open ends the same way.
-    let (act, wake) = t.h2_wake(plan(500), 1_000_000_000, 7, &conn, &f.shared);
+    let (act, wake) = t.h2_wake(plan(500), 1_000_000_000, 7, &conn, &f.shared, STATS);
     assert_eq!(
         act,
         WsWake::H2Moves {
@@ -584,7 +596,7 @@ fn a_resumable_grpc_stream_moves_at_a_message_boundary_at_its_time() {
         ),
         (1, 1)
     );
-    t.on_close(&conn, &f.shared);
+    t.on_close(&conn, &f.shared, STATS);
     assert_eq!(f.shared.counts().active, 0);
 }
 
