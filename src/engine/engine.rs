@@ -210,9 +210,7 @@ impl Engine {
                 self.health_to_fail = trigger != Trigger::DrainListeners;
                 host.set_draining_gauge(1);
                 host.tell_connections();
-                shared
-                    .counters
-                    .count(host.hosts().extension, Stat::DrainsStarted);
+                shared.count(host.hosts().extension, Stat::DrainsStarted);
                 let s = shared.settings().unwrap_or_default();
                 log::log!(
                     self.lifecycle,
@@ -257,19 +255,13 @@ impl Engine {
                 if !self.completion_reported {
                     self.completion_reported = true;
                     host.set_draining_gauge(0);
-                    shared
-                        .counters
-                        .count(host.hosts().extension, Stat::DrainsCompleted);
+                    shared.count(host.hosts().extension, Stat::DrainsCompleted);
                     let (ws_cut, sse_cut) = shared.connections.long_lived.cut_at_completion();
                     for _ in 0..ws_cut {
-                        shared
-                            .counters
-                            .count(host.hosts().extension, Stat::WebsocketsCut);
+                        shared.count(host.hosts().extension, Stat::WebsocketsCut);
                     }
                     for _ in 0..sse_cut {
-                        shared
-                            .counters
-                            .count(host.hosts().extension, Stat::SseResponsesCut);
+                        shared.count(host.hosts().extension, Stat::SseResponsesCut);
                     }
                     let st = shared.status();
                     let ll = st.long_lived_streams;
@@ -287,9 +279,7 @@ impl Engine {
                         ll.h2_sse_moved
                     );
                     if outcome.timed_out {
-                        shared
-                            .counters
-                            .count(host.hosts().extension, Stat::DrainsTimedOut);
+                        shared.count(host.hosts().extension, Stat::DrainsTimedOut);
                         log::warn!(
                             "graceful_drain: drain timed out after {} ms: requests served during \
                              it: {}, requests still in flight and cut: {}; {long_lived}",

@@ -40,7 +40,7 @@ impl GaugePublisher {
         }
         let on_panic = move || {
             self.started.store(false, Ordering::Release);
-            shared.counters.module_error(extension)
+            shared.module_error(extension)
         };
         let spawned = threads.spawn("graceful_drain_gauge", on_panic, move || {
             while threads.sleep(GAUGE_PERIOD) {

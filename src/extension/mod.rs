@@ -68,7 +68,7 @@ impl Env {
     }
 
     fn count_module_error(&self) {
-        self.shared.counters.module_error(self.envoy)
+        self.shared.module_error(self.envoy)
     }
 }
 
@@ -110,8 +110,8 @@ impl ScanSource for Arc<StatsStore> {
     fn scan(&self, pass: Pass) -> Option<u64> {
         let source = self.source();
         let mut sums = StatSums::new(pass, &self.ignored_stat_prefixes);
-        let counters = &self.env.shared.counters;
-        let before = counters.not_work_now();
+        let shared = self.env.shared;
+        let before = shared.not_work_now();
         if !source
             .as_ref()?
             .visit(pass, &mut |name, value| sums.add(name, value))
@@ -123,7 +123,7 @@ impl ScanSource for Arc<StatsStore> {
             .store(sums.saw_none(), std::sync::atomic::Ordering::Relaxed);
         // Less what the module knows is not work (health checks it recognised, requests to its
         // control listeners such as a waiting /drain) and the pass certainly counted.
-        Some(sums.total_less(NotWork::within(before, counters.not_work_now())))
+        Some(sums.total_less(NotWork::within(before, shared.not_work_now())))
     }
 
     fn own_counts(&self) -> Counts {
@@ -307,7 +307,7 @@ impl Extension {
             let addrs = self.admin_address.clone();
             let admin_found = self.admin_found.clone();
             let (shared, threads, envoy) = (self.env.shared, self.env.threads, self.env.envoy);
-            shared.counters.set_admin_check(AdminCheck::Checking);
+            shared.set_admin_check(AdminCheck::Checking);
             let if_not = "admin_address is not checked";
             self.on_admin_thread("the admin_address check", if_not, move || {
                 let wait = |d| threads.sleep(d);
@@ -318,7 +318,7 @@ impl Extension {
                     wait,
                 );
                 *lock_or_recover(&admin_found) = addr;
-                shared.counters.set_admin_check(found);
+                shared.set_admin_check(found);
                 if found == AdminCheck::Recognised {
                     envoy.to_main_thread(EVENT_ADMIN_CHECKED);
                 }
@@ -360,7 +360,7 @@ impl Extension {
     #[must_use]
     pub fn on_event(&self, event: u64) -> Option<ShutdownRelease> {
         if event == EVENT_ADMIN_CHECKED {
-            let ok = self.env.shared.counters.admin_check() == AdminCheck::Recognised;
+            let ok = self.env.shared.admin_check() == AdminCheck::Recognised;
             self.env
                 .envoy
                 .set_gauge(Gauge::AdminAddressOk, u64::from(ok));

@@ -2,7 +2,7 @@
 //! state's fixture.
 
 use super::*;
-use crate::engine::shared::{Counters, Stat};
+use crate::engine::shared::Stat;
 use crate::testing::{fixture, FakeEnvoy};
 use std::cell::Cell;
 use std::rc::Rc;
@@ -77,22 +77,22 @@ const FAST: &[u8] =
 #[test]
 fn control_requests_starting_during_a_pass_never_hide_a_request_in_flight() {
     /// Reads the control listener's gauge as `control`, then runs `during` (on the module's
-    /// counters), then reads the data listener's gauge: one request in flight.
+    /// state), then reads the data listener's gauge: one request in flight.
     struct Racing {
         control: u64,
         shared: &'static Shared,
-        during: fn(&Counters),
+        during: fn(&Shared),
     }
     impl StatsSource for Racing {
         fn visit(&self, _: Pass, stat: &mut dyn FnMut(&[u8], u64)) -> bool {
             stat(b"http.control.downstream_rq_active", self.control);
-            (self.during)(&self.shared.counters);
+            (self.during)(self.shared);
             stat(b"http.ingress.downstream_rq_active", 1);
             true
         }
     }
     let (env, _, _) = env!();
-    let gauges = |control: u64, during: fn(&Counters)| {
+    let gauges = |control: u64, during: fn(&Shared)| {
         let store = Arc::new(StatsStore {
             source: Mutex::new(Some(Arc::new(Racing {
                 control,
@@ -114,9 +114,9 @@ fn control_requests_starting_during_a_pass_never_hide_a_request_in_flight() {
         "a probe ending: counted, safe"
     );
     // A waiting /drain in flight all through a pass is taken off.
-    env.shared.counters.control_started();
+    env.shared.control_started();
     assert_eq!(gauges(1, |_| {}), 1, "a waiting /drain is not work");
-    env.shared.counters.control_ended();
+    env.shared.control_ended();
 }
 
 #[test]
@@ -203,7 +203,7 @@ fn destroy_disarms_a_hold_still_pending_and_closes_the_gate() {
 fn the_admin_check_result_sets_its_gauge_and_evaluates_nothing() {
     let (env, _, envoy) = env!();
     let ext = Extension::load(FAST, env, true).unwrap();
-    env.shared.counters.set_admin_check(AdminCheck::Recognised);
+    env.shared.set_admin_check(AdminCheck::Recognised);
     assert!(ext.on_event(EVENT_ADMIN_CHECKED).is_none());
     assert_eq!(envoy.gauges(), [(Gauge::AdminAddressOk, 1)]);
     assert!(envoy.timers().is_empty(), "not an evaluation");
@@ -231,7 +231,7 @@ fn a_scan_sums_the_followed_stats_less_what_is_not_work_and_stops_with_the_store
         Some(3),
         "the admin's own is ignored"
     );
-    env.shared.counters.control_started();
+    env.shared.control_started();
     assert_eq!(
         store.scan(Pass::Gauges),
         Some(2),

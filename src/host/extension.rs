@@ -44,8 +44,9 @@ pub trait ExtensionHost: StatsHost + Sync {
 
 /// A counter the module reports through Envoy's stats, `<metrics_namespace>.<name>` (every one
 /// defined by the bootstrap extension's config, so by one namespace whichever filters are
-/// loaded). The status report's figures of the same names are counted by [`crate::engine::shared::Counters::count`] at
-/// the same moment.
+/// loaded). The status report's figures of the same names are counted by
+/// [`crate::engine::shared::Shared::count`] at the same moment, through the caller's
+/// [`StatsHost`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Stat {
     DrainsStarted,

@@ -14,7 +14,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 
 /// Per-config state: one per `filter_config` in the Envoy config (per listener, in practice).
-/// Its stats are the bootstrap extension's (through `Shared::counters`).
+/// Its stats are the bootstrap extension's (through `Shared::count` and the stream's host).
 pub struct StreamConfig {
     role: Role,
     token: Option<Arc<DrainToken>>,
@@ -226,7 +226,7 @@ impl Filter {
             None => {
                 self.poisoned.set(true);
                 if self.role == Role::Data {
-                    contain(hook, || shared.counters.module_error(host));
+                    contain(hook, || shared.module_error(host));
                 }
                 Hooked {
                     value: Ran::Panicked {

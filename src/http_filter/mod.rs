@@ -164,7 +164,7 @@ impl DataStream {
         // drain starts holds it for its own few milliseconds, as any request would.
         if shared.is_draining() && is_health_check(host, shared) {
             self.health_check = true;
-            shared.counters.health_check();
+            shared.health_check_seen();
             return HeadersAction::Continue;
         }
         // With the network filter in front, the drain start reaches the request through its
@@ -202,7 +202,7 @@ impl DataStream {
             self.conn.attach(host.stream_word());
         }
         if draining {
-            shared.counters.served_while_draining(host);
+            shared.served_while_draining(host);
             if self.waker.is_none() {
                 // The drain started between the two reads of the flag above.
                 self.waker = host.new_waker();
@@ -345,7 +345,7 @@ fn error_body(reason: &str) -> Vec<u8> {
 impl ControlStream {
     fn on_request_headers(&mut self, host: &impl StreamHost, shared: &Shared) -> HeadersAction {
         if !std::mem::replace(&mut self.counted, true) {
-            shared.counters.control_started();
+            shared.control_started();
         }
         let method = host.request_header(":method").unwrap_or_default();
         let path = host.request_header(":path").unwrap_or_default();
@@ -469,7 +469,7 @@ impl ControlStream {
 
     fn uncount(&mut self, shared: &Shared) {
         if std::mem::replace(&mut self.counted, false) {
-            shared.counters.control_ended();
+            shared.control_ended();
         }
     }
 

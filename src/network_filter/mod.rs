@@ -21,7 +21,7 @@ use std::cell::{Cell, OnceCell, RefCell};
 use std::sync::Arc;
 
 /// One listener's network filter config. Its stats are the bootstrap extension's (through
-/// `Shared::counters`): what its connections count (told idle, sent away, served while
+/// `Shared::count` and the connection's host): what its connections count (told idle, sent away, served while
 /// draining, untracked) lands in the same stats as the HTTP filter's.
 #[derive(Debug)]
 pub struct NetConfig {
@@ -257,7 +257,7 @@ impl NetFilter {
         // (RFC 9112 §9.6); the bytes before them do.
         if let Some(keep) = keep {
             if !host.replace_read(&keep) {
-                shared.counters.count(host, Stat::ModuleErrors);
+                shared.count(host, Stat::ModuleErrors);
                 log::warn!(
                     "graceful_drain: could not hold back requests pipelined behind a \
                      connection: close on connection {}: Envoy may process them",
@@ -576,7 +576,7 @@ impl NetFilter {
             (Protocol::Http2, done.told_http2),
         ] {
             if told {
-                shared.counters.count(host, Stat::IdleTold(p));
+                shared.count(host, Stat::IdleTold(p));
             }
         }
         apply(host, conn, done.action);

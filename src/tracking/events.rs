@@ -35,9 +35,7 @@ impl Tracking {
         if let Some(e) = self.tracker.hpack_failure() {
             // Once per connection (the tracker gives it once): counted, logged, and the
             // connection followed on as without decoding.
-            shared
-                .counters
-                .count(stats, crate::host::extension::Stat::HpackDecodingStopped);
+            shared.count(stats, crate::host::extension::Stat::HpackDecodingStopped);
             log::info!(
                 "graceful_drain: connection {}: its HTTP/2 header blocks are no longer decoded \
                  ({e:?}): its streams count as requests, none as a health check",
@@ -69,9 +67,7 @@ impl Tracking {
         // Envoy's gauges instead, and until a gauge pass shows them (`Registry::give_back`).
         let counted = self.tickets.iter().filter(|(_, t)| t.is_some()).count() as u64;
         shared.give_back(counted, || self.end_all(conn, shared));
-        shared
-            .counters
-            .count(stats, crate::engine::shared::Stat::ConnectionsUntracked);
+        shared.count(stats, crate::engine::shared::Stat::ConnectionsUntracked);
         if self.shadow {
             conn.cross_check_event(None);
             log::info!(
@@ -143,14 +139,14 @@ pub(super) fn on_event(
                 && is_health_check(t, shared)
             {
                 fed.health_checks += 1;
-                shared.counters.health_check();
+                shared.health_check_seen();
                 tickets.push((id, None));
                 return;
             }
             let (ticket, draining) = shared.request_started_in(conn.lane(), conn.reserved());
             if draining {
                 fed.served_while_draining += 1;
-                shared.counters.served_while_draining(stats);
+                shared.served_while_draining(stats);
             }
             tickets.push((id, Some(ticket)));
         }

@@ -239,13 +239,13 @@ impl Tracking {
             .try_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
         if m.mv.moved() {
             ll.websockets_moved.fetch_add(1, Ordering::Relaxed);
-            shared.counters.count(stats, Stat::WebsocketsMoved);
+            shared.count(stats, Stat::WebsocketsMoved);
             let dropped = m.mv.dropped_messages();
             if dropped > 0 {
                 ll.websocket_messages_dropped
                     .fetch_add(u64::from(dropped), Ordering::Relaxed);
                 for _ in 0..dropped {
-                    shared.counters.count(stats, Stat::WebsocketMessagesDropped);
+                    shared.count(stats, Stat::WebsocketMessagesDropped);
                 }
             }
         }
@@ -335,15 +335,13 @@ impl Tracking {
             let ll = &shared.connections.long_lived;
             if g.sse {
                 ll.h2_sse_moved.fetch_add(1, Ordering::Relaxed);
-                shared.counters.count(stats, Stat::H2SseResponsesMoved);
+                shared.count(stats, Stat::H2SseResponsesMoved);
             } else if last {
                 ll.grpc_ended_at_timeout.fetch_add(1, Ordering::Relaxed);
-                shared
-                    .counters
-                    .count(stats, Stat::GrpcStreamsEndedAtTimeout);
+                shared.count(stats, Stat::GrpcStreamsEndedAtTimeout);
             } else {
                 ll.grpc_moved.fetch_add(1, Ordering::Relaxed);
-                shared.counters.count(stats, Stat::GrpcStreamsMoved);
+                shared.count(stats, Stat::GrpcStreamsMoved);
             }
         }
         let wake = if waiting {
@@ -537,7 +535,7 @@ impl Tracking {
             .is_some_and(|e| matches!(e.step, SSE_ENDED | SSE_CLOSED))
         {
             ll.sse_moved.fetch_add(1, Ordering::Relaxed);
-            shared.counters.count(stats, Stat::SseResponsesMoved);
+            shared.count(stats, Stat::SseResponsesMoved);
         }
     }
 }

@@ -294,9 +294,7 @@ impl Tracking {
     #[cold]
     fn not_told(&self, conn: &Conn, shared: &Shared, stats: &impl StatsHost, why: &str) -> Told {
         if self.held() {
-            shared
-                .counters
-                .count(stats, crate::engine::shared::Stat::ModuleErrors);
+            shared.count(stats, crate::engine::shared::Stat::ModuleErrors);
             log::warn!(
                 "graceful_drain: requests pipelined on connection {} were held back, but its \
                  response cannot be told connection: close ({why}): the client may wait for them",

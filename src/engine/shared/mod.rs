@@ -1,7 +1,8 @@
 //! Process-wide drain state shared by every worker thread and the main thread, split by owner:
 //! the in-flight [`Registry`] (workers write, the drain scans), the drain state machine and its
 //! mutex (the engine drives it; here), the `/drain` [`Waiters`] (control streams; `waiters.rs`),
-//! the network filter's [`Connections`], the [`Counters`] (`counters.rs`) and the [`Status`]
+//! the network filter's [`Connections`], the [`Counters`] (`counters.rs`, private: the
+//! callers say the event, [`Shared::count`]) and the [`Status`]
 //! report made of them (`status.rs`). The clock is passed in at construction, and the hosts that
 //! reach Envoy into each call that needs them (a drain's [`Hosts`], the module's stats through a
 //! [`StatsHost`]), so every part is unit-tested without Envoy. No FFI here.
@@ -13,6 +14,7 @@ use crate::config::{DrainSettings, RequestPolicy};
 use crate::connections::{Connections, StreamMark};
 use crate::counting::{Counts, Lane, Registry, ReservedSlot, Ticket};
 use crate::engine::drain::{Decision, Drain, Observation, Phase, Trigger};
+use crate::envoy_stats::admin::AdminCheck;
 use crate::host::envoy_release::{Standing, Surface};
 use crate::host::extension::StatsHost;
 pub use crate::host::extension::{Gauge, Stat};
@@ -26,7 +28,8 @@ use std::time::Duration;
 mod counters;
 mod status;
 mod waiters;
-pub use counters::{Counters, NotWork};
+use counters::Counters;
+pub use counters::NotWork;
 pub use status::{
     AgeBuckets, FieldDoc, OutcomeReport, SentAway, SettingsReport, Status, TableReport,
     STATUS_FIELDS,
@@ -61,7 +64,7 @@ pub struct Shared {
     clock: Box<dyn Clock>,
     requests: Registry,
     waiters: Waiters,
-    pub counters: Counters,
+    counters: Counters,
     /// Downstream connections as the network filter sees them (its wakers, counts and settings).
     pub connections: Connections,
     drain: Mutex<Option<Drain>>,
@@ -229,6 +232,55 @@ impl Shared {
             0 => None,
             at => Some(self.clock.instant_of(at)),
         }
+    }
+
+    // ---- the module's counts ---------------------------------------------------------------
+
+    /// One event: Envoy's stat moves through `stats` (the caller's host, any thread), and the
+    /// status's figure of the same name with it ([`Counters::count`]).
+    #[inline]
+    pub fn count(&self, stats: &(impl StatsHost + ?Sized), stat: Stat) {
+        self.counters.count(stats, stat)
+    }
+
+    /// A request started while a drain was under way.
+    pub fn served_while_draining(&self, stats: &(impl StatsHost + ?Sized)) {
+        self.counters.served_while_draining(stats)
+    }
+
+    /// A failure of the module was contained (on the data path or a module thread).
+    pub fn module_error(&self, stats: &(impl StatsHost + ?Sized)) {
+        self.counters.module_error(stats)
+    }
+
+    /// A request the module told a health check (not work: no ticket).
+    pub fn health_check_seen(&self) {
+        self.counters.health_check()
+    }
+
+    /// A request to a control listener started (not work until it ends).
+    pub fn control_started(&self) {
+        self.counters.control_started()
+    }
+
+    /// A request to a control listener ended.
+    pub fn control_ended(&self) {
+        self.counters.control_ended()
+    }
+
+    /// What the start-time check of `admin_address` found (so far).
+    pub fn set_admin_check(&self, c: AdminCheck) {
+        self.counters.set_admin_check(c)
+    }
+
+    pub fn admin_check(&self) -> AdminCheck {
+        self.counters.admin_check()
+    }
+
+    /// The requests not work at this moment ([`Counters::not_work_now`]), for a pass over
+    /// Envoy's stats to take before and after it.
+    pub fn not_work_now(&self) -> NotWork {
+        self.counters.not_work_now()
     }
 
     // ---- request path ---------------------------------------------------------------------

@@ -187,9 +187,9 @@ fn envoy_observations_merge_by_maximum() {
 fn protocol_labels_are_the_same_in_stats_and_status() {
     let f = fixture(None);
     let s = &f.shared;
-    s.counters.sent_away(STATS, Protocol::Http2);
-    s.counters.sent_away(STATS, Protocol::Http1);
-    s.counters.sent_away(STATS, Protocol::from_envoy(b"HTTP/3"));
+    s.count(STATS, Stat::SentAway(Protocol::Http2));
+    s.count(STATS, Stat::SentAway(Protocol::Http1));
+    s.count(STATS, Stat::SentAway(Protocol::from_envoy(b"HTTP/3")));
     assert_eq!(
         s.status().connections_sent_away,
         SentAway {
@@ -228,10 +228,8 @@ fn each_stat_has_its_own_documented_name() {
     names.dedup();
     assert_eq!(names.len(), all, "two stats share a name");
     let f = fixture(None);
-    f.shared
-        .counters
-        .count(STATS, Stat::IdleTold(Protocol::Http1));
-    f.shared.counters.module_error(STATS);
+    f.shared.count(STATS, Stat::IdleTold(Protocol::Http1));
+    f.shared.module_error(STATS);
     assert_eq!(
         counted(),
         [Stat::IdleTold(Protocol::Http1), Stat::ModuleErrors]
