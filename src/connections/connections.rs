@@ -15,10 +15,10 @@ use std::time::Duration;
 /// The waker table, the counts, the drain flag and the grace. One per process, owned by the
 /// module's shared state (`Shared::connections`); a test makes its own.
 pub struct Connections {
-    pub wakers: Wakers,
-    pub counts: Counts,
+    pub(super) wakers: Wakers,
+    pub(super) counts: Counts,
     /// Long-lived streams' move settings and counts.
-    pub long_lived: super::LongLived,
+    pub(super) long_lived: super::LongLived,
     draining: AtomicBool,
     /// The shortest and longest `idle_close_grace` of the network filter configs loaded (ms;
     /// 0 for none): the re-checks run at the shortest, for as long as the longest needs.
@@ -56,7 +56,50 @@ impl Default for Connections {
     }
 }
 
+/// Test-only: what the tests of the layers above (the network filter's, the shared state's)
+/// look at in the table and the counts, which no production caller reads but through the
+/// connections' own methods.
+#[cfg(test)]
 impl Connections {
+    /// The wakers in the table.
+    pub(crate) fn wakers_in_table(&self) -> usize {
+        self.wakers.len()
+    }
+
+    /// The open connections' counts, which the status's idle figures read.
+    pub(crate) fn counts(&self) -> &Counts {
+        &self.counts
+    }
+}
+
+impl Connections {
+    /// Long-lived streams' move settings and counts.
+    pub fn long_lived(&self) -> &super::LongLived {
+        &self.long_lived
+    }
+
+    /// A connection's filter began: its waker goes into the table, where the drain's wake-ups
+    /// find it, until [`Connections::remove_waker`].
+    pub fn insert_waker(&self, waker: std::sync::Arc<super::Waker>) -> super::WakerSlot {
+        self.wakers.insert(waker)
+    }
+
+    /// The connection's filter is destroyed: its waker leaves the table (deleted now, or by the
+    /// wake-up that still holds it).
+    pub fn remove_waker(&self, slot: super::WakerSlot) -> Option<std::sync::Arc<super::Waker>> {
+        self.wakers.remove(slot)
+    }
+
+    /// The waker in `slot`, if it is still there.
+    pub fn waker(&self, slot: super::WakerSlot) -> Option<std::sync::Arc<super::Waker>> {
+        self.wakers.get(slot)
+    }
+
+    /// The moves thread is to wake the connection in `slot` at `at` (`Shared` clock nanos).
+    pub fn wake_at(&self, slot: super::WakerSlot, at: u64) {
+        self.wakers.wake_at(slot, at)
+    }
+
     /// A network filter config was loaded (the network-filter glue, at its config's load).
     pub fn note_loaded(&self) {
         self.loaded.store(true, Ordering::Release);

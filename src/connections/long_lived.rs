@@ -32,21 +32,21 @@ pub struct LongLived {
     window_in_use_ns: AtomicU64,
     /// Per process, random: the moves of two pods never line up.
     seed: u64,
-    pub websockets_open: AtomicU64,
-    pub websockets_moved: AtomicU64,
-    pub websockets_cut: AtomicU64,
+    websockets_open: AtomicU64,
+    websockets_moved: AtomicU64,
+    websockets_cut: AtomicU64,
     /// Whole data messages the upstream sent after our Close, dropped (never written to the
     /// client: RFC 6455 §5.5.1), over every moved WebSocket.
-    pub websocket_messages_dropped: AtomicU64,
-    pub sse_open: AtomicU64,
-    pub sse_moved: AtomicU64,
-    pub sse_cut: AtomicU64,
+    websocket_messages_dropped: AtomicU64,
+    sse_open: AtomicU64,
+    sse_moved: AtomicU64,
+    sse_cut: AtomicU64,
     /// gRPC streams ended with `grpc-status: 14` at their move time (HTTP/2, connection mode).
-    pub grpc_moved: AtomicU64,
+    grpc_moved: AtomicU64,
     /// gRPC streams still open in the last part of `drain_timeout`, ended the same way.
-    pub grpc_ended_at_timeout: AtomicU64,
+    grpc_ended_at_timeout: AtomicU64,
     /// HTTP/2 SSE responses ended at an event boundary at their move time (connection mode).
-    pub h2_sse_moved: AtomicU64,
+    h2_sse_moved: AtomicU64,
     /// Where that last part begins (`Shared` clock nanos; 0 before the drain) and how long it is.
     final_from: AtomicU64,
     final_span_ns: AtomicU64,
@@ -258,6 +258,68 @@ impl LongLived {
             },
             h2_sse_moved: g(&self.h2_sse_moved),
         }
+    }
+
+    // What the trackers saw of their connections' long-lived streams (connection mode): the
+    // report's figures; the module's Envoy stats of the same names move with them, through the
+    // caller's host (`Shared::count`).
+
+    /// A WebSocket switched (counted once, at its first write after the 101): open until its
+    /// connection closes.
+    pub fn websocket_opened(&self) {
+        self.websockets_open.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A switched WebSocket's connection closed: `moved` if the module's Close(1001) went, then
+    /// `dropped` whole messages the upstream sent after it were dropped.
+    pub fn websocket_closed(&self, moved: bool, dropped: u32) {
+        let _ = self
+            .websockets_open
+            .try_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
+        if moved {
+            self.websockets_moved.fetch_add(1, Ordering::Relaxed);
+            self.websocket_messages_dropped
+                .fetch_add(u64::from(dropped), Ordering::Relaxed);
+        }
+    }
+
+    /// An SSE response was in flight when the moves thread woke its connection (counted once).
+    pub fn sse_opened(&self) {
+        self.sse_open.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The connection of an SSE response counted open closed; `moved` if its end was written.
+    pub fn sse_closed(&self, moved: bool) {
+        let _ = self
+            .sse_open
+            .try_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
+        if moved {
+            self.sse_moved.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// A gRPC stream ended with `grpc-status: 14` at its move time, or (`at_timeout`) in the
+    /// last part of `drain_timeout`.
+    pub fn grpc_stream_moved(&self, at_timeout: bool) {
+        match at_timeout {
+            true => &self.grpc_ended_at_timeout,
+            false => &self.grpc_moved,
+        }
+        .fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// An HTTP/2 SSE response ended at an event boundary at its move time.
+    pub fn h2_sse_response_moved(&self) {
+        self.h2_sse_moved.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Test-only: the WebSockets and SSE responses counted open now.
+    #[cfg(test)]
+    pub(crate) fn open(&self) -> (u64, u64) {
+        (
+            self.websockets_open.load(Ordering::Relaxed),
+            self.sse_open.load(Ordering::Relaxed),
+        )
     }
 
     /// The drain completed: the WebSockets and SSE responses still open are cut by the exit.

@@ -256,7 +256,7 @@ impl Engine {
                     self.completion_reported = true;
                     host.set_draining_gauge(0);
                     shared.count(host.hosts().extension, Stat::DrainsCompleted);
-                    let (ws_cut, sse_cut) = shared.connections.long_lived.cut_at_completion();
+                    let (ws_cut, sse_cut) = shared.connections().long_lived().cut_at_completion();
                     for _ in 0..ws_cut {
                         shared.count(host.hosts().extension, Stat::WebsocketsCut);
                     }

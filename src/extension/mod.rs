@@ -176,7 +176,7 @@ impl EngineHost for Host<'_> {
             return;
         }
         let env = self.ext.env;
-        let c = &env.shared.connections;
+        let c = env.shared.connections();
         let on_panic = move || env.count_module_error();
         c.drain_started(env.threads, env.connections, on_panic);
         if let Some(s) = env.shared.settings() {

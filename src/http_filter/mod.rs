@@ -150,7 +150,7 @@ impl DataStream {
         }
         // Count the stream against its connection (the network filter's idle tracking).
         if !self.conn.is_set() {
-            self.conn = shared.connections.stream_started(|| host.connection_id());
+            self.conn = shared.connections().stream_started(|| host.connection_id());
         }
         // Already counted, a health check, or a connection whose own tracker counts its
         // requests (connection mode on this listener, the HTTP filter in its chain too): it

@@ -241,7 +241,7 @@ fn a_request_with_a_body_during_the_drain_is_not_held_but_still_sends_its_connec
 fn behind_the_network_filter_a_request_is_reached_through_its_connection() {
     use crate::connections::{self, Action, Conn};
     let Fixture { shared, .. } = fixture(Some(fast()));
-    shared.connections.note_loaded();
+    shared.connections().note_loaded();
     let conn = Arc::new(Conn::new(41));
     conn.set_wakeable();
     connections::register(&conn);

@@ -62,9 +62,9 @@ impl NetConfig {
                 stepped_back: true,
             };
         }
-        let c = &shared.connections;
-        c.long_lived.note_settings(long_lived);
-        c.long_lived.note_grpc_prefixes(&grpc_resumable_prefixes);
+        let c = shared.connections();
+        c.long_lived().note_settings(long_lived);
+        c.long_lived().note_grpc_prefixes(&grpc_resumable_prefixes);
         if let Some(d) = shared.settings() {
             if let Some(w) = long_lived.window_within(d.min_drain_duration, d.drain_timeout) {
                 log::info!(
@@ -190,7 +190,8 @@ impl NetFilter {
         let _ = self.conn.set(conn);
         if let Some(s) = host.new_scheduler() {
             let waker = Waker::new(s, host_delete_scheduler(host));
-            self.slot.set(Some(shared.connections.wakers.insert(waker)));
+            self.slot
+                .set(Some(shared.connections().insert_waker(waker)));
             if let Some(conn) = self.conn.get() {
                 conn.set_wakeable();
             }
@@ -303,7 +304,7 @@ impl NetFilter {
         if t.tracker().tunnel() || t.sse_unnoticed() {
             self.switched::<H>(conn, &mut t, shared);
         }
-        if t.grpc_unnoticed() && shared.connections.long_lived.plan(conn.id).is_some() {
+        if t.grpc_unnoticed() && shared.connections().long_lived().plan(conn.id).is_some() {
             // A gRPC response began after the moves began: its connection's move (now, or at
             // its time) and the last part of the timeout are asked for again.
             self.wake_at::<H>(shared, 1);
@@ -341,8 +342,8 @@ impl NetFilter {
             );
         }
         let close_timeout = shared
-            .connections
-            .long_lived
+            .connections()
+            .long_lived()
             .settings()
             .close_timeout
             .as_nanos() as u64;
@@ -358,7 +359,7 @@ impl NetFilter {
     #[cold]
     #[inline(never)]
     fn switched<H: ConnectionHost>(&self, conn: &Conn, t: &mut Tracking, shared: &Shared) {
-        let ll = &shared.connections.long_lived;
+        let ll = shared.connections().long_lived();
         // `note_switch` first: it counts a switch whatever the drain.
         let websocket = t.note_switch(shared) && ll.plan(conn.id).is_some();
         if websocket || (t.sse_unnoticed() && ll.drain_started()) {
@@ -409,11 +410,11 @@ impl NetFilter {
         if let Some(slot) = self.slot.get() {
             if at <= 1 {
                 // Committed without the table's lock held (`get` released it).
-                if let Some(w) = shared.connections.wakers.get(slot) {
+                if let Some(w) = shared.connections().waker(slot) {
                     H::commit_scheduler(w.word(), crate::connections::EVENT_LONG_LIVED);
                 }
             } else {
-                shared.connections.wakers.wake_at(slot, at);
+                shared.connections().wake_at(slot, at);
             }
         }
     }
@@ -426,7 +427,7 @@ impl NetFilter {
         let Ok(mut t) = tracking.try_borrow_mut() else {
             return in_use();
         };
-        let plan = shared.connections.long_lived.plan(conn.id);
+        let plan = shared.connections().long_lived().plan(conn.id);
         let now = shared.clock().nanos();
         let open = host.is_open();
         let (act, wake) = if !open && !t.is_websocket() {
@@ -565,7 +566,7 @@ impl NetFilter {
             conn.set_goaway_gate(gate);
         }
         let done = conn.on_scheduled(
-            &shared.connections,
+            shared.connections(),
             event_id,
             H::now_nanos(),
             send_away_once,
@@ -588,7 +589,7 @@ impl NetFilter {
     pub fn on_destroy(&self, shared: &Shared, stats: &impl StatsHost) {
         if let Some(slot) = self.slot.get() {
             // Deletes the scheduler now, or when a commit in progress lets go of it.
-            drop(shared.connections.wakers.remove(slot));
+            drop(shared.connections().remove_waker(slot));
         }
         if let Some(conn) = self.conn.get() {
             if let Some(tracking) = &self.tracking {

@@ -192,17 +192,17 @@ fn a_new_connection_gets_a_waker_which_its_destroy_deletes() {
     let (shared, config) = load(false);
     let f = open(&config, shared);
     assert_eq!(take_calls(), [Call::NewScheduler]);
-    assert_eq!(shared.connections.wakers.len(), 1);
+    assert_eq!(shared.connections().wakers_in_table(), 1);
     assert_eq!(
         shared
-            .connections
+            .connections()
             .wake_all(&FakeConnection::WAKERS, EVENT_DRAIN_STARTED),
         1
     );
     assert_eq!(take_calls(), [Call::Commit(0x5c, EVENT_DRAIN_STARTED)]);
     f.on_destroy(shared, STATS);
     assert_eq!(take_calls(), [Call::DeleteScheduler(0x5c)]);
-    assert!(shared.connections.wakers.is_empty());
+    assert!(shared.connections().wakers_in_table() == 0);
 }
 
 #[test]
@@ -252,7 +252,7 @@ fn a_busy_connection_is_sent_away_through_its_latest_stream() {
     let (shared, config) = load(false);
     let f = open(&config, shared);
     f.on_read(&FakeConnection::new(b"", NOW), 40, || shared);
-    let mut mark = shared.connections.stream_started(|| Some(7));
+    let mut mark = shared.connections().stream_started(|| Some(7));
     assert!(mark.reached_by_connection());
     mark.attach(0x1234);
     take_calls();
@@ -338,7 +338,7 @@ fn a_stepped_back_filter_passes_every_byte_and_asks_nothing_of_its_connection() 
         if stepped_back {
             assert_eq!(calls, [], "{policy:?}");
             assert_eq!(counted(), [], "{policy:?}");
-            assert!(shared.connections.wakers.is_empty());
+            assert!(shared.connections().wakers_in_table() == 0);
         } else {
             assert!(
                 calls.contains(&Call::NewScheduler)

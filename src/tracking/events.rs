@@ -18,10 +18,10 @@ impl Tracking {
         self.sse_closed(shared, stats);
         self.end_all(conn, shared);
         if std::mem::take(&mut self.partial_head) {
-            shared.connections.note_partial_head(false);
+            shared.connections().note_partial_head(false);
         }
         if self.lost && self.counts() {
-            shared.connections.note_untracked(false);
+            shared.connections().note_untracked(false);
         }
     }
 
@@ -77,7 +77,7 @@ impl Tracking {
             return;
         }
         conn.set_untracked();
-        shared.connections.note_untracked(true);
+        shared.connections().note_untracked(true);
         log::info!(
             "graceful_drain: connection {} is no longer followed ({why}, protocol {:?}): counted \
              busy until it closes; the drain also waits for Envoy's gauges while it is open",

@@ -9,7 +9,6 @@ use crate::engine::shared::{Shared, Stat};
 use crate::exchange::websocket::mover::{Wake, Write};
 use crate::exchange::websocket::{close_frame, GOING_AWAY};
 use crate::host::extension::StatsHost;
-use std::sync::atomic::Ordering;
 
 /// The reason sent with our Close (RFC 6455 §7.4.1, 1001 "Going Away").
 pub const GOING_AWAY_REASON: &str = "server going away";
@@ -155,11 +154,7 @@ impl Tracking {
         }
         m.step = WAITING;
         if self.counts() {
-            shared
-                .connections
-                .long_lived
-                .websockets_open
-                .fetch_add(1, Ordering::Relaxed);
+            shared.connections().long_lived().websocket_opened();
         }
         true
     }
@@ -233,20 +228,16 @@ impl Tracking {
         if m.step == NEW || !counts {
             return;
         }
-        let ll = &shared.connections.long_lived;
-        let _ = ll
-            .websockets_open
-            .try_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
-        if m.mv.moved() {
-            ll.websockets_moved.fetch_add(1, Ordering::Relaxed);
+        let moved = m.mv.moved();
+        let dropped = if moved { m.mv.dropped_messages() } else { 0 };
+        shared
+            .connections()
+            .long_lived()
+            .websocket_closed(moved, dropped);
+        if moved {
             shared.count(stats, Stat::WebsocketsMoved);
-            let dropped = m.mv.dropped_messages();
-            if dropped > 0 {
-                ll.websocket_messages_dropped
-                    .fetch_add(u64::from(dropped), Ordering::Relaxed);
-                for _ in 0..dropped {
-                    shared.count(stats, Stat::WebsocketMessagesDropped);
-                }
+            for _ in 0..dropped {
+                shared.count(stats, Stat::WebsocketMessagesDropped);
             }
         }
     }
@@ -332,15 +323,15 @@ impl Tracking {
                 }
                 conn.exchange_ended(stamp);
             }
-            let ll = &shared.connections.long_lived;
+            let ll = shared.connections().long_lived();
             if g.sse {
-                ll.h2_sse_moved.fetch_add(1, Ordering::Relaxed);
+                ll.h2_sse_response_moved();
                 shared.count(stats, Stat::H2SseResponsesMoved);
             } else if last {
-                ll.grpc_ended_at_timeout.fetch_add(1, Ordering::Relaxed);
+                ll.grpc_stream_moved(true);
                 shared.count(stats, Stat::GrpcStreamsEndedAtTimeout);
             } else {
-                ll.grpc_moved.fetch_add(1, Ordering::Relaxed);
+                ll.grpc_stream_moved(false);
                 shared.count(stats, Stat::GrpcStreamsMoved);
             }
         }
@@ -424,11 +415,7 @@ impl Tracking {
         }
         if !self.sse_counted {
             self.sse_counted = true;
-            shared
-                .connections
-                .long_lived
-                .sse_open
-                .fetch_add(1, Ordering::Relaxed);
+            shared.connections().long_lived().sse_opened();
         }
         let Some(p) = plan else {
             return (WsWake::Nothing, None);
@@ -525,16 +512,12 @@ impl Tracking {
         if !std::mem::take(&mut self.sse_counted) {
             return;
         }
-        let ll = &shared.connections.long_lived;
-        let _ = ll
-            .sse_open
-            .try_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
-        if self
+        let moved = self
             .tracker
             .sse_ending()
-            .is_some_and(|e| matches!(e.step, SSE_ENDED | SSE_CLOSED))
-        {
-            ll.sse_moved.fetch_add(1, Ordering::Relaxed);
+            .is_some_and(|e| matches!(e.step, SSE_ENDED | SSE_CLOSED));
+        shared.connections().long_lived().sse_closed(moved);
+        if moved {
             shared.count(stats, Stat::SseResponsesMoved);
         }
     }

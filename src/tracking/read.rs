@@ -143,8 +143,8 @@ impl Tracking {
             if shared.policy().has_health_checks() {
                 self.tracker.decode_request_headers();
             }
-            if let Some(prefixes) = shared.connections.long_lived.grpc_prefixes() {
-                let sse = shared.connections.long_lived.http2_sse();
+            if let Some(prefixes) = shared.connections().long_lived().grpc_prefixes() {
+                let sse = shared.connections().long_lived().http2_sse();
                 self.tracker.decode_response_headers(prefixes, sse);
             }
         }
@@ -415,7 +415,7 @@ impl Tracking {
         let partial = self.counts() && self.tracker.partial() && !self.held();
         if partial != self.partial_head {
             self.partial_head = partial;
-            shared.connections.note_partial_head(partial);
+            shared.connections().note_partial_head(partial);
         }
     }
 

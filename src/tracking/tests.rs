@@ -38,7 +38,7 @@ fn a_head_on_its_way_holds_the_drain_from_its_first_byte() {
     f.shared.start_drain(HOSTS, Trigger::Admin);
     f.clock.advance(std::time::Duration::from_millis(100));
     read(&mut t, &[b"GET /a HT"], &conn, &f.shared);
-    assert_eq!(f.shared.connections.partial_heads(), 1);
+    assert_eq!(f.shared.connections().partial_heads(), 1);
     assert_eq!(
         f.shared.counts().active,
         0,
@@ -52,14 +52,14 @@ fn a_head_on_its_way_holds_the_drain_from_its_first_byte() {
         "the drain holds"
     );
     read(&mut t, &[b"TP/1.1\r\nhost: x\r\n\r\n"], &conn, &f.shared);
-    assert_eq!(f.shared.connections.partial_heads(), 0);
+    assert_eq!(f.shared.connections().partial_heads(), 0);
     assert_eq!(f.shared.counts().active, 1, "the ticket took over");
     write(&mut t, OK, &conn, &f.shared);
     // Begun again, then the connection closes: nothing left counted.
     read(&mut t, &[b"GE"], &conn, &f.shared);
-    assert_eq!(f.shared.connections.partial_heads(), 1);
+    assert_eq!(f.shared.connections().partial_heads(), 1);
     t.on_close(&conn, &f.shared, STATS);
-    assert_eq!(f.shared.connections.partial_heads(), 0);
+    assert_eq!(f.shared.connections().partial_heads(), 0);
     f.clock.advance(std::time::Duration::from_millis(100));
     assert!(matches!(
         f.shared.poll(HOSTS, EnvoyObservation::Unused),
@@ -72,12 +72,12 @@ fn a_head_on_its_way_holds_the_drain_from_its_first_byte() {
     read(&mut u, &[GET], &other, &f.shared);
     write(&mut u, OK, &other, &f.shared);
     read(&mut u, &[b"GET /b HTTP/1.1\r\nhost"], &other, &f.shared);
-    assert_eq!(f.shared.connections.partial_heads(), 1);
+    assert_eq!(f.shared.connections().partial_heads(), 1);
     write(&mut u, b"HTTP/1.1 2x0 what\r\n\r\n", &other, &f.shared);
     assert!(!u.is_followed(), "lost");
-    assert_eq!(f.shared.connections.partial_heads(), 1);
+    assert_eq!(f.shared.connections().partial_heads(), 1);
     u.on_close(&other, &f.shared, STATS);
-    assert_eq!(f.shared.connections.partial_heads(), 0);
+    assert_eq!(f.shared.connections().partial_heads(), 0);
 }
 
 #[test]
@@ -430,7 +430,7 @@ fn an_http2_block_that_does_not_decode_is_counted_once_and_its_streams_are_work(
 #[test]
 fn a_connection_the_tracker_loses_is_untracked_until_it_closes() {
     let f = fixture(Some(fast()));
-    f.shared.connections.note_tracking();
+    f.shared.connections().note_tracking();
     assert!(f.shared.count_is_exact());
     let conn = Conn::new(1);
     let mut t = Tracking::new();
@@ -577,7 +577,7 @@ fn requests_pipelined_at_a_drain_are_held_back_behind_the_close() {
     let mut u = Tracking::new();
     let fed = read(&mut u, &[&[GET, b"GET /b HT"].concat()], &other, &f.shared);
     assert_eq!(fed.hold_from, Some(GET.len()));
-    assert_eq!(f.shared.connections.partial_heads(), 0);
+    assert_eq!(f.shared.connections().partial_heads(), 0);
     u.on_close(&other, &f.shared, STATS);
     t.on_close(&conn, &f.shared, STATS);
     assert_eq!(f.shared.counts().active, 0);

@@ -66,7 +66,7 @@ pub struct Shared {
     waiters: Waiters,
     counters: Counters,
     /// Downstream connections as the network filter sees them (its wakers, counts and settings).
-    pub connections: Connections,
+    connections: Connections,
     drain: Mutex<Option<Drain>>,
     policy: OnceLock<RequestPolicy>,
     /// When readiness fails (clock nanos), set at drain start; 0 while serving.
@@ -100,6 +100,13 @@ impl Shared {
             envoy: OnceLock::new(),
             standing: OnceLock::new(),
         }
+    }
+
+    /// Downstream connections as the network filter sees them (its wakers, counts, settings and
+    /// long-lived streams): what the network filter, its trackers and the drain's start tell
+    /// them, each through a method that says the event.
+    pub fn connections(&self) -> &Connections {
+        &self.connections
     }
 
     /// The drain's clock (`Instant`s, and the request path's coarse nanos).
@@ -545,7 +552,7 @@ impl Shared {
                 own_wakers: self.requests.own_wakers() as u64,
             },
             idle_connections_told: self.connections.idle_told(),
-            long_lived_streams: self.connections.long_lived.report(),
+            long_lived_streams: self.connections().long_lived().report(),
             outcome: outcome.map(OutcomeReport::from),
             settings: settings.map(SettingsReport::from),
         }

@@ -242,7 +242,7 @@ fn status_reports_the_idle_connections_of_its_own_state() {
     use crate::connections::IdleTold;
     let f = fixture(None);
     assert_eq!(f.shared.status().idle_connections_told, IdleTold::default());
-    let counts = &f.shared.connections.counts;
+    let counts = f.shared.connections().counts();
     counts.http1.fetch_add(2, Ordering::Relaxed);
     counts.http2.fetch_add(1, Ordering::Relaxed);
     assert_eq!(

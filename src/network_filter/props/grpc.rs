@@ -96,8 +96,8 @@ fn grpc_case(seed: u64) -> Result<(), TestCaseError> {
     let sim = Sim::new(NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
     let w = World::new(long_lived(&mut rng), &sim);
     w.shared()
-        .connections
-        .long_lived
+        .connections()
+        .long_lived()
         .note_grpc_prefixes(&["/pkg.Watch/".to_string()]);
     let upstream = w.read(&sim, vec![&client[..]]);
     prop_assert_eq!(&upstream[..], &client[..]);
@@ -157,7 +157,10 @@ fn grpc_case(seed: u64) -> Result<(), TestCaseError> {
                 if !moving {
                     moving = true;
                     w.shared().start_drain(HOSTS, Trigger::Admin);
-                    w.shared().connections.long_lived.begin_moves_at(w.now());
+                    w.shared()
+                        .connections()
+                        .long_lived()
+                        .begin_moves_at(w.now());
                 } else {
                     w.advance(10 * MS);
                 }

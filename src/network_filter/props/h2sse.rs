@@ -180,7 +180,10 @@ fn h2sse_case(seed: u64) -> Result<(), TestCaseError> {
                 if !moving {
                     moving = true;
                     w.shared().start_drain(HOSTS, Trigger::Admin);
-                    w.shared().connections.long_lived.begin_moves_at(w.now());
+                    w.shared()
+                        .connections()
+                        .long_lived()
+                        .begin_moves_at(w.now());
                 } else {
                     w.advance(10 * MS);
                 }
@@ -262,11 +265,8 @@ fn h2sse_case(seed: u64) -> Result<(), TestCaseError> {
         prop_assert_eq!(&f[9..], &[0, 0, 0, 8][..]);
     }
     let moved = reset.iter().filter(|r| **r).count() as u64;
-    let ll = &w.shared().connections.long_lived;
-    prop_assert_eq!(
-        ll.h2_sse_moved.load(std::sync::atomic::Ordering::Relaxed),
-        moved
-    );
+    let ll = w.shared().connections().long_lived();
+    prop_assert_eq!(ll.report().h2_sse_moved, moved);
     Ok(())
 }
 

@@ -97,7 +97,7 @@ fn sse_case(seed: u64) -> Result<(), TestCaseError> {
 
     let sim = Sim::new(NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
     let w = World::new(settings, &sim);
-    w.shared().connections.long_lived.begin_moves_at(from);
+    w.shared().connections().long_lived().begin_moves_at(from);
     prop_assert_eq!(w.read(&sim, vec![request]), request);
     prop_assert_eq!(w.write(&sim, vec![head.clone()]), head.clone());
     let cuts = 2 + rng.below(10);

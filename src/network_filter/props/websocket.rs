@@ -181,7 +181,7 @@ fn websocket_case(seed: u64) -> Result<(), TestCaseError> {
 
     let sim = Sim::new(NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
     let w = World::new(settings, &sim);
-    w.shared().connections.long_lived.begin_moves_at(from);
+    w.shared().connections().long_lived().begin_moves_at(from);
     let mut head = SWITCHED.to_vec();
     if deflate {
         head.extend_from_slice(b"Sec-WebSocket-Extensions: permessage-deflate\r\n");
@@ -405,8 +405,8 @@ fn websocket_case(seed: u64) -> Result<(), TestCaseError> {
             .count()
     }) as u64;
     let counted = shared
-        .connections
-        .long_lived
+        .connections()
+        .long_lived()
         .report()
         .websocket_messages_dropped;
     prop_assert_eq!(counted, dropped, "websocket_messages_dropped");

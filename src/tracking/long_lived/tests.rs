@@ -54,14 +54,7 @@ fn a_101_to_websocket_switches_the_tracker_and_keeps_the_request_in_flight() {
     assert!(t.is_websocket());
     assert!(t.note_switch(&f.shared));
     assert!(!t.note_switch(&f.shared), "counted once");
-    assert_eq!(
-        f.shared
-            .connections
-            .long_lived
-            .websockets_open
-            .load(Ordering::Relaxed),
-        1
-    );
+    assert_eq!(f.shared.connections().long_lived().open().0, 1);
     assert_eq!(t.tracker().in_flight(), 1, "the upgrade holds the drain");
 }
 
@@ -172,9 +165,9 @@ fn the_client_answer_then_the_timeout_closes_without_telling_the_upstream() {
     t.on_read(a.len(), Some([a].into_iter()), &conn, &f.shared, STATS, now);
     assert_eq!(t.websocket_wake(plan(500), 1_500), (WsWake::Close, None));
     t.on_close(&conn, &f.shared, STATS);
-    let ll = &f.shared.connections.long_lived;
-    assert_eq!(ll.websockets_moved.load(Ordering::Relaxed), 1);
-    assert_eq!(ll.websockets_open.load(Ordering::Relaxed), 0);
+    let ll = f.shared.connections().long_lived();
+    assert_eq!(ll.report().websocket.moved, 1);
+    assert_eq!(ll.open().0, 0);
 }
 
 #[test]
@@ -304,8 +297,8 @@ fn an_sse_response_ends_with_the_last_chunk_at_the_first_event_boundary_after_it
         t.sse_wake(plan(500), 100, &f.shared),
         (WsWake::Nothing, Some(500))
     );
-    let ll = &f.shared.connections.long_lived;
-    assert_eq!(ll.sse_open.load(Ordering::Relaxed), 1);
+    let ll = f.shared.connections().long_lived();
+    assert_eq!(ll.open().1, 1);
     assert_eq!(
         t.sse_wake(plan(500), 500, &f.shared),
         (WsWake::Nothing, None)
@@ -331,8 +324,8 @@ fn an_sse_response_ends_with_the_last_chunk_at_the_first_event_boundary_after_it
     );
     assert_eq!(t.sse_wake(plan(500), 600, &f.shared), (WsWake::Close, None));
     t.on_close(&conn, &f.shared, STATS);
-    assert_eq!(ll.sse_open.load(Ordering::Relaxed), 0);
-    assert_eq!(ll.sse_moved.load(Ordering::Relaxed), 1);
+    assert_eq!(ll.open().1, 0);
+    assert_eq!(ll.report().sse.moved, 1);
 }
 
 #[test]
@@ -354,8 +347,8 @@ fn an_sse_response_between_two_events_at_its_move_time_ends_at_once() {
         (WsWrite::Drop, None)
     );
     t.on_close(&conn, &f.shared, STATS);
-    let ll = &f.shared.connections.long_lived;
-    assert_eq!(ll.sse_moved.load(Ordering::Relaxed), 1);
+    let ll = f.shared.connections().long_lived();
+    assert_eq!(ll.report().sse.moved, 1);
 }
 
 #[test]
@@ -418,9 +411,9 @@ fn a_close_delimited_sse_response_is_closed_after_an_event_boundary() {
     );
     assert_eq!(t.sse_wake(plan(500), 600, &f.shared), (WsWake::Close, None));
     t.on_close(&conn, &f.shared, STATS);
-    let ll = &f.shared.connections.long_lived;
-    assert_eq!(ll.sse_moved.load(Ordering::Relaxed), 1);
-    assert_eq!(ll.sse_open.load(Ordering::Relaxed), 0);
+    let ll = f.shared.connections().long_lived();
+    assert_eq!(ll.report().sse.moved, 1);
+    assert_eq!(ll.open().1, 0);
 }
 
 #[test]
@@ -509,8 +502,8 @@ fn h2_block(fields: &[(&str, &str)]) -> Vec<u8> {
 fn a_resumable_grpc_stream_moves_at_a_message_boundary_at_its_time() {
     let f = fixture(Some(fast()));
     f.shared
-        .connections
-        .long_lived
+        .connections()
+        .long_lived()
         .note_grpc_prefixes(&["/pkg.Watch/".to_string()]);
     let conn = Conn::new(1);
     let mut t = Tracking::new();
@@ -564,14 +557,7 @@ fn a_resumable_grpc_stream_moves_at_a_message_boundary_at_its_time() {
     );
     assert_eq!(wake, Some(1_000_000_000), "the last part's pass next");
     assert_eq!(f.shared.counts().active, 1, "its ticket given back");
-    assert_eq!(
-        f.shared
-            .connections
-            .long_lived
-            .grpc_moved
-            .load(Ordering::Relaxed),
-        1
-    );
+    assert_eq!(f.shared.connections().long_lived().report().grpc.moved, 1);
     assert_eq!(
         t.h2_wake(plan(500), 700, 7, &conn, &f.shared, STATS),
         (WsWake::Nothing, Some(1_000_000_000)),
@@ -588,12 +574,9 @@ fn a_resumable_grpc_stream_moves_at_a_message_boundary_at_its_time() {
     );
     assert_eq!(wake, None);
     assert_eq!(f.shared.counts().active, 0);
-    let ll = &f.shared.connections.long_lived;
+    let ll = f.shared.connections().long_lived();
     assert_eq!(
-        (
-            ll.grpc_moved.load(Ordering::Relaxed),
-            ll.grpc_ended_at_timeout.load(Ordering::Relaxed)
-        ),
+        (ll.report().grpc.moved, ll.report().grpc.ended_at_timeout),
         (1, 1)
     );
     t.on_close(&conn, &f.shared, STATS);
@@ -618,7 +601,7 @@ fn the_last_part_of_the_timeout_is_a_tenth_within_one_and_five_seconds() {
 #[test]
 fn the_grpc_prefixes_reach_connections_only_while_moves_are_on() {
     let f = fixture(Some(fast()));
-    let ll = &f.shared.connections.long_lived;
+    let ll = f.shared.connections().long_lived();
     assert_eq!(
         ll.grpc_prefixes().as_deref(),
         Some(&[][..]),
