@@ -42,8 +42,8 @@ pub mod ffi;
 pub mod host;
 pub mod http_filter;
 pub(crate) mod network_filter;
-pub mod runtime;
-pub mod tracking;
+pub(crate) mod runtime;
+pub(crate) mod tracking;
 // Test-only: the one fake Envoy and the shared state's fixture of the unit tests.
 #[cfg(test)]
 pub(crate) mod testing;

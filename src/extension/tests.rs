@@ -45,12 +45,8 @@ impl StatsSource for FakeStats {
 /// of threads, and Envoy's side of the extension.
 macro_rules! env {
     () => {{
-        static STATE: OnceLock<(
-            Shared,
-            Arc<crate::runtime::clock::FakeClock>,
-            Threads,
-            FakeEnvoy,
-        )> = OnceLock::new();
+        static STATE: OnceLock<(Shared, Arc<crate::testing::FakeClock>, Threads, FakeEnvoy)> =
+            OnceLock::new();
         let (shared, clock, threads, envoy) = STATE.get_or_init(|| {
             let f = fixture(None);
             (f.shared, f.clock, Threads::default(), FakeEnvoy::default())

@@ -17,9 +17,11 @@ use crate::engine::shared::{Gauge, Hosts, Shared, Stat, Waker};
 use crate::host::connection::ConnectionWakers;
 use crate::host::extension::{ExtensionHost, StatsHost};
 use crate::host::stream::Wakers;
-use crate::runtime::clock::{Clock, FakeClock};
+use crate::runtime::clock::Clock;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
+use std::time::Instant;
 
 /// A `Shared` over a fake clock; the commits, kicks and counts made through the fake hosts
 /// ([`HOSTS`], [`STATS`]: `&'static`, as the FFI's are) are recorded in thread-local lists.
@@ -128,6 +130,45 @@ pub(crate) fn counted() -> Vec<Stat> {
 /// The streams' commits on this thread since its last fixture.
 pub(crate) fn commits() -> Vec<(usize, u64)> {
     COMMITS.with(|c| c.borrow().clone())
+}
+
+/// A clock that moves only when told to (the unit tests' [`Clock`]: they step it instead of
+/// sleeping).
+pub struct FakeClock {
+    epoch: Instant,
+    elapsed_nanos: AtomicU64,
+}
+
+impl FakeClock {
+    pub fn new() -> Self {
+        FakeClock {
+            epoch: Instant::now(),
+            elapsed_nanos: AtomicU64::new(0),
+        }
+    }
+
+    pub fn advance(&self, d: Duration) {
+        self.elapsed_nanos
+            .fetch_add(d.as_nanos() as u64, Ordering::SeqCst);
+    }
+}
+
+impl Default for FakeClock {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Clock for FakeClock {
+    fn now(&self) -> Instant {
+        self.epoch + Duration::from_nanos(self.elapsed_nanos.load(Ordering::SeqCst))
+    }
+    fn nanos(&self) -> u64 {
+        self.elapsed_nanos.load(Ordering::SeqCst) + 1
+    }
+    fn epoch(&self) -> Instant {
+        self.epoch
+    }
 }
 
 /// The fake clock; with a `tick`, `nanos` moves in steps of it, as the kernel's coarse clock

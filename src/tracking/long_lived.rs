@@ -376,14 +376,6 @@ const SSE_LOST: u8 = 3;
 const SSE_RETRY_NANOS: u64 = 10_000_000;
 
 impl Tracking {
-    /// Whether the connection carries a long-lived stream this module may move: a switched
-    /// WebSocket, an SSE response in flight, or one being ended.
-    pub fn long_lived(&mut self) -> bool {
-        self.tracker.websocket().is_some()
-            || self.tracker.sse_ending().is_some()
-            || self.tracker.sse_in_flight()
-    }
-
     /// An SSE response is in flight that no wake-up counted yet (it began after the moves'
     /// start, or the drain has not started): the glue wakes it once the drain started.
     pub fn sse_unnoticed(&self) -> bool {

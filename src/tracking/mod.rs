@@ -26,9 +26,11 @@ mod long_lived;
 mod read;
 mod write;
 
-pub use long_lived::{upstream_close, WsWake, WsWrite, GOING_AWAY_REASON};
-pub use read::{on_read_hook, TAIL};
-pub use write::{HeadEdit, StatusLine, Told, CONNECTION_CLOSE, MAX_STATUS_LINE};
+pub use long_lived::{upstream_close, WsWake, WsWrite};
+pub use read::on_read_hook;
+// The bytes the module writes, which the network filter's property tests compare with.
+#[cfg(test)]
+pub(crate) use {long_lived::GOING_AWAY_REASON, write::CONNECTION_CLOSE};
 
 use read::{Tail, READ_SLICES};
 
@@ -109,6 +111,7 @@ impl Tracking {
     }
 
     /// A tracker beside the HTTP filter (`cross-check` builds): counts nothing itself.
+    #[cfg(feature = "cross-check")]
     pub fn shadow() -> Tracking {
         Tracking {
             shadow: true,
@@ -123,11 +126,6 @@ impl Tracking {
     /// Whether its requests are counted (not a cross-check's shadow).
     pub fn counts(&self) -> bool {
         !self.shadow
-    }
-
-    /// Whether the connection is still followed.
-    pub fn is_followed(&self) -> bool {
-        !self.lost
     }
 }
 

@@ -7,6 +7,14 @@ use crate::engine::drain::Trigger;
 use crate::engine::shared::Shared;
 use crate::engine::shared::Stat;
 use crate::testing::{counted, fast, fixture, HOSTS, STATS};
+use write::{HeadEdit, Told};
+
+impl Tracking {
+    /// Whether the connection is still followed.
+    fn is_followed(&self) -> bool {
+        !self.lost
+    }
+}
 
 const GET: &[u8] = b"GET /a HTTP/1.1\r\nhost: x\r\n\r\n";
 const PROBE: &[u8] = b"GET /healthz HTTP/1.1\r\nhost: x\r\nuser-agent: kube-probe/1.31\r\n\r\n";
@@ -882,7 +890,10 @@ fn a_followed_connection_costs_at_most_408_bytes_before_its_tickets() {
 fn a_shadow_tracker_counts_nothing() {
     let f = fixture(Some(fast()));
     let conn = Conn::new(1);
-    let mut t = Tracking::shadow();
+    let mut t = Tracking {
+        shadow: true,
+        ..Tracking::default()
+    };
     read(&mut t, &[GET], &conn, &f.shared);
     assert_eq!(f.shared.counts().active, 0);
     assert_eq!(conn.streams(), 0);

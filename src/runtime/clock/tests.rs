@@ -1,6 +1,7 @@
 //! Unit tests of `runtime::clock`.
 
 use super::*;
+use crate::testing::FakeClock;
 
 #[test]
 fn fake_clock_moves_only_when_told_and_round_trips() {

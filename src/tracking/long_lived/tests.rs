@@ -6,6 +6,16 @@ use crate::connections::Conn;
 use crate::exchange::sse::LAST_CHUNK;
 use crate::testing::{fast, fixture, STATS};
 
+impl Tracking {
+    /// Whether the connection carries a long-lived stream this module may move: a switched
+    /// WebSocket, an SSE response in flight, or one being ended.
+    fn long_lived(&mut self) -> bool {
+        self.tracker.websocket().is_some()
+            || self.tracker.sse_ending().is_some()
+            || self.tracker.sse_in_flight()
+    }
+}
+
 const UPGRADE: &[u8] =
     b"GET /ws HTTP/1.1\r\nhost: x\r\nupgrade: websocket\r\nconnection: upgrade\r\n\
 sec-websocket-key: dGhlIHNhbXBsZSBub25jZQ==\r\nsec-websocket-version: 13\r\n\r\n";
