@@ -723,11 +723,45 @@ async fn after_a_move_a_real_hpack_decoder_reads_every_block_the_client_receives
 /// a method that is not resumable.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn grpc_streams_still_open_at_the_timeout_end_unavailable_spread_over_its_last_part() {
+    streams_at_the_timeout(
+        r#""long_lived_window": "1s", "grpc_resumable_prefixes": ["/test.Watch/"]"#,
+        true,
+    )
+    .await;
+}
+
+/// Issue 65 item 3 as shipped: with no `grpc_resumable_prefixes` (the default), gRPC streams
+/// still open in the timeout's last part end the same way (nothing is moved before it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn by_default_grpc_streams_open_at_the_timeout_end_unavailable_spread() {
+    streams_at_the_timeout(r#""long_lived_window": "1s""#, true).await;
+}
+
+/// ... and with `move_http2_sse: false` too: the timeout's ends are not tied to the SSE moves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn without_http2_sse_moves_grpc_streams_still_end_at_the_timeout() {
+    streams_at_the_timeout(
+        r#""long_lived_window": "1s", "move_http2_sse": false"#,
+        true,
+    )
+    .await;
+}
+
+/// `move_long_lived_streams: false` turns them off: the streams are held to the exit and cut
+/// there, as before this module edited HTTP/2 streams (no draining status).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn with_moves_off_grpc_streams_are_cut_at_the_exit_untouched() {
+    streams_at_the_timeout(r#""move_long_lived_streams": false"#, false).await;
+}
+
+/// Four grpcio clients, two 100 s streams each of a method not under any prefix, through a
+/// gateway with `drain_timeout` 6 s and `network_extra`; SIGTERM; `ends`: each stream ends with
+/// UNAVAILABLE and the draining message in the timeout's last second, the ends spread, the exit
+/// after the last; else none ends with the draining message, and the completion line says none.
+async fn streams_at_the_timeout(network_extra: &'static str, ends: bool) {
     let (_upstream, grpc_port) = grpc_upstream().await;
     let o = Options {
-        network_extra: Some(
-            r#""long_lived_window": "1s", "grpc_resumable_prefixes": ["/test.Watch/"]"#,
-        ),
+        network_extra: Some(network_extra),
         ..connection_mode(
             Settings {
                 min_drain: "1s",
@@ -762,8 +796,14 @@ async fn grpc_streams_still_open_at_the_timeout_end_unavailable_spread_over_its_
             if f[0] != "end" {
                 continue;
             }
+            let draining = f.get(4).is_some_and(|d| d.contains("draining"));
+            if !ends {
+                assert!(!draining, "client {k}, moves off: {line}");
+                ended.push(at);
+                continue;
+            }
             assert_eq!(f[2], "UNAVAILABLE", "client {k}: {line}");
-            assert!(f.get(4).is_some_and(|d| d.contains("draining")), "{line}");
+            assert!(draining, "{line}");
             let after = at - t0;
             assert!(
                 after >= Duration::from_millis(4800) && after <= Duration::from_millis(6300),
@@ -774,6 +814,14 @@ async fn grpc_streams_still_open_at_the_timeout_end_unavailable_spread_over_its_
         }
     }
     assert_eq!(ended.len(), 8);
+    let log = envoy.log();
+    if !ends {
+        assert!(
+            log.contains("ended in the last part of the timeout: 0"),
+            "the completion line: {log}"
+        );
+        return;
+    }
     ended.sort();
     assert!(
         *ended.last().unwrap() - ended[0] >= Duration::from_millis(100),
@@ -782,7 +830,6 @@ async fn grpc_streams_still_open_at_the_timeout_end_unavailable_spread_over_its_
     );
     assert!(exited + Duration::from_millis(300) >= *ended.last().unwrap());
     assert!(exited - t0 < Duration::from_secs(7), "{:?}", exited - t0);
-    let log = envoy.log();
     assert!(
         log.contains("ended in the last part of the timeout: 8"),
         "the completion line: {log}"
