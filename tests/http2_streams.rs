@@ -1524,6 +1524,74 @@ async fn http2_sse_get_streams_end_at_an_event_boundary_and_the_others_complete(
     );
 }
 
+/// `move_http2_sse: false` turns the HTTP/2 SSE moves off (issue 65 item 5): an endless SSE
+/// response to a GET is held past its move time (here 500 ms + a 1 s window after SIGTERM) to
+/// `drain_timeout` (4 s), its events flowing whole the while, never ended by the module's empty
+/// DATA frame; Envoy exits at the timeout, and the completion line counts no move.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn with_move_http2_sse_off_an_http2_sse_stream_is_held_to_the_timeout() {
+    let upstream = sse_upstream().await;
+    let o = Options {
+        network_extra: Some(r#""long_lived_window": "1s", "move_http2_sse": false"#),
+        ..connection_mode(
+            Settings {
+                min_drain: "500ms",
+                quiet: "200ms",
+                timeout: "4s",
+            },
+            None,
+        )
+    };
+    let mut envoy = start_envoy(o, upstream.port).await;
+    let mut c = RawH2::connect(envoy.data).await;
+    c.send(&raw_frame(1, 0x5, 1, &get_block("/test.sse/get")))
+        .await;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let (mut data, mut window_credit) = (Vec::new(), 0usize);
+    let mut t0 = None;
+    // Frames until the connection ends (or the deadline): the last DATA's time.
+    let mut last_data = Instant::now();
+    while let Some((ty, flags, id, payload)) = c.next(deadline).await {
+        if id != 1 {
+            continue;
+        }
+        assert_ne!(ty, 3, "stream 1 reset towards the client before the exit");
+        if ty == 0 {
+            assert!(
+                !(payload.is_empty() && flags & 1 != 0),
+                "stream 1 ended by an empty DATA frame: moved although move_http2_sse is false"
+            );
+            data.extend_from_slice(&payload);
+            window_credit += payload.len();
+            last_data = Instant::now();
+        }
+        if window_credit > 16 * 1024 {
+            c.send(&raw_frame(8, 0, 0, &(window_credit as u32).to_be_bytes()))
+                .await;
+            window_credit = 0;
+        }
+        if t0.is_none() && data.len() > 100 {
+            envoy.sigterm();
+            t0 = Some(Instant::now());
+        }
+    }
+    let t0 = t0.expect("the SSE stream sent its first events");
+    let held = last_data - t0;
+    assert!(
+        held >= Duration::from_millis(3000),
+        "events flowed only {held:?} after SIGTERM: not held to the 4 s timeout"
+    );
+    let (status, exited) = envoy.wait_exit(Duration::from_secs(15)).await;
+    assert!(status.success(), "{status}");
+    assert!(
+        exited - t0 >= Duration::from_millis(3800),
+        "exit {:?} after SIGTERM",
+        exited - t0
+    );
+    let log = envoy.log();
+    assert!(log.contains("http/2 sse streams moved: 0"), "{log}");
+}
+
 /// Issue 65 item 4: a gRPC call of a method under `grpc_resumable_prefixes` whose upstream has
 /// written no response headers by the move time gets a Trailers-Only response (one HEADERS
 /// frame with END_STREAM: `:status 200`, `content-type: application/grpc`, `grpc-status: 14`)
