@@ -28,6 +28,29 @@ fn connection_mode(settings: Settings, bootstrap_extra: Option<&'static str>) ->
     }
 }
 
+/// A gateway in connection mode in front of the upstream at `upstream`, with `network_extra` in
+/// the network filter's config, `min_drain_duration` `min_drain`, `quiet_period` 200 ms and
+/// `drain_timeout` `timeout`.
+async fn h2_gateway(
+    upstream: u16,
+    network_extra: &'static str,
+    min_drain: &'static str,
+    timeout: &'static str,
+) -> Envoy {
+    let o = Options {
+        network_extra: Some(network_extra),
+        ..connection_mode(
+            Settings {
+                min_drain,
+                quiet: "200ms",
+                timeout,
+            },
+            None,
+        )
+    };
+    start_envoy(o, upstream).await
+}
+
 /// A grpcio process (`grpc_peer.py`), killed when dropped; its stdout lines collected, each
 /// with when it was read.
 struct Peer {
@@ -484,20 +507,13 @@ async fn envoy_writes_nothing_on_a_stream_after_reading_its_rst_stream() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn resumable_grpc_streams_end_unavailable_spread_over_the_window_and_others_complete() {
     let (_upstream, grpc_port) = grpc_upstream().await;
-    let o = Options {
-        network_extra: Some(
-            r#""long_lived_window": "2s", "grpc_resumable_prefixes": ["/test.Watch/"]"#,
-        ),
-        ..connection_mode(
-            Settings {
-                min_drain: "1s",
-                quiet: "200ms",
-                timeout: "20s",
-            },
-            None,
-        )
-    };
-    let mut envoy = start_envoy(o, grpc_port).await;
+    let mut envoy = h2_gateway(
+        grpc_port,
+        r#""long_lived_window": "2s", "grpc_resumable_prefixes": ["/test.Watch/"]"#,
+        "1s",
+        "20s",
+    )
+    .await;
     let clients: Vec<Peer> = (0..4)
         .map(|_| {
             Peer::start(&[
@@ -618,20 +634,13 @@ async fn raw_grpc_call(c: &mut RawH2, id: u32, path: &str, request: &[u8]) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn after_a_move_a_real_hpack_decoder_reads_every_block_the_client_receives() {
     let (_upstream, grpc_port) = grpc_upstream().await;
-    let o = Options {
-        network_extra: Some(
-            r#""long_lived_window": "1s", "grpc_resumable_prefixes": ["/test.Watch/"]"#,
-        ),
-        ..connection_mode(
-            Settings {
-                min_drain: "500ms",
-                quiet: "200ms",
-                timeout: "20s",
-            },
-            None,
-        )
-    };
-    let mut envoy = start_envoy(o, grpc_port).await;
+    let mut envoy = h2_gateway(
+        grpc_port,
+        r#""long_lived_window": "1s", "grpc_resumable_prefixes": ["/test.Watch/"]"#,
+        "500ms",
+        "20s",
+    )
+    .await;
     let mut c = RawH2::connect(envoy.data).await;
     raw_grpc_call(&mut c, 1, "/test.Watch/Sub", b"").await;
     raw_grpc_call(&mut c, 3, "/test.Finite/Sub", b"30").await;
@@ -760,18 +769,7 @@ async fn with_moves_off_grpc_streams_are_cut_at_the_exit_untouched() {
 /// after the last; else none ends with the draining message, and the completion line says none.
 async fn streams_at_the_timeout(network_extra: &'static str, ends: bool) {
     let (_upstream, grpc_port) = grpc_upstream().await;
-    let o = Options {
-        network_extra: Some(network_extra),
-        ..connection_mode(
-            Settings {
-                min_drain: "1s",
-                quiet: "200ms",
-                timeout: "6s",
-            },
-            None,
-        )
-    };
-    let mut envoy = start_envoy(o, grpc_port).await;
+    let mut envoy = h2_gateway(grpc_port, network_extra, "1s", "6s").await;
     let clients: Vec<Peer> = (0..4)
         .map(|_| {
             Peer::start(&[
@@ -910,20 +908,13 @@ async fn watch_clients_ride_a_rolling_restart_with_nothing_but_the_retried_unava
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_resumable_stream_opened_after_the_moves_began_is_moved_at_once() {
     let (_upstream, grpc_port) = grpc_upstream().await;
-    let o = Options {
-        network_extra: Some(
-            r#""long_lived_window": "500ms", "grpc_resumable_prefixes": ["/test.Watch/"]"#,
-        ),
-        ..connection_mode(
-            Settings {
-                min_drain: "300ms",
-                quiet: "200ms",
-                timeout: "20s",
-            },
-            None,
-        )
-    };
-    let mut envoy = start_envoy(o, grpc_port).await;
+    let mut envoy = h2_gateway(
+        grpc_port,
+        r#""long_lived_window": "500ms", "grpc_resumable_prefixes": ["/test.Watch/"]"#,
+        "300ms",
+        "20s",
+    )
+    .await;
     // A finite stream holds the drain open meanwhile (4 s).
     let holder = Peer::start(&[
         "streams".into(),
@@ -1021,10 +1012,45 @@ impl tonic::codec::Decoder for RawCodec {
 
 /// One server-streaming call of a tonic client: the messages read (each checked whole and in
 /// sequence) and how the stream ended.
+/// One tonic channel (one HTTP/2 connection) to the gateway at `port`: two watches under
+/// `/test.Watch/` and a finite stream of 30 messages, spawned; returns once each received 3
+/// messages (bounded).
+async fn tonic_watches_and_a_finite(
+    port: u16,
+) -> Vec<tokio::task::JoinHandle<(usize, Result<(), tonic::Status>, Instant)>> {
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://127.0.0.1:{port}"))
+        .unwrap()
+        .connect()
+        .await
+        .expect("tonic connects to the gateway");
+    let seen: Vec<Arc<std::sync::atomic::AtomicUsize>> = (0..3).map(|_| Arc::default()).collect();
+    let calls = [
+        ("/test.Watch/Sub", &b""[..]),
+        ("/test.Watch/Sub", b""),
+        ("/test.Finite/Sub", b"30"),
+    ]
+    .into_iter()
+    .zip(&seen)
+    .map(|((path, req), seen)| tokio::spawn(tonic_call(channel.clone(), path, req, seen.clone())))
+    .collect();
+    eventually(
+        "each tonic call received 3 messages",
+        Duration::from_secs(10),
+        || async {
+            seen.iter()
+                .all(|n| n.load(std::sync::atomic::Ordering::Relaxed) >= 3)
+                .then_some(())
+        },
+    )
+    .await;
+    calls
+}
+
 async fn tonic_call(
     channel: tonic::transport::Channel,
     path: &'static str,
     request: &[u8],
+    seen: Arc<std::sync::atomic::AtomicUsize>,
 ) -> (usize, Result<(), tonic::Status>, Instant) {
     let mut grpc = tonic::client::Grpc::new(channel);
     if let Err(e) = grpc.ready().await {
@@ -1054,6 +1080,7 @@ async fn tonic_call(
                     "message {n} of {path}: {m:?}"
                 );
                 n += 1;
+                seen.store(n, std::sync::atomic::Ordering::Relaxed);
             }
             Ok(None) => return (n, Ok(()), Instant::now()),
             Err(s) => return (n, Err(s), Instant::now()),
@@ -1068,36 +1095,14 @@ async fn tonic_call(
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_tonic_client_sees_unavailable_on_moved_watches_and_completes_the_others() {
     let (_upstream, grpc_port) = grpc_upstream().await;
-    let o = Options {
-        network_extra: Some(
-            r#""long_lived_window": "1s", "grpc_resumable_prefixes": ["/test.Watch/"]"#,
-        ),
-        ..connection_mode(
-            Settings {
-                min_drain: "500ms",
-                quiet: "200ms",
-                timeout: "20s",
-            },
-            None,
-        )
-    };
-    let mut envoy = start_envoy(o, grpc_port).await;
-    let channel =
-        tonic::transport::Endpoint::from_shared(format!("http://127.0.0.1:{}", envoy.data))
-            .unwrap()
-            .connect()
-            .await
-            .expect("tonic connects to the gateway");
-    let calls: Vec<_> = [
-        ("/test.Watch/Sub", &b""[..]),
-        ("/test.Watch/Sub", b""),
-        ("/test.Finite/Sub", b"30"),
-    ]
-    .into_iter()
-    .map(|(path, req)| tokio::spawn(tonic_call(channel.clone(), path, req)))
-    .collect();
-    // Messages flow before the drain.
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    let mut envoy = h2_gateway(
+        grpc_port,
+        r#""long_lived_window": "1s", "grpc_resumable_prefixes": ["/test.Watch/"]"#,
+        "500ms",
+        "20s",
+    )
+    .await;
+    let calls = tonic_watches_and_a_finite(envoy.data).await;
     let t0 = Instant::now();
     envoy.sigterm();
     let mut results = Vec::new();
@@ -1242,35 +1247,14 @@ async fn tonic_on_both_ends_the_upstream_stops_producing_for_a_moved_stream() {
             })
             .serve(([127, 0, 0, 1], port).into()),
     );
-    let o = Options {
-        network_extra: Some(
-            r#""long_lived_window": "1s", "grpc_resumable_prefixes": ["/test.Watch/"]"#,
-        ),
-        ..connection_mode(
-            Settings {
-                min_drain: "500ms",
-                quiet: "200ms",
-                timeout: "20s",
-            },
-            None,
-        )
-    };
-    let mut envoy = start_envoy(o, port).await;
-    let channel =
-        tonic::transport::Endpoint::from_shared(format!("http://127.0.0.1:{}", envoy.data))
-            .unwrap()
-            .connect()
-            .await
-            .expect("tonic connects to the gateway");
-    let calls: Vec<_> = [
-        ("/test.Watch/Sub", &b""[..]),
-        ("/test.Watch/Sub", b""),
-        ("/test.Finite/Sub", b"30"),
-    ]
-    .into_iter()
-    .map(|(path, req)| tokio::spawn(tonic_call(channel.clone(), path, req)))
-    .collect();
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    let mut envoy = h2_gateway(
+        port,
+        r#""long_lived_window": "1s", "grpc_resumable_prefixes": ["/test.Watch/"]"#,
+        "500ms",
+        "20s",
+    )
+    .await;
+    let calls = tonic_watches_and_a_finite(envoy.data).await;
     envoy.sigterm();
     let mut results = Vec::new();
     for c in calls {
@@ -1396,18 +1380,13 @@ async fn sse_upstream() -> SseUpstream {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn http2_sse_get_streams_end_at_an_event_boundary_and_the_others_complete() {
     let upstream = sse_upstream().await;
-    let o = Options {
-        network_extra: Some(r#""long_lived_window": "1s""#),
-        ..connection_mode(
-            Settings {
-                min_drain: "500ms",
-                quiet: "200ms",
-                timeout: "20s",
-            },
-            None,
-        )
-    };
-    let mut envoy = start_envoy(o, upstream.port).await;
+    let mut envoy = h2_gateway(
+        upstream.port,
+        r#""long_lived_window": "1s""#,
+        "500ms",
+        "20s",
+    )
+    .await;
     let mut c = RawH2::connect(envoy.data).await;
     let mut out = Vec::new();
     for (id, path) in [(1u32, "/test.sse/get"), (3, "/test.sse/get")] {
@@ -1531,18 +1510,13 @@ async fn http2_sse_get_streams_end_at_an_event_boundary_and_the_others_complete(
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn with_move_http2_sse_off_an_http2_sse_stream_is_held_to_the_timeout() {
     let upstream = sse_upstream().await;
-    let o = Options {
-        network_extra: Some(r#""long_lived_window": "1s", "move_http2_sse": false"#),
-        ..connection_mode(
-            Settings {
-                min_drain: "500ms",
-                quiet: "200ms",
-                timeout: "4s",
-            },
-            None,
-        )
-    };
-    let mut envoy = start_envoy(o, upstream.port).await;
+    let mut envoy = h2_gateway(
+        upstream.port,
+        r#""long_lived_window": "1s", "move_http2_sse": false"#,
+        "500ms",
+        "4s",
+    )
+    .await;
     let mut c = RawH2::connect(envoy.data).await;
     c.send(&raw_frame(1, 0x5, 1, &get_block("/test.sse/get")))
         .await;
@@ -1600,20 +1574,13 @@ async fn with_move_http2_sse_off_an_http2_sse_stream_is_held_to_the_timeout() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_resumable_call_without_response_headers_gets_a_trailers_only_unavailable() {
     let upstream = sse_upstream().await;
-    let o = Options {
-        network_extra: Some(
-            r#""long_lived_window": "1s", "grpc_resumable_prefixes": ["/test.Silent/"]"#,
-        ),
-        ..connection_mode(
-            Settings {
-                min_drain: "500ms",
-                quiet: "200ms",
-                timeout: "20s",
-            },
-            None,
-        )
-    };
-    let mut envoy = start_envoy(o, upstream.port).await;
+    let mut envoy = h2_gateway(
+        upstream.port,
+        r#""long_lived_window": "1s", "grpc_resumable_prefixes": ["/test.Silent/"]"#,
+        "500ms",
+        "20s",
+    )
+    .await;
     let mut c = RawH2::connect(envoy.data).await;
     raw_grpc_call(&mut c, 1, "/test.Silent/Watch", b"").await;
     // The request reached Envoy's upstream (its stream open) before the drain.
