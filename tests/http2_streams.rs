@@ -598,6 +598,42 @@ async fn resumable_grpc_streams_end_unavailable_spread_over_the_window_and_other
 /// ended.
 type Seen = (Vec<Vec<(String, String)>>, Vec<u8>, bool);
 
+/// A header block the client received, decoded by httlib-hpack (not the module's decoder) into
+/// its fields; a block that does not decode fails the test (`id`: its stream, for the message).
+fn decode_block(dec: &mut httlib_hpack::Decoder, id: u32, block: &[u8]) -> Vec<(String, String)> {
+    let mut buf = block.to_vec();
+    let mut fields = Vec::new();
+    dec.decode(&mut buf, &mut fields)
+        .unwrap_or_else(|e| panic!("stream {id}: the block does not decode: {e:?}"));
+    fields
+        .into_iter()
+        .map(|(n, v, _)| {
+            (
+                String::from_utf8_lossy(&n).into_owned(),
+                String::from_utf8_lossy(&v).into_owned(),
+            )
+        })
+        .collect()
+}
+
+/// A frame a raw client received, noted in its stream's [`Seen`]: a block decoded, DATA kept,
+/// the end; a frame after the end or a RST_STREAM fails the test.
+fn note_frame(
+    streams: &mut std::collections::BTreeMap<u32, Seen>,
+    dec: &mut httlib_hpack::Decoder,
+    (ty, flags, id, payload): &Frame,
+) {
+    let s = streams.entry(*id).or_default();
+    assert!(!s.2, "a frame (type {ty}) on stream {id} after its end");
+    match ty {
+        1 => s.0.push(decode_block(dec, *id, payload)),
+        0 => s.1.extend_from_slice(payload),
+        3 => panic!("stream {id} reset towards the client"),
+        _ => {}
+    }
+    s.2 |= flags & 1 != 0;
+}
+
 /// A gRPC request on a raw connection: HEADERS, then one message with END_STREAM.
 async fn raw_grpc_call(c: &mut RawH2, id: u32, path: &str, request: &[u8]) {
     let mut b = Vec::new();
@@ -657,31 +693,7 @@ async fn after_a_move_a_real_hpack_decoder_reads_every_block_the_client_receives
         if id == 0 {
             continue;
         }
-        let s = streams.entry(id).or_default();
-        assert!(!s.2, "a frame (type {ty}) on stream {id} after its end");
-        match ty {
-            1 => {
-                let mut buf = payload.clone();
-                let mut fields = Vec::new();
-                dec.decode(&mut buf, &mut fields)
-                    .unwrap_or_else(|e| panic!("stream {id}: the block does not decode: {e:?}"));
-                s.0.push(
-                    fields
-                        .into_iter()
-                        .map(|(n, v, _)| {
-                            (
-                                String::from_utf8_lossy(&n).into_owned(),
-                                String::from_utf8_lossy(&v).into_owned(),
-                            )
-                        })
-                        .collect(),
-                );
-            }
-            0 => s.1.extend_from_slice(&payload),
-            3 => panic!("stream {id} reset towards the client"),
-            _ => {}
-        }
-        s.2 |= flags & 1 != 0;
+        note_frame(&mut streams, &mut dec, &(ty, flags, id, payload));
         if !signalled && streams.get(&1).is_some_and(|s| s.1.len() > 3 * 69) {
             envoy.sigterm();
             signalled = true;
@@ -1419,35 +1431,11 @@ async fn http2_sse_get_streams_end_at_an_event_boundary_and_the_others_complete(
         if id == 0 {
             continue;
         }
-        let s = streams.entry(id).or_default();
-        assert!(!s.2, "a frame (type {ty}) on stream {id} after its end");
-        match ty {
-            1 => {
-                let mut buf = payload.clone();
-                let mut fields = Vec::new();
-                dec.decode(&mut buf, &mut fields)
-                    .unwrap_or_else(|e| panic!("stream {id}: the block does not decode: {e:?}"));
-                s.0.push(
-                    fields
-                        .into_iter()
-                        .map(|(n, v, _)| {
-                            (
-                                String::from_utf8_lossy(&n).into_owned(),
-                                String::from_utf8_lossy(&v).into_owned(),
-                            )
-                        })
-                        .collect(),
-                );
-            }
-            0 => {
-                s.1.extend_from_slice(&payload);
-                window_credit += payload.len();
-            }
-            3 => panic!("stream {id} reset towards the client"),
-            _ => {}
+        if ty == 0 {
+            window_credit += payload.len();
         }
-        s.2 |= flags & 1 != 0;
         empty_end.insert(id, ty == 0 && payload.is_empty() && flags & 1 != 0);
+        note_frame(&mut streams, &mut dec, &(ty, flags, id, payload));
         // The connection's window back (the streams' own 64 KiB outlast the test).
         if window_credit > 16 * 1024 {
             c.send(&raw_frame(8, 0, 0, &(window_credit as u32).to_be_bytes()))
@@ -1599,19 +1587,7 @@ async fn a_resumable_call_without_response_headers_gets_a_trailers_only_unavaila
             .expect("a response on the silent call before the deadline");
         assert_ne!(ty, 3, "stream {id} reset towards the client");
         if ty == 1 && id == 1 {
-            let mut buf = payload.clone();
-            let mut fields = Vec::new();
-            dec.decode(&mut buf, &mut fields)
-                .unwrap_or_else(|e| panic!("the block does not decode: {e:?}"));
-            let fields: Vec<(String, String)> = fields
-                .into_iter()
-                .map(|(n, v, _)| {
-                    (
-                        String::from_utf8_lossy(&n).into_owned(),
-                        String::from_utf8_lossy(&v).into_owned(),
-                    )
-                })
-                .collect();
+            let fields = decode_block(&mut dec, id, &payload);
             break (flags, fields);
         }
         assert_ne!(
