@@ -145,8 +145,7 @@ fn sigterm_is_held_until_the_drain_completes_then_released_once() {
         matcher: false,
     })));
     let released = Rc::new(Cell::new(0));
-    let n = released.clone();
-    let hold = ShutdownRelease::new(move || n.set(n.get() + 1));
+    let hold = crate::testing::counting_release(&released);
     assert!(ext.on_shutdown(hold).is_none(), "held");
     assert_eq!(envoy.gauges()[0], (Gauge::Draining, 1));
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
@@ -188,8 +187,7 @@ fn destroy_disarms_a_hold_still_pending_and_closes_the_gate() {
     let (env, _, _) = env!();
     let ext = Extension::load(FAST, env, true).unwrap();
     let released = Rc::new(Cell::new(0));
-    let n = released.clone();
-    let hold = ShutdownRelease::new(move || n.set(n.get() + 1));
+    let hold = crate::testing::counting_release(&released);
     assert!(ext.on_shutdown(hold).is_none());
     ext.destroy();
     assert_eq!(released.get(), 0, "never called from the destroy hook");

@@ -1,5 +1,6 @@
 //! The bootstrap extension as the module reaches it: its timer, the hop to Envoy's main thread
-//! and the module's stats ([`ExtensionHost`], one process-wide object). Implemented by
+//! and the module's stats ([`ExtensionHost`], one process-wide object), and the completion of its
+//! shutdown hook ([`ShutdownCompletion`], Envoy's permission to exit). Implemented by
 //! `ffi::bootstrap`; faked in tests. Plain types only. (Envoy's stats store behind the extension
 //! is `crate::extension::StatsSource`: its passes are `crate::envoy_stats::scan`'s, a layer above this.)
 
@@ -29,6 +30,18 @@ pub trait ExtensionHost: Sync {
     fn count(&self, stat: Stat);
     /// Set a gauge of the module. Any thread.
     fn set_gauge(&self, gauge: Gauge, value: u64);
+}
+
+/// Envoy's permission to exit: the completion its shutdown hook hands the bootstrap extension
+/// (`on_bootstrap_extension_shutdown`'s callback and its context, ENVOY_FACTS.md §5), passed in
+/// with the hook as Envoy's SDK passes a handle, and held by the drain engine until the drain
+/// completes (`crate::engine::engine::ShutdownRelease`, which makes sure it is given exactly
+/// once). Implemented by `ffi::bootstrap`, which closes the threads' gate before it calls Envoy;
+/// faked in tests.
+pub trait ShutdownCompletion {
+    /// Let Envoy exit. Consumed: it can be given only once (a second call would be a double
+    /// free in Envoy). Never from a destroy hook (ENVOY_FACTS.md §5).
+    fn complete(self: Box<Self>);
 }
 
 /// A counter the module reports through Envoy's stats, `<metrics_namespace>.<name>` (every one

@@ -4,7 +4,7 @@ use super::*;
 use crate::config::DrainSettings;
 use crate::envoy_stats::scan::EnvoyRequestStats;
 use crate::runtime::clock::Clock;
-use crate::testing::{counted, fixture};
+use crate::testing::{counted, counting_release, fixture};
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 
@@ -43,11 +43,6 @@ impl EngineHost for FakeHost {
     fn hosts(&self) -> Hosts<'_> {
         crate::testing::HOSTS
     }
-}
-
-fn counting_release(n: &Rc<Cell<u32>>) -> ShutdownRelease {
-    let n = n.clone();
-    ShutdownRelease::new(move || n.set(n.get() + 1))
 }
 
 #[test]
