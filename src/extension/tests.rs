@@ -198,6 +198,22 @@ fn destroy_disarms_a_hold_still_pending_and_closes_the_gate() {
 }
 
 #[test]
+fn admin_endpoints_answer_and_refuse_wrong_methods() {
+    let (env, _, _) = env!();
+    let ext = Extension::load(FAST, env, true).unwrap();
+    let (code, body, _) = ext.on_admin(b"GET", b"/graceful_drain/status");
+    assert_eq!(code, 200);
+    assert!(body.contains("\"state\":\"serving\""), "{body}");
+    assert_eq!(ext.on_admin(b"GET", b"/graceful_drain").0, 405);
+    assert_eq!(ext.on_admin(b"POST", b"/graceful_drain/x").0, 404);
+    let (code, body, release) = ext.on_admin(b"POST", b"/graceful_drain?x=1");
+    assert!(release.is_none());
+    assert_eq!(code, 200);
+    assert!(body.contains("\"trigger\":\"admin\""), "{body}");
+    ext.destroy();
+}
+
+#[test]
 fn the_admin_check_result_sets_its_gauge_and_evaluates_nothing() {
     let (env, _, envoy) = env!();
     let ext = Extension::load(FAST, env, true).unwrap();

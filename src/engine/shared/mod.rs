@@ -348,7 +348,7 @@ impl Shared {
             |w| envoy.streams.delete(w),
         );
         // Idle keep-alive connections are told by the engine's first evaluation of the drain
-        // (`EngineHost::tell_connections`, on Envoy's main thread), after the wake-ups above, so
+        // (`Asks::tell_connections`, on Envoy's main thread), after the wake-ups above, so
         // on each worker the busy connections' HTTP filters act first.
         envoy.extension.kick_engine();
         StartResult::Started
