@@ -70,6 +70,14 @@ impl Env {
     fn count_module_error(&self) {
         self.shared.counters.module_error()
     }
+
+    /// Count the panics the module's threads contained since the last time into
+    /// `module_errors` (on Envoy's main thread: each evaluation, each admin request).
+    fn count_thread_panics(&self) {
+        for _ in 0..self.threads.take_panics() {
+            self.count_module_error();
+        }
+    }
 }
 
 pub struct Extension {
@@ -271,6 +279,7 @@ impl Extension {
     #[must_use]
     pub fn on_event(&self, event: u64) -> Option<ShutdownRelease> {
         if event == EVENT_ADMIN_CHECKED {
+            self.env.count_thread_panics();
             let ok = self.env.shared.counters.admin_check() == AdminCheck::Recognised;
             self.env
                 .envoy
@@ -282,6 +291,7 @@ impl Extension {
 
     /// The extension's admin endpoints: status, body, and a release to give.
     pub fn on_admin(&self, method: &[u8], path: &[u8]) -> (u32, String, Option<ShutdownRelease>) {
+        self.env.count_thread_panics();
         let Ok(mut engine) = self.engine.try_borrow_mut() else {
             return (503, "graceful_drain engine busy\n".into(), None);
         };
@@ -342,6 +352,7 @@ impl Extension {
     /// Evaluate the drain, then do what the engine asked of the extension; returns Envoy's
     /// shutdown release when the drain completed with SIGTERM waiting on it.
     fn evaluate(&self, engine: &mut Engine) -> Option<ShutdownRelease> {
+        self.env.count_thread_panics();
         let shared = self.env.shared;
         // Envoy's stats are read only during a drain (the first view of one plans the scans).
         let envoy = if shared.is_draining() {
@@ -378,13 +389,11 @@ impl Extension {
         }
         let env = self.env;
         let c = &env.shared.connections;
-        let on_panic = move || env.count_module_error();
-        c.drain_started(env.threads, env.connections, on_panic);
+        c.drain_started(env.threads, env.connections);
         if let Some(s) = env.shared.settings() {
             c.moves_started(
                 env.threads,
                 env.connections,
-                on_panic,
                 env.shared.clock(),
                 s.min_drain_duration,
                 s.drain_timeout,
@@ -488,7 +497,7 @@ impl Extension {
                 env.count_module_error();
             }
         };
-        let spawned = self.env.threads.spawn("graceful_admin", || {}, body);
+        let spawned = self.env.threads.spawn("graceful_admin", body);
         if let Err(e) = spawned {
             log::warn!("graceful_drain: no thread for {what} ({e}); {if_not}");
         }
@@ -499,17 +508,13 @@ impl Extension {
 /// the thread-safe scheduler) at the in-flight recheck interval while a drain is under way.
 fn start_fallback_ticker(env: Env) {
     let threads = env.threads;
-    let spawned = threads.spawn(
-        "graceful_drain_tick",
-        move || env.count_module_error(),
-        move || {
-            while threads.sleep(IN_FLIGHT_RECHECK) {
-                if env.shared.is_draining() {
-                    env.kick();
-                }
+    let spawned = threads.spawn("graceful_drain_tick", move || {
+        while threads.sleep(IN_FLIGHT_RECHECK) {
+            if env.shared.is_draining() {
+                env.kick();
             }
-        },
-    );
+        }
+    });
     if let Err(e) = spawned {
         log::error!(
             "graceful_drain: no timer and no fallback thread ({e}): drains cannot complete"

@@ -213,6 +213,24 @@ fn admin_endpoints_answer_and_refuse_wrong_methods() {
     ext.destroy();
 }
 
+/// A panic a module thread contained is counted in `module_errors` by the next evaluation on
+/// the main thread (`Threads` only counts it: nothing calls back up from there).
+#[test]
+fn a_panic_contained_on_a_module_thread_is_counted_at_the_next_evaluation() {
+    let (env, _, _) = env!();
+    let ext = Extension::load(FAST, env, true).unwrap();
+    env.threads.spawn("boom", || panic!("test panic")).unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while env.shared.status().module_errors == 0 {
+        assert!(std::time::Instant::now() < deadline, "never counted");
+        std::thread::sleep(Duration::from_millis(2));
+        assert!(ext.on_event(EVENT_KICK).is_none());
+    }
+    assert_eq!(env.shared.status().module_errors, 1);
+    assert_eq!(crate::testing::counted(), [Stat::ModuleErrors]);
+    ext.destroy();
+}
+
 #[test]
 fn the_admin_check_result_sets_its_gauge_and_evaluates_nothing() {
     let (env, _, envoy) = env!();
