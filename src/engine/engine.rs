@@ -13,7 +13,7 @@
 use crate::engine::drain::{Decision, Observation, Phase, Trigger, IN_FLIGHT_RECHECK};
 use crate::engine::shared::{EnvoyObservation, Gauge, Hosts, Shared, Stat};
 use crate::envoy_stats::scan::EnvoyView;
-use crate::host::extension::ShutdownCompletion;
+use crate::host::extension::ShutdownRelease;
 use std::time::Instant;
 
 /// What an evaluation asks of its caller, the bootstrap extension, which owns what the engine
@@ -33,52 +33,6 @@ pub struct Asks {
     /// give it after dropping its borrow of the engine (Envoy may tear the extension down from
     /// inside it).
     pub release: Option<ShutdownRelease>,
-}
-
-/// Envoy's permission to exit (its [`ShutdownCompletion`]), given exactly once: by
-/// [`ShutdownRelease::release`], or, if it is dropped unreleased (a panic unwinding through
-/// whoever held it), by its drop, so Envoy is never left waiting for a callback that will not
-/// come (ENVOY_FACTS.md §5: Envoy's main loop does not exit until it is called). Usually one
-/// completion; two when Envoy asked twice ([`ShutdownRelease::and`]), given in order.
-pub struct ShutdownRelease(Vec<Box<dyn ShutdownCompletion>>);
-
-impl ShutdownRelease {
-    pub fn new(completion: Box<dyn ShutdownCompletion>) -> Self {
-        ShutdownRelease(vec![completion])
-    }
-
-    pub fn release(mut self) {
-        self.give_all()
-    }
-
-    /// Give up the release without calling it (Envoy is destroying the extension: its
-    /// completion must not be called from a destroy hook).
-    pub fn disarm(mut self) {
-        self.0.clear();
-    }
-
-    /// One release that gives both.
-    fn and(mut self, mut other: ShutdownRelease) -> Self {
-        self.0.append(&mut other.0);
-        self
-    }
-
-    /// Each completion once, in order; one taken out before it is given, so a drop after a
-    /// panic in it gives only the ones left.
-    fn give_all(&mut self) {
-        while !self.0.is_empty() {
-            self.0.remove(0).complete();
-        }
-    }
-}
-
-impl Drop for ShutdownRelease {
-    fn drop(&mut self) {
-        if !self.0.is_empty() {
-            log::warn!("graceful_drain: Envoy's exit released early by an internal failure");
-            self.give_all()
-        }
-    }
 }
 
 pub struct Engine {

@@ -10,11 +10,12 @@
 use crate::config::BootstrapConfig;
 use crate::counting::Counts;
 use crate::engine::drain::{Phase, Trigger, IN_FLIGHT_RECHECK};
-use crate::engine::engine::{AdminRequest, Engine, ShutdownRelease};
+use crate::engine::engine::{AdminRequest, Engine};
 use crate::engine::shared::{NotWork, Shared, StartResult};
 use crate::envoy_stats::admin::{self, AdminAddress, AdminCheck};
 use crate::envoy_stats::scan::{DrainTiming, EnvoyView, Pass, ScanSource, Scanner, StatSums};
 use crate::host::connection::ConnectionWakers;
+use crate::host::extension::ShutdownRelease;
 use crate::host::stream::Wakers;
 use crate::host::Hosts;
 use crate::runtime::threads::Threads;

@@ -9,12 +9,12 @@
 use super::abi::{Buffer, EnvoyPtr, HttpHeader};
 use super::envoy::{self, ExtensionConfig, ExtensionStats, Scheduler, Timer};
 use super::{envoy_bytes, guard, with_object};
-use crate::engine::engine::{ShutdownRelease, ADMIN_DRAIN_PATH, ADMIN_STATUS_PATH};
+use crate::engine::engine::{ADMIN_DRAIN_PATH, ADMIN_STATUS_PATH};
 use crate::engine::shared::Stat;
 use crate::envoy_stats::scan::Pass;
 use crate::extension::{Env, Extension, ExtensionHost, Gauge, StatsSource, EVENT_KICK};
 use crate::host::extension::LabelledGauge::{BuildInfo, EnvoyUntested};
-use crate::host::extension::ShutdownCompletion;
+use crate::host::extension::{ShutdownCompletion, ShutdownRelease};
 use std::os::raw::c_void;
 use std::ptr;
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -13,10 +13,9 @@
 
 use crate::config::DrainSettings;
 use crate::counting::Registry;
-use crate::engine::engine::ShutdownRelease;
 use crate::engine::shared::{Gauge, Hosts, Shared, Stat, Waker};
 use crate::host::connection::ConnectionWakers;
-use crate::host::extension::{ExtensionHost, ShutdownCompletion};
+use crate::host::extension::{ExtensionHost, ShutdownCompletion, ShutdownRelease};
 use crate::host::stream::Wakers;
 use crate::runtime::clock::{Clock, FakeClock};
 use std::sync::{Arc, Mutex, MutexGuard};
