@@ -1,14 +1,14 @@
 //! The drain engine that runs on Envoy's main thread. It starts the drain on SIGTERM (holding
 //! Envoy's exit), on Envoy's own `/drain_listeners` and on its admin endpoint, evaluates the drain
-//! state machine when kicked or when its timer fires, and releases Envoy's exit when the drain
-//! completes. Thin: every decision comes from [`crate::engine::drain`].
+//! state machine when kicked or when its timer fires, and hands Envoy's exit back to be released
+//! when the drain completes. Thin: every decision comes from [`crate::engine::drain`].
 //!
 //! Its caller is the bootstrap extension (`crate::extension`, a layer above). The engine reaches
 //! Envoy only through the `host/` traits it is passed ([`Hosts`]: the extension's timer and
 //! gauges, the streams' wakers); what the extension owns (the module's threads, the admin calls,
 //! the network filters' schedulers, the stats scanner) goes in as data (Envoy's stats as an
-//! [`EnvoyView`]) and comes back as data ([`Asks`]), which the extension then does. Nothing here
-//! calls back up.
+//! [`EnvoyView`]) and comes back as data ([`Asks`]), which the extension then does: no call
+//! goes from here up to the extension.
 
 use crate::engine::drain::{Decision, Observation, Phase, Trigger, IN_FLIGHT_RECHECK};
 use crate::engine::shared::{EnvoyObservation, Gauge, Hosts, Shared, Stat};
