@@ -283,7 +283,6 @@ impl Connections {
         &'static self,
         threads: &'static Threads,
         to: &'static dyn ConnectionWakers,
-        on_panic: impl FnOnce() + Send + 'static,
         clock: &'static dyn Clock,
         min_drain: Duration,
         drain_timeout: Duration,
@@ -320,7 +319,7 @@ impl Connections {
         ll.final_from.store(final_from, Ordering::Relaxed);
         ll.from.store(from, Ordering::Relaxed);
         let mut begun = false;
-        let spawned = threads.spawn("graceful_drain_moves", on_panic, move || loop {
+        let spawned = threads.spawn("graceful_drain_moves", move || loop {
             let now = clock.nanos();
             let mut next = u64::MAX;
             if now >= from && !begun {
