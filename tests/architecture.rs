@@ -95,11 +95,11 @@ fn code_lines(text: &str) -> Vec<(usize, String)> {
 /// The test support module: compiled only for the unit tests, named only by test files.
 const TESTING: &str = "testing";
 
-/// A file that holds only unit tests: `tests.rs` (`#[cfg(test)] mod tests;`), a file of a
-/// `tests/` folder, or the network filter's property tests (`props/`).
+/// A file that holds only unit tests: `tests.rs` (`#[cfg(test)] mod tests;`), or a file of a
+/// `tests/` folder (a `tests.rs`'s own submodules).
 fn is_test_file(at: &str) -> bool {
     let file = at.split(':').next().unwrap();
-    file.contains("/tests") || file.ends_with("tests.rs") || file.contains("/props/")
+    file.contains("/tests") || file.ends_with("tests.rs")
 }
 
 /// The modules a code line names as `crate::<module>`.
@@ -291,13 +291,13 @@ fn the_crate_shows_only_the_modules_its_tests_use() {
 }
 
 /// One road to Envoy (issue 66): outside `src/ffi/`, no `fn` pointer is kept in a `OnceLock`
-/// and no boxed closure is kept but `ShutdownRelease`'s (Envoy's completion, which only `ffi/`
-/// calls); the shared state (`src/engine/shared/`) keeps no `&'static dyn` host, the module's
-/// own stats included (their host, `StatsHost`, is passed into each call that counts). Hosts are
-/// passed into the calls that need them. Test files are not read.
+/// and no boxed closure is kept (Envoy's shutdown completion is a `host/` trait,
+/// `ShutdownCompletion`); the shared state (`src/engine/shared/`) keeps no `&'static dyn` host,
+/// the module's own stats included (their host, `StatsHost`, is passed into each call that
+/// counts). Hosts are passed into the calls that need them. Test files are not read.
 #[test]
 fn no_fn_pointer_closure_or_kept_host_reaches_envoy() {
-    let allowed: &[(&str, &str)] = &[("src/engine/engine.rs", "Box<dyn FnOnce()>")];
+    let allowed: &[(&str, &str)] = &[];
     let mut found = Vec::new();
     for (module, lines) in modules() {
         if module == "ffi" {
@@ -385,29 +385,16 @@ fn only_test_files_may_name_the_test_support() {
 
 /// Files of `src/` that hold unit tests in another shape than the one layout, each with why it is
 /// left (`docs/contributing/architecture.md`, "Unit tests").
-const OTHER_TEST_LAYOUTS: &[(&str, &str)] = &[
-    (
-        "src/counting/loom_tests.rs",
-        "built only under `--cfg loom` (`make loom`), where the other tests are left out",
-    ),
-    (
-        "src/exchange/tests/",
-        "not moved yet: HTTP/2 work under way there",
-    ),
-    (
-        "src/exchange/hpack/huffman.rs",
-        "not moved yet: HTTP/2 work under way there",
-    ),
-    (
-        "src/network_filter/props/",
-        "not moved yet: HTTP/2 work under way there",
-    ),
-];
+const OTHER_TEST_LAYOUTS: &[(&str, &str)] = &[(
+    "src/counting/loom_tests.rs",
+    "built only under `--cfg loom` (`make loom`), where the other tests are left out",
+)];
 
 /// One unit-test layout: a module's unit tests are in `tests.rs` in the module's folder
-/// (`x/mod.rs` or `x.rs` declares `#[cfg(test)] mod tests;`, and they live in `x/tests.rs`); no
-/// inline `mod tests { … }`, no `tests/` folder, no `*_tests.rs`, but the files named in
-/// [`OTHER_TEST_LAYOUTS`].
+/// (`x/mod.rs` or `x.rs` declares `#[cfg(test)] mod tests;`, and they live in `x/tests.rs`),
+/// which may split a long suite into its own submodules (`x/tests/*.rs`, declared by
+/// `x/tests.rs`); no inline `mod tests { … }`, no `tests/` folder without its `tests.rs`, no
+/// `tests/mod.rs`, no `*_tests.rs`, but the files named in [`OTHER_TEST_LAYOUTS`].
 #[test]
 fn unit_tests_have_one_layout() {
     let src = common::repo_root().join("src");
@@ -429,8 +416,18 @@ fn unit_tests_have_one_layout() {
                 continue;
             }
             let name = p.file_name().unwrap().to_string_lossy().to_string();
-            if rel.contains("/tests/") {
-                found.push(format!("{rel}: a file of a tests/ folder"));
+            if let Some(at) = rel.find("/tests/") {
+                // `x/tests/<m>.rs` or `x/tests/<m>/...`: `x/tests.rs` declares `mod <m>;`.
+                let root = format!("{}.rs", &rel[..at + "/tests".len()]);
+                let rest = &rel[at + "/tests/".len()..];
+                let m = rest.split('/').next().unwrap().trim_end_matches(".rs");
+                let declared = std::fs::read_to_string(common::repo_root().join(&root))
+                    .is_ok_and(|t| t.lines().any(|l| l.trim() == format!("mod {m};")));
+                if !declared || m == "mod" {
+                    found.push(format!(
+                        "{rel}: a file of a tests/ folder whose module {root} does not declare"
+                    ));
+                }
             }
             if name.ends_with("_tests.rs") {
                 found.push(format!("{rel}: a *_tests.rs file"));

@@ -28,6 +28,29 @@ fn connection_mode(settings: Settings, bootstrap_extra: Option<&'static str>) ->
     }
 }
 
+/// A gateway in connection mode in front of the upstream at `upstream`, with `network_extra` in
+/// the network filter's config, `min_drain_duration` `min_drain`, `quiet_period` 200 ms and
+/// `drain_timeout` `timeout`.
+async fn h2_gateway(
+    upstream: u16,
+    network_extra: &'static str,
+    min_drain: &'static str,
+    timeout: &'static str,
+) -> Envoy {
+    let o = Options {
+        network_extra: Some(network_extra),
+        ..connection_mode(
+            Settings {
+                min_drain,
+                quiet: "200ms",
+                timeout,
+            },
+            None,
+        )
+    };
+    start_envoy(o, upstream).await
+}
+
 /// A grpcio process (`grpc_peer.py`), killed when dropped; its stdout lines collected, each
 /// with when it was read.
 struct Peer {
@@ -484,20 +507,13 @@ async fn envoy_writes_nothing_on_a_stream_after_reading_its_rst_stream() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn resumable_grpc_streams_end_unavailable_spread_over_the_window_and_others_complete() {
     let (_upstream, grpc_port) = grpc_upstream().await;
-    let o = Options {
-        network_extra: Some(
-            r#""long_lived_window": "2s", "grpc_resumable_prefixes": ["/test.Watch/"]"#,
-        ),
-        ..connection_mode(
-            Settings {
-                min_drain: "1s",
-                quiet: "200ms",
-                timeout: "20s",
-            },
-            None,
-        )
-    };
-    let mut envoy = start_envoy(o, grpc_port).await;
+    let mut envoy = h2_gateway(
+        grpc_port,
+        r#""long_lived_window": "2s", "grpc_resumable_prefixes": ["/test.Watch/"]"#,
+        "1s",
+        "20s",
+    )
+    .await;
     let clients: Vec<Peer> = (0..4)
         .map(|_| {
             Peer::start(&[
@@ -582,6 +598,42 @@ async fn resumable_grpc_streams_end_unavailable_spread_over_the_window_and_other
 /// ended.
 type Seen = (Vec<Vec<(String, String)>>, Vec<u8>, bool);
 
+/// A header block the client received, decoded by httlib-hpack (not the module's decoder) into
+/// its fields; a block that does not decode fails the test (`id`: its stream, for the message).
+fn decode_block(dec: &mut httlib_hpack::Decoder, id: u32, block: &[u8]) -> Vec<(String, String)> {
+    let mut buf = block.to_vec();
+    let mut fields = Vec::new();
+    dec.decode(&mut buf, &mut fields)
+        .unwrap_or_else(|e| panic!("stream {id}: the block does not decode: {e:?}"));
+    fields
+        .into_iter()
+        .map(|(n, v, _)| {
+            (
+                String::from_utf8_lossy(&n).into_owned(),
+                String::from_utf8_lossy(&v).into_owned(),
+            )
+        })
+        .collect()
+}
+
+/// A frame a raw client received, noted in its stream's [`Seen`]: a block decoded, DATA kept,
+/// the end; a frame after the end or a RST_STREAM fails the test.
+fn note_frame(
+    streams: &mut std::collections::BTreeMap<u32, Seen>,
+    dec: &mut httlib_hpack::Decoder,
+    (ty, flags, id, payload): &Frame,
+) {
+    let s = streams.entry(*id).or_default();
+    assert!(!s.2, "a frame (type {ty}) on stream {id} after its end");
+    match ty {
+        1 => s.0.push(decode_block(dec, *id, payload)),
+        0 => s.1.extend_from_slice(payload),
+        3 => panic!("stream {id} reset towards the client"),
+        _ => {}
+    }
+    s.2 |= flags & 1 != 0;
+}
+
 /// A gRPC request on a raw connection: HEADERS, then one message with END_STREAM.
 async fn raw_grpc_call(c: &mut RawH2, id: u32, path: &str, request: &[u8]) {
     let mut b = Vec::new();
@@ -618,20 +670,13 @@ async fn raw_grpc_call(c: &mut RawH2, id: u32, path: &str, request: &[u8]) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn after_a_move_a_real_hpack_decoder_reads_every_block_the_client_receives() {
     let (_upstream, grpc_port) = grpc_upstream().await;
-    let o = Options {
-        network_extra: Some(
-            r#""long_lived_window": "1s", "grpc_resumable_prefixes": ["/test.Watch/"]"#,
-        ),
-        ..connection_mode(
-            Settings {
-                min_drain: "500ms",
-                quiet: "200ms",
-                timeout: "20s",
-            },
-            None,
-        )
-    };
-    let mut envoy = start_envoy(o, grpc_port).await;
+    let mut envoy = h2_gateway(
+        grpc_port,
+        r#""long_lived_window": "1s", "grpc_resumable_prefixes": ["/test.Watch/"]"#,
+        "500ms",
+        "20s",
+    )
+    .await;
     let mut c = RawH2::connect(envoy.data).await;
     raw_grpc_call(&mut c, 1, "/test.Watch/Sub", b"").await;
     raw_grpc_call(&mut c, 3, "/test.Finite/Sub", b"30").await;
@@ -648,31 +693,7 @@ async fn after_a_move_a_real_hpack_decoder_reads_every_block_the_client_receives
         if id == 0 {
             continue;
         }
-        let s = streams.entry(id).or_default();
-        assert!(!s.2, "a frame (type {ty}) on stream {id} after its end");
-        match ty {
-            1 => {
-                let mut buf = payload.clone();
-                let mut fields = Vec::new();
-                dec.decode(&mut buf, &mut fields)
-                    .unwrap_or_else(|e| panic!("stream {id}: the block does not decode: {e:?}"));
-                s.0.push(
-                    fields
-                        .into_iter()
-                        .map(|(n, v, _)| {
-                            (
-                                String::from_utf8_lossy(&n).into_owned(),
-                                String::from_utf8_lossy(&v).into_owned(),
-                            )
-                        })
-                        .collect(),
-                );
-            }
-            0 => s.1.extend_from_slice(&payload),
-            3 => panic!("stream {id} reset towards the client"),
-            _ => {}
-        }
-        s.2 |= flags & 1 != 0;
+        note_frame(&mut streams, &mut dec, &(ty, flags, id, payload));
         if !signalled && streams.get(&1).is_some_and(|s| s.1.len() > 3 * 69) {
             envoy.sigterm();
             signalled = true;
@@ -723,21 +744,44 @@ async fn after_a_move_a_real_hpack_decoder_reads_every_block_the_client_receives
 /// a method that is not resumable.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn grpc_streams_still_open_at_the_timeout_end_unavailable_spread_over_its_last_part() {
+    streams_at_the_timeout(
+        r#""long_lived_window": "1s", "grpc_resumable_prefixes": ["/test.Watch/"]"#,
+        true,
+    )
+    .await;
+}
+
+/// Issue 65 item 3 as shipped: with no `grpc_resumable_prefixes` (the default), gRPC streams
+/// still open in the timeout's last part end the same way (nothing is moved before it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn by_default_grpc_streams_open_at_the_timeout_end_unavailable_spread() {
+    streams_at_the_timeout(r#""long_lived_window": "1s""#, true).await;
+}
+
+/// ... and with `move_http2_sse: false` too: the timeout's ends are not tied to the SSE moves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn without_http2_sse_moves_grpc_streams_still_end_at_the_timeout() {
+    streams_at_the_timeout(
+        r#""long_lived_window": "1s", "move_http2_sse": false"#,
+        true,
+    )
+    .await;
+}
+
+/// `move_long_lived_streams: false` turns them off: the streams are held to the exit and cut
+/// there, as before this module edited HTTP/2 streams (no draining status).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn with_moves_off_grpc_streams_are_cut_at_the_exit_untouched() {
+    streams_at_the_timeout(r#""move_long_lived_streams": false"#, false).await;
+}
+
+/// Four grpcio clients, two 100 s streams each of a method not under any prefix, through a
+/// gateway with `drain_timeout` 6 s and `network_extra`; SIGTERM; `ends`: each stream ends with
+/// UNAVAILABLE and the draining message in the timeout's last second, the ends spread, the exit
+/// after the last; else none ends with the draining message, and the completion line says none.
+async fn streams_at_the_timeout(network_extra: &'static str, ends: bool) {
     let (_upstream, grpc_port) = grpc_upstream().await;
-    let o = Options {
-        network_extra: Some(
-            r#""long_lived_window": "1s", "grpc_resumable_prefixes": ["/test.Watch/"]"#,
-        ),
-        ..connection_mode(
-            Settings {
-                min_drain: "1s",
-                quiet: "200ms",
-                timeout: "6s",
-            },
-            None,
-        )
-    };
-    let mut envoy = start_envoy(o, grpc_port).await;
+    let mut envoy = h2_gateway(grpc_port, network_extra, "1s", "6s").await;
     let clients: Vec<Peer> = (0..4)
         .map(|_| {
             Peer::start(&[
@@ -762,8 +806,14 @@ async fn grpc_streams_still_open_at_the_timeout_end_unavailable_spread_over_its_
             if f[0] != "end" {
                 continue;
             }
+            let draining = f.get(4).is_some_and(|d| d.contains("draining"));
+            if !ends {
+                assert!(!draining, "client {k}, moves off: {line}");
+                ended.push(at);
+                continue;
+            }
             assert_eq!(f[2], "UNAVAILABLE", "client {k}: {line}");
-            assert!(f.get(4).is_some_and(|d| d.contains("draining")), "{line}");
+            assert!(draining, "{line}");
             let after = at - t0;
             assert!(
                 after >= Duration::from_millis(4800) && after <= Duration::from_millis(6300),
@@ -774,6 +824,14 @@ async fn grpc_streams_still_open_at_the_timeout_end_unavailable_spread_over_its_
         }
     }
     assert_eq!(ended.len(), 8);
+    let log = envoy.log();
+    if !ends {
+        assert!(
+            log.contains("ended in the last part of the timeout: 0"),
+            "the completion line: {log}"
+        );
+        return;
+    }
     ended.sort();
     assert!(
         *ended.last().unwrap() - ended[0] >= Duration::from_millis(100),
@@ -782,7 +840,6 @@ async fn grpc_streams_still_open_at_the_timeout_end_unavailable_spread_over_its_
     );
     assert!(exited + Duration::from_millis(300) >= *ended.last().unwrap());
     assert!(exited - t0 < Duration::from_secs(7), "{:?}", exited - t0);
-    let log = envoy.log();
     assert!(
         log.contains("ended in the last part of the timeout: 8"),
         "the completion line: {log}"
@@ -863,20 +920,13 @@ async fn watch_clients_ride_a_rolling_restart_with_nothing_but_the_retried_unava
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_resumable_stream_opened_after_the_moves_began_is_moved_at_once() {
     let (_upstream, grpc_port) = grpc_upstream().await;
-    let o = Options {
-        network_extra: Some(
-            r#""long_lived_window": "500ms", "grpc_resumable_prefixes": ["/test.Watch/"]"#,
-        ),
-        ..connection_mode(
-            Settings {
-                min_drain: "300ms",
-                quiet: "200ms",
-                timeout: "20s",
-            },
-            None,
-        )
-    };
-    let mut envoy = start_envoy(o, grpc_port).await;
+    let mut envoy = h2_gateway(
+        grpc_port,
+        r#""long_lived_window": "500ms", "grpc_resumable_prefixes": ["/test.Watch/"]"#,
+        "300ms",
+        "20s",
+    )
+    .await;
     // A finite stream holds the drain open meanwhile (4 s).
     let holder = Peer::start(&[
         "streams".into(),
@@ -974,10 +1024,45 @@ impl tonic::codec::Decoder for RawCodec {
 
 /// One server-streaming call of a tonic client: the messages read (each checked whole and in
 /// sequence) and how the stream ended.
+/// One tonic channel (one HTTP/2 connection) to the gateway at `port`: two watches under
+/// `/test.Watch/` and a finite stream of 30 messages, spawned; returns once each received 3
+/// messages (bounded).
+async fn tonic_watches_and_a_finite(
+    port: u16,
+) -> Vec<tokio::task::JoinHandle<(usize, Result<(), tonic::Status>, Instant)>> {
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://127.0.0.1:{port}"))
+        .unwrap()
+        .connect()
+        .await
+        .expect("tonic connects to the gateway");
+    let seen: Vec<Arc<std::sync::atomic::AtomicUsize>> = (0..3).map(|_| Arc::default()).collect();
+    let calls = [
+        ("/test.Watch/Sub", &b""[..]),
+        ("/test.Watch/Sub", b""),
+        ("/test.Finite/Sub", b"30"),
+    ]
+    .into_iter()
+    .zip(&seen)
+    .map(|((path, req), seen)| tokio::spawn(tonic_call(channel.clone(), path, req, seen.clone())))
+    .collect();
+    eventually(
+        "each tonic call received 3 messages",
+        Duration::from_secs(10),
+        || async {
+            seen.iter()
+                .all(|n| n.load(std::sync::atomic::Ordering::Relaxed) >= 3)
+                .then_some(())
+        },
+    )
+    .await;
+    calls
+}
+
 async fn tonic_call(
     channel: tonic::transport::Channel,
     path: &'static str,
     request: &[u8],
+    seen: Arc<std::sync::atomic::AtomicUsize>,
 ) -> (usize, Result<(), tonic::Status>, Instant) {
     let mut grpc = tonic::client::Grpc::new(channel);
     if let Err(e) = grpc.ready().await {
@@ -1007,6 +1092,7 @@ async fn tonic_call(
                     "message {n} of {path}: {m:?}"
                 );
                 n += 1;
+                seen.store(n, std::sync::atomic::Ordering::Relaxed);
             }
             Ok(None) => return (n, Ok(()), Instant::now()),
             Err(s) => return (n, Err(s), Instant::now()),
@@ -1021,36 +1107,14 @@ async fn tonic_call(
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_tonic_client_sees_unavailable_on_moved_watches_and_completes_the_others() {
     let (_upstream, grpc_port) = grpc_upstream().await;
-    let o = Options {
-        network_extra: Some(
-            r#""long_lived_window": "1s", "grpc_resumable_prefixes": ["/test.Watch/"]"#,
-        ),
-        ..connection_mode(
-            Settings {
-                min_drain: "500ms",
-                quiet: "200ms",
-                timeout: "20s",
-            },
-            None,
-        )
-    };
-    let mut envoy = start_envoy(o, grpc_port).await;
-    let channel =
-        tonic::transport::Endpoint::from_shared(format!("http://127.0.0.1:{}", envoy.data))
-            .unwrap()
-            .connect()
-            .await
-            .expect("tonic connects to the gateway");
-    let calls: Vec<_> = [
-        ("/test.Watch/Sub", &b""[..]),
-        ("/test.Watch/Sub", b""),
-        ("/test.Finite/Sub", b"30"),
-    ]
-    .into_iter()
-    .map(|(path, req)| tokio::spawn(tonic_call(channel.clone(), path, req)))
-    .collect();
-    // Messages flow before the drain.
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    let mut envoy = h2_gateway(
+        grpc_port,
+        r#""long_lived_window": "1s", "grpc_resumable_prefixes": ["/test.Watch/"]"#,
+        "500ms",
+        "20s",
+    )
+    .await;
+    let calls = tonic_watches_and_a_finite(envoy.data).await;
     let t0 = Instant::now();
     envoy.sigterm();
     let mut results = Vec::new();
@@ -1195,35 +1259,14 @@ async fn tonic_on_both_ends_the_upstream_stops_producing_for_a_moved_stream() {
             })
             .serve(([127, 0, 0, 1], port).into()),
     );
-    let o = Options {
-        network_extra: Some(
-            r#""long_lived_window": "1s", "grpc_resumable_prefixes": ["/test.Watch/"]"#,
-        ),
-        ..connection_mode(
-            Settings {
-                min_drain: "500ms",
-                quiet: "200ms",
-                timeout: "20s",
-            },
-            None,
-        )
-    };
-    let mut envoy = start_envoy(o, port).await;
-    let channel =
-        tonic::transport::Endpoint::from_shared(format!("http://127.0.0.1:{}", envoy.data))
-            .unwrap()
-            .connect()
-            .await
-            .expect("tonic connects to the gateway");
-    let calls: Vec<_> = [
-        ("/test.Watch/Sub", &b""[..]),
-        ("/test.Watch/Sub", b""),
-        ("/test.Finite/Sub", b"30"),
-    ]
-    .into_iter()
-    .map(|(path, req)| tokio::spawn(tonic_call(channel.clone(), path, req)))
-    .collect();
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    let mut envoy = h2_gateway(
+        port,
+        r#""long_lived_window": "1s", "grpc_resumable_prefixes": ["/test.Watch/"]"#,
+        "500ms",
+        "20s",
+    )
+    .await;
+    let calls = tonic_watches_and_a_finite(envoy.data).await;
     envoy.sigterm();
     let mut results = Vec::new();
     for c in calls {
@@ -1349,18 +1392,13 @@ async fn sse_upstream() -> SseUpstream {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn http2_sse_get_streams_end_at_an_event_boundary_and_the_others_complete() {
     let upstream = sse_upstream().await;
-    let o = Options {
-        network_extra: Some(r#""long_lived_window": "1s""#),
-        ..connection_mode(
-            Settings {
-                min_drain: "500ms",
-                quiet: "200ms",
-                timeout: "20s",
-            },
-            None,
-        )
-    };
-    let mut envoy = start_envoy(o, upstream.port).await;
+    let mut envoy = h2_gateway(
+        upstream.port,
+        r#""long_lived_window": "1s""#,
+        "500ms",
+        "20s",
+    )
+    .await;
     let mut c = RawH2::connect(envoy.data).await;
     let mut out = Vec::new();
     for (id, path) in [(1u32, "/test.sse/get"), (3, "/test.sse/get")] {
@@ -1393,35 +1431,11 @@ async fn http2_sse_get_streams_end_at_an_event_boundary_and_the_others_complete(
         if id == 0 {
             continue;
         }
-        let s = streams.entry(id).or_default();
-        assert!(!s.2, "a frame (type {ty}) on stream {id} after its end");
-        match ty {
-            1 => {
-                let mut buf = payload.clone();
-                let mut fields = Vec::new();
-                dec.decode(&mut buf, &mut fields)
-                    .unwrap_or_else(|e| panic!("stream {id}: the block does not decode: {e:?}"));
-                s.0.push(
-                    fields
-                        .into_iter()
-                        .map(|(n, v, _)| {
-                            (
-                                String::from_utf8_lossy(&n).into_owned(),
-                                String::from_utf8_lossy(&v).into_owned(),
-                            )
-                        })
-                        .collect(),
-                );
-            }
-            0 => {
-                s.1.extend_from_slice(&payload);
-                window_credit += payload.len();
-            }
-            3 => panic!("stream {id} reset towards the client"),
-            _ => {}
+        if ty == 0 {
+            window_credit += payload.len();
         }
-        s.2 |= flags & 1 != 0;
         empty_end.insert(id, ty == 0 && payload.is_empty() && flags & 1 != 0);
+        note_frame(&mut streams, &mut dec, &(ty, flags, id, payload));
         // The connection's window back (the streams' own 64 KiB outlast the test).
         if window_credit > 16 * 1024 {
             c.send(&raw_frame(8, 0, 0, &(window_credit as u32).to_be_bytes()))
@@ -1477,6 +1491,69 @@ async fn http2_sse_get_streams_end_at_an_event_boundary_and_the_others_complete(
     );
 }
 
+/// `move_http2_sse: false` turns the HTTP/2 SSE moves off (issue 65 item 5): an endless SSE
+/// response to a GET is held past its move time (here 500 ms + a 1 s window after SIGTERM) to
+/// `drain_timeout` (4 s), its events flowing whole the while, never ended by the module's empty
+/// DATA frame; Envoy exits at the timeout, and the completion line counts no move.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn with_move_http2_sse_off_an_http2_sse_stream_is_held_to_the_timeout() {
+    let upstream = sse_upstream().await;
+    let mut envoy = h2_gateway(
+        upstream.port,
+        r#""long_lived_window": "1s", "move_http2_sse": false"#,
+        "500ms",
+        "4s",
+    )
+    .await;
+    let mut c = RawH2::connect(envoy.data).await;
+    c.send(&raw_frame(1, 0x5, 1, &get_block("/test.sse/get")))
+        .await;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let (mut data, mut window_credit) = (Vec::new(), 0usize);
+    let mut t0 = None;
+    // Frames until the connection ends (or the deadline): the last DATA's time.
+    let mut last_data = Instant::now();
+    while let Some((ty, flags, id, payload)) = c.next(deadline).await {
+        if id != 1 {
+            continue;
+        }
+        assert_ne!(ty, 3, "stream 1 reset towards the client before the exit");
+        if ty == 0 {
+            assert!(
+                !(payload.is_empty() && flags & 1 != 0),
+                "stream 1 ended by an empty DATA frame: moved although move_http2_sse is false"
+            );
+            data.extend_from_slice(&payload);
+            window_credit += payload.len();
+            last_data = Instant::now();
+        }
+        if window_credit > 16 * 1024 {
+            c.send(&raw_frame(8, 0, 0, &(window_credit as u32).to_be_bytes()))
+                .await;
+            window_credit = 0;
+        }
+        if t0.is_none() && data.len() > 100 {
+            envoy.sigterm();
+            t0 = Some(Instant::now());
+        }
+    }
+    let t0 = t0.expect("the SSE stream sent its first events");
+    let held = last_data - t0;
+    assert!(
+        held >= Duration::from_millis(3000),
+        "events flowed only {held:?} after SIGTERM: not held to the 4 s timeout"
+    );
+    let (status, exited) = envoy.wait_exit(Duration::from_secs(15)).await;
+    assert!(status.success(), "{status}");
+    assert!(
+        exited - t0 >= Duration::from_millis(3800),
+        "exit {:?} after SIGTERM",
+        exited - t0
+    );
+    let log = envoy.log();
+    assert!(log.contains("http/2 sse streams moved: 0"), "{log}");
+}
+
 /// Issue 65 item 4: a gRPC call of a method under `grpc_resumable_prefixes` whose upstream has
 /// written no response headers by the move time gets a Trailers-Only response (one HEADERS
 /// frame with END_STREAM: `:status 200`, `content-type: application/grpc`, `grpc-status: 14`)
@@ -1485,20 +1562,13 @@ async fn http2_sse_get_streams_end_at_an_event_boundary_and_the_others_complete(
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_resumable_call_without_response_headers_gets_a_trailers_only_unavailable() {
     let upstream = sse_upstream().await;
-    let o = Options {
-        network_extra: Some(
-            r#""long_lived_window": "1s", "grpc_resumable_prefixes": ["/test.Silent/"]"#,
-        ),
-        ..connection_mode(
-            Settings {
-                min_drain: "500ms",
-                quiet: "200ms",
-                timeout: "20s",
-            },
-            None,
-        )
-    };
-    let mut envoy = start_envoy(o, upstream.port).await;
+    let mut envoy = h2_gateway(
+        upstream.port,
+        r#""long_lived_window": "1s", "grpc_resumable_prefixes": ["/test.Silent/"]"#,
+        "500ms",
+        "20s",
+    )
+    .await;
     let mut c = RawH2::connect(envoy.data).await;
     raw_grpc_call(&mut c, 1, "/test.Silent/Watch", b"").await;
     // The request reached Envoy's upstream (its stream open) before the drain.
@@ -1517,19 +1587,7 @@ async fn a_resumable_call_without_response_headers_gets_a_trailers_only_unavaila
             .expect("a response on the silent call before the deadline");
         assert_ne!(ty, 3, "stream {id} reset towards the client");
         if ty == 1 && id == 1 {
-            let mut buf = payload.clone();
-            let mut fields = Vec::new();
-            dec.decode(&mut buf, &mut fields)
-                .unwrap_or_else(|e| panic!("the block does not decode: {e:?}"));
-            let fields: Vec<(String, String)> = fields
-                .into_iter()
-                .map(|(n, v, _)| {
-                    (
-                        String::from_utf8_lossy(&n).into_owned(),
-                        String::from_utf8_lossy(&v).into_owned(),
-                    )
-                })
-                .collect();
+            let fields = decode_block(&mut dec, id, &payload);
             break (flags, fields);
         }
         assert_ne!(

@@ -243,13 +243,11 @@ impl Connections {
     /// every connection now through Envoy's schedulers `to` so idle ones are told, and once more
     /// after the grace so they are closed. Idempotent. The re-checks run on a thread owned by
     /// `threads`, whose gate keeps their commits out of Envoy once the exit is released; the
-    /// drain's completion ([`Connections::note_drained`]) ends them early; `on_panic` runs if
-    /// the thread panics.
+    /// drain's completion ([`Connections::note_drained`]) ends them early.
     pub fn drain_started(
         &'static self,
         threads: &'static Threads,
         to: &'static dyn ConnectionWakers,
-        on_panic: impl FnOnce() + Send + 'static,
     ) {
         if !self.mark_draining() || !self.loaded() {
             return; // already started, or no network filter loaded
@@ -271,7 +269,7 @@ impl Connections {
         let rounds = RECHECKS + (longest.as_millis() / grace.as_millis().max(1)) as u32;
         // One timer thread per process: network filters have no timer of their own, and the
         // scheduler commit is thread-safe. It ends after its rounds, or when the module stops.
-        let spawned = threads.spawn("graceful_drain_idle_grace", on_panic, move || {
+        let spawned = threads.spawn("graceful_drain_idle_grace", move || {
             for round in 0..=rounds {
                 if round > 0 {
                     if !threads.sleep(grace.saturating_sub(CONFIRM_DELAY)) || self.is_drained() {

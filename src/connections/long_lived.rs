@@ -175,16 +175,17 @@ impl LongLived {
         }
     }
 
-    /// The resumable gRPC prefixes (maybe none), when HTTP/2 streams may be moved (moves on,
-    /// and some prefix configured or `move_http2_sse`): a new connection decodes its HTTP/2
-    /// header blocks in both directions then, for its gRPC streams of those methods and (with
-    /// [`LongLived::http2_sse`]) its SSE responses to a `GET`.
+    /// The resumable gRPC prefixes (maybe none), while long-lived streams are moved
+    /// (`move_long_lived_streams`): a new connection decodes its HTTP/2 header blocks in both
+    /// directions then, for its gRPC streams (those of these methods are moved at their time;
+    /// every one still open in the last part of `drain_timeout` is ended there, whatever its
+    /// method, rather than cut at the exit) and (with [`LongLived::http2_sse`]) its SSE
+    /// responses to a `GET`.
     pub fn grpc_prefixes(&self) -> Option<std::sync::Arc<[String]>> {
         if !self.enabled.load(Ordering::Relaxed) {
             return None;
         }
-        let p = self.grpc_prefixes.read().ok()?;
-        (!p.is_empty() || self.http2_sse()).then(|| p.clone())
+        self.grpc_prefixes.read().ok().map(|p| p.clone())
     }
 
     /// `move_http2_sse` (as loaded; moves may still be off).
@@ -344,7 +345,6 @@ impl Connections {
         &'static self,
         threads: &'static Threads,
         to: &'static dyn ConnectionWakers,
-        on_panic: impl FnOnce() + Send + 'static,
         clock: &'static dyn Clock,
         min_drain: Duration,
         drain_timeout: Duration,
@@ -381,7 +381,7 @@ impl Connections {
         ll.final_from.store(final_from, Ordering::Relaxed);
         ll.from.store(from, Ordering::Relaxed);
         let mut begun = false;
-        let spawned = threads.spawn("graceful_drain_moves", on_panic, move || loop {
+        let spawned = threads.spawn("graceful_drain_moves", move || loop {
             let now = clock.nanos();
             let mut next = u64::MAX;
             if now >= from && !begun {

@@ -5,6 +5,25 @@
 use super::*;
 use loom::sync::Arc;
 
+/// Envoy's streams' wakers as the drain scan reaches them, played by two closures: `commit`
+/// sees each waker committed to, `delete` each one left to the scan.
+struct Visit<C, D>(std::sync::Mutex<C>, std::sync::Mutex<D>);
+
+impl<C: FnMut(usize) + Send, D: FnMut(usize) + Send> crate::host::stream::Wakers for Visit<C, D> {
+    fn commit(&self, waker: usize, _: u64) -> bool {
+        (self.0.lock().unwrap())(waker);
+        true
+    }
+    fn delete(&self, waker: usize) {
+        (self.1.lock().unwrap())(waker)
+    }
+}
+
+/// A drain scan's wakers: `commit` and `delete` as [`Visit`].
+fn visit<C: FnMut(usize) + Send, D: FnMut(usize) + Send>(commit: C, delete: D) -> Visit<C, D> {
+    Visit(std::sync::Mutex::new(commit), std::sync::Mutex::new(delete))
+}
+
 /// A request starting while a drain starts: it sees the drain, or the scan sees its waker.
 fn model(f: impl Fn() + Sync + Send + 'static) {
     let mut b = loom::model::Builder::new();
@@ -23,11 +42,14 @@ fn a_start_racing_a_drain_is_never_lost() {
         });
         let mut seen = false;
         r.begin_drain(
-            |w| {
-                assert_eq!(w, 0x10);
-                seen = true;
-            },
-            |w| panic!("{w:#x} abandoned"),
+            &visit(
+                |w| {
+                    assert_eq!(w, 0x10);
+                    seen = true;
+                },
+                |w| panic!("{w:#x} abandoned"),
+            ),
+            1,
         );
         let (t, saw) = req.join().unwrap();
         assert!(saw || seen, "the go-away was lost");
@@ -54,15 +76,18 @@ fn a_release_never_races_a_scan_using_the_waker() {
             assert_eq!(r2.end(t2), Some(0x30));
         });
         r.begin_drain(
-            |w| {
-                if w == 0x20 {
-                    assert!(
-                        !freed.load(Ordering::Acquire),
-                        "used a waker after it was freed"
-                    );
-                }
-            },
-            |w| panic!("{w:#x} abandoned"),
+            &visit(
+                |w| {
+                    if w == 0x20 {
+                        assert!(
+                            !freed.load(Ordering::Acquire),
+                            "used a waker after it was freed"
+                        );
+                    }
+                },
+                |w| panic!("{w:#x} abandoned"),
+            ),
+            1,
         );
         owner.join().unwrap();
         assert_eq!(r.counts().active, 0);

@@ -1,8 +1,10 @@
 //! Reading the table from any thread: the drain scan (the waker side of the drain protocol in
 //! the module comment), counts, ages and the footprint for the status report. Uses only the
-//! registry's own types and `crate::runtime::sync`.
+//! registry's own types, `crate::runtime::sync` and the streams' wakers (`crate::host::stream`),
+//! which the drain scan is passed.
 
 use super::*;
+use crate::host::stream::Wakers;
 
 // Whether this thread is inside a drain scan (see `ABANDONED`).
 #[allow(clippy::missing_const_for_thread_local)]
@@ -37,16 +39,25 @@ impl Drop for ScanMark {
 }
 
 impl Registry {
-    /// Set the drain flag, then call `f` with every registered waker, holding each busy so it
-    /// cannot be freed while `f` runs. A waker whose request ended inside `f` on this thread was
-    /// left to the scan by its owner (`ABANDONED`): once `f` is done with it, the scan frees
-    /// its slot and hands it to `abandoned`, which destroys it (nobody else will). Returns how
-    /// many wakers were visited.
-    pub fn begin_drain(&self, f: impl FnMut(usize), abandoned: impl FnMut(usize)) -> usize {
+    /// Set the drain flag, then commit `event` to every registered waker through Envoy's
+    /// streams' `wakers` (the `host/` trait the caller was passed), holding each busy so it
+    /// cannot be freed while the commit runs. A waker whose request ended inside its commit on
+    /// this thread (Envoy may run hooks there) was left to the scan by its owner (`ABANDONED`):
+    /// once the commit is done, the scan frees its slot and deletes it through `wakers` (nobody
+    /// else will). Returns how many wakers were visited.
+    ///
+    /// The wakers are visited in place rather than returned: a waker may be used only while
+    /// its slot is held busy, and its owner may free it the moment the scan lets go.
+    pub fn begin_drain(&self, wakers: &dyn Wakers, event: u64) -> usize {
         self.draining.store(true, Ordering::Relaxed);
         // The drain half of the protocol (module comment).
         fence(Ordering::SeqCst);
-        self.for_each_waker(f, abandoned)
+        self.for_each_waker(
+            |w| {
+                wakers.commit(w, event);
+            },
+            |w| wakers.delete(w),
+        )
     }
 
     /// Whether [`Registry::begin_drain`] ran.

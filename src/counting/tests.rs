@@ -6,6 +6,25 @@ use std::collections::HashSet;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
+/// Envoy's streams' wakers as the drain scan reaches them, played by two closures: `commit`
+/// sees each waker committed to, `delete` each one left to the scan.
+struct Visit<C, D>(std::sync::Mutex<C>, std::sync::Mutex<D>);
+
+impl<C: FnMut(usize) + Send, D: FnMut(usize) + Send> crate::host::stream::Wakers for Visit<C, D> {
+    fn commit(&self, waker: usize, _: u64) -> bool {
+        (self.0.lock().unwrap())(waker);
+        true
+    }
+    fn delete(&self, waker: usize) {
+        (self.1.lock().unwrap())(waker)
+    }
+}
+
+/// A drain scan's wakers: `commit` and `delete` as [`Visit`].
+fn visit<C: FnMut(usize) + Send, D: FnMut(usize) + Send>(commit: C, delete: D) -> Visit<C, D> {
+    Visit(std::sync::Mutex::new(commit), std::sync::Mutex::new(delete))
+}
+
 #[test]
 fn segment_index_maps_to_doubling_segments() {
     assert_eq!(segment_of(4, 0), (0, 0));
@@ -101,7 +120,7 @@ fn a_drain_scan_passes_by_requests_without_a_waker() {
     let (c, _) = r.start(None, 3);
     let mut seen = vec![];
     assert_eq!(
-        r.begin_drain(|w| seen.push(w), |w| panic!("{w:#x} abandoned")),
+        r.begin_drain(&visit(|w| seen.push(w), |w| panic!("{w:#x} abandoned")), 1),
         1
     );
     assert_eq!(seen, vec![0x40]);
@@ -126,7 +145,7 @@ fn drain_visits_every_waker_and_later_starts_see_the_drain() {
     let tickets: Vec<_> = (1..=5).map(|i| r.start(Some(i * 16), 1).0).collect();
     let mut seen = vec![];
     assert_eq!(
-        r.begin_drain(|w| seen.push(w), |w| panic!("{w:#x} abandoned")),
+        r.begin_drain(&visit(|w| seen.push(w), |w| panic!("{w:#x} abandoned")), 1),
         5
     );
     seen.sort();
@@ -150,7 +169,10 @@ fn the_table_grows_without_a_cliff_and_reuses_freed_slots() {
         .collect();
     assert!(tickets.iter().all(Ticket::has_slot));
     assert_eq!(r.counts().active, 5000);
-    assert_eq!(r.begin_drain(|_| {}, |w| panic!("{w:#x} abandoned")), 5000);
+    assert_eq!(
+        r.begin_drain(&visit(|_| {}, |w| panic!("{w:#x} abandoned")), 1),
+        5000
+    );
     let peak = r.footprint();
     assert_eq!(peak.workers, 1);
     assert!(peak.slots >= 5000 && peak.slots < 2 * 5000 + 2, "{peak:?}");
@@ -268,7 +290,10 @@ fn a_reserved_slot_serves_one_request_at_a_time_and_returns_when_dropped() {
         }
     );
     assert_eq!((r.occupied(), r.oldest_start()), (2, Some(5)));
-    assert_eq!(r.begin_drain(|_| panic!("no waker to visit"), |_| {}), 0);
+    assert_eq!(
+        r.begin_drain(&visit(|_| panic!("no waker to visit"), |_| {}), 1),
+        0
+    );
     conn.end(a);
     conn.end(b); // not its slot: ended in the table
     assert_eq!((r.counts().active, r.occupied()), (0, 0));
@@ -357,11 +382,14 @@ fn a_request_ending_inside_the_scan_on_the_same_thread_never_deadlocks() {
     let mut destroyed = Vec::new();
     assert_eq!(
         r.begin_drain(
-            |w| {
-                assert_eq!(w, 0x40);
-                inside = Some(r.end(ticket.take().unwrap()));
-            },
-            |w| destroyed.push(w)
+            &visit(
+                |w| {
+                    assert_eq!(w, 0x40);
+                    inside = Some(r.end(ticket.take().unwrap()));
+                },
+                |w| destroyed.push(w)
+            ),
+            1
         ),
         1
     );
@@ -420,22 +448,25 @@ fn end_waits_for_a_concurrent_wake() {
     );
     let waker_thread = std::thread::spawn(move || {
         r2.begin_drain(
-            |_| {
-                iw.store(true, Ordering::SeqCst);
-                // Hold the waker busy until the owner's end waits for it. No panic in here:
-                // the slot would stay busy and the owner's end would wait forever; a timeout is
-                // reported by the owner instead.
-                let deadline = Instant::now() + Duration::from_secs(10);
-                while Instant::now() < deadline {
-                    if r2.busy_waits.load(Ordering::SeqCst) > 0 {
-                        seen.store(true, Ordering::SeqCst);
-                        break;
+            &visit(
+                |_| {
+                    iw.store(true, Ordering::SeqCst);
+                    // Hold the waker busy until the owner's end waits for it. No panic in here:
+                    // the slot would stay busy and the owner's end would wait forever; a timeout is
+                    // reported by the owner instead.
+                    let deadline = Instant::now() + Duration::from_secs(10);
+                    while Instant::now() < deadline {
+                        if r2.busy_waits.load(Ordering::SeqCst) > 0 {
+                            seen.store(true, Ordering::SeqCst);
+                            break;
+                        }
+                        std::thread::yield_now();
                     }
-                    std::thread::yield_now();
-                }
-                dw.store(true, Ordering::SeqCst);
-            },
-            |w| panic!("{w:#x} abandoned"),
+                    dw.store(true, Ordering::SeqCst);
+                },
+                |w| panic!("{w:#x} abandoned"),
+            ),
+            1,
         )
     });
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -509,8 +540,11 @@ fn concurrent_starts_racing_a_drain_lose_nothing() {
         drain_now.store(true, Ordering::Release);
         let mut visited = HashSet::new();
         r.begin_drain(
-            |w| assert!(visited.insert(w), "visited twice: {w:#x}"),
-            |w| panic!("{w:#x} abandoned"),
+            &visit(
+                |w| assert!(visited.insert(w), "visited twice: {w:#x}"),
+                |w| panic!("{w:#x} abandoned"),
+            ),
+            1,
         );
         let (mut missed, mut saw) = (0, 0);
         for w in workers {
@@ -546,7 +580,7 @@ fn a_scan_marks_its_thread_only_while_it_runs() {
     let (t, _) = r.start(Some(0x10), 1);
     assert!(!scan::scanning_here());
     let mut inside = false;
-    r.begin_drain(|_| inside = scan::scanning_here(), |_| {});
+    r.begin_drain(&visit(|_| inside = scan::scanning_here(), |_| {}), 1);
     assert!(inside, "marked during the scan");
     assert!(!scan::scanning_here(), "unmarked after it");
     assert_eq!(r.end(t), Some(0x10));

@@ -1,78 +1,38 @@
-//! Bootstrap extension glue: the drain engine that runs on Envoy's main thread. It starts the drain
-//! on SIGTERM (holding Envoy's exit), on Envoy's own `/drain_listeners` and on its admin endpoint,
-//! evaluates the drain state machine when kicked or when its timer fires, and releases Envoy's exit
+//! The drain engine that runs on Envoy's main thread. It starts the drain on SIGTERM (holding
+//! Envoy's exit), on Envoy's own `/drain_listeners` and on its admin endpoint, evaluates the drain
+//! state machine when kicked or when its timer fires, and hands Envoy's exit back to be released
 //! when the drain completes. Thin: every decision comes from [`crate::engine::drain`].
+//!
+//! Its caller is the bootstrap extension (`crate::extension`, a layer above). The engine reaches
+//! Envoy only through the `host/` traits it is passed ([`Hosts`]: the extension's timer and
+//! gauges, the streams' wakers); what the extension owns (the module's threads, the admin calls,
+//! the network filters' schedulers, the stats scanner) goes in as data (Envoy's stats as an
+//! [`EnvoyView`]) and comes back as data ([`Asks`]), which the extension then does: no call
+//! goes from here up to the extension.
 
 use crate::engine::drain::{Decision, Observation, Phase, Trigger, IN_FLIGHT_RECHECK};
-use crate::engine::shared::{EnvoyObservation, Hosts, Shared, StartResult, Stat};
+use crate::engine::shared::{EnvoyObservation, Gauge, Hosts, Shared, Stat};
 use crate::envoy_stats::scan::EnvoyView;
-use std::time::{Duration, Instant};
+use crate::host::extension::ShutdownRelease;
+use std::time::Instant;
 
-/// What the engine needs from Envoy. Main thread only.
-pub trait EngineHost {
-    /// (Re)arm the engine's single timer.
-    fn arm_timer(&self, delay: Duration);
-    fn set_draining_gauge(&self, value: u64);
-    /// Envoy's own view of data-plane requests, summed over HTTP connection managers (minus
-    /// ignored stat prefixes, health checks and the module's control requests): requests in
-    /// flight and requests started so far, or whether they are needed and not read yet. Never
-    /// blocks: Envoy's stats are read on another thread.
-    fn envoy_request_stats(&self) -> EnvoyView;
-    /// Make Envoy fail its health checks (admin `/healthcheck/fail`), which makes every listener
-    /// send connections away with their next response. Called once, when a drain starts.
-    fn fail_health_checks(&self);
+/// What an evaluation asks of its caller, the bootstrap extension, which owns what the engine
+/// does not (the module's threads, the admin calls, the network filters' schedulers). The
+/// caller does them in this order, then gives the release.
+#[must_use]
+#[derive(Default)]
+pub struct Asks {
     /// Tell the network filters' connections that the drain started (idle ones told now, the
     /// grace and moves threads started; `crate::connections::Connections::drain_started`).
-    /// Called once per drain, at its first evaluation.
-    fn tell_connections(&self);
-    /// The Envoy objects the drain's start and completion reach (streams' wakers, the
-    /// extension's kick).
-    fn hosts(&self) -> Hosts<'_>;
-}
-
-/// Envoy's permission to exit, given exactly once: by [`ShutdownRelease::release`], or, if it is
-/// dropped unreleased (a panic unwinding through whoever held it), by its drop, so Envoy is never
-/// left waiting for a callback that will not come.
-pub struct ShutdownRelease(Option<Box<dyn FnOnce()>>);
-
-impl ShutdownRelease {
-    pub fn new(f: impl FnOnce() + 'static) -> Self {
-        ShutdownRelease(Some(Box::new(f)))
-    }
-
-    pub fn release(mut self) {
-        if let Some(f) = self.0.take() {
-            f()
-        }
-    }
-
-    /// Give up the release without calling it (Envoy is destroying the extension: its
-    /// completion must not be called from a destroy hook).
-    pub fn disarm(mut self) {
-        self.0 = None;
-    }
-
-    /// One release that gives both.
-    fn and(mut self, mut other: ShutdownRelease) -> Self {
-        let (a, b) = (self.0.take(), other.0.take());
-        ShutdownRelease::new(move || {
-            if let Some(a) = a {
-                a()
-            }
-            if let Some(b) = b {
-                b()
-            }
-        })
-    }
-}
-
-impl Drop for ShutdownRelease {
-    fn drop(&mut self) {
-        if let Some(f) = self.0.take() {
-            log::warn!("graceful_drain: Envoy's exit released early by an internal failure");
-            f()
-        }
-    }
+    /// Once per drain, at its first evaluation.
+    pub tell_connections: bool,
+    /// Make Envoy fail its health checks (admin `/healthcheck/fail`), which makes every listener
+    /// send connections away with their next response. Once, when the module's readiness fails.
+    pub fail_health_checks: bool,
+    /// Envoy's exit, when the drain is complete and SIGTERM is waiting on it: the caller must
+    /// give it after dropping its borrow of the engine (Envoy may tear the extension down from
+    /// inside it).
+    pub release: Option<ShutdownRelease>,
 }
 
 pub struct Engine {
@@ -109,18 +69,10 @@ impl Engine {
         }
     }
 
-    /// SIGTERM: start the drain (if not already) and hold Envoy's exit until it completes. If a
-    /// drain already completed (e.g. a preStop `/drain`), the exit is released at once.
-    ///
-    /// Like [`Engine::evaluate`], returns the release to call once the engine is no longer
-    /// borrowed (Envoy may tear the extension down from inside it).
-    #[must_use]
-    pub fn on_shutdown(
-        &mut self,
-        host: &impl EngineHost,
-        shared: &Shared,
-        release: ShutdownRelease,
-    ) -> Option<ShutdownRelease> {
+    /// SIGTERM: hold Envoy's exit with `release` until the drain completes, and start the drain
+    /// (if not already). The caller evaluates next ([`Engine::evaluate`]): if a drain already
+    /// completed (e.g. a preStop `/drain`), that evaluation returns the release at once.
+    pub fn on_shutdown(&mut self, hosts: Hosts<'_>, shared: &Shared, release: ShutdownRelease) {
         // Envoy's shutdown hook does not say why: SIGTERM, SIGINT and admin /quitquitquit all
         // come here (trigger `sigterm`).
         log::log!(
@@ -138,8 +90,7 @@ impl Engine {
         if crate::runtime::faults::active("shutdown_panic") {
             panic!("test fault: shutdown_panic");
         }
-        shared.start_drain(host.hosts(), Trigger::Sigterm);
-        self.evaluate(host, shared)
+        shared.start_drain(hosts, Trigger::Sigterm);
     }
 
     /// Take the pending shutdown hold (to release it when the engine failed).
@@ -147,59 +98,25 @@ impl Engine {
         self.pending_shutdown.take()
     }
 
-    /// Envoy's own drain (`POST /drain_listeners`, or a hot restart handing over) started.
-    #[must_use]
-    pub fn on_envoy_drain_started(
-        &mut self,
-        host: &impl EngineHost,
-        shared: &Shared,
-    ) -> Option<ShutdownRelease> {
-        shared.start_drain(host.hosts(), Trigger::DrainListeners);
-        self.evaluate(host, shared)
-    }
-
-    /// Admin endpoints registered by the extension. Returns (status, body) and, as
-    /// [`Engine::evaluate`], a shutdown release the caller must call.
-    pub fn on_admin(
-        &mut self,
-        host: &impl EngineHost,
-        shared: &Shared,
-        method: &[u8],
-        path: &[u8],
-    ) -> (u32, String, Option<ShutdownRelease>) {
-        let path = path.split(|&b| b == b'?').next().unwrap_or(b"");
-        match (method, path) {
-            (b"POST", ADMIN_DRAIN_PATH) => {
-                // Idempotent: a second call reports the drain already under way.
-                if shared.start_drain(host.hosts(), Trigger::Admin) == StartResult::NoEngine {
-                    return (503, "graceful_drain engine not installed\n".into(), None);
-                }
-                let release = self.evaluate(host, shared);
-                (200, shared.status().to_json() + "\n", release)
-            }
-            (b"GET", ADMIN_STATUS_PATH) => (200, shared.status().to_json() + "\n", None),
-            (_, ADMIN_DRAIN_PATH) => (
-                405,
-                "use POST /graceful_drain to start a drain\n".into(),
-                None,
-            ),
-            (_, ADMIN_STATUS_PATH) => (405, "use GET /graceful_drain/status\n".into(), None),
-            _ => (404, "unknown graceful_drain admin path\n".into(), None),
-        }
+    /// Envoy's own drain (`POST /drain_listeners`, or a hot restart handing over) started. The
+    /// caller evaluates next.
+    pub fn on_envoy_drain_started(&mut self, hosts: Hosts<'_>, shared: &Shared) {
+        shared.start_drain(hosts, Trigger::DrainListeners);
     }
 
     /// Evaluate the drain now and apply the decision. Called on kicks, timer expiry and events.
-    /// Returns Envoy's shutdown release when the drain is complete and SIGTERM is waiting on it:
-    /// the caller must call it after dropping its borrow of the engine.
-    #[must_use]
-    pub fn evaluate(&mut self, host: &impl EngineHost, shared: &Shared) -> Option<ShutdownRelease> {
+    /// `envoy` is what Envoy's stats say, read by the caller while a drain is under way
+    /// ([`EnvoyView::Unused`] otherwise). Returns what the caller is to do ([`Asks`]), Envoy's
+    /// shutdown release among it when the drain is complete and SIGTERM is waiting on it.
+    pub fn evaluate(&mut self, hosts: Hosts<'_>, shared: &Shared, envoy: EnvoyView) -> Asks {
+        let mut asks = Asks::default();
         let now = shared.clock().now();
         let envoy = if shared.is_draining() {
-            self.observe_envoy(host, now)
+            self.observe_envoy(envoy, now)
         } else {
             EnvoyObservation::Unused
         };
-        let decision = shared.poll(host.hosts(), envoy);
+        let decision = shared.poll(hosts, envoy);
         let phase = shared.phase();
         if !self.start_reported {
             if let Phase::Draining { trigger, .. } | Phase::Drained { trigger, .. } = phase {
@@ -208,9 +125,9 @@ impl Engine {
                 // every listener; and on a hot restart the admin address belongs to the new
                 // process, whose health must not be failed by the old one.
                 self.health_to_fail = trigger != Trigger::DrainListeners;
-                host.set_draining_gauge(1);
-                host.tell_connections();
-                shared.count(host.hosts().extension, Stat::DrainsStarted);
+                hosts.extension.set_gauge(Gauge::Draining, 1);
+                asks.tell_connections = true;
+                shared.count(hosts.extension, Stat::DrainsStarted);
                 let s = shared.settings().unwrap_or_default();
                 log::log!(
                     self.lifecycle,
@@ -233,7 +150,7 @@ impl Engine {
         // the two never disagree.
         if self.health_to_fail && !shared.is_ready() {
             self.health_to_fail = false;
-            host.fail_health_checks();
+            asks.fail_health_checks = true;
         }
         match decision {
             Decision::Idle | Decision::AlreadyDrained(_) => {}
@@ -249,19 +166,19 @@ impl Engine {
                         delay = delay.min(at.saturating_duration_since(now));
                     }
                 }
-                host.arm_timer(delay)
+                hosts.extension.arm_timer(delay)
             }
             Decision::Completed(outcome) => {
                 if !self.completion_reported {
                     self.completion_reported = true;
-                    host.set_draining_gauge(0);
-                    shared.count(host.hosts().extension, Stat::DrainsCompleted);
+                    hosts.extension.set_gauge(Gauge::Draining, 0);
+                    shared.count(hosts.extension, Stat::DrainsCompleted);
                     let (ws_cut, sse_cut) = shared.connections().long_lived().cut_at_completion();
                     for _ in 0..ws_cut {
-                        shared.count(host.hosts().extension, Stat::WebsocketsCut);
+                        shared.count(hosts.extension, Stat::WebsocketsCut);
                     }
                     for _ in 0..sse_cut {
-                        shared.count(host.hosts().extension, Stat::SseResponsesCut);
+                        shared.count(hosts.extension, Stat::SseResponsesCut);
                     }
                     let st = shared.status();
                     let ll = st.long_lived_streams;
@@ -279,7 +196,7 @@ impl Engine {
                         ll.h2_sse_moved
                     );
                     if outcome.timed_out {
-                        shared.count(host.hosts().extension, Stat::DrainsTimedOut);
+                        shared.count(hosts.extension, Stat::DrainsTimedOut);
                         log::warn!(
                             "graceful_drain: drain timed out after {} ms: requests served during \
                              it: {}, requests still in flight and cut: {}; {long_lived}",
@@ -307,19 +224,19 @@ impl Engine {
         }
         if matches!(shared.phase(), Phase::Drained { .. }) && self.pending_shutdown.is_some() {
             log::log!(self.lifecycle, "graceful_drain: releasing Envoy's exit");
-            return self.pending_shutdown.take();
+            asks.release = self.pending_shutdown.take();
         }
-        None
+        asks
     }
 }
 
 impl Engine {
     /// Envoy's stats as an observation: its in-flight gauge, and the last time its request
-    /// counter moved (requests that started, on any listener, since the previous poll). The host
-    /// takes out what is not work (health checks, control-listener requests such as a waiting
+    /// counter moved (requests that started, on any listener, since the previous poll). The
+    /// caller's view takes out what is not work (health checks, control-listener requests such as a waiting
     /// `/drain`), whatever the listeners are called.
-    fn observe_envoy(&mut self, host: &impl EngineHost, now: Instant) -> EnvoyObservation {
-        host.envoy_request_stats().map(|s| {
+    fn observe_envoy(&mut self, envoy: EnvoyView, now: Instant) -> EnvoyObservation {
+        envoy.map(|s| {
             let total = s.total as i64;
             // Only an increase is a request start: the two sides are read at slightly different
             // moments, so the difference may dip when a not-work request is seen by us first.
@@ -337,6 +254,35 @@ impl Engine {
 
 pub const ADMIN_DRAIN_PATH: &[u8] = b"/graceful_drain";
 pub const ADMIN_STATUS_PATH: &[u8] = b"/graceful_drain/status";
+
+/// What a request to the extension's admin endpoints asks.
+#[derive(Debug, PartialEq, Eq)]
+pub enum AdminRequest {
+    /// `GET /graceful_drain/status`: the status report.
+    Status,
+    /// `POST /graceful_drain`: start a drain (idempotent), evaluate it, answer the status.
+    StartDrain,
+    /// Anything else: this status and body.
+    Refused(u32, &'static str),
+}
+
+impl AdminRequest {
+    /// The request's path, without its query.
+    pub fn of(method: &[u8], path: &[u8]) -> AdminRequest {
+        let path = path.split(|&b| b == b'?').next().unwrap_or(b"");
+        match (method, path) {
+            (b"POST", ADMIN_DRAIN_PATH) => AdminRequest::StartDrain,
+            (b"GET", ADMIN_STATUS_PATH) => AdminRequest::Status,
+            (_, ADMIN_DRAIN_PATH) => {
+                AdminRequest::Refused(405, "use POST /graceful_drain to start a drain\n")
+            }
+            (_, ADMIN_STATUS_PATH) => {
+                AdminRequest::Refused(405, "use GET /graceful_drain/status\n")
+            }
+            _ => AdminRequest::Refused(404, "unknown graceful_drain admin path\n"),
+        }
+    }
+}
 
 #[cfg(test)]
 mod tests;

@@ -38,11 +38,10 @@ impl GaugePublisher {
         if self.started.swap(true, Ordering::AcqRel) {
             return;
         }
-        let on_panic = move || {
-            self.started.store(false, Ordering::Release);
-            shared.module_error(extension)
-        };
-        let spawned = threads.spawn("graceful_drain_gauge", on_panic, move || {
+        let spawned = threads.spawn("graceful_drain_gauge", move || {
+            // A panic ends the thread (`Threads` contains and counts it): a later start may
+            // start it again.
+            let _restart = RestartAfterPanic(&self.started);
             while threads.sleep(GAUGE_PERIOD) {
                 let active = shared.counts().active.max(0) as u64;
                 threads.call("active_requests_gauge", || {
@@ -53,6 +52,17 @@ impl GaugePublisher {
         if let Err(e) = spawned {
             self.started.store(false, Ordering::Release);
             log::warn!("graceful_drain: no thread for the active_requests gauge ({e}); it stays 0");
+        }
+    }
+}
+
+/// Clears the publisher's `started` flag when its thread unwinds from a panic.
+struct RestartAfterPanic<'a>(&'a AtomicBool);
+
+impl Drop for RestartAfterPanic<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.0.store(false, Ordering::Release);
         }
     }
 }

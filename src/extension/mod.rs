@@ -9,12 +9,13 @@
 
 use crate::config::BootstrapConfig;
 use crate::counting::Counts;
-use crate::engine::drain::{Phase, IN_FLIGHT_RECHECK};
-use crate::engine::engine::{Engine, EngineHost, ShutdownRelease};
-use crate::engine::shared::{NotWork, Shared};
+use crate::engine::drain::{Phase, Trigger, IN_FLIGHT_RECHECK};
+use crate::engine::engine::{AdminRequest, Engine};
+use crate::engine::shared::{NotWork, Shared, StartResult};
 use crate::envoy_stats::admin::{self, AdminAddress, AdminCheck};
 use crate::envoy_stats::scan::{DrainTiming, EnvoyView, Pass, ScanSource, Scanner, StatSums};
 use crate::host::connection::ConnectionWakers;
+use crate::host::extension::ShutdownRelease;
 use crate::host::stream::Wakers;
 use crate::host::Hosts;
 use crate::runtime::threads::Threads;
@@ -69,6 +70,14 @@ impl Env {
 
     fn count_module_error(&self) {
         self.shared.module_error(self.envoy)
+    }
+
+    /// Count the panics the module's threads contained since the last time into
+    /// `module_errors` (on Envoy's main thread: each evaluation, each admin request).
+    fn count_thread_panics(&self) {
+        for _ in 0..self.threads.take_panics() {
+            self.count_module_error();
+        }
     }
 }
 
@@ -140,95 +149,6 @@ impl ScanSource for Arc<StatsStore> {
 
     fn scanned(&self) {
         self.env.kick();
-    }
-}
-
-/// The engine's host for one hook: Envoy's main-thread calls plus the extension's own.
-struct Host<'a> {
-    ext: &'a Extension,
-    envoy: &'static dyn ExtensionHost,
-}
-
-impl EngineHost for Host<'_> {
-    fn arm_timer(&self, delay: Duration) {
-        self.envoy.arm_timer(delay)
-    }
-
-    fn set_draining_gauge(&self, value: u64) {
-        self.envoy.set_gauge(Gauge::Draining, value)
-    }
-
-    fn envoy_request_stats(&self) -> EnvoyView {
-        self.ext.envoy_view()
-    }
-
-    fn hosts(&self) -> Hosts<'_> {
-        Hosts {
-            streams: self.ext.env.streams,
-            extension: self.envoy,
-        }
-    }
-
-    fn tell_connections(&self) {
-        #[cfg(feature = "panic-test")]
-        if crate::runtime::faults::active("skip_wakeup") {
-            // Test-only: the lost wake-up `Shared::start_drain` plants loses this one too.
-            return;
-        }
-        let env = self.ext.env;
-        let c = env.shared.connections();
-        let on_panic = move || env.count_module_error();
-        c.drain_started(env.threads, env.connections, on_panic);
-        if let Some(s) = env.shared.settings() {
-            c.moves_started(
-                env.threads,
-                env.connections,
-                on_panic,
-                env.shared.clock(),
-                s.min_drain_duration,
-                s.drain_timeout,
-            );
-        }
-    }
-
-    fn fail_health_checks(&self) {
-        // The address the start-time check recognised; without one (the check not done, or
-        // nothing recognised), every configured one (a wrong one just fails to connect).
-        let found = lock_or_recover(&self.ext.admin_found).clone();
-        let targets: Vec<AdminAddress> = match found {
-            Some(a) => vec![a],
-            None => self.ext.admin_address.clone(),
-        };
-        if targets.is_empty() {
-            return;
-        }
-        let addr = targets
-            .iter()
-            .map(|a| a.to_string())
-            .collect::<Vec<_>>()
-            .join(", ");
-        // Envoy's health checks fail (every listener then drain-closes with its next response),
-        // and Envoy's own drain state starts too, so its `/ready` says DRAINING like ours.
-        // `skip_exit`: the listeners keep accepting; the exit stays the engine's decision.
-        // On a thread of its own: the main thread never waits for the admin.
-        log::info!(
-            "graceful_drain: admin POST /healthcheck/fail and /drain_listeners?graceful&skip_exit \
-             to {addr}"
-        );
-        let if_not = "Envoy's health checks stay as they are";
-        let threads = self.ext.env.threads;
-        self.ext
-            .on_admin_thread("the drain start's admin calls", if_not, move || {
-                #[cfg(feature = "panic-test")]
-                if crate::runtime::faults::active("admin_panic") {
-                    panic!("test fault: admin_panic");
-                }
-                for target in &targets {
-                    admin::post_drain_start_calls(target, ADMIN_CALL_TIMEOUT, || {
-                        !threads.is_stopping()
-                    });
-                }
-            });
     }
 }
 
@@ -360,22 +280,35 @@ impl Extension {
     #[must_use]
     pub fn on_event(&self, event: u64) -> Option<ShutdownRelease> {
         if event == EVENT_ADMIN_CHECKED {
+            self.env.count_thread_panics();
             let ok = self.env.shared.admin_check() == AdminCheck::Recognised;
             self.env
                 .envoy
                 .set_gauge(Gauge::AdminAddressOk, u64::from(ok));
             return None;
         }
-        self.with_engine(|e, h, s| e.evaluate(h, s))
+        self.with_engine(|_, _, _| {})
     }
 
     /// The extension's admin endpoints: status, body, and a release to give.
     pub fn on_admin(&self, method: &[u8], path: &[u8]) -> (u32, String, Option<ShutdownRelease>) {
+        self.env.count_thread_panics();
         let Ok(mut engine) = self.engine.try_borrow_mut() else {
             return (503, "graceful_drain engine busy\n".into(), None);
         };
-        let host = self.host();
-        engine.on_admin(&host, self.env.shared, method, path)
+        let shared = self.env.shared;
+        match AdminRequest::of(method, path) {
+            AdminRequest::StartDrain => {
+                // Idempotent: a second call reports the drain already under way.
+                if shared.start_drain(self.hosts(), Trigger::Admin) == StartResult::NoEngine {
+                    return (503, "graceful_drain engine not installed\n".into(), None);
+                }
+                let release = self.evaluate(&mut engine);
+                (200, shared.status().to_json() + "\n", release)
+            }
+            AdminRequest::Status => (200, shared.status().to_json() + "\n", None),
+            AdminRequest::Refused(code, body) => (code, body.into(), None),
+        }
     }
 
     /// `config_destroy`: disarm a hold still pending (its completion must not be called from a
@@ -407,19 +340,107 @@ impl Extension {
         );
     }
 
+    /// Run `start` on the engine (a drain's start, or nothing), then evaluate the drain.
     fn with_engine(
         &self,
-        f: impl FnOnce(&mut Engine, &Host, &Shared) -> Option<ShutdownRelease>,
+        start: impl FnOnce(&mut Engine, Hosts<'static>, &Shared),
     ) -> Option<ShutdownRelease> {
         let mut engine = self.engine.try_borrow_mut().ok()?;
-        f(&mut engine, &self.host(), self.env.shared)
+        start(&mut engine, self.hosts(), self.env.shared);
+        self.evaluate(&mut engine)
     }
 
-    fn host(&self) -> Host<'_> {
-        Host {
-            ext: self,
-            envoy: self.env.envoy,
+    /// Evaluate the drain, then do what the engine asked of the extension; returns Envoy's
+    /// shutdown release when the drain completed with SIGTERM waiting on it.
+    fn evaluate(&self, engine: &mut Engine) -> Option<ShutdownRelease> {
+        self.env.count_thread_panics();
+        let shared = self.env.shared;
+        // Envoy's stats are read only during a drain (the first view of one plans the scans).
+        let envoy = if shared.is_draining() {
+            self.envoy_view()
+        } else {
+            EnvoyView::Unused
+        };
+        let asks = engine.evaluate(self.hosts(), shared, envoy);
+        if asks.tell_connections {
+            self.tell_connections();
         }
+        if asks.fail_health_checks {
+            self.fail_health_checks();
+        }
+        asks.release
+    }
+
+    /// The Envoy objects the engine reaches: the extension (timer, gauges, kick), the streams'
+    /// wakers.
+    fn hosts(&self) -> Hosts<'static> {
+        Hosts {
+            streams: self.env.streams,
+            extension: self.env.envoy,
+        }
+    }
+
+    /// The engine asked: tell the network filters' connections that the drain started (idle
+    /// ones told now, the grace and moves threads started).
+    fn tell_connections(&self) {
+        #[cfg(feature = "panic-test")]
+        if crate::runtime::faults::active("skip_wakeup") {
+            // Test-only: the lost wake-up `Shared::start_drain` plants loses this one too.
+            return;
+        }
+        let env = self.env;
+        let c = env.shared.connections();
+        c.drain_started(env.threads, env.connections);
+        if let Some(s) = env.shared.settings() {
+            c.moves_started(
+                env.threads,
+                env.connections,
+                env.shared.clock(),
+                s.min_drain_duration,
+                s.drain_timeout,
+            );
+        }
+    }
+
+    /// The engine asked: make Envoy fail its health checks, through its admin, on a thread of
+    /// its own.
+    fn fail_health_checks(&self) {
+        // The address the start-time check recognised; without one (the check not done, or
+        // nothing recognised), every configured one (a wrong one just fails to connect).
+        let found = lock_or_recover(&self.admin_found).clone();
+        let targets: Vec<AdminAddress> = match found {
+            Some(a) => vec![a],
+            None => self.admin_address.clone(),
+        };
+        if targets.is_empty() {
+            return;
+        }
+        let addr = targets
+            .iter()
+            .map(|a| a.to_string())
+            .collect::<Vec<_>>()
+            .join(", ");
+        // Envoy's health checks fail (every listener then drain-closes with its next response),
+        // and Envoy's own drain state starts too, so its `/ready` says DRAINING like ours.
+        // `skip_exit`: the listeners keep accepting; the exit stays the engine's decision.
+        // On a thread of its own: the main thread never waits for the admin.
+        log::info!(
+            "graceful_drain: admin POST /healthcheck/fail and /drain_listeners?graceful&skip_exit \
+             to {addr}"
+        );
+        let if_not = "Envoy's health checks stay as they are";
+        let threads = self.env.threads;
+        self.on_admin_thread("the drain start's admin calls", if_not, move || {
+            #[cfg(feature = "panic-test")]
+            if crate::runtime::faults::active("admin_panic") {
+                panic!("test fault: admin_panic");
+            }
+            for target in &targets {
+                admin::post_drain_start_calls(target, ADMIN_CALL_TIMEOUT, || {
+                    !threads.is_stopping()
+                });
+            }
+        });
     }
 
     /// Start the stats scanner (once; its first scan measures what a scan costs here).
@@ -477,7 +498,7 @@ impl Extension {
                 env.count_module_error();
             }
         };
-        let spawned = self.env.threads.spawn("graceful_admin", || {}, body);
+        let spawned = self.env.threads.spawn("graceful_admin", body);
         if let Err(e) = spawned {
             log::warn!("graceful_drain: no thread for {what} ({e}); {if_not}");
         }
@@ -488,17 +509,13 @@ impl Extension {
 /// the thread-safe scheduler) at the in-flight recheck interval while a drain is under way.
 fn start_fallback_ticker(env: Env) {
     let threads = env.threads;
-    let spawned = threads.spawn(
-        "graceful_drain_tick",
-        move || env.count_module_error(),
-        move || {
-            while threads.sleep(IN_FLIGHT_RECHECK) {
-                if env.shared.is_draining() {
-                    env.kick();
-                }
+    let spawned = threads.spawn("graceful_drain_tick", move || {
+        while threads.sleep(IN_FLIGHT_RECHECK) {
+            if env.shared.is_draining() {
+                env.kick();
             }
-        },
-    );
+        }
+    });
     if let Err(e) = spawned {
         log::error!(
             "graceful_drain: no timer and no fallback thread ({e}): drains cannot complete"

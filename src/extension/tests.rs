@@ -141,8 +141,7 @@ fn sigterm_is_held_until_the_drain_completes_then_released_once() {
         matcher: false,
     })));
     let released = Rc::new(Cell::new(0));
-    let n = released.clone();
-    let hold = ShutdownRelease::new(move || n.set(n.get() + 1));
+    let hold = crate::testing::counting_release(&released);
     assert!(ext.on_shutdown(hold).is_none(), "held");
     assert_eq!(envoy.gauges()[0], (Gauge::Draining, 1));
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
@@ -184,8 +183,7 @@ fn destroy_disarms_a_hold_still_pending_and_closes_the_gate() {
     let (env, _, _) = env!();
     let ext = Extension::load(FAST, env, true).unwrap();
     let released = Rc::new(Cell::new(0));
-    let n = released.clone();
-    let hold = ShutdownRelease::new(move || n.set(n.get() + 1));
+    let hold = crate::testing::counting_release(&released);
     assert!(ext.on_shutdown(hold).is_none());
     ext.destroy();
     assert_eq!(released.get(), 0, "never called from the destroy hook");
@@ -193,6 +191,40 @@ fn destroy_disarms_a_hold_still_pending_and_closes_the_gate() {
         !env.threads.is_open(),
         "no module thread calls into Envoy any more"
     );
+}
+
+#[test]
+fn admin_endpoints_answer_and_refuse_wrong_methods() {
+    let (env, _, _) = env!();
+    let ext = Extension::load(FAST, env, true).unwrap();
+    let (code, body, _) = ext.on_admin(b"GET", b"/graceful_drain/status");
+    assert_eq!(code, 200);
+    assert!(body.contains("\"state\":\"serving\""), "{body}");
+    assert_eq!(ext.on_admin(b"GET", b"/graceful_drain").0, 405);
+    assert_eq!(ext.on_admin(b"POST", b"/graceful_drain/x").0, 404);
+    let (code, body, release) = ext.on_admin(b"POST", b"/graceful_drain?x=1");
+    assert!(release.is_none());
+    assert_eq!(code, 200);
+    assert!(body.contains("\"trigger\":\"admin\""), "{body}");
+    ext.destroy();
+}
+
+/// A panic a module thread contained is counted in `module_errors` by the next evaluation on
+/// the main thread (`Threads` only counts it: nothing calls back up from there).
+#[test]
+fn a_panic_contained_on_a_module_thread_is_counted_at_the_next_evaluation() {
+    let (env, _, _) = env!();
+    let ext = Extension::load(FAST, env, true).unwrap();
+    env.threads.spawn("boom", || panic!("test panic")).unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while env.shared.status().module_errors == 0 {
+        assert!(std::time::Instant::now() < deadline, "never counted");
+        std::thread::sleep(Duration::from_millis(2));
+        assert!(ext.on_event(EVENT_KICK).is_none());
+    }
+    assert_eq!(env.shared.status().module_errors, 1);
+    assert_eq!(crate::testing::counted(), [Stat::ModuleErrors]);
+    ext.destroy();
 }
 
 #[test]

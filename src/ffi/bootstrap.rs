@@ -1,19 +1,20 @@
 //! Exported bootstrap-extension hooks (all 17 are required by Envoy 1.40): each guards, lends its
 //! object for the hook ([`super::with_object`]) and calls [`crate::extension::Extension`], which
 //! does the work. Here: Envoy's side of it (`EnvoyExtension`, the [`ExtensionHost`]: timer,
-//! main-thread hop, stats), the stats store ([`StatsSource`]) and the RAII handles of the
+//! main-thread hop, stats; `EnvoyCompletion`, the shutdown hook's [`ShutdownCompletion`]), the
+//! stats store ([`StatsSource`]) and the RAII handles of the
 //! extension's timer and scheduler. Everything runs on Envoy's main thread, except the hop to it
 //! and the stats (any thread) and the stats visits (the module's scanner thread).
 
 use super::abi::{Buffer, EnvoyPtr, HttpHeader};
 use super::envoy::{self, ExtensionConfig, ExtensionStats, Scheduler, Timer};
 use super::{envoy_bytes, guard, with_object};
-use crate::engine::engine::{ShutdownRelease, ADMIN_DRAIN_PATH, ADMIN_STATUS_PATH};
+use crate::engine::engine::{ADMIN_DRAIN_PATH, ADMIN_STATUS_PATH};
 use crate::engine::shared::Stat;
 use crate::envoy_stats::scan::Pass;
 use crate::extension::{Env, Extension, ExtensionHost, Gauge, StatsSource, EVENT_KICK};
 use crate::host::extension::LabelledGauge::{BuildInfo, EnvoyUntested};
-use crate::host::extension::StatsHost;
+use crate::host::extension::{ShutdownCompletion, ShutdownRelease, StatsHost};
 use std::os::raw::c_void;
 use std::ptr;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -62,11 +63,26 @@ impl ExtensionHost for EnvoyExtension {
     }
 }
 
-/// The engine's counts on the main thread, and the module threads' (which are handed the
-/// extension's host when spawned, through the gate): any thread, see `stats::ModuleStats`.
+/// The engine's and the extension's counts, on the main thread (the module threads' contained
+/// panics among them); valid on any thread, see `stats::ModuleStats`.
 impl StatsHost for EnvoyExtension {
     fn count(&self, stat: Stat) {
         super::stats::count(stat)
+    }
+}
+
+/// Envoy's completion of the shutdown hook (ENVOY_FACTS.md §5): its callback and context, called
+/// at most once (the [`ShutdownCompletion`] is consumed), on the main thread.
+struct EnvoyCompletion {
+    completion: extern "C" fn(*mut c_void),
+    context: *mut c_void,
+}
+
+impl ShutdownCompletion for EnvoyCompletion {
+    fn complete(self: Box<Self>) {
+        // The gate closes first: no module thread calls into Envoy once it may tear down.
+        super::threads().close();
+        (self.completion)(self.context)
     }
 }
 
@@ -301,11 +317,10 @@ pub extern "C" fn envoy_dynamic_module_on_bootstrap_extension_shutdown(
             );
             return;
         };
-        // The gate closes first: no module thread calls into Envoy once it may tear down.
-        let mut release = Some(ShutdownRelease::new(move || {
-            super::threads().close();
-            completion(context)
-        }));
+        let mut release = Some(ShutdownRelease::new(Box::new(EnvoyCompletion {
+            completion,
+            context,
+        })));
         let ok = run("shutdown", bm, |g| g.ext.on_shutdown(release.take()?));
         if !ok {
             // The engine failed after taking Envoy's completion: give it back now rather than

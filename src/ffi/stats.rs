@@ -75,9 +75,10 @@ pub(crate) struct ModuleStats;
 
 /// Called from any thread: the network filters' hooks on their workers, and a connection's
 /// destroy on whichever thread Envoy ends it (possibly the drain side's, inside its commit:
-/// `NetFilter::on_destroy`); the HTTP filters' hooks on their workers; the engine on the main
-/// thread; the module's threads (the gauge thread, a contained panic's count), which are handed
-/// the extension's host when spawned and go through the gate ([`update`]). Safe on each: the
+/// `NetFilter::on_destroy`); the HTTP filters' hooks on their workers; the engine and the
+/// extension on the main thread (the module threads' contained panics are counted there, from
+/// `Threads::take_panics`); a module thread, were one to count, through the gate ([`update`]),
+/// with the host it was handed when spawned. Safe on each: the
 /// update is a bounds-checked atomic on a stat the config holds, from any thread, while the
 /// config lives (ENVOY_FACTS.md §3b, checked in 1.38.3, 1.39.3 and 1.40.0; the module doc above
 /// says why the config outlives every caller).

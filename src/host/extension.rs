@@ -1,5 +1,6 @@
 //! The bootstrap extension as the module reaches it: its timer, the hop to Envoy's main thread
-//! and the module's stats ([`ExtensionHost`], one process-wide object). Implemented by
+//! and the module's stats ([`ExtensionHost`], one process-wide object), and the completion of its
+//! shutdown hook ([`ShutdownCompletion`], Envoy's permission to exit). Implemented by
 //! `ffi::bootstrap`; faked in tests. Plain types only. (Envoy's stats store behind the extension
 //! is `crate::extension::StatsSource`: its passes are `crate::envoy_stats::scan`'s, a layer above this.)
 
@@ -40,6 +41,64 @@ pub trait ExtensionHost: StatsHost + Sync {
     fn arm_timer(&self, delay: Duration);
     /// Set a gauge of the module. Any thread.
     fn set_gauge(&self, gauge: Gauge, value: u64);
+}
+
+/// Envoy's permission to exit: the completion its shutdown hook hands the bootstrap extension
+/// (`on_bootstrap_extension_shutdown`'s callback and its context, ENVOY_FACTS.md §5), passed in
+/// with the hook as Envoy's SDK passes a handle. Wrapped in a [`ShutdownRelease`] (given exactly
+/// once), which the drain engine holds as data until the drain completes and hands back to the
+/// hook that gives it. Implemented by `ffi::bootstrap`, which closes the threads' gate before it
+/// calls Envoy; faked in tests.
+pub trait ShutdownCompletion {
+    /// Let Envoy exit. Consumed: it can be given only once (a second call would be a double
+    /// free in Envoy). Never from a destroy hook (ENVOY_FACTS.md §5).
+    fn complete(self: Box<Self>);
+}
+
+/// Envoy's permission to exit (its [`ShutdownCompletion`]), given exactly once: by
+/// [`ShutdownRelease::release`], or, if it is dropped unreleased (a panic unwinding through
+/// whoever held it), by its drop, so Envoy is never left waiting for a callback that will not
+/// come (ENVOY_FACTS.md §5: Envoy's main loop does not exit until it is called). Usually one
+/// completion; two when Envoy asked twice ([`ShutdownRelease::and`]), given in order.
+pub struct ShutdownRelease(Vec<Box<dyn ShutdownCompletion>>);
+
+impl ShutdownRelease {
+    pub fn new(completion: Box<dyn ShutdownCompletion>) -> Self {
+        ShutdownRelease(vec![completion])
+    }
+
+    pub fn release(mut self) {
+        self.give_all()
+    }
+
+    /// Give up the release without calling it (Envoy is destroying the extension: its
+    /// completion must not be called from a destroy hook).
+    pub fn disarm(mut self) {
+        self.0.clear();
+    }
+
+    /// One release that gives both.
+    pub(crate) fn and(mut self, mut other: ShutdownRelease) -> Self {
+        self.0.append(&mut other.0);
+        self
+    }
+
+    /// Each completion once, in order; one taken out before it is given, so a drop after a
+    /// panic in it gives only the ones left.
+    fn give_all(&mut self) {
+        while !self.0.is_empty() {
+            self.0.remove(0).complete();
+        }
+    }
+}
+
+impl Drop for ShutdownRelease {
+    fn drop(&mut self) {
+        if !self.0.is_empty() {
+            log::warn!("graceful_drain: Envoy's exit released early by an internal failure");
+            self.give_all()
+        }
+    }
 }
 
 /// A counter the module reports through Envoy's stats, `<metrics_namespace>.<name>` (every one

@@ -8,8 +8,10 @@
 //! - [`stream`]: an HTTP stream inside one of its filter's hooks, and its waker (scheduler);
 //! - [`connection`]: the downstream connection the network filter sits on, inside its hooks;
 //! - [`extension`]: the bootstrap extension (its timer, the hop to the main thread, the module's
-//!   stats) and the stats store behind it; and [`extension::StatsHost`], the module's own stats,
-//!   which every host above gives (a hook counts through its Envoy object's host).
+//!   stats), the completion of its shutdown hook (Envoy's permission to exit, and the
+//!   `ShutdownRelease` that gives it exactly once) and the stats store behind it; and
+//!   [`extension::StatsHost`], the module's own stats, which every host above gives (a hook
+//!   counts through its Envoy object's host).
 //!
 //! Each is passed into the call that needs it, the way Envoy's own Rust SDK hands a filter its
 //! `&mut impl EnvoyHttpFilter`: a hook's host is a parameter of the policy code's method; what a

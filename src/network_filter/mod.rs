@@ -637,6 +637,4 @@ fn in_use() {
 }
 
 #[cfg(test)]
-mod props;
-#[cfg(test)]
 mod tests;

@@ -1,6 +1,9 @@
 //! The network filter's lifecycle against a fake connection: what each hook asks of the host,
 //! and what it counts.
 
+/// The stream edits' property tests, driven through the hooks (`props/mod.rs` says how).
+mod props;
+
 use super::*;
 use crate::connections::{EVENT_CONFIRM_CLOSE, EVENT_DRAIN_STARTED};
 use crate::testing::{counted, fixture, STATS};

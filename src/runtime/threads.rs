@@ -2,7 +2,9 @@
 //! Envoy pass. Pure: std only, no FFI (the calls themselves are closures from `ffi`).
 //!
 //! Every module thread is spawned by [`Threads::spawn`], waits in [`Threads::sleep`] (so a stop
-//! wakes it at once) and makes each call into Envoy through [`Threads::call`]. The shutdown
+//! wakes it at once) and makes each call into Envoy through [`Threads::call`]. A panic on one is
+//! contained and counted here ([`Threads::take_panics`]); the bootstrap extension counts them
+//! into `module_errors` on Envoy's main thread (nothing here calls back up). The shutdown
 //! release closes the gate ([`Threads::close`]) before it calls Envoy's completion: `close` waits
 //! for a call under way and refuses every later one, so no module thread calls into Envoy once
 //! Envoy may tear down (workers, dispatchers, stats). `config_destroy` then joins the threads,
@@ -62,6 +64,9 @@ pub struct Threads {
     life: Mutex<Life>,
     wake: Condvar,
     faults: GateFaults,
+    /// Panics contained on module threads, not yet taken by [`Threads::take_panics`] (shared
+    /// with the threads, which may outlive a borrow of this).
+    panics: std::sync::Arc<AtomicU64>,
 }
 
 std::thread_local! {
@@ -100,6 +105,7 @@ impl Threads {
             life: Mutex::new(Life::default()),
             wake: Condvar::new(),
             faults,
+            panics: Default::default(),
         }
     }
 
@@ -107,12 +113,11 @@ impl Threads {
         self.life.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Start a module thread running `body`. A panic in it is contained (logged; `on_panic`
-    /// runs) and ends only that thread. Refused once the module is stopping.
+    /// Start a module thread running `body`. A panic in it is contained (logged, counted for
+    /// [`Threads::take_panics`]) and ends only that thread. Refused once the module is stopping.
     pub fn spawn(
         &self,
         name: &'static str,
-        on_panic: impl FnOnce() + Send + 'static,
         body: impl FnOnce() + Send + 'static,
     ) -> std::io::Result<()> {
         let mut life = self.life();
@@ -127,6 +132,7 @@ impl Threads {
         for (_, h) in done {
             let _ = h.join();
         }
+        let panics = self.panics.clone();
         let handle = std::thread::Builder::new()
             .name(name.into())
             .spawn(move || {
@@ -134,11 +140,17 @@ impl Threads {
                 let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(body));
                 if run.is_err() {
                     log::error!("graceful_drain: panic contained on the module thread {name}");
-                    on_panic();
+                    panics.fetch_add(1, Ordering::Relaxed);
                 }
             })?;
         life.handles.push((name, handle));
         Ok(())
+    }
+
+    /// How many panics module threads contained since the last call (each counted once, in
+    /// `module_errors`, by whoever takes them).
+    pub fn take_panics(&self) -> u64 {
+        self.panics.swap(0, Ordering::Relaxed)
     }
 
     /// Wait up to `d`; `false` (at once) when the module is stopping: the thread should end.

@@ -15,7 +15,7 @@ use crate::config::DrainSettings;
 use crate::counting::Registry;
 use crate::engine::shared::{Gauge, Hosts, Shared, Stat, Waker};
 use crate::host::connection::ConnectionWakers;
-use crate::host::extension::{ExtensionHost, StatsHost};
+use crate::host::extension::{ExtensionHost, ShutdownCompletion, ShutdownRelease, StatsHost};
 use crate::host::stream::Wakers;
 use crate::runtime::clock::Clock;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -115,6 +115,20 @@ impl ExtensionHost for FakeEnvoy {
     fn set_gauge(&self, gauge: Gauge, value: u64) {
         lock_or_recover(&self.gauges).push((gauge, value));
     }
+}
+
+/// Envoy's shutdown completion: counts the times it is given in its cell.
+pub(crate) struct FakeCompletion(pub std::rc::Rc<std::cell::Cell<u32>>);
+
+impl ShutdownCompletion for FakeCompletion {
+    fn complete(self: Box<Self>) {
+        self.0.set(self.0.get() + 1)
+    }
+}
+
+/// A release of a fake completion counted in `n`.
+pub(crate) fn counting_release(n: &std::rc::Rc<std::cell::Cell<u32>>) -> ShutdownRelease {
+    ShutdownRelease::new(Box::new(FakeCompletion(n.clone())))
 }
 
 /// A test that panicked while holding a fake's lock fails by itself; the others read on.

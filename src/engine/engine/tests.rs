@@ -4,50 +4,73 @@ use super::*;
 use crate::config::DrainSettings;
 use crate::envoy_stats::scan::EnvoyRequestStats;
 use crate::runtime::clock::Clock;
-use crate::testing::{counted, fixture};
-use std::cell::{Cell, RefCell};
+use crate::testing::{counted, counting_release, fixture, FakeEnvoy};
+use std::cell::Cell;
 use std::rc::Rc;
+use std::time::Duration;
 
+/// Envoy (a fake of its own, recording the timers armed and the gauges set) and the extension's
+/// part, played by the test as `crate::extension` plays it: the view of Envoy's stats it passes
+/// in, what the engine asked of it.
 #[derive(Default)]
-struct FakeHost {
-    timers: RefCell<Vec<Duration>>,
-    draining: Cell<Option<u64>>,
+struct Caller {
+    envoy: FakeEnvoy,
     failed_health_checks: Cell<u32>,
     told_connections: Cell<u32>,
     /// What Envoy's stats say; `None`: idle figures.
-    envoy: Cell<Option<EnvoyView>>,
+    view: Cell<Option<EnvoyView>>,
 }
 
-impl EngineHost for FakeHost {
-    fn arm_timer(&self, delay: Duration) {
-        self.timers.borrow_mut().push(delay);
-    }
-    fn set_draining_gauge(&self, value: u64) {
-        self.draining.set(Some(value));
-    }
-    fn envoy_request_stats(&self) -> EnvoyView {
-        self.envoy
-            .get()
-            .unwrap_or(EnvoyView::Seen(EnvoyRequestStats {
-                active: 0,
-                total: 7,
-            }))
-    }
-    fn fail_health_checks(&self) {
-        self.failed_health_checks
-            .set(self.failed_health_checks.get() + 1);
-    }
-    fn tell_connections(&self) {
-        self.told_connections.set(self.told_connections.get() + 1);
-    }
+impl Caller {
     fn hosts(&self) -> Hosts<'_> {
-        crate::testing::HOSTS
+        Hosts {
+            streams: &self.envoy,
+            extension: &self.envoy,
+        }
     }
-}
 
-fn counting_release(n: &Rc<Cell<u32>>) -> ShutdownRelease {
-    let n = n.clone();
-    ShutdownRelease::new(move || n.set(n.get() + 1))
+    fn evaluate(&self, engine: &mut Engine, shared: &Shared) -> Option<ShutdownRelease> {
+        let view = if shared.is_draining() {
+            self.view
+                .get()
+                .unwrap_or(EnvoyView::Seen(EnvoyRequestStats {
+                    active: 0,
+                    total: 7,
+                }))
+        } else {
+            EnvoyView::Unused
+        };
+        let asks = engine.evaluate(self.hosts(), shared, view);
+        if asks.tell_connections {
+            self.told_connections.set(self.told_connections.get() + 1);
+        }
+        if asks.fail_health_checks {
+            self.failed_health_checks
+                .set(self.failed_health_checks.get() + 1);
+        }
+        asks.release
+    }
+
+    fn shutdown(
+        &self,
+        engine: &mut Engine,
+        shared: &Shared,
+        release: ShutdownRelease,
+    ) -> Option<ShutdownRelease> {
+        engine.on_shutdown(self.hosts(), shared, release);
+        self.evaluate(engine, shared)
+    }
+
+    /// The `draining` gauge's last value.
+    fn draining(&self) -> Option<u64> {
+        let gauges = self.envoy.gauges();
+        let mut draining = gauges.iter().filter(|(g, _)| *g == Gauge::Draining);
+        draining.next_back().map(|&(_, v)| v)
+    }
+
+    fn last_timer(&self) -> Option<Duration> {
+        self.envoy.timers().last().copied()
+    }
 }
 
 #[test]
@@ -57,21 +80,21 @@ fn sigterm_holds_then_releases_and_a_later_sigterm_releases_at_once() {
         quiet_period: Duration::ZERO,
         drain_timeout: Duration::from_secs(5),
     }));
-    let host = FakeHost::default();
+    let host = Caller::default();
     let mut engine = Engine::default();
     let released = Rc::new(Cell::new(0));
-    let pending = engine.on_shutdown(&host, &f.shared, counting_release(&released));
+    let pending = host.shutdown(&mut engine, &f.shared, counting_release(&released));
     assert!(pending.is_none(), "held until min_drain_duration");
-    assert_eq!(host.draining.get(), Some(1));
+    assert_eq!(host.draining(), Some(1));
     assert_eq!(host.failed_health_checks.get(), 1);
     assert_eq!(host.told_connections.get(), 1, "connections told at once");
-    let delay = *host.timers.borrow().last().expect("timer armed");
+    let delay = host.last_timer().expect("timer armed");
     assert!(delay <= IN_FLIGHT_RECHECK, "{delay:?}");
     // Timer ticks on the fake clock until the minimum has passed.
     let mut ticks = 0;
     let release = loop {
-        f.clock.advance(*host.timers.borrow().last().unwrap());
-        if let Some(r) = engine.evaluate(&host, &f.shared) {
+        f.clock.advance(host.last_timer().unwrap());
+        if let Some(r) = host.evaluate(&mut engine, &f.shared) {
             break r;
         }
         ticks += 1;
@@ -88,10 +111,10 @@ fn sigterm_holds_then_releases_and_a_later_sigterm_releases_at_once() {
     );
     release.release();
     assert_eq!(released.get(), 1);
-    assert_eq!(host.draining.get(), Some(0));
+    assert_eq!(host.draining(), Some(0));
     assert_eq!(counted(), [Stat::DrainsStarted, Stat::DrainsCompleted]);
     // SIGTERM after a completed drain: released at once; health checks not failed again.
-    let again = engine.on_shutdown(&host, &f.shared, counting_release(&released));
+    let again = host.shutdown(&mut engine, &f.shared, counting_release(&released));
     again.expect("released at once").release();
     assert_eq!(released.get(), 2);
     assert_eq!(host.failed_health_checks.get(), 1);
@@ -110,9 +133,9 @@ fn a_release_dropped_unreleased_still_lets_envoy_exit_exactly_once() {
     // A panic while the engine holds it: the hook takes it back and releases it.
     let f = fixture(Some(DrainSettings::default()));
     let mut engine = Engine::default();
-    let host = FakeHost::default();
-    assert!(engine
-        .on_shutdown(&host, &f.shared, counting_release(&n))
+    let host = Caller::default();
+    assert!(host
+        .shutdown(&mut engine, &f.shared, counting_release(&n))
         .is_none());
     engine.take_pending_shutdown().unwrap().release();
     assert_eq!(n.get(), 5);
@@ -127,23 +150,24 @@ fn envoys_own_drain_does_not_fail_health_checks_and_requests_hold_it() {
         quiet_period: Duration::from_millis(100),
         drain_timeout: Duration::from_secs(5),
     }));
-    let host = FakeHost::default();
+    let host = Caller::default();
     let mut engine = Engine::default();
     let (t, _) = f.shared.request_started(None);
-    assert!(engine.on_envoy_drain_started(&host, &f.shared).is_none());
+    engine.on_envoy_drain_started(host.hosts(), &f.shared);
+    assert!(host.evaluate(&mut engine, &f.shared).is_none());
     assert_eq!(
         host.failed_health_checks.get(),
         0,
         "hot restart: the admin is not ours"
     );
     f.clock.advance(Duration::from_secs(1));
-    let _ = engine.evaluate(&host, &f.shared);
+    let _ = host.evaluate(&mut engine, &f.shared);
     assert!(
         matches!(f.shared.phase(), Phase::Draining { .. }),
         "a request is in flight"
     );
     f.shared.request_ended(t);
-    let _ = engine.evaluate(&host, &f.shared);
+    let _ = host.evaluate(&mut engine, &f.shared);
     assert!(matches!(f.shared.phase(), Phase::Drained { .. }));
 }
 
@@ -154,16 +178,16 @@ fn without_the_filter_the_drain_waits_for_envoys_figures() {
         quiet_period: Duration::ZERO,
         drain_timeout: Duration::from_secs(5),
     }));
-    let host = FakeHost::default();
-    host.envoy.set(Some(EnvoyView::Pending));
+    let host = Caller::default();
+    host.view.set(Some(EnvoyView::Pending));
     let mut engine = Engine::default();
     let released = Rc::new(Cell::new(0));
-    assert!(engine
-        .on_shutdown(&host, &f.shared, counting_release(&released))
+    assert!(host
+        .shutdown(&mut engine, &f.shared, counting_release(&released))
         .is_none());
     // Long past the minimum, the first scan is still under way: the drain holds.
     f.clock.advance(Duration::from_secs(2));
-    assert!(engine.evaluate(&host, &f.shared).is_none());
+    assert!(host.evaluate(&mut engine, &f.shared).is_none());
     assert!(matches!(f.shared.phase(), Phase::Draining { .. }));
     assert_eq!(
         f.shared.status().envoy_active_requests,
@@ -172,11 +196,10 @@ fn without_the_filter_the_drain_waits_for_envoys_figures() {
     );
     // The scan arrives with one request in flight, then one that sees it end.
     let seen = |active| EnvoyView::Seen(EnvoyRequestStats { active, total: 9 });
-    host.envoy.set(Some(seen(1)));
-    assert!(engine.evaluate(&host, &f.shared).is_none());
-    host.envoy.set(Some(seen(0)));
-    engine
-        .evaluate(&host, &f.shared)
+    host.view.set(Some(seen(1)));
+    assert!(host.evaluate(&mut engine, &f.shared).is_none());
+    host.view.set(Some(seen(0)));
+    host.evaluate(&mut engine, &f.shared)
         .expect("completes on the scan that sees no request")
         .release();
     assert_eq!(released.get(), 1);
@@ -186,42 +209,38 @@ fn without_the_filter_the_drain_waits_for_envoys_figures() {
         quiet_period: Duration::ZERO,
         drain_timeout: Duration::from_secs(5),
     }));
-    host.envoy.set(Some(EnvoyView::Pending));
+    host.view.set(Some(EnvoyView::Pending));
     let mut engine = Engine::default();
-    assert!(engine
-        .on_shutdown(&host, &f.shared, counting_release(&released))
+    assert!(host
+        .shutdown(&mut engine, &f.shared, counting_release(&released))
         .is_none());
     f.clock.advance(Duration::from_secs(5));
-    engine
-        .evaluate(&host, &f.shared)
+    host.evaluate(&mut engine, &f.shared)
         .expect("the timeout bounds it")
         .release();
     assert_eq!(released.get(), 2);
 }
 
 #[test]
-fn admin_endpoints_answer_and_refuse_wrong_methods() {
-    let f = fixture(Some(DrainSettings::default()));
-    let host = FakeHost::default();
-    let mut engine = Engine::default();
-    let (code, body, _) = engine.on_admin(&host, &f.shared, b"GET", ADMIN_STATUS_PATH);
-    assert_eq!(code, 200);
-    assert!(body.contains("\"state\":\"serving\""));
+fn admin_requests_are_told_apart_by_method_and_path() {
     assert_eq!(
-        engine
-            .on_admin(&host, &f.shared, b"GET", ADMIN_DRAIN_PATH)
-            .0,
-        405
+        AdminRequest::of(b"GET", ADMIN_STATUS_PATH),
+        AdminRequest::Status
     );
     assert_eq!(
-        engine
-            .on_admin(&host, &f.shared, b"POST", b"/graceful_drain/x")
-            .0,
-        404
+        AdminRequest::of(b"POST", b"/graceful_drain?x=1"),
+        AdminRequest::StartDrain
     );
-    let (code, body, release) = engine.on_admin(&host, &f.shared, b"POST", b"/graceful_drain?x=1");
-    assert!(release.is_none());
-    assert_eq!(code, 200);
-    assert!(body.contains("\"trigger\":\"admin\""), "{body}");
-    assert_eq!(host.failed_health_checks.get(), 1);
+    assert!(matches!(
+        AdminRequest::of(b"GET", ADMIN_DRAIN_PATH),
+        AdminRequest::Refused(405, _)
+    ));
+    assert!(matches!(
+        AdminRequest::of(b"POST", ADMIN_STATUS_PATH),
+        AdminRequest::Refused(405, _)
+    ));
+    assert!(matches!(
+        AdminRequest::of(b"POST", b"/graceful_drain/x"),
+        AdminRequest::Refused(404, _)
+    ));
 }

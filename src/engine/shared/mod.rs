@@ -392,20 +392,25 @@ impl Shared {
         );
         #[cfg(feature = "panic-test")]
         if crate::runtime::faults::active("skip_wakeup") {
-            // Test-only: prove the race test catches a lost wake-up.
+            // Test-only: prove the race test catches a lost wake-up (every commit lost; the
+            // wakers left to the scan still deleted).
+            struct Lost<'a>(&'a dyn crate::host::stream::Wakers);
+            impl crate::host::stream::Wakers for Lost<'_> {
+                fn commit(&self, _: Waker, _: u64) -> bool {
+                    true
+                }
+                fn delete(&self, waker: Waker) {
+                    self.0.delete(waker)
+                }
+            }
             self.requests
-                .begin_drain(|_| {}, |w| envoy.streams.delete(w));
+                .begin_drain(&Lost(envoy.streams), EVENT_GO_AWAY);
             envoy.extension.kick_engine();
             return StartResult::Started;
         }
-        self.requests.begin_drain(
-            |w| {
-                envoy.streams.commit(w, EVENT_GO_AWAY);
-            },
-            |w| envoy.streams.delete(w),
-        );
+        self.requests.begin_drain(envoy.streams, EVENT_GO_AWAY);
         // Idle keep-alive connections are told by the engine's first evaluation of the drain
-        // (`EngineHost::tell_connections`, on Envoy's main thread), after the wake-ups above, so
+        // (`Asks::tell_connections`, on Envoy's main thread), after the wake-ups above, so
         // on each worker the busy connections' HTTP filters act first.
         envoy.extension.kick_engine();
         StartResult::Started

@@ -194,7 +194,7 @@ pub const STATUS_FIELDS: &[FieldDoc] = &[
     field("long_lived_streams.sse.moved", "integer", "Ended with their last chunk at an event boundary, then closed."),
     field("long_lived_streams.sse.cut", "integer", "Still open when the drain completed or timed out."),
     field("long_lived_streams.websocket_messages_dropped", "integer", "Whole messages an upstream sent after the module's Close(1001): dropped."),
-    field("long_lived_streams.grpc", "object", "HTTP/2 gRPC streams (with `grpc_resumable_prefixes` set)."),
+    field("long_lived_streams.grpc", "object", "HTTP/2 gRPC streams (connection mode, `move_long_lived_streams`)."),
     field("long_lived_streams.grpc.moved", "integer", "Under `grpc_resumable_prefixes`: ended with `grpc-status: 14` at their move time, upstream reset."),
     field("long_lived_streams.grpc.ended_at_timeout", "integer", "Still open in the last part of `drain_timeout`: ended the same way."),
     field("long_lived_streams.h2_sse_moved", "integer", "HTTP/2 SSE responses ended at an event boundary."),

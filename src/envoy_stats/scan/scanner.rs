@@ -36,14 +36,10 @@ impl Scanner {
             wake: Condvar::new(),
         });
         let for_thread = inner.clone();
-        threads.spawn(
-            "graceful_stats",
-            || {},
-            move || {
-                run(&for_thread, &source);
-                lock(&for_thread.state).ended = true;
-            },
-        )?;
+        threads.spawn("graceful_stats", move || {
+            run(&for_thread, &source);
+            lock(&for_thread.state).ended = true;
+        })?;
         Ok(Scanner { inner })
     }
 

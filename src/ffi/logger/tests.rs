@@ -27,14 +27,10 @@ fn a_module_thread_logs_only_while_the_gate_is_open() {
     let on_module_thread = |threads: &'static Threads| {
         let (tx, rx) = std::sync::mpsc::channel();
         threads
-            .spawn(
-                "log_test",
-                || {},
-                move || {
-                    reset_fake();
-                    tx.send(record_and_emit(threads)).unwrap();
-                },
-            )
+            .spawn("log_test", move || {
+                reset_fake();
+                tx.send(record_and_emit(threads)).unwrap();
+            })
             .unwrap();
         rx.recv_timeout(std::time::Duration::from_secs(10))
             .expect("the module thread logged")
@@ -49,15 +45,11 @@ fn a_module_thread_logs_only_while_the_gate_is_open() {
     let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
     let (tx, rx) = std::sync::mpsc::channel();
     threads
-        .spawn(
-            "log_test_late",
-            || {},
-            move || {
-                reset_fake();
-                go_rx.recv().unwrap();
-                tx.send(record_and_emit(threads)).unwrap();
-            },
-        )
+        .spawn("log_test_late", move || {
+            reset_fake();
+            go_rx.recv().unwrap();
+            tx.send(record_and_emit(threads)).unwrap();
+        })
         .unwrap();
     threads.close();
     go_tx.send(()).unwrap();

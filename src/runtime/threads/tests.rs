@@ -4,12 +4,6 @@ use super::*;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
-static PANICS: AtomicU64 = AtomicU64::new(0);
-fn counted() {
-    PANICS.fetch_add(1, Ordering::SeqCst);
-}
-fn nothing() {}
-
 #[test]
 fn calls_pass_while_open_and_are_refused_after_close() {
     let t = Threads::default();
@@ -75,9 +69,12 @@ fn a_call_may_close_the_gate_from_inside() {
 fn sleeping_threads_end_at_once_on_close_and_are_joined() {
     let t = Arc::new(Threads::default());
     let t2 = t.clone();
-    t.spawn("sleeper", nothing, move || {
-        while t2.sleep(Duration::from_secs(60)) {}
-    })
+    t.spawn(
+        "sleeper",
+        move || {
+            while t2.sleep(Duration::from_secs(60)) {}
+        },
+    )
     .unwrap();
     let started = Instant::now();
     t.close();
@@ -89,7 +86,7 @@ fn sleeping_threads_end_at_once_on_close_and_are_joined() {
         "the sleeper was not woken"
     );
     assert!(
-        t.spawn("late", nothing, || {}).is_err(),
+        t.spawn("late", || {}).is_err(),
         "no thread starts once stopping"
     );
 }
@@ -98,7 +95,7 @@ fn sleeping_threads_end_at_once_on_close_and_are_joined() {
 fn a_thread_that_does_not_end_is_left_after_the_bound() {
     let t = Threads::default();
     let (tx, rx) = std::sync::mpsc::channel::<()>();
-    t.spawn("stuck", nothing, move || {
+    t.spawn("stuck", move || {
         let _ = rx.recv();
     })
     .unwrap();
@@ -110,10 +107,13 @@ fn a_thread_that_does_not_end_is_left_after_the_bound() {
 #[test]
 fn a_panic_on_a_module_thread_is_contained_and_counted() {
     let t = Threads::default();
-    t.spawn("boom", counted, || panic!("test panic")).unwrap();
-    let s = t.join(Duration::from_secs(10));
-    assert_eq!(s.joined, 1);
-    assert_eq!(PANICS.load(Ordering::SeqCst), 1);
+    assert_eq!(t.take_panics(), 0);
+    t.spawn("boom", || panic!("test panic")).unwrap();
+    t.spawn("fine", || {}).unwrap();
+    // Both ended (the first may have been joined already, by the second spawn).
+    assert!(t.join(Duration::from_secs(10)).left.is_empty());
+    assert_eq!(t.take_panics(), 1, "the panic, once");
+    assert_eq!(t.take_panics(), 0, "taken");
 }
 
 /// The test fault's two halves: a module thread's call held past the release is refused by
@@ -129,7 +129,7 @@ fn held_calls_are_refused_with_the_gate_and_late_without() {
         // Not held on a thread that is not the module's (the main thread must never wait).
         assert_eq!(t.call("host", || 1), Some(1));
         let (t2, made2) = (t.clone(), made.clone());
-        t.spawn("held", nothing, move || {
+        t.spawn("held", move || {
             t2.call("held", || made2.fetch_add(1, Ordering::SeqCst));
         })
         .unwrap();

@@ -606,8 +606,9 @@ fn the_last_part_of_the_timeout_is_a_tenth_within_one_and_five_seconds() {
 }
 
 /// `move_long_lived_streams: false` turns the HTTP/2 moves off too: no prefixes are handed to
-/// new connections, so nothing is decoded or moved; with moves on, an empty list is handed over
-/// (HTTP/2 SSE responses are moved whatever the gRPC prefixes) unless `move_http2_sse` is off.
+/// new connections, so nothing is decoded or moved; with moves on, the list is handed over even
+/// when empty and `move_http2_sse` is off: gRPC streams of any method still open in the last part
+/// of `drain_timeout` are ended there (issue 65 item 3), which needs both directions decoded.
 #[test]
 fn the_grpc_prefixes_reach_connections_only_while_moves_are_on() {
     let f = fixture(Some(fast()));
@@ -615,13 +616,17 @@ fn the_grpc_prefixes_reach_connections_only_while_moves_are_on() {
     assert_eq!(
         ll.grpc_prefixes().as_deref(),
         Some(&[][..]),
-        "none configured: both directions still decoded, for SSE"
+        "none configured: both directions still decoded, for SSE and the timeout's ends"
     );
     ll.note_settings(crate::config::LongLivedSettings {
         http2_sse: false,
         ..Default::default()
     });
-    assert_eq!(ll.grpc_prefixes(), None, "move_http2_sse false, no prefix");
+    assert_eq!(
+        ll.grpc_prefixes().as_deref(),
+        Some(&[][..]),
+        "move_http2_sse false, no prefix: still decoded, for the timeout's ends"
+    );
     ll.note_settings(crate::config::LongLivedSettings::default());
     ll.note_grpc_prefixes(&["/pkg.Watch/".to_string()]);
     assert_eq!(

@@ -12,11 +12,11 @@
 //! Files: this one (the generator, the simulated host and the world around a case), then one
 //! per stream kind: `websocket`, `sse`, `http2`, `http1` (pipelined requests).
 
-use super::*;
 use crate::config::LongLivedSettings;
 use crate::connections::{EVENT_DRAIN_STARTED, EVENT_GRACE_OVER, EVENT_LONG_LIVED};
 use crate::engine::drain::Trigger;
 use crate::exchange::websocket::{close_frame, GOING_AWAY};
+use crate::network_filter::*;
 use crate::testing::{fast, fixture, Fixture, HOSTS, STATS};
 use crate::tracking::{CONNECTION_CLOSE, GOING_AWAY_REASON};
 use proptest::prelude::*;
