@@ -21,8 +21,8 @@ use std::cell::{Cell, OnceCell, RefCell};
 use std::sync::Arc;
 
 /// One listener's network filter config. Its stats are the bootstrap extension's (through
-/// `Shared::count` and the connection's host): what its connections count (told idle, sent away, served while
-/// draining, untracked) lands in the same stats as the HTTP filter's.
+/// `Shared::count` and the connection's host): what its connections count (told idle, sent
+/// away, served while draining, untracked) lands in the same stats as the HTTP filter's.
 #[derive(Debug)]
 pub struct NetConfig {
     /// This listener's idle settings, given to each of its connections.
