@@ -115,6 +115,11 @@ impl ConnectionHost for NetConnection<'_> {
         NetConnection::inject_read(*self, bytes)
     }
 
+    type Stats = super::stats::ModuleStats;
+    fn stats() -> Self::Stats {
+        super::stats::ModuleStats
+    }
+
     fn mask_key() -> [u8; 4] {
         super::random_bytes()
     }

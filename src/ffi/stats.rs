@@ -68,7 +68,9 @@ fn update(what: &'static str, id: Option<usize>, update: impl FnOnce(ExtensionMe
 }
 
 /// The module's counters where no Envoy object of a hook is at hand: the network filter's
-/// destroy hook (the connection is gone; its close counts the long-lived streams it moved).
+/// destroy hook (the connection is gone; its close counts the long-lived streams it moved), and
+/// the trackers under the connection's read and write hooks (`ConnectionHost::stats`: a handle
+/// that holds nothing, so the request path carries no pointer more for it).
 /// Every [`StatsHost`] of the FFI (this, `NetConnection`, `EnvoyStream`, `EnvoyExtension`) makes
 /// the one call below, [`count`], the same ABI call whoever counts.
 pub(crate) struct ModuleStats;

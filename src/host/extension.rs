@@ -25,6 +25,12 @@ pub trait StatsHost {
     fn count(&self, stat: Stat);
 }
 
+impl<T: StatsHost + ?Sized> StatsHost for &T {
+    fn count(&self, stat: Stat) {
+        (**self).count(stat)
+    }
+}
+
 /// The bootstrap extension's side of Envoy. One per process, alive for the process (`&'static`):
 /// before the extension's config exists and after its destroy, every call does nothing. Its
 /// [`StatsHost`] counts from any thread.

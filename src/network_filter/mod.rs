@@ -249,7 +249,7 @@ impl NetFilter {
                 &mut watch,
                 tracking,
                 shared,
-                host,
+                &H::stats(),
                 H::now_nanos,
             )
         });
@@ -292,15 +292,15 @@ impl NetFilter {
         };
         let shared = shared();
         let now = H::now_nanos;
-        if t.on_write_len(data_len, conn, shared, host, now) {
+        if t.on_write_len(data_len, conn, shared, &H::stats(), now) {
             return;
         }
         if t.tracker().tunnel() {
             // Only a tunnel's writes (nothing else pays for the long-lived streams' moves).
             return self.long_lived_write(host, conn, &mut t, shared);
         }
-        let edit =
-            host.with_write_slices(|chunks| t.on_write_bytes(chunks, conn, shared, host, now));
+        let edit = host
+            .with_write_slices(|chunks| t.on_write_bytes(chunks, conn, shared, &H::stats(), now));
         if t.tracker().tunnel() || t.sse_unnoticed() {
             self.switched::<H>(conn, &mut t, shared);
         }

@@ -132,6 +132,11 @@ impl ConnectionHost for FakeConnection {
     fn inject_read(&self, bytes: &[u8]) {
         record(Call::InjectRead(bytes.to_vec()));
     }
+    type Stats = &'static crate::testing::FakeEnvoy;
+    fn stats() -> Self::Stats {
+        STATS
+    }
+
     fn mask_key() -> [u8; 4] {
         [1, 2, 3, 4]
     }

@@ -195,6 +195,11 @@ impl ConnectionHost for Sim<'_> {
     fn inject_read(&self, bytes: &[u8]) {
         self.to_upstream.borrow_mut().extend_from_slice(bytes);
     }
+    type Stats = &'static crate::testing::FakeEnvoy;
+    fn stats() -> Self::Stats {
+        STATS
+    }
+
     fn mask_key() -> [u8; 4] {
         [1, 2, 3, 4]
     }
