@@ -257,7 +257,7 @@ impl Conn {
         };
         let after = counts.snapshot();
         // A busy HTTP/1.1 connection its tracker follows is told with its in-flight response
-        // (`tracking::Tracking::close_to_insert`): counted now, as the HTTP filter counts its own.
+        // (`tracking::TrackedConnection::close_to_insert`): counted now, as the HTTP filter counts its own.
         let followed_busy_http1 = event == EVENT_DRAIN_STARTED
             && action == Action::Nothing
             && self.wire() == Wire::Http1

@@ -27,8 +27,9 @@ impl GaugePublisher {
     }
 
     /// Start the thread unless it runs: until the module stops, it sets the extension's
-    /// [`Gauge::ActiveRequests`] to the in-flight count every [`GAUGE_PERIOD`], each call
-    /// through the threads' gate.
+    /// [`Gauge::ActiveRequests`] to the in-flight count every [`GAUGE_PERIOD`], and counts the
+    /// panics the module's threads contained since ([`Threads::take_panics`]) into
+    /// `module_errors`, each call through the threads' gate.
     pub fn start(
         &'static self,
         threads: &'static Threads,
@@ -44,8 +45,15 @@ impl GaugePublisher {
             let _restart = RestartAfterPanic(&self.started);
             while threads.sleep(GAUGE_PERIOD) {
                 let active = shared.counts().active.max(0) as u64;
+                // Panics the module's threads contained, into `module_errors` within a period
+                // (the extension also counts them at each evaluation: whichever comes first
+                // takes them, once).
+                let panics = threads.take_panics();
                 threads.call("active_requests_gauge", || {
-                    extension.set_gauge(Gauge::ActiveRequests, active)
+                    extension.set_gauge(Gauge::ActiveRequests, active);
+                    for _ in 0..panics {
+                        shared.module_error(extension);
+                    }
                 });
             }
         });

@@ -16,7 +16,7 @@ use crate::connections::{
 use crate::engine::shared::{Protocol, Shared, Stat};
 use crate::host::connection::ConnectionHost;
 use crate::host::extension::StatsHost;
-use crate::tracking::{Tracking, WsWake, WsWrite};
+use crate::tracking::{TrackedConnection, WsWake, WsWrite};
 use std::cell::{Cell, OnceCell, RefCell};
 use std::sync::Arc;
 
@@ -136,7 +136,7 @@ pub struct NetFilter {
     /// ([`NetFilter::may_reach_envoy`]).
     closed: Cell<bool>,
     /// The connection's requests, followed from its bytes (connection mode), if configured.
-    tracking: Option<RefCell<Tracking>>,
+    tracking: Option<RefCell<TrackedConnection>>,
     /// Its config stepped back ([`NetConfig`]): the connection is never set up, so every hook
     /// returns at once and the bytes pass untouched.
     stepped_back: bool,
@@ -156,8 +156,8 @@ impl NetFilter {
         let _ = shared;
         let tracking = match track {
             #[cfg(feature = "cross-check")]
-            true if shared.data_filter_loaded() => Some(Tracking::shadow()),
-            true => Some(Tracking::new()),
+            true if shared.data_filter_loaded() => Some(TrackedConnection::shadow()),
+            true => Some(TrackedConnection::new()),
             false => None,
         };
         NetFilter {
@@ -235,7 +235,7 @@ impl NetFilter {
         &self,
         host: &H,
         conn: &Conn,
-        tracking: Option<&mut Tracking>,
+        tracking: Option<&mut TrackedConnection>,
         data_len: usize,
         shared: impl FnOnce() -> &'s Shared,
     ) {
@@ -327,7 +327,7 @@ impl NetFilter {
         &self,
         host: &H,
         conn: &Conn,
-        t: &mut Tracking,
+        t: &mut TrackedConnection,
         shared: &Shared,
     ) {
         if !t.is_websocket() {
@@ -358,7 +358,7 @@ impl NetFilter {
     /// response that began after the drain started (no wake-up counted it) is woken now.
     #[cold]
     #[inline(never)]
-    fn switched<H: ConnectionHost>(&self, conn: &Conn, t: &mut Tracking, shared: &Shared) {
+    fn switched<H: ConnectionHost>(&self, conn: &Conn, t: &mut TrackedConnection, shared: &Shared) {
         let ll = shared.connections().long_lived();
         // `note_switch` first: it counts a switch whatever the drain.
         let websocket = t.note_switch(shared) && ll.plan(conn.id).is_some();

@@ -3,8 +3,9 @@
 //!
 //! Every module thread is spawned by [`Threads::spawn`], waits in [`Threads::sleep`] (so a stop
 //! wakes it at once) and makes each call into Envoy through [`Threads::call`]. A panic on one is
-//! contained and counted here ([`Threads::take_panics`]); the bootstrap extension counts them
-//! into `module_errors` on Envoy's main thread (nothing here calls back up). The shutdown
+//! contained and counted here ([`Threads::take_panics`]); the gauge thread (every 500 ms) or the
+//! bootstrap extension on Envoy's main thread, whichever takes them first, counts them into
+//! `module_errors` (nothing here calls back up). The shutdown
 //! release closes the gate ([`Threads::close`]) before it calls Envoy's completion: `close` waits
 //! for a call under way and refuses every later one, so no module thread calls into Envoy once
 //! Envoy may tear down (workers, dispatchers, stats). `config_destroy` then joins the threads,

@@ -9,7 +9,7 @@ use crate::engine::shared::Shared;
 use crate::exchange::Event;
 use crate::host::extension::StatsHost;
 
-impl Tracking {
+impl TrackedConnection {
     /// The connection is gone (its filter's destroy hook, possibly on the drain side's thread:
     /// only the in-flight table and atomics are touched). Ends what it still holds: a tunnel, a
     /// response cut by the close, requests read ahead that Envoy never answered.
@@ -133,7 +133,7 @@ pub(super) fn on_event(
             fed.started += 1;
             conn.exchange_started();
             // HTTP/2: the stream's `:path` and `user-agent` when its header blocks are decoded
-            // (`Tracking::on_read`: with `health_check_paths` configured), else no hints.
+            // (`TrackedConnection::on_read`: with `health_check_paths` configured), else no hints.
             if shared.is_draining()
                 && matches!(t.protocol(), Protocol::Http1 | Protocol::Http2)
                 && is_health_check(t, shared)

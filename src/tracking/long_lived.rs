@@ -73,7 +73,7 @@ fn client_close() -> Vec<u8> {
         .to_vec()
 }
 
-impl Tracking {
+impl TrackedConnection {
     /// Whether the connection switched to WebSocket frames that are followed.
     pub fn is_websocket(&mut self) -> bool {
         self.tracker.websocket().is_some()
@@ -247,7 +247,7 @@ impl Tracking {
 /// connection's between two frames) at its move time.
 const H2_RETRY_NANOS: u64 = 10_000_000;
 
-impl Tracking {
+impl TrackedConnection {
     /// A gRPC response began since the last call (HTTP/2, its streams followed): once the
     /// moves began, the glue wakes the connection so that it is moved at its time (a stream
     /// opened on a connection made after the moves began, or after its wake-up).
@@ -375,7 +375,7 @@ const SSE_LOST: u8 = 3;
 /// How soon to look again when an SSE response was not at a chunk start at its move time.
 const SSE_RETRY_NANOS: u64 = 10_000_000;
 
-impl Tracking {
+impl TrackedConnection {
     /// An SSE response is in flight that no wake-up counted yet (it began after the moves'
     /// start, or the drain has not started): the glue wakes it once the drain started.
     pub fn sse_unnoticed(&self) -> bool {

@@ -38,9 +38,9 @@ use crate::counting::Ticket;
 use crate::exchange::{Protocol, Tracker};
 
 /// One followed connection, owned by its network filter (on its worker; the close may come
-/// from another thread, see [`Tracking::on_close`]).
+/// from another thread, see [`TrackedConnection::on_close`]).
 #[derive(Debug, Default)]
-pub struct Tracking {
+pub struct TrackedConnection {
     tracker: Tracker,
     /// The requests in flight: the tracker's id and the ticket (`None`: a health check).
     tickets: Vec<(u32, Option<Ticket>)>,
@@ -93,7 +93,7 @@ pub struct Fed {
 const TOLD_CLOSE: u8 = 1;
 const HELD: u8 = 2;
 
-impl Tracking {
+impl TrackedConnection {
     fn told_close(&self) -> bool {
         self.close & TOLD_CLOSE != 0
     }
@@ -106,16 +106,16 @@ impl Tracking {
         self.close |= HELD;
     }
 
-    pub fn new() -> Tracking {
-        Tracking::default()
+    pub fn new() -> TrackedConnection {
+        TrackedConnection::default()
     }
 
     /// A tracker beside the HTTP filter (`cross-check` builds): counts nothing itself.
     #[cfg(feature = "cross-check")]
-    pub fn shadow() -> Tracking {
-        Tracking {
+    pub fn shadow() -> TrackedConnection {
+        TrackedConnection {
             shadow: true,
-            ..Tracking::default()
+            ..TrackedConnection::default()
         }
     }
 

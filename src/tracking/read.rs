@@ -47,7 +47,7 @@ pub(super) enum Behind {
 /// Slices of a read buffer remembered (Envoy's read buffer has one or two in practice; a read
 /// that may start beyond these loses the connection, see the module doc).
 pub(super) const READ_SLICES: usize = 4;
-/// A dry run's piece (`Tracking::request_end_in`): at most `REQUEST_ENDS` requests of 16 bytes
+/// A dry run's piece (`TrackedConnection::request_end_in`): at most `REQUEST_ENDS` requests of 16 bytes
 /// or more complete in it.
 const PROBE_PIECE: usize = 16 * crate::exchange::REQUEST_ENDS;
 /// Bytes of a read buffer's end kept to check the bytes Envoy leaves behind.
@@ -90,7 +90,7 @@ impl Tail {
     }
 }
 
-impl Tracking {
+impl TrackedConnection {
     /// A read: the read buffer holds `len` bytes, given by `chunks` (`None`: Envoy could not
     /// give them). The first bytes may be ones fed before, which Envoy's codec handed back.
     /// `now`: the clock stream ends are stamped with (`StreamSink::now_nanos`), read only when
@@ -461,7 +461,7 @@ impl Tracking {
 /// the connection's [`FirstStream`]), then the exchange tracker's feed (`tracking`, connection
 /// mode), which counts what it starts, ends or loses itself. The glue asks Envoy for the slices
 /// only when [`Conn::read_wants_bytes`]; otherwise `conn.on_read(len, &[])` is the read.
-/// Returns `Some(keep)` when requests in the buffer are held back (`Tracking::hold_cut`,
+/// Returns `Some(keep)` when requests in the buffer are held back (`TrackedConnection::hold_cut`,
 /// behind a `close`): the glue makes the read buffer `keep` (a copy of the bytes before them)
 /// before Envoy's codec sees it.
 #[allow(clippy::too_many_arguments)]
@@ -470,7 +470,7 @@ pub fn on_read_hook<'a, I: Iterator<Item = &'a [u8]>>(
     len: usize,
     chunks: impl Fn() -> Option<I>,
     watch: &mut FirstStream,
-    tracking: Option<&mut Tracking>,
+    tracking: Option<&mut TrackedConnection>,
     shared: &Shared,
     stats: &impl StatsHost,
     now: impl Fn() -> u64,

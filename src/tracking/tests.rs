@@ -9,7 +9,7 @@ use crate::engine::shared::Stat;
 use crate::testing::{counted, fast, fixture, HOSTS, STATS};
 use write::{HeadEdit, Told};
 
-impl Tracking {
+impl TrackedConnection {
     /// Whether the connection is still followed.
     fn is_followed(&self) -> bool {
         !self.lost
@@ -24,12 +24,12 @@ fn now() -> u64 {
     7
 }
 
-fn read(t: &mut Tracking, buf: &[&[u8]], conn: &Conn, shared: &Shared) -> Fed {
+fn read(t: &mut TrackedConnection, buf: &[&[u8]], conn: &Conn, shared: &Shared) -> Fed {
     let len = buf.iter().map(|b| b.len()).sum();
     t.on_read(len, Some(buf.iter().copied()), conn, shared, STATS, now)
 }
 
-fn write(t: &mut Tracking, bytes: &[u8], conn: &Conn, shared: &Shared) -> Fed {
+fn write(t: &mut TrackedConnection, bytes: &[u8], conn: &Conn, shared: &Shared) -> Fed {
     t.on_write(Some([bytes].into_iter()), conn, shared, STATS, now)
 }
 
@@ -42,7 +42,7 @@ fn a_head_on_its_way_holds_the_drain_from_its_first_byte() {
     use crate::engine::shared::EnvoyObservation;
     let f = fixture(Some(fast()));
     let conn = Conn::new(1);
-    let mut t = Tracking::new();
+    let mut t = TrackedConnection::new();
     f.shared.start_drain(HOSTS, Trigger::Admin);
     f.clock.advance(std::time::Duration::from_millis(100));
     read(&mut t, &[b"GET /a HT"], &conn, &f.shared);
@@ -76,7 +76,7 @@ fn a_head_on_its_way_holds_the_drain_from_its_first_byte() {
     // A lost connection keeps its head counted until it closes. (The head begins after the
     // response before it: one read behind an unanswered request would be held back.)
     let other = Conn::new(2);
-    let mut u = Tracking::new();
+    let mut u = TrackedConnection::new();
     read(&mut u, &[GET], &other, &f.shared);
     write(&mut u, OK, &other, &f.shared);
     read(&mut u, &[b"GET /b HTTP/1.1\r\nhost"], &other, &f.shared);
@@ -92,7 +92,7 @@ fn a_head_on_its_way_holds_the_drain_from_its_first_byte() {
 fn a_request_is_in_the_table_from_its_head_to_its_response() {
     let f = fixture(Some(fast()));
     let conn = Conn::new(1);
-    let mut t = Tracking::new();
+    let mut t = TrackedConnection::new();
     let fed = read(&mut t, &[GET], &conn, &f.shared);
     assert_eq!(fed.started, 1);
     assert_eq!(f.shared.counts().active, 1);
@@ -109,7 +109,7 @@ fn a_request_is_in_the_table_from_its_head_to_its_response() {
 fn bytes_envoy_left_in_its_read_buffer_are_not_fed_again() {
     let f = fixture(Some(fast()));
     let conn = Conn::new(1);
-    let mut t = Tracking::new();
+    let mut t = TrackedConnection::new();
     // One slice of Envoy's read buffer: three requests, then a fourth appended behind them.
     let buffer = [GET, GET, GET, GET].concat();
     let first = read(&mut t, &[&buffer[..3 * GET.len()]], &conn, &f.shared);
@@ -133,7 +133,7 @@ fn bytes_envoy_left_in_its_read_buffer_are_not_fed_again() {
 fn a_buffer_that_does_not_start_inside_the_last_one_is_all_new() {
     let f = fixture(Some(fast()));
     let conn = Conn::new(1);
-    let mut t = Tracking::new();
+    let mut t = TrackedConnection::new();
     let buffer = [GET, GET].concat();
     read(&mut t, &[&buffer[..GET.len()]], &conn, &f.shared);
     write(&mut t, OK, &conn, &f.shared);
@@ -157,7 +157,7 @@ fn a_buffer_that_does_not_start_inside_the_last_one_is_all_new() {
 fn after_a_read_that_ends_at_a_request_s_end_every_byte_is_new_wherever_it_lies() {
     let f = fixture(Some(fast()));
     let conn = Conn::new(1);
-    let mut t = Tracking::new();
+    let mut t = TrackedConnection::new();
     let mut mem = [0u8; 128];
     mem[..GET.len()].copy_from_slice(GET);
     read(&mut t, &[&mem[..GET.len()]], &conn, &f.shared);
@@ -178,7 +178,7 @@ fn after_a_read_that_ends_at_a_request_s_end_every_byte_is_new_wherever_it_lies(
 fn new_bytes_inside_the_last_buffer_are_not_taken_for_bytes_left_behind() {
     let f = fixture(Some(fast()));
     let conn = Conn::new(1);
-    let mut t = Tracking::new();
+    let mut t = TrackedConnection::new();
     let mut mem = [GET, GET].concat();
     read(&mut t, &[&mem], &conn, &f.shared);
     write(&mut t, OK, &conn, &f.shared);
@@ -201,7 +201,7 @@ fn new_bytes_inside_the_last_buffer_are_not_taken_for_bytes_left_behind() {
 fn a_buffer_starting_at_a_later_slice_s_start_is_lost_not_counted_twice() {
     let f = fixture(Some(fast()));
     let conn = Conn::new(1);
-    let mut t = Tracking::new();
+    let mut t = TrackedConnection::new();
     let rest = [GET, GET].concat();
     assert_eq!(read(&mut t, &[GET, &rest], &conn, &f.shared).started, 3);
     write(&mut t, OK, &conn, &f.shared);
@@ -221,7 +221,7 @@ fn a_buffer_starting_inside_the_last_where_no_request_ended_is_lost() {
     let f = fixture(Some(fast()));
     let three = [GET, GET, GET].concat();
     let conn = Conn::new(1);
-    let mut t = Tracking::new();
+    let mut t = TrackedConnection::new();
     assert_eq!(read(&mut t, &[&three], &conn, &f.shared).started, 3);
     write(&mut t, OK, &conn, &f.shared);
     let fed = read(&mut t, &[&three[GET.len() + 5..]], &conn, &f.shared);
@@ -230,7 +230,7 @@ fn a_buffer_starting_inside_the_last_where_no_request_ended_is_lost() {
     t.on_close(&conn, &f.shared, STATS);
     // At the first request's end: the two requests Envoy left, fed before.
     let other = Conn::new(2);
-    let mut u = Tracking::new();
+    let mut u = TrackedConnection::new();
     assert_eq!(read(&mut u, &[&three], &other, &f.shared).started, 3);
     write(&mut u, OK, &other, &f.shared);
     let fed = read(&mut u, &[&three[GET.len()..]], &other, &f.shared);
@@ -245,7 +245,7 @@ fn a_buffer_starting_inside_the_last_where_no_request_ended_is_lost() {
 fn a_buffer_that_may_start_in_a_slice_not_remembered_is_lost_not_counted_twice() {
     let f = fixture(Some(fast()));
     let conn = Conn::new(1);
-    let mut t = Tracking::new();
+    let mut t = TrackedConnection::new();
     // The first request in four pieces, its end and two more requests in a fifth slice.
     let cut = [3, 6, 9, 12];
     let last = [&GET[12..], GET, GET].concat();
@@ -274,7 +274,7 @@ fn during_a_drain_health_checks_keep_the_connection_busy_but_are_not_work() {
     });
     f.shared.start_drain(HOSTS, Trigger::Admin);
     let conn = Conn::new(1);
-    let mut t = Tracking::new();
+    let mut t = TrackedConnection::new();
     let fed = read(&mut t, &[PROBE], &conn, &f.shared);
     assert_eq!((fed.started, fed.health_checks), (1, 1));
     assert_eq!(f.shared.counts().active, 0, "not work");
@@ -301,11 +301,11 @@ fn a_checker_s_user_agent_alone_never_makes_a_health_check() {
         });
         f.shared.start_drain(HOSTS, Trigger::Admin);
         let conn = Conn::new(1);
-        let mut t = Tracking::new();
+        let mut t = TrackedConnection::new();
         let fed = read(&mut t, &[LONG_PROBE], &conn, &f.shared);
         assert_eq!((fed.started, fed.health_checks), (1, 0), "{paths:?}");
         assert_eq!(f.shared.counts().active, 1, "work: {paths:?}");
-        let mut u = Tracking::new();
+        let mut u = TrackedConnection::new();
         let fed = read(&mut u, &[PROBE], &Conn::new(2), &f.shared);
         assert_eq!(
             fed.health_checks,
@@ -358,7 +358,7 @@ fn during_a_drain_http2_health_checks_are_told_by_their_decoded_path() {
             ..Default::default()
         });
         let conn = Conn::new(1);
-        let mut t = Tracking::new();
+        let mut t = TrackedConnection::new();
         let mut pre = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
         pre.extend(h2_frame(4, 0, 0, &[]));
         read(&mut t, &[&pre], &conn, &f.shared);
@@ -409,7 +409,7 @@ fn an_http2_block_that_does_not_decode_is_counted_once_and_its_streams_are_work(
         ..Default::default()
     });
     let conn = Conn::new(1);
-    let mut t = Tracking::new();
+    let mut t = TrackedConnection::new();
     let mut pre = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
     pre.extend(h2_frame(4, 0, 0, &[]));
     read(&mut t, &[&pre], &conn, &f.shared);
@@ -441,7 +441,7 @@ fn a_connection_the_tracker_loses_is_untracked_until_it_closes() {
     f.shared.connections().note_tracking();
     assert!(f.shared.count_is_exact());
     let conn = Conn::new(1);
-    let mut t = Tracking::new();
+    let mut t = TrackedConnection::new();
     read(&mut t, &[GET], &conn, &f.shared);
     assert_eq!(f.shared.counts().active, 1);
     let fed = write(&mut t, b"HTTP/1.1 2x0 what\r\n\r\n", &conn, &f.shared);
@@ -474,7 +474,7 @@ fn a_lost_connection_s_requests_stay_counted_until_a_gauge_pass_sees_them() {
     use std::time::{Duration, Instant};
     let f = fixture(Some(fast()));
     let conn = Conn::new(1);
-    let mut t = Tracking::new();
+    let mut t = TrackedConnection::new();
     read(&mut t, &[GET, GET], &conn, &f.shared);
     let t0 = Instant::now();
     let d = DrainTiming {
@@ -526,7 +526,7 @@ fn a_lost_connection_s_requests_stay_counted_until_a_gauge_pass_sees_them() {
 fn a_close_gives_back_what_is_still_in_flight() {
     let f = fixture(Some(fast()));
     let conn = Conn::new(1);
-    let mut t = Tracking::new();
+    let mut t = TrackedConnection::new();
     read(&mut t, &[GET, GET], &conn, &f.shared);
     assert_eq!(f.shared.counts().active, 2);
     t.on_close(&conn, &f.shared, STATS);
@@ -537,14 +537,19 @@ fn a_close_gives_back_what_is_still_in_flight() {
 fn a_read_buffer_envoy_does_not_give_is_lost_not_guessed() {
     let f = fixture(Some(fast()));
     let conn = Conn::new(1);
-    let mut t = Tracking::new();
+    let mut t = TrackedConnection::new();
     let none: Option<std::iter::Empty<&[u8]>> = None;
     assert!(t.on_read(10, none, &conn, &f.shared, STATS, now).lost);
     t.on_close(&conn, &f.shared, STATS);
 }
 
 /// A write through the glue's path (`on_write_bytes`): the edit it asks for.
-fn write_head(t: &mut Tracking, bytes: &[u8], conn: &Conn, shared: &Shared) -> Option<HeadEdit> {
+fn write_head(
+    t: &mut TrackedConnection,
+    bytes: &[u8],
+    conn: &Conn,
+    shared: &Shared,
+) -> Option<HeadEdit> {
     t.on_write_bytes(|| Some([bytes].into_iter()), conn, shared, STATS, now)
 }
 
@@ -559,7 +564,7 @@ fn requests_pipelined_at_a_drain_are_held_back_behind_the_close() {
     let f = fixture(Some(fast()));
     f.shared.start_drain(HOSTS, Trigger::Admin);
     let conn = Conn::new(1);
-    let mut t = Tracking::new();
+    let mut t = TrackedConnection::new();
     let three = [GET, GET, GET].concat();
     let fed = read(&mut t, &[&three[..20], &three[20..]], &conn, &f.shared);
     assert_eq!(
@@ -582,7 +587,7 @@ fn requests_pipelined_at_a_drain_are_held_back_behind_the_close() {
     assert_eq!(f.shared.counts().active, 0);
     // A head only begun behind is held back too, and is no head on its way.
     let other = Conn::new(2);
-    let mut u = Tracking::new();
+    let mut u = TrackedConnection::new();
     let fed = read(&mut u, &[&[GET, b"GET /b HT"].concat()], &other, &f.shared);
     assert_eq!(fed.hold_from, Some(GET.len()));
     assert_eq!(f.shared.connections().partial_heads(), 0);
@@ -601,14 +606,14 @@ fn more_pipelined_requests_than_ends_remembered_are_held_back_too() {
     f.shared.start_drain(HOSTS, Trigger::Admin);
     for n in [2, 4, 5, 9] {
         let conn = Conn::new(n as u64);
-        let mut t = Tracking::new();
+        let mut t = TrackedConnection::new();
         let many = GET.repeat(n);
         let fed = read(&mut t, &[&many[..30], &many[30..]], &conn, &f.shared);
         assert_eq!(fed.hold_from, Some(GET.len()), "{n} requests");
         // Short requests, many in a piece of the dry run.
         let short: &[u8] = b"GET / HTTP/1.1\n\n";
         let other = Conn::new(100 + n as u64);
-        let mut u = Tracking::new();
+        let mut u = TrackedConnection::new();
         let fed = read(&mut u, &[&short.repeat(n)], &other, &f.shared);
         assert_eq!(fed.hold_from, Some(short.len()), "{n} short requests");
         t.on_close(&conn, &f.shared, STATS);
@@ -623,7 +628,7 @@ fn envoys_close_in_a_later_slice_of_the_head_is_not_doubled() {
     let f = fixture(Some(fast()));
     f.shared.start_drain(HOSTS, Trigger::Admin);
     let conn = Conn::new(1);
-    let mut t = Tracking::new();
+    let mut t = TrackedConnection::new();
     read(&mut t, &[GET], &conn, &f.shared);
     let at = CLOSING.windows(10).position(|w| w == b"connection");
     let (a, b) = CLOSING.split_at(at.expect("a close line"));
@@ -632,7 +637,7 @@ fn envoys_close_in_a_later_slice_of_the_head_is_not_doubled() {
     assert!(t.told_close());
     // Without it, the close line goes in as ever.
     let other = Conn::new(2);
-    let mut u = Tracking::new();
+    let mut u = TrackedConnection::new();
     read(&mut u, &[GET], &other, &f.shared);
     let (a, b) = OK.split_at(20);
     let edit = u.on_write_bytes(|| Some([a, b].into_iter()), &other, &f.shared, STATS, now);
@@ -655,7 +660,7 @@ sec-websocket-version: 13\r\n\r\n";
         let f = fixture(Some(fast()));
         f.shared.start_drain(HOSTS, Trigger::Admin);
         let conn = Conn::new(1);
-        let mut t = Tracking::new();
+        let mut t = TrackedConnection::new();
         let fed = read(&mut t, &[&[GET, behind].concat()], &conn, &f.shared);
         assert_eq!(fed.hold_from, None, "nothing held back behind a CONNECT");
         assert_eq!(write_head(&mut t, OK, &conn, &f.shared), None, "no close");
@@ -673,7 +678,7 @@ sec-websocket-version: 13\r\n\r\n";
 fn the_close_goes_on_the_first_response_not_begun() {
     let f = fixture(Some(fast()));
     let conn = Conn::new(1);
-    let mut t = Tracking::new();
+    let mut t = TrackedConnection::new();
     assert_eq!(read(&mut t, &[GET], &conn, &f.shared).hold_from, None);
     write(
         &mut t,
@@ -682,7 +687,7 @@ fn the_close_goes_on_the_first_response_not_begun() {
         &f.shared,
     );
     let other = Conn::new(2);
-    let mut u = Tracking::new();
+    let mut u = TrackedConnection::new();
     let fed = read(&mut u, &[&[GET, GET].concat()], &other, &f.shared);
     assert_eq!(
         fed.hold_from, None,
@@ -706,7 +711,7 @@ fn the_close_goes_on_the_first_response_not_begun() {
 fn envoy_s_own_close_is_kept_and_what_was_read_behind_it_is_held_back() {
     let f = fixture(Some(fast()));
     let conn = Conn::new(1);
-    let mut t = Tracking::new();
+    let mut t = TrackedConnection::new();
     let three = [GET, GET, GET].concat();
     read(&mut t, &[&three], &conn, &f.shared);
     assert_eq!(f.shared.counts().active, 3);
@@ -720,7 +725,7 @@ fn envoy_s_own_close_is_kept_and_what_was_read_behind_it_is_held_back() {
         "kept, and the connection counted as sent away"
     );
     let other = Conn::new(2);
-    let mut u = Tracking::new();
+    let mut u = TrackedConnection::new();
     read(&mut u, &[&three], &other, &f.shared);
     assert_eq!(
         write_head(&mut u, CLOSING, &other, &f.shared),
@@ -745,7 +750,7 @@ fn envoy_s_own_close_is_kept_and_what_was_read_behind_it_is_held_back() {
     // No drain: Envoy's close all the same.
     let g = fixture(Some(fast()));
     let third = Conn::new(3);
-    let mut v = Tracking::new();
+    let mut v = TrackedConnection::new();
     read(&mut v, &[&[GET, GET].concat()], &third, &g.shared);
     assert_eq!(write_head(&mut v, CLOSING, &third, &g.shared), None);
     assert_eq!(g.shared.counts().active, 0);
@@ -766,7 +771,7 @@ fn nothing_is_inserted_into_a_tunnel_s_head() {
     f.shared.start_drain(HOSTS, Trigger::Admin);
     let connect = b"CONNECT up:443 HTTP/1.1\r\nhost: up:443\r\n\r\n";
     let conn = Conn::new(1);
-    let mut t = Tracking::new();
+    let mut t = TrackedConnection::new();
     let fed = read(
         &mut t,
         &[&[&connect[..], b"\x16\x03\x01 tls"].concat()],
@@ -780,14 +785,14 @@ fn nothing_is_inserted_into_a_tunnel_s_head() {
     let upgrade =
         b"GET /ws HTTP/1.1\r\nhost: x\r\nconnection: upgrade\r\nupgrade: websocket\r\n\r\n";
     let other = Conn::new(2);
-    let mut u = Tracking::new();
+    let mut u = TrackedConnection::new();
     read(&mut u, &[upgrade], &other, &f.shared);
     let switching =
         b"HTTP/1.1 101 Switching Protocols\r\nconnection: upgrade\r\nupgrade: websocket\r\n\r\n";
     assert_eq!(write_head(&mut u, switching, &other, &f.shared), None);
     assert_eq!(f.shared.status().connections_sent_away.http1, 0);
     let third = Conn::new(3);
-    let mut v = Tracking::new();
+    let mut v = TrackedConnection::new();
     read(&mut v, &[connect], &third, &f.shared);
     let refused = b"HTTP/1.1 403 Forbidden\r\ncontent-length: 0\r\n\r\n";
     assert!(write_head(&mut v, refused, &third, &f.shared).is_some());
@@ -800,7 +805,7 @@ fn a_response_that_cannot_carry_the_close_owed_is_counted() {
     let f = fixture(Some(fast()));
     f.shared.start_drain(HOSTS, Trigger::Admin);
     let conn = Conn::new(1);
-    let mut t = Tracking::new();
+    let mut t = TrackedConnection::new();
     read(&mut t, &[&[GET, GET].concat()], &conn, &f.shared);
     let before = counted()
         .iter()
@@ -814,7 +819,7 @@ fn a_response_that_cannot_carry_the_close_owed_is_counted() {
     assert_eq!(after, before + 1);
     // Not an anomaly where nothing is held back.
     let other = Conn::new(2);
-    let mut u = Tracking::new();
+    let mut u = TrackedConnection::new();
     read(&mut u, &[GET], &other, &f.shared);
     assert_eq!(write_head(&mut u, b"HTTP/1.1 20", &other, &f.shared), None);
     let last = counted()
@@ -830,7 +835,7 @@ fn a_response_that_cannot_carry_the_close_owed_is_counted() {
 fn during_a_drain_a_response_head_gets_connection_close_once() {
     let f = fixture(Some(fast()));
     let conn = Conn::new(1);
-    let mut t = Tracking::new();
+    let mut t = TrackedConnection::new();
     read(&mut t, &[GET], &conn, &f.shared);
     assert_eq!(
         t.close_to_insert(Some(OK), &conn, &f.shared, STATS),
@@ -864,7 +869,7 @@ fn during_a_drain_a_response_head_gets_connection_close_once() {
     );
     // A connection whose response already carries Envoy's own close is counted, not edited.
     let other = Conn::new(2);
-    let mut u = Tracking::new();
+    let mut u = TrackedConnection::new();
     read(&mut u, &[GET], &other, &f.shared);
     let closing = b"HTTP/1.1 200 OK\r\nconnection: close\r\ncontent-length: 0\r\n\r\n";
     assert_eq!(
@@ -880,8 +885,8 @@ fn during_a_drain_a_response_head_gets_connection_close_once() {
 /// The per-connection memory the docs state (docs/modes.md, connection mode).
 #[test]
 fn a_followed_connection_costs_at_most_408_bytes_before_its_tickets() {
-    let size = std::mem::size_of::<Tracking>();
-    eprintln!("size_of::<Tracking>() = {size}");
+    let size = std::mem::size_of::<TrackedConnection>();
+    eprintln!("size_of::<TrackedConnection>() = {size}");
     // 392 before the follower kept the last request ends (16 bytes, #44 item 5).
     assert!(size <= 408, "{size}");
 }
@@ -890,9 +895,9 @@ fn a_followed_connection_costs_at_most_408_bytes_before_its_tickets() {
 fn a_shadow_tracker_counts_nothing() {
     let f = fixture(Some(fast()));
     let conn = Conn::new(1);
-    let mut t = Tracking {
+    let mut t = TrackedConnection {
         shadow: true,
-        ..Tracking::default()
+        ..TrackedConnection::default()
     };
     read(&mut t, &[GET], &conn, &f.shared);
     assert_eq!(f.shared.counts().active, 0);

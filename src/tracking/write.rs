@@ -9,7 +9,7 @@ use crate::connections::Conn;
 use crate::engine::shared::Shared;
 use crate::host::extension::StatsHost;
 
-/// What [`Tracking::close_to_insert`] decided for a write.
+/// What [`TrackedConnection::close_to_insert`] decided for a write.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct Told {
     /// Replace the write's first `insert` bytes (its status line) by themselves and
@@ -19,7 +19,7 @@ pub struct Told {
     pub counted: bool,
 }
 
-/// A response's status line, copied from a write ([`Tracking::on_write_bytes`]).
+/// A response's status line, copied from a write ([`TrackedConnection::on_write_bytes`]).
 #[derive(Debug, Clone, Copy)]
 pub struct StatusLine {
     bytes: [u8; MAX_STATUS_LINE],
@@ -32,7 +32,7 @@ impl StatusLine {
     }
 }
 
-/// How the glue rewrites the start of a write ([`Tracking::on_write_bytes`]): replace its first
+/// How the glue rewrites the start of a write ([`TrackedConnection::on_write_bytes`]): replace its first
 /// [`HeadEdit::replaced`] bytes by [`HeadEdit::pieces`], in order.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum HeadEdit {
@@ -63,13 +63,13 @@ impl HeadEdit {
     }
 }
 
-/// What [`Tracking::close_to_insert`] asks the glue to put after a response's status line.
+/// What [`TrackedConnection::close_to_insert`] asks the glue to put after a response's status line.
 pub const CONNECTION_CLOSE: &[u8] = b"connection: close\r\n";
 pub(super) const CLOSE_HEADER: &[u8] = b"\nconnection: close\r";
 /// A status line longer than this is left alone (Envoy writes `HTTP/1.1 200 OK`).
 pub const MAX_STATUS_LINE: usize = 128;
 
-impl Tracking {
+impl TrackedConnection {
     /// Server bytes ahead that the tracker skips unread: a write of at most this many can be
     /// fed as [`crate::exchange::unread`] bytes.
     pub fn server_unread_ahead(&self) -> u64 {
@@ -110,7 +110,7 @@ impl Tracking {
     /// A write hook's first step, `len` bytes written: fed by their length alone when the
     /// tracker would skip them unread (the rest of a body, an HTTP/2 frame's payload), without
     /// Envoy's two buffer callbacks (about 300 instructions): `true`. Else (`false`) the glue
-    /// fetches the write's slices for [`Tracking::on_write_bytes`].
+    /// fetches the write's slices for [`TrackedConnection::on_write_bytes`].
     pub fn on_write_len(
         &mut self,
         len: usize,
@@ -127,7 +127,7 @@ impl Tracking {
     }
 
     /// A write hook's bytes (`chunks()`: the write's slices, `None` if Envoy could not give
-    /// them): fed, after [`Tracking::close_to_insert`] looked at its first slice. Returns how to
+    /// them): fed, after [`TrackedConnection::close_to_insert`] looked at its first slice. Returns how to
     /// edit the write's start, with copies of the bytes it keeps, when this response gets or
     /// loses `connection: close` (the glue edits the write once the slices are released).
     pub fn on_write_bytes<'a, I: Iterator<Item = &'a [u8]>>(
@@ -162,7 +162,7 @@ impl Tracking {
         edit
     }
 
-    /// During a drain, how [`Tracking::close_to_insert`] has the start of this write (`chunks()`)
+    /// During a drain, how [`TrackedConnection::close_to_insert`] has the start of this write (`chunks()`)
     /// edited, with copies of the bytes it keeps.
     fn head_edit<'a, I: Iterator<Item = &'a [u8]>>(
         &mut self,
@@ -289,7 +289,7 @@ impl Tracking {
         }
     }
 
-    /// A response head that cannot carry `close` (see [`Tracking::close_to_insert`]): nothing
+    /// A response head that cannot carry `close` (see [`TrackedConnection::close_to_insert`]): nothing
     /// to say, unless requests were held back behind it.
     #[cold]
     fn not_told(&self, conn: &Conn, shared: &Shared, stats: &impl StatsHost, why: &str) -> Told {

@@ -6,7 +6,7 @@ use crate::connections::Conn;
 use crate::exchange::sse::LAST_CHUNK;
 use crate::testing::{fast, fixture, STATS};
 
-impl Tracking {
+impl TrackedConnection {
     /// Whether the connection carries a long-lived stream this module may move: a switched
     /// WebSocket, an SSE response in flight, or one being ended.
     fn long_lived(&mut self) -> bool {
@@ -33,10 +33,10 @@ fn text(payload: &[u8], fin: bool) -> Vec<u8> {
     f
 }
 
-fn switched(head: &[u8]) -> (Tracking, Conn, crate::testing::Fixture) {
+fn switched(head: &[u8]) -> (TrackedConnection, Conn, crate::testing::Fixture) {
     let f = fixture(Some(fast()));
     let conn = Conn::new(1);
-    let mut t = Tracking::new();
+    let mut t = TrackedConnection::new();
     t.on_read(
         UPGRADE.len(),
         Some([UPGRADE].into_iter()),
@@ -87,7 +87,7 @@ sec-websocket-extensions: permessage-deflate; server_no_context_takeover\r\n\r\n
     // The head split between two writes: left as today.
     let f = fixture(Some(fast()));
     let conn = Conn::new(1);
-    let mut t = Tracking::new();
+    let mut t = TrackedConnection::new();
     t.on_read(
         UPGRADE.len(),
         Some([UPGRADE].into_iter()),
@@ -196,21 +196,21 @@ fn the_tracker_keeps_its_size() {
     // Before the WebSocket move: 280 and 408 bytes (the followers take the HTTP/1.1 state's
     // place).
     assert!(std::mem::size_of::<crate::exchange::Tracker>() <= 280);
-    assert!(std::mem::size_of::<Tracking>() <= 408);
+    assert!(std::mem::size_of::<TrackedConnection>() <= 408);
 }
 
 const SSE_GET: &[u8] = b"GET /events HTTP/1.1\r\nhost: x\r\naccept: text/event-stream\r\n\r\n";
 const SSE_HEAD: &[u8] = b"HTTP/1.1 200 OK\r\nContent-Type: TEXT/event-stream;charset=utf-8\r\n\
 transfer-encoding: chunked\r\n\r\n";
 
-fn sse_started(head: &[u8]) -> (Tracking, Conn, crate::testing::Fixture) {
+fn sse_started(head: &[u8]) -> (TrackedConnection, Conn, crate::testing::Fixture) {
     sse_started_by(SSE_GET, head)
 }
 
-fn sse_started_by(get: &[u8], head: &[u8]) -> (Tracking, Conn, crate::testing::Fixture) {
+fn sse_started_by(get: &[u8], head: &[u8]) -> (TrackedConnection, Conn, crate::testing::Fixture) {
     let f = fixture(Some(fast()));
     let conn = Conn::new(1);
-    let mut t = Tracking::new();
+    let mut t = TrackedConnection::new();
     t.on_read(
         get.len(),
         Some([get].into_iter()),
@@ -247,7 +247,7 @@ fn only_chunked_event_streams_are_sse_responses() {
     // Content-Encoding: `movable_sse`), in flight until it ends.
     let f = fixture(Some(fast()));
     let conn = Conn::new(1);
-    let mut t = Tracking::new();
+    let mut t = TrackedConnection::new();
     t.on_read(
         SSE_GET.len(),
         Some([SSE_GET].into_iter()),
@@ -279,7 +279,7 @@ fn a_post_completion_or_a_compressed_event_stream_is_not_moved() {
     ] {
         let f = fixture(Some(fast()));
         let conn = Conn::new(1);
-        let mut t = Tracking::new();
+        let mut t = TrackedConnection::new();
         t.on_read(request.len(), Some([request].into_iter()), &conn, &f.shared, STATS, now);
         t.on_write(Some([head].into_iter()), &conn, &f.shared, STATS, now);
         assert!(!t.long_lived(), "{:?}", String::from_utf8_lossy(request));
@@ -516,8 +516,8 @@ fn a_resumable_grpc_stream_moves_at_a_message_boundary_at_its_time() {
         .long_lived()
         .note_grpc_prefixes(&["/pkg.Watch/".to_string()]);
     let conn = Conn::new(1);
-    let mut t = Tracking::new();
-    let read = |t: &mut Tracking, b: &[u8]| {
+    let mut t = TrackedConnection::new();
+    let read = |t: &mut TrackedConnection, b: &[u8]| {
         t.on_read(b.len(), Some([b].into_iter()), &conn, &f.shared, STATS, now);
     };
     let mut pre = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
