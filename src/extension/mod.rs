@@ -16,6 +16,7 @@ use crate::envoy_stats::admin::{self, AdminAddress, AdminCheck};
 use crate::envoy_stats::scan::{DrainTiming, EnvoyView, Pass, ScanSource, Scanner, StatSums};
 use crate::host::connection::ConnectionWakers;
 use crate::host::extension::ShutdownRelease;
+use crate::host::stats::StatsSource;
 use crate::host::stream::Wakers;
 use crate::host::Hosts;
 use crate::runtime::threads::Threads;
@@ -40,13 +41,6 @@ const ADMIN_CALL_TIMEOUT: Duration = Duration::from_secs(2);
 const ADMIN_CHECK_ATTEMPTS: u32 = 3;
 
 pub use crate::engine::shared::Gauge;
-
-/// Envoy's stats store, read on the scanner thread.
-pub trait StatsSource: Send + Sync + 'static {
-    /// Visit every gauge (`Pass::Gauges`) or every counter, name and value. False when the call
-    /// into Envoy was refused (the exit was released).
-    fn visit(&self, pass: Pass, stat: &mut dyn FnMut(&[u8], u64)) -> bool;
-}
 
 /// The process-wide parts the extension works with (owned by the FFI layer, alive for the
 /// process).

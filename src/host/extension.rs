@@ -2,7 +2,7 @@
 //! and the module's stats ([`ExtensionHost`], one process-wide object), and the completion of its
 //! shutdown hook ([`ShutdownCompletion`], Envoy's permission to exit). Implemented by
 //! `ffi::bootstrap`; faked in tests. Plain types only. (Envoy's stats store behind the extension
-//! is `crate::extension::StatsSource`: its passes are `crate::envoy_stats::scan`'s, a layer above this.)
+//! is [`super::stats::StatsSource`].)
 
 use super::stream::Protocol;
 use std::time::Duration;

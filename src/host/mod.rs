@@ -9,7 +9,8 @@
 //! - [`connection`]: the downstream connection the network filter sits on, inside its hooks;
 //! - [`extension`]: the bootstrap extension (its timer, the hop to the main thread, the module's
 //!   stats), the completion of its shutdown hook (Envoy's permission to exit, and the
-//!   `ShutdownRelease` that gives it exactly once) and the stats store behind it; and
+//!   `ShutdownRelease` that gives it exactly once); [`stats`]: Envoy's stats store behind it, as
+//!   the scanner reads it; and
 //!   [`extension::StatsHost`], the module's own stats, which every host above gives (a hook
 //!   counts through its Envoy object's host).
 //!
@@ -29,6 +30,7 @@
 pub mod connection;
 pub mod envoy_release;
 pub mod extension;
+pub mod stats;
 pub mod stream;
 
 /// The Envoy objects a drain's start and its completion reach beyond the caller's own hook: the

@@ -56,17 +56,7 @@ pub const HIDDEN_STATS: &str =
 /// How often an idle scanner re-checks whether a drain needs it (it is also woken at once).
 const IDLE_RECHECK: Duration = Duration::from_secs(1);
 
-/// Which of Envoy's stats a pass reads. Each kind is its own walk over its own stats, at its own
-/// cost: at 20 000 clusters the store holds ~480 000 gauges and ~1 600 000 counters, so a gauge
-/// pass costs about a quarter of the two.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Pass {
-    /// `downstream_rq_total` (less what is not work): request starts, for the quiet period.
-    Counters,
-    /// `downstream_rq_active` (less what is not work): requests in flight, which completion waits
-    /// for.
-    Gauges,
-}
+pub use crate::host::stats::Pass;
 
 /// Where scans come from. Called on the scanner thread, except `own_counts` (any thread).
 pub trait ScanSource: Send + Sync + 'static {
