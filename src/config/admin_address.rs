@@ -5,15 +5,7 @@
 use std::fmt;
 use std::net::SocketAddr;
 
-/// Where Envoy's admin listens: the `admin.address` of the bootstrap.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum AdminAddress {
-    /// `socket_address`: an IP address and a port.
-    Tcp(SocketAddr),
-    /// `pipe.path`: a file system path, or an abstract socket name written `@name` (as Envoy
-    /// writes it).
-    Unix(String),
-}
+pub use crate::host::admin::AdminAddress;
 
 impl AdminAddress {
     /// `"127.0.0.1:9901"`, `"[::1]:9901"`, `"/tmp/envoy.admin"` or `"@envoy-admin"`. What a

@@ -12,7 +12,7 @@ use crate::counting::Counts;
 use crate::engine::drain::{Phase, Trigger, IN_FLIGHT_RECHECK};
 use crate::engine::engine::{AdminRequest, Engine};
 use crate::engine::shared::{NotWork, Shared, StartResult};
-use crate::envoy_stats::admin::{self, AdminAddress, AdminCheck};
+use crate::envoy_stats::admin::{self, AdminAddress, AdminCheck, AdminHost};
 use crate::envoy_stats::scan::{DrainTiming, EnvoyView, Pass, ScanSource, Scanner, StatSums};
 use crate::host::connection::ConnectionWakers;
 use crate::host::extension::ShutdownRelease;
@@ -52,6 +52,8 @@ pub struct Env {
     pub envoy: &'static dyn ExtensionHost,
     /// The network filters' schedulers, which the drain start commits to (any thread).
     pub connections: &'static dyn ConnectionWakers,
+    /// Envoy's admin (its HTTP calls: the start-time check, the drain start's calls).
+    pub admin: &'static dyn AdminHost,
     /// The HTTP filters' schedulers (streams' wakers), which the drain start and completion
     /// commit to (any thread).
     pub streams: &'static dyn Wakers,
@@ -221,11 +223,13 @@ impl Extension {
             let addrs = self.admin_address.clone();
             let admin_found = self.admin_found.clone();
             let (shared, threads, envoy) = (self.env.shared, self.env.threads, self.env.envoy);
+            let admin_host = self.env.admin;
             shared.set_admin_check(AdminCheck::Checking);
             let if_not = "admin_address is not checked";
             self.on_admin_thread("the admin_address check", if_not, move || {
                 let wait = |d| threads.sleep(d);
                 let (found, addr) = admin::check_admin_address(
+                    admin_host,
                     &addrs,
                     ADMIN_CALL_TIMEOUT,
                     ADMIN_CHECK_ATTEMPTS,
@@ -423,14 +427,14 @@ impl Extension {
              to {addr}"
         );
         let if_not = "Envoy's health checks stay as they are";
-        let threads = self.env.threads;
+        let (threads, admin_host) = (self.env.threads, self.env.admin);
         self.on_admin_thread("the drain start's admin calls", if_not, move || {
             #[cfg(feature = "panic-test")]
             if crate::runtime::faults::active("admin_panic") {
                 panic!("test fault: admin_panic");
             }
             for target in &targets {
-                admin::post_drain_start_calls(target, ADMIN_CALL_TIMEOUT, || {
+                admin::post_drain_start_calls(admin_host, target, ADMIN_CALL_TIMEOUT, || {
                     !threads.is_stopping()
                 });
             }

@@ -55,6 +55,7 @@ macro_rules! env {
             shared,
             threads,
             envoy,
+            admin: &crate::envoy_stats::admin::HttpAdmin,
             connections: envoy,
             streams: envoy,
         };

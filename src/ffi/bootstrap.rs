@@ -190,6 +190,7 @@ pub extern "C" fn envoy_dynamic_module_on_bootstrap_extension_config_new(
             shared: super::shared(),
             threads: super::threads(),
             envoy: &EnvoyExtension,
+            admin: &crate::envoy_stats::admin::HttpAdmin,
             connections: &super::network::Schedulers,
             streams: &super::http::Schedulers,
         };

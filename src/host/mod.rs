@@ -5,6 +5,7 @@
 //! nothing of the crate but plain types (a host trait never names the state it serves, so every
 //! layer can use it).
 //!
+//! - [`admin`]: Envoy's admin interface (its HTTP calls, outside the ABI);
 //! - [`stream`]: an HTTP stream inside one of its filter's hooks, and its waker (scheduler);
 //! - [`connection`]: the downstream connection the network filter sits on, inside its hooks;
 //! - [`extension`]: the bootstrap extension (its timer, the hop to the main thread, the module's
@@ -27,6 +28,7 @@
 //! Beside them, [`envoy_release`]: which Envoy hosts the module (its ABI generation and
 //! release) and what the module gives there.
 
+pub mod admin;
 pub mod connection;
 pub mod envoy_release;
 pub mod extension;

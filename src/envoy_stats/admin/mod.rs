@@ -18,10 +18,10 @@
 
 mod wire;
 
-use wire::call;
 pub use wire::{dechunk, parse_status};
 
 pub use crate::config::{AdminAddress, AdminCheck};
+pub use crate::host::admin::AdminHost;
 use std::fmt;
 use std::time::Duration;
 
@@ -34,11 +34,35 @@ pub const DRAIN_START_CALLS: [(&str, &str); 2] = [
     ),
 ];
 
+/// The admin as the module reaches it: its own minimal HTTP/1.1 client (`wire`), the one
+/// [`AdminHost`] of a release (the FFI layer hands it to the extension).
+pub struct HttpAdmin;
+
+impl AdminHost for HttpAdmin {
+    fn call(
+        &self,
+        addr: &AdminAddress,
+        method: &str,
+        path: &str,
+        timeout: Duration,
+        body: bool,
+    ) -> Result<(u16, Vec<u8>), String> {
+        wire::call(addr, method, path, timeout, body)
+    }
+}
+
 /// `POST path` with an empty body; the status code of the answer. `timeout` bounds the whole
 /// call: the connect (a unix connect only waits when the admin's accept queue is full), the
 /// write, and every read up to the status line.
-pub fn post(addr: &AdminAddress, path: &str, timeout: Duration) -> Result<u16, String> {
-    call(addr, "POST", path, timeout, false).map(|(status, _)| status)
+pub fn post(
+    admin: &dyn AdminHost,
+    addr: &AdminAddress,
+    path: &str,
+    timeout: Duration,
+) -> Result<u16, String> {
+    admin
+        .call(addr, "POST", path, timeout, false)
+        .map(|(status, _)| status)
 }
 
 /// The server states Envoy's admin `GET /ready` answers with (200 for `LIVE`, 503 otherwise).
@@ -67,9 +91,14 @@ impl fmt::Display for CheckError {
 
 /// Whether `addr` is an Envoy admin: `GET /ready` answered with one of Envoy's server states
 /// (so not a data listener, the module's own control listener or another server). The state.
-pub fn check(addr: &AdminAddress, timeout: Duration) -> Result<String, CheckError> {
-    let (status, body) =
-        call(addr, "GET", "/ready", timeout, true).map_err(CheckError::NoAnswer)?;
+pub fn check(
+    admin: &dyn AdminHost,
+    addr: &AdminAddress,
+    timeout: Duration,
+) -> Result<String, CheckError> {
+    let (status, body) = admin
+        .call(addr, "GET", "/ready", timeout, true)
+        .map_err(CheckError::NoAnswer)?;
     let text = String::from_utf8_lossy(&body);
     let state = text.trim_end();
     if matches!(status, 200 | 503) && ENVOY_STATES.contains(&state) {
@@ -87,6 +116,7 @@ pub fn check(addr: &AdminAddress, timeout: Duration) -> Result<String, CheckErro
 /// it is also asked, with a zero duration, before each address).
 /// Logs what it found, naming the field. The recognised address, if any, with the outcome.
 pub fn check_admin_address(
+    admin: &dyn AdminHost,
     addrs: &[AdminAddress],
     timeout: Duration,
     attempts: u32,
@@ -108,7 +138,7 @@ pub fn check_admin_address(
             if !wait(Duration::ZERO) {
                 return (AdminCheck::Checking, None);
             }
-            match check(addr, timeout) {
+            match check(admin, addr, timeout) {
                 Ok(state) => {
                     log::info!(
                         "graceful_drain: admin_address {addr} is Envoy's admin (state {state})"
@@ -166,12 +196,17 @@ pub fn check_admin_address(
 }
 
 /// The drain start's calls ([`DRAIN_START_CALLS`]), in order, each answer logged.
-pub fn post_drain_start_calls(addr: &AdminAddress, timeout: Duration, go_on: impl Fn() -> bool) {
+pub fn post_drain_start_calls(
+    admin: &dyn AdminHost,
+    addr: &AdminAddress,
+    timeout: Duration,
+    go_on: impl Fn() -> bool,
+) {
     for (path, meaning) in DRAIN_START_CALLS {
         if !go_on() {
             return; // the module is stopping: no further call
         }
-        match post(addr, path, timeout) {
+        match post(admin, addr, path, timeout) {
             Ok(200) => log::info!("graceful_drain: {meaning} (admin answered 200)"),
             Ok(status) => {
                 log::warn!("graceful_drain: admin POST {path} to {addr} answered {status}")

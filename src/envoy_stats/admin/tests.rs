@@ -52,7 +52,12 @@ fn a_post_over_tcp_sends_one_empty_request_and_reads_the_status() {
         )
     });
     assert_eq!(
-        post(&addr, "/healthcheck/fail", Duration::from_secs(5)),
+        post(
+            &HttpAdmin,
+            &addr,
+            "/healthcheck/fail",
+            Duration::from_secs(5)
+        ),
         Ok(200)
     );
     let req = server.join().unwrap();
@@ -80,6 +85,7 @@ fn a_post_over_a_unix_socket_and_an_abstract_one() {
     });
     let addr = AdminAddress::parse(path.to_str().unwrap()).unwrap();
     let r = post(
+        &HttpAdmin,
         &addr,
         "/drain_listeners?graceful&skip_exit",
         Duration::from_secs(5),
@@ -99,7 +105,12 @@ fn a_post_over_a_unix_socket_and_an_abstract_one() {
         thread::spawn(move || serve_once(l.accept().unwrap().0, b"HTTP/1.1 200 OK\r\n\r\n"));
     let addr = AdminAddress::parse(&format!("@{name}")).unwrap();
     assert_eq!(
-        post(&addr, "/healthcheck/fail", Duration::from_secs(5)),
+        post(
+            &HttpAdmin,
+            &addr,
+            "/healthcheck/fail",
+            Duration::from_secs(5)
+        ),
         Ok(200)
     );
     server.join().unwrap();
@@ -144,7 +155,7 @@ fn the_check_recognises_envoys_admin_and_nothing_else() {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = AdminAddress::Tcp(l.local_addr().unwrap());
         let server = thread::spawn(move || serve_once(l.accept().unwrap().0, a));
-        let r = check(&addr, Duration::from_secs(5));
+        let r = check(&HttpAdmin, &addr, Duration::from_secs(5));
         assert!(server
             .join()
             .unwrap()
@@ -198,7 +209,10 @@ fn a_complete_answer_ends_the_read_even_if_the_connection_stays_open() {
             let _ = rx.recv_timeout(Duration::from_secs(10));
         });
         let t0 = std::time::Instant::now();
-        assert_eq!(check(&addr, Duration::from_secs(5)), Ok("LIVE".to_string()));
+        assert_eq!(
+            check(&HttpAdmin, &addr, Duration::from_secs(5)),
+            Ok("LIVE".to_string())
+        );
         assert!(t0.elapsed() < Duration::from_secs(2), "{:?}", t0.elapsed());
         tx.send(()).unwrap();
         server.join().unwrap();
@@ -214,6 +228,7 @@ fn an_absent_or_silent_admin_is_an_error_within_the_timeout() {
         .local_addr()
         .unwrap();
     let err = post(
+        &HttpAdmin,
         &AdminAddress::Tcp(port),
         "/healthcheck/fail",
         Duration::from_secs(2),
@@ -223,13 +238,24 @@ fn an_absent_or_silent_admin_is_an_error_within_the_timeout() {
         "{err:?}"
     );
     let missing = AdminAddress::Unix("/nonexistent/graceful-drain/admin.sock".into());
-    assert!(post(&missing, "/healthcheck/fail", Duration::from_secs(2)).is_err());
+    assert!(post(
+        &HttpAdmin,
+        &missing,
+        "/healthcheck/fail",
+        Duration::from_secs(2)
+    )
+    .is_err());
 
     // A peer that accepts and never answers: the deadline ends the call, and says so.
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = AdminAddress::Tcp(l.local_addr().unwrap());
     let t0 = std::time::Instant::now();
-    let err = post(&addr, "/healthcheck/fail", Duration::from_millis(300));
+    let err = post(
+        &HttpAdmin,
+        &addr,
+        "/healthcheck/fail",
+        Duration::from_millis(300),
+    );
     assert!(
         err.as_ref().is_err_and(|e| e.contains("no answer within")),
         "{err:?}"
@@ -245,7 +271,12 @@ fn an_absent_or_silent_admin_is_an_error_within_the_timeout() {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = AdminAddress::Tcp(l.local_addr().unwrap());
     let server = thread::spawn(move || serve_once(l.accept().unwrap().0, b""));
-    let err = post(&addr, "/healthcheck/fail", Duration::from_secs(5));
+    let err = post(
+        &HttpAdmin,
+        &addr,
+        "/healthcheck/fail",
+        Duration::from_secs(5),
+    );
     assert!(
         err.as_ref().is_err_and(|e| e.contains("without answering")),
         "{err:?}"
@@ -271,12 +302,12 @@ fn the_start_check_retries_while_nothing_answers_and_names_what_it_found() {
         true
     };
     assert_eq!(
-        check_admin_address(std::slice::from_ref(&nobody), t, 3, counted),
+        check_admin_address(&HttpAdmin, std::slice::from_ref(&nobody), t, 3, counted),
         (AdminCheck::NotAnswering, None)
     );
     assert_eq!(waits.get(), 2, "a wait between tries, none after the last");
     assert_eq!(
-        check_admin_address(std::slice::from_ref(&nobody), t, 3, |_| false),
+        check_admin_address(&HttpAdmin, std::slice::from_ref(&nobody), t, 3, |_| false),
         (AdminCheck::Checking, None),
         "the module stopping ends the check"
     );
@@ -292,7 +323,7 @@ fn the_start_check_retries_while_nothing_answers_and_names_what_it_found() {
         true
     };
     assert_eq!(
-        check_admin_address(std::slice::from_ref(&addr), t, 3, never),
+        check_admin_address(&HttpAdmin, std::slice::from_ref(&addr), t, 3, never),
         (AdminCheck::NotAdmin, None)
     );
     assert!(server.join().unwrap().starts_with("GET /ready "));
@@ -318,7 +349,7 @@ fn a_stopping_module_tries_no_more_addresses() {
         asked.get() == 1
     };
     assert_eq!(
-        check_admin_address(&addrs, Duration::from_millis(200), 3, wait),
+        check_admin_address(&HttpAdmin, &addrs, Duration::from_millis(200), 3, wait),
         (AdminCheck::Checking, None)
     );
     let contacted: Vec<bool> = silent
@@ -357,7 +388,13 @@ fn the_start_check_finds_the_admin_among_several_addresses() {
         true
     };
     assert_eq!(
-        check_admin_address(&[nobody, admin.clone()], Duration::from_secs(2), 3, never),
+        check_admin_address(
+            &HttpAdmin,
+            &[nobody, admin.clone()],
+            Duration::from_secs(2),
+            3,
+            never
+        ),
         (AdminCheck::Recognised, Some(admin))
     );
     server.join().unwrap();
