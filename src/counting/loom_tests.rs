@@ -3,26 +3,8 @@
 //! models) of a small scenario of the drain protocol (see the registry's module comment).
 
 use super::*;
+use crate::testing::visit;
 use loom::sync::Arc;
-
-/// Envoy's streams' wakers as the drain scan reaches them, played by two closures: `commit`
-/// sees each waker committed to, `delete` each one left to the scan.
-struct Visit<C, D>(std::sync::Mutex<C>, std::sync::Mutex<D>);
-
-impl<C: FnMut(usize) + Send, D: FnMut(usize) + Send> crate::host::stream::Wakers for Visit<C, D> {
-    fn commit(&self, waker: usize, _: u64) -> bool {
-        (self.0.lock().unwrap())(waker);
-        true
-    }
-    fn delete(&self, waker: usize) {
-        (self.1.lock().unwrap())(waker)
-    }
-}
-
-/// A drain scan's wakers: `commit` and `delete` as [`Visit`].
-fn visit<C: FnMut(usize) + Send, D: FnMut(usize) + Send>(commit: C, delete: D) -> Visit<C, D> {
-    Visit(std::sync::Mutex::new(commit), std::sync::Mutex::new(delete))
-}
 
 /// A request starting while a drain starts: it sees the drain, or the scan sees its waker.
 fn model(f: impl Fn() + Sync + Send + 'static) {

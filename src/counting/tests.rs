@@ -2,28 +2,10 @@
 //! threads racing each other (the heaviest are skipped under Miri, see the Makefile).
 
 use super::*;
+use crate::testing::visit;
 use std::collections::HashSet;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
-
-/// Envoy's streams' wakers as the drain scan reaches them, played by two closures: `commit`
-/// sees each waker committed to, `delete` each one left to the scan.
-struct Visit<C, D>(std::sync::Mutex<C>, std::sync::Mutex<D>);
-
-impl<C: FnMut(usize) + Send, D: FnMut(usize) + Send> crate::host::stream::Wakers for Visit<C, D> {
-    fn commit(&self, waker: usize, _: u64) -> bool {
-        (self.0.lock().unwrap())(waker);
-        true
-    }
-    fn delete(&self, waker: usize) {
-        (self.1.lock().unwrap())(waker)
-    }
-}
-
-/// A drain scan's wakers: `commit` and `delete` as [`Visit`].
-fn visit<C: FnMut(usize) + Send, D: FnMut(usize) + Send>(commit: C, delete: D) -> Visit<C, D> {
-    Visit(std::sync::Mutex::new(commit), std::sync::Mutex::new(delete))
-}
 
 #[test]
 fn segment_index_maps_to_doubling_segments() {

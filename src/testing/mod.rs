@@ -234,3 +234,25 @@ pub(crate) fn fast() -> DrainSettings {
         drain_timeout: Duration::from_millis(500),
     }
 }
+
+/// Envoy's streams' wakers as the drain scan reaches them, played by two closures: `commit`
+/// sees each waker committed to, `delete` each one left to the scan.
+pub(crate) struct Visit<C, D>(std::sync::Mutex<C>, std::sync::Mutex<D>);
+
+impl<C: FnMut(usize) + Send, D: FnMut(usize) + Send> crate::host::stream::Wakers for Visit<C, D> {
+    fn commit(&self, waker: usize, _: u64) -> bool {
+        (self.0.lock().unwrap())(waker);
+        true
+    }
+    fn delete(&self, waker: usize) {
+        (self.1.lock().unwrap())(waker)
+    }
+}
+
+/// A drain scan's wakers: `commit` and `delete` as [`Visit`].
+pub(crate) fn visit<C: FnMut(usize) + Send, D: FnMut(usize) + Send>(
+    commit: C,
+    delete: D,
+) -> Visit<C, D> {
+    Visit(std::sync::Mutex::new(commit), std::sync::Mutex::new(delete))
+}
